@@ -1,0 +1,51 @@
+// Fixed pool of worker threads for data-parallel loops. The caller thread participates, so a
+// pool of N threads runs N-way parallel with N-1 workers.
+//
+//   ThreadPool pool(4);
+//   pool.parallel_for(rows, [&](int64_t begin, int64_t end, int thread) { ... });
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace tessera {
+
+class ThreadPool {
+ public:
+  // n_threads <= 0 picks the number of hardware threads.
+  explicit ThreadPool(int n_threads = 0);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return n_threads_; }
+
+  // Splits [0, n) into contiguous chunks (multiples of `grain` except the last) over the threads
+  // and blocks until all are done. fn(begin, end, thread_index). Not reentrant.
+  void parallel_for(int64_t n, const std::function<void(int64_t, int64_t, int)>& fn,
+                    int64_t grain = 1);
+
+ private:
+  void worker_loop(int index);
+
+  int n_threads_;
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable cv_start_;
+  std::condition_variable cv_done_;
+  const std::function<void(int64_t, int64_t, int)>* job_ = nullptr;
+  int64_t job_n_ = 0;
+  int64_t job_grain_ = 1;
+  uint64_t generation_ = 0;
+  int pending_ = 0;
+  bool stop_ = false;
+};
+
+// Process-wide pool sized by TESSERA_THREADS or the hardware thread count.
+ThreadPool& default_thread_pool();
+
+}  // namespace tessera

@@ -1,0 +1,44 @@
+// Chat templates: recognise the family of the model's own `tokenizer.chat_template` (by its
+// text, not the model's name) and render conversations in that family's format.
+//
+//   auto tmpl = ChatTemplate::from_template_text(file.get_string("tokenizer.chat_template"), tok);
+//   std::string prompt = tmpl->render({{"user", "Hi"}}, /*add_generation_prompt=*/true);
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tessera/status.h"
+
+namespace tessera {
+
+class Tokenizer;
+
+enum class ChatFamily { kChatML, kLlama3, kLlama2 /* [INST] ... [/INST], Mistral too */ };
+std::string_view chat_family_name(ChatFamily f);
+
+struct ChatMessage {
+  std::string role;  // "system" | "user" | "assistant"
+  std::string content;
+};
+
+class ChatTemplate {
+ public:
+  // Unrecognised template text -> kUnsupported error naming the supported families. An absent
+  // template (nullopt) falls back to ChatML with a logged warning.
+  static Expected<ChatTemplate> from_template_text(std::optional<std::string_view> text,
+                                                   const Tokenizer& tok);
+  ChatFamily family() const { return family_; }
+  // Renders exactly what the model's Jinja template would produce for these messages,
+  // including a default system prompt the template inserts by itself.
+  std::string render(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const;
+
+ private:
+  ChatFamily family_ = ChatFamily::kChatML;
+  std::string bos_text_, eos_text_;
+  std::string default_system_;  // inserted when the first message is not a system message
+};
+
+}  // namespace tessera
