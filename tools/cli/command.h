@@ -1,0 +1,43 @@
+// Subcommand registry of the `tessera` CLI (an open set: each command file registers itself).
+//
+//   static int cmd_info(int argc, char** argv);   // argv[0] is the subcommand name
+//   TESSERA_CLI_COMMAND("info", "print a model's metadata and tensors", cmd_info);
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tessera::cli {
+
+struct Command {
+  const char* name;
+  const char* summary;
+  int (*run)(int argc, char** argv);
+};
+
+bool register_command(const Command& c);
+const std::vector<Command>& commands();
+
+// Tiny argument scanner for "--flag", "--key value" and positionals.
+class Args {
+ public:
+  Args(int argc, char** argv);  // skips argv[0]
+  bool flag(std::string_view name);                                  // consumes --name
+  bool value(std::string_view name, std::string* out);               // consumes --name V
+  std::vector<std::string> values(std::string_view name);           // repeated --name V
+  // Remaining arguments; an unconsumed "--x" is reported through `error`.
+  std::vector<std::string> positionals(std::string* error) const;
+
+ private:
+  std::vector<std::string> args_;
+  std::vector<bool> used_;
+};
+
+// Default model path: $TESSERA_MODEL, else ${XDG_CACHE_HOME:-~/.cache}/tessera/<default file>.
+std::string default_model_path();
+
+}  // namespace tessera::cli
+
+#define TESSERA_CLI_COMMAND(name, summary, fn) \
+  static const bool tessera_cli_registered_##fn = ::tessera::cli::register_command({name, summary, fn})
