@@ -21,7 +21,9 @@ Args::Args(int argc, char** argv) {
   used_.assign(args_.size(), false);
 }
 
+// "--name", or "-n" for one-letter names.
 static bool matches(const std::string& a, std::string_view name) {
+  if (name.size() == 1) return a.size() == 2 && a[0] == '-' && a[1] == name[0];
   return a.size() == name.size() + 2 && a.rfind("--", 0) == 0 && std::string_view(a).substr(2) == name;
 }
 

@@ -1,0 +1,98 @@
+// Tessera's public LLM API: load a GGUF model, tokenize, render chat prompts, generate text.
+//
+//   auto engine = tessera::Engine::load("SmolLM2-135M-Instruct.Q4_1.gguf");
+//   if (!engine) { std::cerr << engine.status().to_string(); return 1; }
+//   tessera::GenerationParams p;
+//   p.max_tokens = 64;
+//   std::string prompt = *(*engine)->render_chat({{"user", "Why is the sky blue?"}});
+//   auto r = (*engine)->generate(prompt, p, [](std::string_view piece) {
+//     std::cout << piece << std::flush;
+//     return true;  // false cancels
+//   });
+//
+// An Engine is not thread-safe: one caller at a time.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tessera/status.h"
+
+namespace tessera {
+
+struct EngineOptions {
+  int32_t context_length = 0;  // 0: min(model's training context, 4096)
+  int32_t threads = 0;         // 0: hardware threads (or TESSERA_THREADS)
+};
+
+struct GenerationParams {
+  int32_t max_tokens = 256;
+  float temperature = 0.f;  // 0: greedy
+  int32_t top_k = 0;
+  float top_p = 1.f;
+  float min_p = 0.f;
+  float repetition_penalty = 1.f;
+  float presence_penalty = 0.f;
+  float frequency_penalty = 0.f;
+  int32_t penalty_last_n = 64;
+  int32_t no_repeat_ngram = 0;
+  uint64_t seed = 0;
+  std::vector<std::string> stop;  // generation ends before the first occurrence of any
+  bool add_bos = true;            // per the model's tokenizer rules
+  bool parse_special = true;      // control-token text in the prompt maps to control tokens
+};
+
+enum class FinishReason { kStop /* EOS or stop string */, kLength, kCancelled };
+
+struct GenerationResult {
+  std::string text;
+  FinishReason finish_reason = FinishReason::kLength;
+  int32_t prompt_tokens = 0;
+  int32_t generated_tokens = 0;
+  double prompt_seconds = 0;
+  double generation_seconds = 0;
+};
+
+struct Message {
+  std::string role;  // system | user | assistant
+  std::string content;
+};
+
+struct ModelSummary {
+  std::string architecture, name;
+  int64_t n_layers = 0, d_model = 0, n_heads = 0, n_kv_heads = 0, vocab = 0;
+  int64_t context_length = 0;  // of this engine's KV cache
+};
+
+class Engine {
+ public:
+  static Expected<std::unique_ptr<Engine>> load(const std::string& gguf_path,
+                                                const EngineOptions& opt = {});
+  ~Engine();
+
+  const ModelSummary& summary() const;
+  double load_seconds() const;
+
+  Expected<std::vector<int32_t>> tokenize(std::string_view text, bool add_bos = true,
+                                          bool parse_special = true) const;
+  // Renders messages with the model's own chat template (+ the assistant turn opener).
+  Expected<std::string> render_chat(const std::vector<Message>& messages,
+                                    bool add_generation_prompt = true) const;
+  // Streams text pieces (complete UTF-8, stop strings held back) to on_text as produced.
+  Expected<GenerationResult> generate(std::string_view prompt, const GenerationParams& params,
+                                      const std::function<bool(std::string_view)>& on_text = {});
+  // Teacher-forced logits of every position: [ids.size(), vocab] row-major.
+  Expected<std::vector<float>> score(const std::vector<int32_t>& ids);
+
+  struct Impl;
+
+ private:
+  explicit Engine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tessera

@@ -1,0 +1,218 @@
+#include "tessera/engine.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "backend/cpu/thread_pool.h"
+#include "core/error.h"
+#include "formats/gguf.h"
+#include "models/registry.h"
+#include "runtime/llm/sampler.h"
+#include "runtime/llm/stop_matcher.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace tessera {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+// Prompt tokens per forward call: bounds activation memory for long prompts.
+constexpr int64_t kPromptChunk = 512;
+}  // namespace
+
+struct Engine::Impl {
+  std::unique_ptr<gguf::File> file;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<models::CausalLm> model;
+  std::optional<ChatTemplate> chat;
+  Status chat_status;
+  std::unique_ptr<ThreadPool> own_pool;
+  ThreadPool* pool = nullptr;
+  std::unique_ptr<models::KvCache> cache;
+  ModelSummary summary;
+  double load_seconds = 0;
+
+  // Runs ids[0..n) at positions start.. and leaves the last token's logits in `logits`
+  // (or all positions' when all_logits).
+  void run(const int32_t* ids, int64_t n, int64_t start, std::vector<float>& logits,
+           bool all_logits) {
+    const int64_t vocab = model->config().vocab;
+    std::vector<int32_t> pos;
+    for (int64_t off = 0; off < n; off += kPromptChunk) {
+      const int64_t m = std::min(kPromptChunk, n - off);
+      pos.resize(m);
+      for (int64_t i = 0; i < m; ++i) pos[i] = static_cast<int32_t>(start + off + i);
+      float* out = all_logits ? logits.data() + off * vocab : logits.data();
+      model->forward(ids + off, pos.data(), m, *cache, out, all_logits, *pool);
+    }
+  }
+};
+
+Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Engine::~Engine() = default;
+
+Expected<std::unique_ptr<Engine>> Engine::load(const std::string& path, const EngineOptions& opt) {
+  const auto t0 = Clock::now();
+  auto impl = std::make_unique<Impl>();
+  auto file = gguf::File::open(path);
+  if (!file) return file.status();
+  impl->file = std::move(*file);
+  auto tok = Tokenizer::from_gguf(*impl->file);
+  if (!tok) return tok.status();
+  impl->tokenizer = std::move(*tok);
+  auto model = models::load_causal_lm(*impl->file);
+  if (!model) return model.status();
+  impl->model = std::move(*model);
+  auto chat = ChatTemplate::from_template_text(impl->file->get_string("tokenizer.chat_template"),
+                                               *impl->tokenizer);
+  if (chat) {
+    impl->chat = *chat;
+  } else {
+    impl->chat_status = chat.status();
+  }
+  try {
+    if (opt.threads > 0) {
+      impl->own_pool = std::make_unique<ThreadPool>(opt.threads);
+      impl->pool = impl->own_pool.get();
+    } else {
+      impl->pool = &default_thread_pool();
+    }
+    const auto& c = impl->model->config();
+    int64_t ctx = opt.context_length > 0 ? opt.context_length
+                                         : std::min<int64_t>(c.context_length, 4096);
+    ctx = std::max<int64_t>(ctx, 16);
+    impl->cache = std::make_unique<models::KvCache>(impl->model->make_kv_cache(ctx));
+    auto& s = impl->summary;
+    s.architecture = c.architecture;
+    s.name = std::string(impl->file->get_string("general.name").value_or(""));
+    s.n_layers = c.n_layers;
+    s.d_model = c.d_model;
+    s.n_heads = c.n_heads;
+    s.n_kv_heads = c.n_kv_heads;
+    s.vocab = c.vocab;
+    s.context_length = ctx;
+  } catch (const Error& e) {
+    return e.status();
+  }
+  impl->load_seconds = seconds_since(t0);
+  return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+}
+
+const ModelSummary& Engine::summary() const { return impl_->summary; }
+double Engine::load_seconds() const { return impl_->load_seconds; }
+
+Expected<std::vector<int32_t>> Engine::tokenize(std::string_view text, bool add_bos,
+                                                bool parse_special) const {
+  try {
+    return impl_->tokenizer->encode(text, {.add_bos = add_bos, .parse_special = parse_special});
+  } catch (const Error& e) {
+    return e.status();
+  }
+}
+
+Expected<std::string> Engine::render_chat(const std::vector<Message>& messages,
+                                          bool add_generation_prompt) const {
+  if (!impl_->chat) return impl_->chat_status;
+  std::vector<ChatMessage> m;
+  for (const auto& x : messages) m.push_back({x.role, x.content});
+  return impl_->chat->render(m, add_generation_prompt);
+}
+
+Expected<GenerationResult> Engine::generate(std::string_view prompt, const GenerationParams& params,
+                                            const std::function<bool(std::string_view)>& on_text) {
+  runtime::SamplingParams sp{.temperature = params.temperature,
+                             .top_k = params.top_k,
+                             .top_p = params.top_p,
+                             .min_p = params.min_p,
+                             .repetition_penalty = params.repetition_penalty,
+                             .presence_penalty = params.presence_penalty,
+                             .frequency_penalty = params.frequency_penalty,
+                             .penalty_last_n = params.penalty_last_n,
+                             .no_repeat_ngram = params.no_repeat_ngram,
+                             .seed = params.seed};
+  if (auto err = runtime::sampling_params_error(sp); !err.empty())
+    return Status(ErrorCode::kInvalidArgument, err);
+  if (params.max_tokens < 0) return Status(ErrorCode::kInvalidArgument, "max_tokens must be >= 0");
+  for (const auto& s : params.stop)
+    if (s.empty()) return Status(ErrorCode::kInvalidArgument, "stop strings must not be empty");
+  try {
+    Impl& im = *impl_;
+    GenerationResult result;
+    std::vector<int32_t> history =
+        im.tokenizer->encode(prompt, {.add_bos = params.add_bos, .parse_special = params.parse_special});
+    if (history.empty()) return Status(ErrorCode::kInvalidArgument, "prompt is empty");
+    const int64_t ctx = im.cache->capacity();
+    if (static_cast<int64_t>(history.size()) >= ctx)
+      return Status(ErrorCode::kInvalidArgument,
+                    "prompt has " + std::to_string(history.size()) +
+                        " tokens but the context holds " + std::to_string(ctx));
+    result.prompt_tokens = static_cast<int32_t>(history.size());
+    const int64_t vocab = im.model->config().vocab;
+    std::vector<float> logits(vocab);
+
+    auto t = Clock::now();
+    im.run(history.data(), static_cast<int64_t>(history.size()), 0, logits, false);
+    result.prompt_seconds = seconds_since(t);
+
+    runtime::Sampler sampler(sp);
+    runtime::StopMatcher stops(params.stop);
+    TokenStreamDecoder decoder(*im.tokenizer);
+    auto emit = [&](const std::string& piece) {
+      if (piece.empty()) return true;
+      result.text += piece;
+      return on_text ? on_text(piece) : true;
+    };
+    t = Clock::now();
+    result.finish_reason = FinishReason::kLength;
+    while (result.generated_tokens < params.max_tokens) {
+      const int32_t tok = sampler.sample(logits, history);
+      if (im.tokenizer->is_end_of_generation(tok)) {
+        result.finish_reason = FinishReason::kStop;
+        break;
+      }
+      history.push_back(tok);
+      ++result.generated_tokens;
+      if (!emit(stops.push(decoder.push(tok)))) {
+        result.finish_reason = FinishReason::kCancelled;
+        break;
+      }
+      if (stops.stopped()) {
+        result.finish_reason = FinishReason::kStop;
+        break;
+      }
+      if (static_cast<int64_t>(history.size()) >= ctx) break;  // context full: kLength
+      if (result.generated_tokens == params.max_tokens) break;
+      im.run(&tok, 1, static_cast<int64_t>(history.size()) - 1, logits, false);
+    }
+    if (result.finish_reason != FinishReason::kCancelled && !stops.stopped()) {
+      emit(stops.push(decoder.flush()));
+      emit(stops.flush());
+    }
+    result.generation_seconds = seconds_since(t);
+    return result;
+  } catch (const Error& e) {
+    return e.status();
+  }
+}
+
+Expected<std::vector<float>> Engine::score(const std::vector<int32_t>& ids) {
+  Impl& im = *impl_;
+  const int64_t vocab = im.model->config().vocab;
+  if (ids.empty()) return Status(ErrorCode::kInvalidArgument, "no tokens to score");
+  if (static_cast<int64_t>(ids.size()) > im.cache->capacity())
+    return Status(ErrorCode::kInvalidArgument, "more tokens than the context holds");
+  for (int32_t id : ids)
+    if (id < 0 || id >= vocab) return Status(ErrorCode::kInvalidArgument, "token id out of range");
+  try {
+    std::vector<float> logits(ids.size() * vocab);
+    im.run(ids.data(), static_cast<int64_t>(ids.size()), 0, logits, true);
+    return logits;
+  } catch (const Error& e) {
+    return e.status();
+  }
+}
+
+}  // namespace tessera

@@ -1,0 +1,257 @@
+#include "models/llama.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/thread_pool.h"
+#include "core/error.h"
+#include "kernels/cpu/llm_ops.h"
+#include "kernels/cpu/matmul.h"
+#include "ops/llm_ops.h"
+#include "ops/matmul.h"
+
+namespace tessera::models {
+namespace {
+
+[[noreturn]] void corrupt(const std::string& msg) { throw_error(ErrorCode::kCorruptData, msg); }
+
+// Views one GGUF tensor as a Tensor of shape {rows, cols} (GGUF dims are innermost-first).
+// The mapping is read-only: weights are never written through these views.
+Tensor weight_view(const gguf::File& f, const std::string& name, int64_t rows, int64_t cols) {
+  const gguf::TensorInfo* t = f.find_tensor(name);
+  if (!t) corrupt("missing tensor '" + name + "'");
+  const int64_t got_cols = t->dims.empty() ? 0 : t->dims[0];
+  int64_t got_rows = 1;
+  for (size_t i = 1; i < t->dims.size(); ++i) got_rows *= t->dims[i];
+  if (got_cols != cols || got_rows != rows)
+    corrupt("tensor '" + name + "' has shape [" + std::to_string(got_cols) + ", " +
+            std::to_string(got_rows) + "] (GGUF order), expected [" + std::to_string(cols) + ", " +
+            std::to_string(rows) + "]");
+  if (!t->dtype)
+    throw_error(ErrorCode::kUnsupported, "tensor '" + name + "' has weight type " +
+                                             std::string(ggml_type_name(t->ggml_type)) +
+                                             ", which Tessera does not implement");
+  const int64_t shape[2] = {rows, cols};
+  return Tensor::view(*t->dtype, shape, 2, const_cast<uint8_t*>(f.tensor_data(*t)), f.keepalive());
+}
+
+// Small vectors (norm weights, biases, RoPE factors) are used as f32 whatever their file type.
+Tensor vector_f32(const gguf::File& f, const std::string& name, int64_t n) {
+  Tensor w = weight_view(f, name, 1, n);
+  if (w.dtype() == DType::kF32) return w.reshape({n});
+  Tensor out = Tensor::empty(DType::kF32, {n});
+  cpu::dequantize_row(w.dtype(), w.raw_data(), out.data<float>(), n);
+  return out;
+}
+
+int64_t require_u32(const gguf::File& f, const std::string& key) {
+  auto v = f.get_u32(key);
+  if (!v) corrupt("missing or invalid metadata key '" + key + "'");
+  return *v;
+}
+
+LlmConfig read_config(const gguf::File& f) {
+  LlmConfig c;
+  c.architecture = std::string(*f.get_string("general.architecture"));
+  const std::string a = c.architecture + ".";
+  c.n_layers = require_u32(f, a + "block_count");
+  c.d_model = require_u32(f, a + "embedding_length");
+  c.n_heads = require_u32(f, a + "attention.head_count");
+  c.n_kv_heads = f.get_u32(a + "attention.head_count_kv").value_or(c.n_heads);
+  c.d_ff = require_u32(f, a + "feed_forward_length");
+  c.context_length = f.get_u32(a + "context_length").value_or(2048);
+  c.norm_eps = f.get_f32(a + "attention.layer_norm_rms_epsilon").value_or(1e-5f);
+  if (c.n_layers < 1 || c.n_layers > 1024 || c.d_model < 1 || c.d_model > (1 << 16) ||
+      c.n_heads < 1 || c.n_kv_heads < 1 || c.n_heads % c.n_kv_heads != 0 || c.d_ff < 1 ||
+      c.d_ff > (1 << 20))
+    corrupt("implausible hyperparameters in " + c.architecture + ".*");
+  c.head_dim = f.get_u32(a + "attention.key_length").value_or(c.d_model / c.n_heads);
+  if (c.head_dim < 2 || c.head_dim > 1024 || c.head_dim % 2 != 0)
+    corrupt("invalid head dimension " + std::to_string(c.head_dim));
+
+  const gguf::TensorInfo* embd = f.find_tensor("token_embd.weight");
+  if (!embd || embd->dims.size() != 2) corrupt("missing or malformed token_embd.weight");
+  c.vocab = embd->dims[1];
+  c.tied_embeddings = f.find_tensor("output.weight") == nullptr;
+  c.qkv_bias = f.find_tensor("blk.0.attn_q.bias") != nullptr;
+
+  c.rope.layout = c.architecture == "qwen2" ? ref::RopeLayout::kHalfSplit
+                                            : ref::RopeLayout::kInterleaved;
+  c.rope.n_rot = f.get_u32(a + "rope.dimension_count").value_or(c.head_dim);
+  if (c.rope.n_rot < 2 || c.rope.n_rot > c.head_dim || c.rope.n_rot % 2)
+    corrupt("invalid rope.dimension_count " + std::to_string(c.rope.n_rot));
+  c.rope.theta_base = f.get_f32(a + "rope.freq_base").value_or(10000.f);
+  const std::string scaling(f.get_string(a + "rope.scaling.type").value_or("none"));
+  if (scaling == "linear") {
+    const float factor = f.get_f32(a + "rope.scaling.factor").value_or(1.f);
+    if (!(factor > 0.f)) corrupt("invalid rope.scaling.factor");
+    c.rope.position_scale = 1.f / factor;
+  } else if (scaling != "none" && scaling != "") {
+    throw_error(ErrorCode::kUnsupported, "RoPE scaling type '" + scaling + "' is not supported");
+  }
+  return c;
+}
+
+struct Layer {
+  Tensor attn_norm, wq, wk, wv, wo, bq, bk, bv, ffn_norm, w_gate, w_up, w_down;
+};
+
+class LlamaModel final : public CausalLm {
+ public:
+  explicit LlamaModel(const gguf::File& f) : cfg_(read_config(f)) {
+    const int64_t d = cfg_.d_model, q_dim = cfg_.n_heads * cfg_.head_dim,
+                  kv_dim = cfg_.n_kv_heads * cfg_.head_dim;
+    tok_embd_ = weight_view(f, "token_embd.weight", cfg_.vocab, d);
+    output_norm_ = vector_f32(f, "output_norm.weight", d);
+    output_ = cfg_.tied_embeddings ? tok_embd_ : weight_view(f, "output.weight", cfg_.vocab, d);
+    if (f.find_tensor("rope_freqs.weight")) {
+      rope_freqs_ = vector_f32(f, "rope_freqs.weight", cfg_.rope.n_rot / 2);
+      cfg_.rope.freq_factors = rope_freqs_.data<float>();
+    }
+    layers_.resize(cfg_.n_layers);
+    for (int64_t i = 0; i < cfg_.n_layers; ++i) {
+      const std::string p = "blk." + std::to_string(i) + ".";
+      Layer& l = layers_[i];
+      l.attn_norm = vector_f32(f, p + "attn_norm.weight", d);
+      l.wq = weight_view(f, p + "attn_q.weight", q_dim, d);
+      l.wk = weight_view(f, p + "attn_k.weight", kv_dim, d);
+      l.wv = weight_view(f, p + "attn_v.weight", kv_dim, d);
+      l.wo = weight_view(f, p + "attn_output.weight", d, q_dim);
+      if (cfg_.qkv_bias) {
+        l.bq = vector_f32(f, p + "attn_q.bias", q_dim);
+        l.bk = vector_f32(f, p + "attn_k.bias", kv_dim);
+        l.bv = vector_f32(f, p + "attn_v.bias", kv_dim);
+      }
+      l.ffn_norm = vector_f32(f, p + "ffn_norm.weight", d);
+      l.w_gate = weight_view(f, p + "ffn_gate.weight", cfg_.d_ff, d);
+      l.w_up = weight_view(f, p + "ffn_up.weight", cfg_.d_ff, d);
+      l.w_down = weight_view(f, p + "ffn_down.weight", d, cfg_.d_ff);
+    }
+  }
+
+  const LlmConfig& config() const override { return cfg_; }
+
+  void forward(const int32_t* tokens, const int32_t* positions, int64_t n, KvCache& cache,
+               float* logits, bool all_logits, ThreadPool& pool) override {
+    TESSERA_CHECK_ARG(n >= 1, "forward: no tokens");
+    int32_t max_pos = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      TESSERA_CHECK_ARG(positions[i] >= 0 && positions[i] < cache.capacity(),
+                        "forward: position " + std::to_string(positions[i]) +
+                            " outside the KV cache (capacity " + std::to_string(cache.capacity()) + ")");
+      max_pos = std::max(max_pos, positions[i]);
+    }
+    Activations& a = activations(n, max_pos + 1, pool.size());
+    const int64_t d = cfg_.d_model, hd = cfg_.head_dim;
+    const float scale = 1.f / std::sqrt(static_cast<float>(hd));
+
+    ops::embedding(tok_embd_, tokens, n, a.residual);
+    for (int64_t li = 0; li < cfg_.n_layers; ++li) {
+      Layer& l = layers_[li];
+      if (li == 0) {
+        ops::rms_norm(a.residual, l.attn_norm, cfg_.norm_eps, a.normed);
+      } else {  // the previous layer's MLP output joins the residual stream here
+        ops::add_rms_norm(a.residual, a.mlp_out, l.attn_norm, cfg_.norm_eps, a.normed);
+      }
+      ops::matmul(a.normed, l.wq, a.q, pool);
+      ops::matmul(a.normed, l.wk, a.k, pool);
+      ops::matmul(a.normed, l.wv, a.v, pool);
+      if (cfg_.qkv_bias) {
+        ops::add_bias(a.q, l.bq);
+        ops::add_bias(a.k, l.bk);
+        ops::add_bias(a.v, l.bv);
+      }
+      Tensor q3 = a.q.reshape({n, cfg_.n_heads, hd});
+      Tensor k3 = a.k.reshape({n, cfg_.n_kv_heads, hd});
+      ops::rope(q3, positions, cfg_.rope);
+      ops::rope(k3, positions, cfg_.rope);
+      write_kv(cache, li, positions, n, a);
+      Tensor attn3 = a.attn.reshape({n, cfg_.n_heads, hd});
+      ops::attention(q3, positions, cache.k(li), cache.v(li), max_pos + 1, scale, attn3,
+                     a.scratch, pool);
+      ops::matmul(a.attn, l.wo, a.proj, pool);
+      ops::add_rms_norm(a.residual, a.proj, l.ffn_norm, cfg_.norm_eps, a.normed);
+      ops::matmul(a.normed, l.w_gate, a.gate, pool);
+      ops::matmul(a.normed, l.w_up, a.up, pool);
+      ops::swiglu(a.gate, a.up, a.gate);
+      ops::matmul(a.gate, l.w_down, a.mlp_out, pool);
+    }
+    ops::add_rms_norm(a.residual, a.mlp_out, output_norm_, cfg_.norm_eps, a.normed);
+    const int64_t first = all_logits ? 0 : n - 1;
+    Tensor rows = a.normed.slice_rows(first, n);
+    const int64_t out_shape[2] = {n - first, cfg_.vocab};
+    Tensor out = Tensor::view(DType::kF32, out_shape, 2, logits, nullptr);
+    ops::matmul(rows, output_, out, pool);
+    (void)d;
+  }
+
+ private:
+  struct Activations {
+    int64_t n = 0, n_kv = 0;
+    Tensor residual, normed, q, k, v, attn, proj, gate, up, mlp_out, scratch;
+  };
+
+  // Activation buffers sized for n tokens; regrown only when a larger batch arrives.
+  Activations& activations(int64_t n, int64_t n_kv, int n_threads) {
+    Activations& a = act_;
+    if (a.n != n) {
+      const int64_t d = cfg_.d_model, q_dim = cfg_.n_heads * cfg_.head_dim,
+                    kv_dim = cfg_.n_kv_heads * cfg_.head_dim;
+      a.residual = Tensor::empty(DType::kF32, {n, d});
+      a.normed = Tensor::empty(DType::kF32, {n, d});
+      a.q = Tensor::empty(DType::kF32, {n, q_dim});
+      a.k = Tensor::empty(DType::kF32, {n, kv_dim});
+      a.v = Tensor::empty(DType::kF32, {n, kv_dim});
+      a.attn = Tensor::empty(DType::kF32, {n, q_dim});
+      a.proj = Tensor::empty(DType::kF32, {n, d});
+      a.gate = Tensor::empty(DType::kF32, {n, cfg_.d_ff});
+      a.up = Tensor::empty(DType::kF32, {n, cfg_.d_ff});
+      a.mlp_out = Tensor::empty(DType::kF32, {n, d});
+      a.n = n;
+    }
+    const int64_t need = static_cast<int64_t>(cpu::attention_workspace_floats(n_kv, n_threads));
+    if (!a.scratch.defined() || a.scratch.numel() < need) {
+      a.scratch = Tensor::empty(DType::kF32, {std::max<int64_t>(need, 4096)});
+    }
+    return a;
+  }
+
+  void write_kv(KvCache& cache, int64_t layer, const int32_t* positions, int64_t n,
+                const Activations& a) {
+    const int64_t kv_dim = cfg_.n_kv_heads * cfg_.head_dim;
+    float* kc = cache.k(layer).data<float>();
+    float* vc = cache.v(layer).data<float>();
+    for (int64_t i = 0; i < n; ++i) {
+      std::copy_n(a.k.data<float>() + i * kv_dim, kv_dim, kc + positions[i] * kv_dim);
+      std::copy_n(a.v.data<float>() + i * kv_dim, kv_dim, vc + positions[i] * kv_dim);
+    }
+  }
+
+  LlmConfig cfg_;
+  Tensor tok_embd_, output_norm_, output_, rope_freqs_;
+  std::vector<Layer> layers_;
+  Activations act_;
+};
+
+}  // namespace
+
+KvCache::KvCache(int64_t n_layers, int64_t capacity, int64_t n_kv_heads, int64_t head_dim)
+    : capacity_(capacity) {
+  for (int64_t i = 0; i < n_layers; ++i) {
+    k_.push_back(Tensor::empty(DType::kF32, {capacity, n_kv_heads, head_dim}));
+    v_.push_back(Tensor::empty(DType::kF32, {capacity, n_kv_heads, head_dim}));
+  }
+}
+
+KvCache CausalLm::make_kv_cache(int64_t capacity) const {
+  const LlmConfig& c = config();
+  return KvCache(c.n_layers, capacity, c.n_kv_heads, c.head_dim);
+}
+
+std::unique_ptr<CausalLm> llama_create(const gguf::File& file) {
+  return std::make_unique<LlamaModel>(file);
+}
+
+}  // namespace tessera::models

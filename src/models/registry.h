@@ -1,0 +1,22 @@
+// Architecture registry: GGUF general.architecture -> model factory. Adding a model is one file
+// in src/models/ plus one line in registry.cpp.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "formats/gguf.h"
+#include "models/causal_lm.h"
+#include "tessera/status.h"
+
+namespace tessera::models {
+
+// Supported architecture names, for error messages and `tessera info`.
+std::vector<std::string> supported_architectures();
+
+// Builds the model for the file's architecture; weights view the file's mapping (which the
+// model keeps alive). Unsupported architecture -> kUnsupported listing what is supported.
+Expected<std::unique_ptr<CausalLm>> load_causal_lm(const gguf::File& file);
+
+}  // namespace tessera::models

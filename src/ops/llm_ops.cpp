@@ -1,0 +1,102 @@
+#include "ops/llm_ops.h"
+
+#include <string>
+
+#include "backend/cpu/thread_pool.h"
+#include "core/error.h"
+#include "kernels/cpu/llm_ops.h"
+
+namespace tessera::ops {
+namespace {
+
+void require_cpu_f32(const char* op, const char* what, const Tensor& t) {
+  if (!t.defined()) throw_error(ErrorCode::kInvalidArgument, std::string(op) + ": " + what + " is undefined");
+  if (t.device() != Device::kCpu)
+    throw_error(ErrorCode::kUnsupported, std::string(op) + ": no kernel for device cuda");
+  if (t.dtype() != DType::kF32)
+    throw_error(ErrorCode::kUnsupported, std::string(op) + ": no cpu kernel for dtype " +
+                                             std::string(dtype_name(t.dtype())) + " (" + what + ")");
+  if (!t.is_contiguous())
+    throw_error(ErrorCode::kInvalidArgument, std::string(op) + ": " + what + " must be contiguous");
+}
+
+void require(bool cond, const char* op, const std::string& msg) {
+  if (!cond) throw_error(ErrorCode::kInvalidArgument, std::string(op) + ": " + msg);
+}
+
+}  // namespace
+
+void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& y) {
+  require_cpu_f32("rms_norm", "x", x);
+  require_cpu_f32("rms_norm", "w", w);
+  require_cpu_f32("rms_norm", "y", y);
+  const int64_t d = x.dim(-1);
+  require(w.numel() == d && y.numel() == x.numel(), "rms_norm",
+          "shape mismatch x" + x.shape_string() + " w" + w.shape_string() + " y" + y.shape_string());
+  cpu::rms_norm(x.data<float>(), w.data<float>(), eps, x.rows(), d, y.data<float>());
+}
+
+void add_rms_norm(Tensor& residual, const Tensor& x, const Tensor& w, float eps, Tensor& y) {
+  require_cpu_f32("add_rms_norm", "residual", residual);
+  require_cpu_f32("add_rms_norm", "x", x);
+  require_cpu_f32("add_rms_norm", "w", w);
+  require_cpu_f32("add_rms_norm", "y", y);
+  const int64_t d = residual.dim(-1);
+  require(x.numel() == residual.numel() && y.numel() == residual.numel() && w.numel() == d,
+          "add_rms_norm", "shape mismatch residual" + residual.shape_string() + " x" +
+                              x.shape_string() + " w" + w.shape_string() + " y" + y.shape_string());
+  cpu::add_rms_norm(residual.data<float>(), x.data<float>(), w.data<float>(), eps,
+                    residual.rows(), d, y.data<float>());
+}
+
+void rope(Tensor& x, const int32_t* positions, const RopeParams& p) {
+  require_cpu_f32("rope", "x", x);
+  require(x.ndim() == 3, "rope", "x must be [rows, heads, head_dim], got " + x.shape_string());
+  require(p.n_rot > 0 && p.n_rot % 2 == 0 && p.n_rot <= x.dim(2) && p.n_rot <= 1024, "rope",
+          "n_rot " + std::to_string(p.n_rot) + " must be even and <= head_dim");
+  cpu::rope(x.data<float>(), positions, x.dim(0), x.dim(1), x.dim(2), p);
+}
+
+void attention(const Tensor& q, const int32_t* q_pos, const Tensor& k, const Tensor& v,
+               int64_t n_kv, float scale, Tensor& out, Tensor& scratch, ThreadPool& pool) {
+  for (const Tensor* t : {&q, &k, &v, static_cast<const Tensor*>(&out), static_cast<const Tensor*>(&scratch)})
+    require_cpu_f32("attention", "operand", *t);
+  require(q.ndim() == 3 && k.ndim() == 3 && v.ndim() == 3, "attention", "q, k, v must be rank 3");
+  const int64_t n_heads = q.dim(1), head_dim = q.dim(2), n_kv_heads = k.dim(1);
+  require(k.dim(2) == head_dim && v.dim(1) == n_kv_heads && v.dim(2) == head_dim &&
+              v.dim(0) == k.dim(0),
+          "attention", "k" + k.shape_string() + " / v" + v.shape_string() + " do not match q" +
+                           q.shape_string());
+  require(n_kv_heads > 0 && n_heads % n_kv_heads == 0, "attention",
+          "query heads must be a multiple of kv heads");
+  require(n_kv >= 1 && n_kv <= k.dim(0), "attention", "n_kv out of range");
+  require(out.numel() == q.numel(), "attention", "out shape mismatch");
+  require(static_cast<size_t>(scratch.numel()) >= cpu::attention_workspace_floats(n_kv, pool.size()),
+          "attention", "scratch too small");
+  cpu::attention(q.data<float>(), q_pos, q.dim(0), n_heads, k.data<float>(), v.data<float>(),
+                 n_kv_heads * head_dim, n_kv, n_kv_heads, head_dim, scale, out.data<float>(),
+                 scratch.data<float>(), pool);
+}
+
+void swiglu(const Tensor& gate, const Tensor& up, Tensor& out) {
+  require_cpu_f32("swiglu", "gate", gate);
+  require_cpu_f32("swiglu", "up", up);
+  require_cpu_f32("swiglu", "out", out);
+  require(gate.numel() == up.numel() && out.numel() == gate.numel(), "swiglu", "shape mismatch");
+  cpu::swiglu(gate.data<float>(), up.data<float>(), gate.numel(), out.data<float>());
+}
+
+}  // namespace tessera::ops
+
+namespace tessera::ops {
+void add_bias(Tensor& y, const Tensor& b) {
+  require_cpu_f32("add_bias", "y", y);
+  require_cpu_f32("add_bias", "b", b);
+  const int64_t n = y.dim(-1);
+  require(b.numel() == n, "add_bias", "bias" + b.shape_string() + " does not match y" + y.shape_string());
+  float* py = y.data<float>();
+  const float* pb = b.data<float>();
+  for (int64_t r = 0; r < y.rows(); ++r)
+    for (int64_t i = 0; i < n; ++i) py[r * n + i] += pb[i];
+}
+}  // namespace tessera::ops

@@ -1,0 +1,36 @@
+// LLM layer ops on Tensors: validate -> dispatch(device, dtype) -> kernel. Outputs are passed
+// in; errors are typed (tessera::Error) and name the op.
+#pragma once
+
+#include "core/tensor.h"
+#include "kernels/ref/llm_ops.h"
+
+namespace tessera {
+class ThreadPool;
+}
+
+namespace tessera::ops {
+
+using ref::RopeLayout;
+using ref::RopeParams;
+
+// x, y: [rows, d] f32; w: [d] f32.
+void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& y);
+// residual += x; y = rms_norm(residual).
+void add_rms_norm(Tensor& residual, const Tensor& x, const Tensor& w, float eps, Tensor& y);
+// x: [rows, n_heads, head_dim] f32, rotated in place; positions: rows entries.
+void rope(Tensor& x, const int32_t* positions, const RopeParams& p);
+// q: [rows, n_heads, head_dim]; k, v: [capacity, n_kv_heads, head_dim] of which the first
+// n_kv rows are valid; out like q. Causal by q_pos. scratch: f32 workspace of at least
+// cpu::attention_workspace_floats(n_kv, pool.size()) elements.
+void attention(const Tensor& q, const int32_t* q_pos, const Tensor& k, const Tensor& v,
+               int64_t n_kv, float scale, Tensor& out, Tensor& scratch, ThreadPool& pool);
+// out = silu(gate) * up; all the same shape, f32.
+void swiglu(const Tensor& gate, const Tensor& up, Tensor& out);
+
+}  // namespace tessera::ops
+
+namespace tessera::ops {
+// y[r] += b for every row r of y ([rows, n] f32), b: [n] f32 (QKV bias).
+void add_bias(Tensor& y, const Tensor& b);
+}  // namespace tessera::ops

@@ -1,0 +1,117 @@
+#include "runtime/llm/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <unordered_map>
+
+namespace tessera::runtime {
+
+std::string sampling_params_error(const SamplingParams& p) {
+  auto bad = [](float x) { return !std::isfinite(x); };
+  if (bad(p.temperature) || p.temperature < 0 || p.temperature > 100) return "temperature must be in [0, 100]";
+  if (p.top_k < 0) return "top_k must be >= 0";
+  if (bad(p.top_p) || p.top_p <= 0 || p.top_p > 1) return "top_p must be in (0, 1]";
+  if (bad(p.min_p) || p.min_p < 0 || p.min_p > 1) return "min_p must be in [0, 1]";
+  if (bad(p.repetition_penalty) || p.repetition_penalty <= 0 || p.repetition_penalty > 100)
+    return "repetition penalty must be in (0, 100]";
+  if (bad(p.presence_penalty) || std::fabs(p.presence_penalty) > 100) return "presence penalty must be in [-100, 100]";
+  if (bad(p.frequency_penalty) || std::fabs(p.frequency_penalty) > 100) return "frequency penalty must be in [-100, 100]";
+  if (p.penalty_last_n < -1) return "penalty_last_n must be >= -1";
+  if (p.no_repeat_ngram < 0 || p.no_repeat_ngram > 1024) return "no_repeat_ngram must be in [0, 1024]";
+  return "";
+}
+
+Sampler::Sampler(const SamplingParams& p) : p_(p), rng_(p.seed) {}
+
+void ngram_banned_tokens(std::span<const int32_t> history, int32_t n, std::vector<int32_t>* banned) {
+  banned->clear();
+  const int64_t len = static_cast<int64_t>(history.size());
+  if (n <= 0 || len < n) return;
+  if (n == 1) {  // every token seen is banned
+    banned->assign(history.begin(), history.end());
+    return;
+  }
+  // The last n-1 tokens form the prefix; any earlier occurrence of that prefix bans the token
+  // that followed it.
+  const auto prefix = history.subspan(len - (n - 1));
+  for (int64_t start = 0; start + n <= len; ++start) {
+    if (std::equal(prefix.begin(), prefix.end(), history.begin() + start))
+      banned->push_back(history[start + n - 1]);
+  }
+}
+
+int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> history) {
+  const int32_t vocab = static_cast<int32_t>(logits.size());
+  // Penalties over the recent window (llama.cpp / OpenAI semantics).
+  if (p_.repetition_penalty != 1.f || p_.presence_penalty != 0.f || p_.frequency_penalty != 0.f) {
+    const size_t window = p_.penalty_last_n < 0 ? history.size()
+                                                 : std::min<size_t>(history.size(), p_.penalty_last_n);
+    std::unordered_map<int32_t, int> counts;
+    for (size_t i = history.size() - window; i < history.size(); ++i) ++counts[history[i]];
+    for (const auto& [tok, cnt] : counts) {
+      if (tok < 0 || tok >= vocab) continue;
+      float& l = logits[tok];
+      l = l > 0 ? l / p_.repetition_penalty : l * p_.repetition_penalty;
+      l -= static_cast<float>(cnt) * p_.frequency_penalty + p_.presence_penalty;
+    }
+  }
+  if (p_.no_repeat_ngram > 0) {
+    std::vector<int32_t> banned;
+    ngram_banned_tokens(history, p_.no_repeat_ngram, &banned);
+    for (int32_t t : banned)
+      if (t >= 0 && t < vocab) logits[t] = -INFINITY;
+  }
+  if (p_.temperature <= 0.f) {
+    // Greedy; ties go to the lowest id (deterministic).
+    return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  }
+  // Candidates sorted by logit, descending.
+  candidates_.clear();
+  for (int32_t i = 0; i < vocab; ++i)
+    if (logits[i] != -INFINITY) candidates_.emplace_back(logits[i], i);
+  if (candidates_.empty()) return 0;
+  auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+  size_t keep = candidates_.size();
+  if (p_.top_k > 0 && static_cast<size_t>(p_.top_k) < keep) {
+    keep = p_.top_k;
+    std::partial_sort(candidates_.begin(), candidates_.begin() + keep, candidates_.end(), by_logit);
+  } else {
+    std::sort(candidates_.begin(), candidates_.end(), by_logit);
+  }
+  candidates_.resize(keep);
+  // Probabilities at temperature 1 decide top-p and min-p truncation (llama.cpp's order:
+  // penalties, top-k, top-p, min-p, then temperature).
+  const float max_logit = candidates_[0].first;
+  std::vector<double> probs(keep);
+  double sum = 0;
+  for (size_t i = 0; i < keep; ++i) sum += probs[i] = std::exp(static_cast<double>(candidates_[i].first - max_logit));
+  if (p_.top_p < 1.f) {
+    double cum = 0;
+    size_t n = 0;
+    while (n < keep) {
+      cum += probs[n++] / sum;
+      if (cum >= p_.top_p) break;
+    }
+    keep = std::max<size_t>(n, 1);
+  }
+  if (p_.min_p > 0.f) {
+    size_t n = 1;  // probs[0] is the max
+    while (n < keep && probs[n] >= p_.min_p * probs[0]) ++n;
+    keep = n;
+  }
+  // Temperature, then draw.
+  std::vector<double> w(keep);
+  double total = 0;
+  for (size_t i = 0; i < keep; ++i)
+    total += w[i] = std::exp(static_cast<double>(candidates_[i].first - max_logit) / p_.temperature);
+  std::uniform_real_distribution<double> uni(0.0, total);
+  double r = uni(rng_);
+  for (size_t i = 0; i < keep; ++i) {
+    r -= w[i];
+    if (r < 0) return candidates_[i].second;
+  }
+  return candidates_[keep - 1].second;
+}
+
+}  // namespace tessera::runtime

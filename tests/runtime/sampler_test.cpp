@@ -1,0 +1,153 @@
+#include "runtime/llm/sampler.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+
+#include "runtime/llm/stop_matcher.h"
+
+namespace tessera::runtime {
+namespace {
+
+std::vector<float> logits_of(std::initializer_list<float> l) { return l; }
+
+TEST(Sampler, GreedyPicksArgmaxLowestIdOnTies) {
+  Sampler s({});
+  auto l = logits_of({0.1f, 2.f, 2.f, -1.f});
+  EXPECT_EQ(s.sample(l, {}), 1);
+}
+
+TEST(Sampler, RepetitionPenaltyDividesPositiveMultipliesNegative) {
+  SamplingParams p;
+  p.repetition_penalty = 2.f;
+  Sampler s(p);
+  auto l = logits_of({3.f, 2.5f, -1.f});
+  std::vector<int32_t> hist = {0, 2};
+  EXPECT_EQ(s.sample(l, hist), 1);  // 3 -> 1.5 loses to 2.5
+  EXPECT_FLOAT_EQ(l[0], 1.5f);
+  EXPECT_FLOAT_EQ(l[2], -2.f);
+}
+
+TEST(Sampler, PresenceAndFrequencyPenalties) {
+  SamplingParams p;
+  p.presence_penalty = 0.5f;
+  p.frequency_penalty = 0.25f;
+  Sampler s(p);
+  auto l = logits_of({1.f, 1.f, 1.f});
+  std::vector<int32_t> hist = {1, 1, 2};
+  s.sample(l, hist);
+  EXPECT_FLOAT_EQ(l[0], 1.f);
+  EXPECT_FLOAT_EQ(l[1], 1.f - 0.5f - 0.5f);
+  EXPECT_FLOAT_EQ(l[2], 1.f - 0.5f - 0.25f);
+}
+
+TEST(Sampler, PenaltyWindowLimitsHistory) {
+  SamplingParams p;
+  p.presence_penalty = 1.f;
+  p.penalty_last_n = 1;
+  Sampler s(p);
+  auto l = logits_of({1.f, 1.f});
+  std::vector<int32_t> hist = {0, 1};
+  s.sample(l, hist);
+  EXPECT_FLOAT_EQ(l[0], 1.f);  // outside the window
+  EXPECT_FLOAT_EQ(l[1], 0.f);
+}
+
+TEST(NgramBlocking, BansTokensCompletingSeenNgrams) {
+  std::vector<int32_t> banned;
+  // history: 5 6 7 5 6 -> prefix (5,6) was followed by 7 -> ban 7 for n=3
+  std::vector<int32_t> h = {5, 6, 7, 5, 6};
+  ngram_banned_tokens(h, 3, &banned);
+  EXPECT_EQ(banned, std::vector<int32_t>({7}));
+  ngram_banned_tokens(h, 2, &banned);  // prefix (6) followed by 7
+  EXPECT_EQ(banned, std::vector<int32_t>({7}));
+  ngram_banned_tokens(h, 6, &banned);
+  EXPECT_TRUE(banned.empty());
+  SamplingParams p;
+  p.no_repeat_ngram = 3;
+  Sampler s(p);
+  auto l = logits_of({0, 0, 0, 0, 0, 0, 0, 9.f, 8.f});
+  EXPECT_EQ(s.sample(l, h), 8);
+}
+
+TEST(Sampler, SameSeedSameSequenceDifferentSeedDiffers) {
+  SamplingParams p;
+  p.temperature = 1.f;
+  p.seed = 42;
+  auto draw = [&](uint64_t seed) {
+    p.seed = seed;
+    Sampler s(p);
+    std::vector<int32_t> out;
+    for (int i = 0; i < 64; ++i) {
+      std::vector<float> l(50);
+      for (int j = 0; j < 50; ++j) l[j] = std::sin(j * 0.7f);
+      out.push_back(s.sample(l, {}));
+    }
+    return out;
+  };
+  EXPECT_EQ(draw(42), draw(42));
+  EXPECT_NE(draw(42), draw(43));
+}
+
+TEST(Sampler, TopKTopPMinPRestrictSupport) {
+  // probabilities ~ softmax of logits; count which tokens ever get drawn
+  auto support = [](SamplingParams p) {
+    p.temperature = 1.f;
+    std::map<int32_t, int> seen;
+    for (uint64_t seed = 0; seed < 400; ++seed) {
+      p.seed = seed;
+      Sampler s(p);
+      auto l = logits_of({std::log(0.5f), std::log(0.3f), std::log(0.15f), std::log(0.05f)});
+      ++seen[s.sample(l, {})];
+    }
+    return seen.size();
+  };
+  EXPECT_EQ(support({}), 4u);
+  EXPECT_EQ(support({.top_k = 2}), 2u);
+  EXPECT_EQ(support({.top_p = 0.79f}), 2u);   // 0.5 + 0.3 covers 0.79
+  EXPECT_EQ(support({.top_p = 0.81f}), 3u);
+  EXPECT_EQ(support({.min_p = 0.2f}), 3u);     // 0.05 < 0.2 * 0.5
+}
+
+TEST(Sampler, ValidatesParams) {
+  EXPECT_EQ(sampling_params_error({}), "");
+  EXPECT_NE(sampling_params_error({.temperature = NAN}), "");
+  EXPECT_NE(sampling_params_error({.top_p = 0.f}), "");
+  EXPECT_NE(sampling_params_error({.min_p = 1.5f}), "");
+  EXPECT_NE(sampling_params_error({.repetition_penalty = 0.f}), "");
+  EXPECT_NE(sampling_params_error({.top_k = -1}), "");
+}
+
+TEST(StopMatcher, HoldsBackPossiblePrefixAndCutsAtStop) {
+  StopMatcher m({"</end>", "STOP"});
+  std::string out;
+  out += m.push("Hello </e");
+  EXPECT_EQ(out, "Hello ");  // "</e" might start "</end>"
+  out += m.push("nX");
+  EXPECT_EQ(out, "Hello </enX");
+  out += m.push(" and ST");
+  EXPECT_EQ(out, "Hello </enX and ");
+  out += m.push("OP trailing");
+  EXPECT_TRUE(m.stopped());
+  EXPECT_EQ(out, "Hello </enX and ");
+  EXPECT_EQ(m.push("more"), "");
+}
+
+TEST(StopMatcher, FlushReleasesHeldText) {
+  StopMatcher m({"abc"});
+  EXPECT_EQ(m.push("xxab"), "xx");
+  EXPECT_EQ(m.flush(), "ab");
+  EXPECT_FALSE(m.stopped());
+}
+
+TEST(StopMatcher, StopSpanningManyPieces) {
+  StopMatcher m({"<|im_end|>"});
+  std::string out;
+  for (std::string p : {"ok", "<", "|im", "_", "end", "|>", "tail"}) out += m.push(p);
+  EXPECT_EQ(out, "ok");
+  EXPECT_TRUE(m.stopped());
+}
+
+}  // namespace
+}  // namespace tessera::runtime

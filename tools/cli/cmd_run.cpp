@@ -1,0 +1,108 @@
+// `tessera run`: generate text from a prompt, streaming tokens to stdout and timings to stderr.
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "command.h"
+#include "tessera/engine.h"
+
+namespace tessera::cli {
+namespace {
+
+const char* kUsage =
+    "usage: tessera run [-m MODEL.gguf] [--chat] [--system TEXT] [-n N] [--temp T] [--top-k K]\n"
+    "                   [--top-p P] [--min-p M] [--seed S] [--repeat-penalty R]\n"
+    "                   [--presence-penalty X] [--frequency-penalty X] [--repeat-last-n N]\n"
+    "                   [--no-repeat-ngram N] [--stop STR]... [--ctx N] [--threads N] PROMPT\n";
+
+bool parse_number(const std::string& s, double* out) {
+  char* end = nullptr;
+  *out = std::strtod(s.c_str(), &end);
+  return !s.empty() && end && *end == '\0';
+}
+
+int cmd_run(int argc, char** argv) {
+  Args args(argc, argv);
+  if (args.flag("help") || args.flag("h")) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  std::string model = default_model_path(), system, v;
+  args.value("m", &model);
+  args.value("model", &model);
+  const bool chat = args.flag("chat");
+  args.value("system", &system);
+  GenerationParams p;
+  EngineOptions eo;
+  std::string bad;
+  auto num = [&](const char* name, auto* field, double lo, double hi) {
+    if (!args.value(name, &v)) return;
+    double d;
+    if (!parse_number(v, &d) || d < lo || d > hi) {
+      if (bad.empty()) bad = std::string("invalid value for --") + name + ": " + v;
+      return;
+    }
+    *field = static_cast<std::remove_pointer_t<decltype(field)>>(d);
+  };
+  num("n", &p.max_tokens, 0, 1 << 20);
+  num("temp", &p.temperature, 0, 100);
+  num("top-k", &p.top_k, 0, 1 << 30);
+  num("top-p", &p.top_p, 0, 1);
+  num("min-p", &p.min_p, 0, 1);
+  num("seed", &p.seed, 0, 1.8e19);
+  num("repeat-penalty", &p.repetition_penalty, 0, 100);
+  num("presence-penalty", &p.presence_penalty, -100, 100);
+  num("frequency-penalty", &p.frequency_penalty, -100, 100);
+  num("repeat-last-n", &p.penalty_last_n, -1, 1 << 30);
+  num("no-repeat-ngram", &p.no_repeat_ngram, 0, 1024);
+  num("ctx", &eo.context_length, 16, 1 << 20);
+  num("threads", &eo.threads, 1, 1024);
+  p.stop = args.values("stop");
+  std::vector<std::string> pos = args.positionals(&bad);
+  if (bad.empty() && pos.size() != 1) bad = "expected exactly one PROMPT argument";
+  if (!bad.empty()) {
+    std::fprintf(stderr, "tessera run: %s\n%s", bad.c_str(), kUsage);
+    return 2;
+  }
+
+  auto engine = Engine::load(model, eo);
+  if (!engine) {
+    std::fprintf(stderr, "tessera run: cannot load %s: %s\n", model.c_str(),
+                 engine.status().to_string().c_str());
+    return 1;
+  }
+  std::string prompt = pos[0];
+  if (chat) {
+    std::vector<Message> msgs;
+    if (!system.empty()) msgs.push_back({"system", system});
+    msgs.push_back({"user", prompt});
+    auto rendered = (*engine)->render_chat(msgs);
+    if (!rendered) {
+      std::fprintf(stderr, "tessera run: %s\n", rendered.status().to_string().c_str());
+      return 1;
+    }
+    prompt = *rendered;
+  }
+  auto r = (*engine)->generate(prompt, p, [](std::string_view piece) {
+    std::fwrite(piece.data(), 1, piece.size(), stdout);
+    std::fflush(stdout);
+    return true;
+  });
+  std::fputc('\n', stdout);
+  if (!r) {
+    std::fprintf(stderr, "tessera run: %s\n", r.status().to_string().c_str());
+    return 1;
+  }
+  const char* finish = r->finish_reason == FinishReason::kStop ? "stop" : "length";
+  std::fprintf(stderr,
+               "load: %.2f s | prompt: %d tokens, %.1f tokens/s | generation: %d tokens, %.1f "
+               "tokens/s | finish: %s\n",
+               (*engine)->load_seconds(), r->prompt_tokens,
+               r->prompt_tokens / std::max(r->prompt_seconds, 1e-9), r->generated_tokens,
+               r->generated_tokens / std::max(r->generation_seconds, 1e-9), finish);
+  return 0;
+}
+
+}  // namespace
+TESSERA_CLI_COMMAND("run", "generate text from a prompt (streams to stdout)", cmd_run);
+}  // namespace tessera::cli
