@@ -44,12 +44,14 @@ struct GenerationParams {
   std::vector<std::string> stop;  // generation ends before the first occurrence of any
   bool add_bos = true;            // per the model's tokenizer rules
   bool parse_special = true;      // control-token text in the prompt maps to control tokens
+  bool ignore_eos = false;        // keep generating past end-of-generation tokens (benchmarks)
 };
 
 enum class FinishReason { kStop /* EOS or stop string */, kLength, kCancelled };
 
 struct GenerationResult {
   std::string text;
+  std::vector<int32_t> tokens;  // generated token ids
   FinishReason finish_reason = FinishReason::kLength;
   int32_t prompt_tokens = 0;
   int32_t generated_tokens = 0;

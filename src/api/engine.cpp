@@ -169,11 +169,12 @@ Expected<GenerationResult> Engine::generate(std::string_view prompt, const Gener
     result.finish_reason = FinishReason::kLength;
     while (result.generated_tokens < params.max_tokens) {
       const int32_t tok = sampler.sample(logits, history);
-      if (im.tokenizer->is_end_of_generation(tok)) {
+      if (!params.ignore_eos && im.tokenizer->is_end_of_generation(tok)) {
         result.finish_reason = FinishReason::kStop;
         break;
       }
       history.push_back(tok);
+      result.tokens.push_back(tok);
       ++result.generated_tokens;
       if (!emit(stops.push(decoder.push(tok)))) {
         result.finish_reason = FinishReason::kCancelled;

@@ -13,7 +13,8 @@ const char* kUsage =
     "usage: tessera run [-m MODEL.gguf] [--chat] [--system TEXT] [-n N] [--temp T] [--top-k K]\n"
     "                   [--top-p P] [--min-p M] [--seed S] [--repeat-penalty R]\n"
     "                   [--presence-penalty X] [--frequency-penalty X] [--repeat-last-n N]\n"
-    "                   [--no-repeat-ngram N] [--stop STR]... [--ctx N] [--threads N] PROMPT\n";
+    "                   [--no-repeat-ngram N] [--stop STR]... [--ctx N] [--threads N]\n"
+    "                   [--ignore-eos] [--no-bos] [--print-token-ids] PROMPT\n";
 
 bool parse_number(const std::string& s, double* out) {
   char* end = nullptr;
@@ -31,6 +32,7 @@ int cmd_run(int argc, char** argv) {
   args.value("m", &model);
   args.value("model", &model);
   const bool chat = args.flag("chat");
+  const bool print_ids = args.flag("print-token-ids");
   args.value("system", &system);
   GenerationParams p;
   EngineOptions eo;
@@ -58,6 +60,8 @@ int cmd_run(int argc, char** argv) {
   num("ctx", &eo.context_length, 16, 1 << 20);
   num("threads", &eo.threads, 1, 1024);
   p.stop = args.values("stop");
+  p.ignore_eos = args.flag("ignore-eos");
+  if (args.flag("no-bos")) p.add_bos = false;
   std::vector<std::string> pos = args.positionals(&bad);
   if (bad.empty() && pos.size() != 1) bad = "expected exactly one PROMPT argument";
   if (!bad.empty()) {
@@ -92,6 +96,11 @@ int cmd_run(int argc, char** argv) {
   if (!r) {
     std::fprintf(stderr, "tessera run: %s\n", r.status().to_string().c_str());
     return 1;
+  }
+  if (print_ids) {
+    std::fprintf(stderr, "token ids:");
+    for (int32_t id : r->tokens) std::fprintf(stderr, " %d", id);
+    std::fprintf(stderr, "\n");
   }
   const char* finish = r->finish_reason == FinishReason::kStop ? "stop" : "length";
   std::fprintf(stderr,

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs everything Tessera needs on Debian 12 (system packages, a Python venv with the
+# reference packages), builds the project and fetches the default model. Idempotent.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+
+need_apt=0
+for pkg in build-essential cmake pkg-config libpcre2-dev libgtest-dev python3 python3-venv python3-dev git; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || need_apt=1
+done
+if [ "$need_apt" = 1 ]; then
+  echo "[setup] installing system packages" >&2
+  $SUDO apt-get update -qq
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+    build-essential cmake pkg-config libpcre2-dev libgtest-dev python3 python3-venv python3-dev git >&2
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  echo "[setup] creating Python venv in .venv" >&2
+  python3 -m venv .venv
+fi
+if ! .venv/bin/python -c "import gguf, numpy, pytest, jinja2, sentencepiece, llama_cpp" 2>/dev/null; then
+  echo "[setup] installing Python packages (llama-cpp-python compiles llama.cpp: several minutes)" >&2
+  .venv/bin/python -m pip install -q --upgrade pip >&2
+  CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" .venv/bin/python -m pip install -q -r requirements.txt >&2
+fi
+
+echo "[setup] building" >&2
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE="$PWD/.venv/bin/python" >&2
+cmake --build build -j"$(nproc)" >&2
+
+echo "[setup] fetching the default model" >&2
+.venv/bin/python scripts/fetch_model.py
