@@ -2,7 +2,10 @@
 //
 // Every count, length and offset in the file is untrusted: they are bounds- and
 // overflow-checked against the file size before any allocation, and a bad file yields a
-// kCorruptData Status that names what was wrong (never a crash).
+// kCorruptData Status that names what was wrong and where (never a crash). Well-formed files
+// this reader does not handle (v1, big-endian, nested arrays, unknown ggml type ids) yield
+// kUnsupported. Tensors must be aligned, inside the file and must not overlap; keys and tensor
+// names are unique.
 //
 //   auto f = gguf::File::open("model.gguf");
 //   if (!f) return f.status();
@@ -28,6 +31,17 @@ enum class ValueType : uint32_t {
   kString = 8, kArray = 9, kU64 = 10, kI64 = 11, kF64 = 12,
 };
 std::string_view value_type_name(ValueType t);
+
+// Block geometry of a ggml type id, including types Tessera cannot compute (Q2_K, IQ*, I8, ...),
+// so every tensor of any file can be sized and listed. nullptr for ids ggml never assigned
+// (or retired: 4, 5, 31-33, 36-38).
+struct GgmlTypeTraits {
+  uint32_t id;
+  std::string_view name;
+  int64_t block_size;   // elements per block
+  int64_t block_bytes;  // bytes per block
+};
+const GgmlTypeTraits* ggml_type_traits(uint32_t ggml_type);
 
 // One metadata value. Strings and array payloads point into the mapped file.
 struct Value {

@@ -3,6 +3,10 @@
 #include <cstdlib>
 #include <cstring>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 namespace tessera {
 
 const CpuFeatures& cpu_features() {
@@ -12,8 +16,10 @@ const CpuFeatures& cpu_features() {
     if (force && std::strcmp(force, "scalar") == 0) return f;
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
-    f.avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-             __builtin_cpu_supports("f16c");
+    // clang < 15 rejects "f16c" in __builtin_cpu_supports, so read CPUID.1:ECX directly.
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C);
+    f.avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
     f.avx512f = __builtin_cpu_supports("avx512f");
     f.avx512_vnni = __builtin_cpu_supports("avx512vnni");
 #elif defined(__aarch64__)
