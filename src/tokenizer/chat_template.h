@@ -3,6 +3,15 @@
 //
 //   auto tmpl = ChatTemplate::from_template_text(file.get_string("tokenizer.chat_template"), tok);
 //   std::string prompt = tmpl->render({{"user", "Hi"}}, /*add_generation_prompt=*/true);
+//
+// Families and the template shapes rendered exactly (checked against jinja2 in tests/reference):
+//   ChatML   <|im_start|>ROLE\nCONTENT<|im_end|>\n ..., optional constant default system block
+//            (SmolLM2, Qwen2.5 without tools)
+//   Llama-3  [bos]<|start_header_id|>ROLE<|end_header_id|>\n\nCONTENT<|eot_id|> ... (Llama-3.0)
+//   [INST]   Llama-2 (<<SYS>> block, BOS per user turn, stripped content) or Mistral v0.1 (one
+//            BOS, no system role: a system message is prepended to the first user turn where the
+//            template itself would raise an error)
+// Tool calls and the date-stamped Llama-3.1 system header are not modelled.
 #pragma once
 
 #include <optional>
@@ -39,6 +48,9 @@ class ChatTemplate {
   ChatFamily family_ = ChatFamily::kChatML;
   std::string bos_text_, eos_text_;
   std::string default_system_;  // inserted when the first message is not a system message
+  bool emits_bos_ = false;      // the template writes bos_token itself
+  bool trims_content_ = false;  // message content passes through `| trim` / `.strip()`
+  bool llama2_sys_ = false;     // [INST] family: Llama-2's <<SYS>> block and BOS per turn
 };
 
 }  // namespace tessera

@@ -1,17 +1,23 @@
 // Tokenizers built from GGUF metadata (tokenizer.ggml.*): byte-level BPE (GPT-2 family, with
 // the pre-tokenizer that tokenizer.ggml.pre names) and SentencePiece-style (Llama-2, Mistral).
+// Token ids match llama.cpp's tokenizer for the same file (tests/reference checks this).
 //
 //   auto tok = Tokenizer::from_gguf(file);
 //   std::vector<int32_t> ids = (*tok)->encode("Hello", {.add_bos = true, .parse_special = true});
 //   TokenStreamDecoder dec(**tok);
 //   for (int32_t id : ids) std::cout << dec.push(id);   // never splits a UTF-8 sequence
 //   std::cout << dec.flush();
+//
+// The core is built from a plain TokenizerConfig (tests build tiny vocabularies directly);
+// from_gguf only extracts that config from the file.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "formats/gguf.h"
@@ -21,52 +27,102 @@ namespace tessera {
 
 enum class TokenizerKind { kBytePairBpe, kSentencePiece };
 
+// llama.cpp token types (tokenizer.ggml.token_type).
+enum TokenType : int32_t {
+  kTokenUndefined = 0,
+  kTokenNormal = 1,
+  kTokenUnknown = 2,
+  kTokenControl = 3,
+  kTokenUserDefined = 4,
+  kTokenUnused = 5,
+  kTokenByte = 6,
+};
+
+// Everything a tokenizer is built from; mirrors the tokenizer.ggml.* keys. Optional fields are
+// "key absent": the llama.cpp default for the model type then applies.
+struct TokenizerConfig {
+  TokenizerKind kind = TokenizerKind::kBytePairBpe;
+  std::vector<std::string> tokens;   // tokenizer.ggml.tokens
+  std::vector<int32_t> token_types;  // empty: all normal
+  std::vector<float> scores;         // SentencePiece merge priorities; empty: all 0
+  std::vector<std::string> merges;   // BPE "left right", rank = index
+  std::string pre;                   // tokenizer.ggml.pre (BPE only); "" -> "default"
+  std::optional<int32_t> bos_id, eos_id, unk_id, eot_id, eom_id;
+  std::optional<bool> add_bos, add_eos, add_space_prefix;
+};
+
 struct EncodeOptions {
   // Prepend BOS when the model's rules ask for it (tokenizer.ggml.add_bos_token, with the
-  // llama.cpp defaults when the key is absent).
+  // llama.cpp defaults when the key is absent); also appends EOS where add_eos_token says so.
   bool add_bos = true;
   // Recognise control/special token text (e.g. "<|im_start|>") inside the input and map it to
-  // its id; when false, such text is tokenized as ordinary text.
+  // its id; when false, such text is tokenized as ordinary text. User-defined tokens are
+  // always recognised (as llama.cpp and HF tokenizers do).
   bool parse_special = true;
 };
 
 class Tokenizer {
  public:
   static Expected<std::unique_ptr<Tokenizer>> from_gguf(const gguf::File& file);
+  // Validates the config (ids in range, no duplicate tokens, known pre-tokenizer).
+  static Expected<std::unique_ptr<Tokenizer>> from_config(TokenizerConfig config);
+  // The config from_gguf would build (exposed for tools and tests).
+  static Expected<TokenizerConfig> config_from_gguf(const gguf::File& file);
   virtual ~Tokenizer() = default;
+  Tokenizer(const Tokenizer&) = delete;  // token_to_id_ holds views into pieces_
+  Tokenizer& operator=(const Tokenizer&) = delete;
 
   virtual TokenizerKind kind() const = 0;
-  virtual std::vector<int32_t> encode(std::string_view text, const EncodeOptions& opt) const = 0;
+  std::vector<int32_t> encode(std::string_view text, const EncodeOptions& opt) const;
   // Bytes this token contributes to the output text (byte-level pieces decoded to raw bytes;
-  // SentencePiece '▁' -> ' ', <0xNN> -> byte). Control tokens decode to "" unless
-  // `render_special`.
+  // SentencePiece '▁' -> ' ', <0xNN> -> byte). Control and unknown tokens decode to "" unless
+  // `render_special`; user-defined tokens always decode to their text.
   virtual std::string token_bytes(int32_t id, bool render_special = false) const = 0;
+  // Concatenated token_bytes. When the tokenizer inserts a leading space (SentencePiece
+  // add_space_prefix), the space it put before the first text token (at the start, or right
+  // after a leading BOS) is removed, so decode(encode(s)) == s.
   std::string decode(const std::vector<int32_t>& ids, bool render_special = false) const;
 
   int32_t n_vocab() const { return static_cast<int32_t>(pieces_.size()); }
   std::string_view piece(int32_t id) const { return pieces_.at(id); }  // raw vocab string
-  int32_t bos_id() const { return bos_id_; }  // -1 when none
+  int32_t bos_id() const { return bos_id_; }                           // -1 when none
   int32_t eos_id() const { return eos_id_; }
+  int32_t unk_id() const { return unk_id_; }
   bool adds_bos() const { return add_bos_; }
+  bool adds_space_prefix() const { return add_space_prefix_; }
   // End-of-generation: EOS, EOT, <|im_end|>, <|eot_id|>, ... (token type control + known names)
   bool is_end_of_generation(int32_t id) const;
+  const std::vector<int32_t>& end_of_generation_ids() const { return eog_ids_; }
   bool is_control(int32_t id) const;
+  int32_t token_type(int32_t id) const { return token_types_.at(id); }
   // Id of an exact vocabulary string, or -1.
   int32_t find_token(std::string_view piece) const;
   std::string_view pre_tokenizer_name() const { return pre_name_; }
 
  protected:
+  Tokenizer() = default;
+  // Shared set-up from a validated config: vocabulary, types, special ids, EOG set.
+  Status init_common(TokenizerConfig& config);
+  // Tokenizes one text fragment that contains no special tokens. `after_special` is true for
+  // the first fragment and for fragments that follow a special token.
+  virtual void encode_fragment(std::string_view text, bool after_special,
+                               std::vector<int32_t>& out) const = 0;
+  bool in_range(int32_t id) const { return id >= 0 && id < n_vocab(); }
+
   std::vector<std::string> pieces_;
   std::vector<int32_t> token_types_;  // llama.cpp token types: 1 normal, 2 unknown, 3 control,
                                       // 4 user-defined, 5 unused, 6 byte
+  std::unordered_map<std::string_view, int32_t> token_to_id_;  // views into pieces_
+  std::vector<int32_t> special_by_length_;  // control/user-defined/unknown, longest first
   std::vector<int32_t> eog_ids_;
-  int32_t bos_id_ = -1, eos_id_ = -1;
-  bool add_bos_ = false;
+  int32_t bos_id_ = -1, eos_id_ = -1, unk_id_ = -1;
+  bool add_bos_ = false, add_eos_ = false, add_space_prefix_ = false;
   std::string pre_name_;
 };
 
 // Incremental detokenizer: buffers bytes until they form complete UTF-8 sequences. Invalid
-// sequences are emitted as U+FFFD once they can no longer become valid.
+// sequences are emitted as U+FFFD once they can no longer become valid. Unlike decode(), it
+// never strips a leading space: it is meant for generated tokens that continue a prompt.
 class TokenStreamDecoder {
  public:
   explicit TokenStreamDecoder(const Tokenizer& tok, bool render_special = false)

@@ -1,0 +1,104 @@
+// Fuzz target: tokenizers and chat templates on arbitrary bytes. The first byte picks the
+// tokenizer (byte-level BPE with each pre-tokenizer family, or SentencePiece) and options; the
+// rest is the text. Checks: no crash, ids in range, streamed output is valid UTF-8, and
+// byte-level BPE round-trips valid UTF-8 exactly.
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/unicode_utf8.h"
+
+namespace {
+
+using namespace tessera;
+
+std::string byte_level(std::string_view raw) {
+  std::string out;
+  for (unsigned char c : raw) utf8::append(out, utf8::byte_to_codepoint()[c]);
+  return out;
+}
+
+std::unique_ptr<Tokenizer> make_bpe(const char* pre) {
+  TokenizerConfig c;
+  for (int b = 0; b < 256; ++b) c.tokens.push_back(byte_level(std::string(1, char(b))));
+  for (const char* m : {"t h", "th e", "i n", "e r", "  t", "1 2", "\xC3 \xA9"}) {
+    std::string s(m);
+    const size_t sp = s.find(' ', 1);
+    const std::string a = byte_level(s.substr(0, sp)), b = byte_level(s.substr(sp + 1));
+    c.tokens.push_back(a + b);
+    c.merges.push_back(a + " " + b);
+  }
+  c.token_types.assign(c.tokens.size(), kTokenNormal);
+  for (const char* s : {"<|im_start|>", "<|im_end|>", "<|endoftext|>"}) {
+    c.tokens.push_back(s);
+    c.token_types.push_back(kTokenControl);
+  }
+  c.tokens.push_back("<user>");
+  c.token_types.push_back(kTokenUserDefined);
+  c.pre = pre;
+  c.bos_id = static_cast<int32_t>(c.tokens.size()) - 4;
+  c.eos_id = *c.bos_id + 1;
+  auto t = Tokenizer::from_config(std::move(c));
+  if (!t) std::abort();
+  return std::move(*t);
+}
+
+std::unique_ptr<Tokenizer> make_spm() {
+  TokenizerConfig c;
+  c.kind = TokenizerKind::kSentencePiece;
+  c.tokens = {"<unk>", "<s>", "</s>"};
+  c.token_types = {kTokenUnknown, kTokenControl, kTokenControl};
+  static const char kHex[] = "0123456789ABCDEF";
+  for (int b = 0; b < 256; ++b) {
+    c.tokens.push_back(std::string("<0x") + kHex[b >> 4] + kHex[b & 15] + ">");
+    c.token_types.push_back(kTokenByte);
+  }
+  float score = -1;
+  for (const char* p : {"\xE2\x96\x81", "a", "b", "ab",
+                        "\xE2\x96\x81"
+                        "a",
+                        "ba", "aba"}) {
+    c.tokens.push_back(p);
+    c.token_types.push_back(kTokenNormal);
+    c.scores.resize(c.tokens.size() - 1, 0.f);
+    c.scores.push_back(score -= 0.5f);
+  }
+  auto t = Tokenizer::from_config(std::move(c));
+  if (!t) std::abort();
+  return std::move(*t);
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  static const std::vector<std::shared_ptr<Tokenizer>> toks = {
+      make_bpe("gpt-2"),  make_bpe("llama-bpe"), make_bpe("qwen2"),
+      make_bpe("smollm"), make_bpe("default"),   make_spm()};
+  if (size == 0) return 0;
+  const uint8_t sel = data[0];
+  const Tokenizer& tok = *toks[sel % toks.size()];
+  const std::string_view text(reinterpret_cast<const char*>(data + 1), size - 1);
+  const EncodeOptions opt{.add_bos = (sel & 0x40) != 0, .parse_special = (sel & 0x80) != 0};
+
+  const std::vector<int32_t> ids = tok.encode(text, opt);
+  for (int32_t id : ids)
+    if (id < 0 || id >= tok.n_vocab()) std::abort();
+  TokenStreamDecoder dec(tok);
+  std::string streamed;
+  for (int32_t id : ids) streamed += dec.push(id);
+  streamed += dec.flush();
+  if (utf8::sanitize(streamed, false) != streamed) std::abort();
+  const std::string decoded = tok.decode(ids);
+  const bool valid = utf8::sanitize(text, false) == text;
+  if (tok.kind() == TokenizerKind::kBytePairBpe && valid && !opt.parse_special &&
+      text.find("<user>") == std::string_view::npos && decoded != text)
+    std::abort();
+
+  auto tmpl = ChatTemplate::from_template_text(text, tok);
+  if (tmpl) (void)tmpl->render({{"system", "s"}, {"user", std::string(text)}}, true);
+  return 0;
+}

@@ -1,0 +1,67 @@
+// `tessera template`: renders a conversation with the model's chat template.
+//
+//   tessera template [MODEL] [--no-generation-prompt] --msg ROLE=CONTENT [--msg ...]
+//
+// Prints the prompt exactly as rendered (no newline added), so scripts can compare bytes.
+#include <cstdio>
+#include <string>
+
+#include "command.h"
+#include "formats/gguf.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace tessera::cli {
+namespace {
+
+int cmd_template(int argc, char** argv) {
+  Args args(argc, argv);
+  const bool no_gen = args.flag("no-generation-prompt");
+  const std::vector<std::string> msgs = args.values("msg");
+  std::string err;
+  std::vector<std::string> pos = args.positionals(&err);
+  if (!err.empty() || pos.size() > 1) {
+    if (!err.empty()) std::fprintf(stderr, "tessera template: %s\n", err.c_str());
+    std::fprintf(
+        stderr,
+        "usage: tessera template [MODEL] [--no-generation-prompt] --msg ROLE=CONTENT ...\n");
+    return 2;
+  }
+  std::vector<ChatMessage> messages;
+  for (const std::string& m : msgs) {
+    const size_t eq = m.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      std::fprintf(stderr, "tessera template: --msg wants ROLE=CONTENT, got '%s'\n", m.c_str());
+      return 2;
+    }
+    messages.push_back({m.substr(0, eq), m.substr(eq + 1)});
+  }
+  const std::string model = pos.empty() ? default_model_path() : pos[0];
+  auto file = gguf::File::open(model);
+  if (!file) {
+    std::fprintf(stderr, "tessera template: %s: %s\n", model.c_str(),
+                 file.status().to_string().c_str());
+    return 1;
+  }
+  auto tok = Tokenizer::from_gguf(**file);
+  if (!tok) {
+    std::fprintf(stderr, "tessera template: %s\n", tok.status().to_string().c_str());
+    return 1;
+  }
+  auto tmpl =
+      ChatTemplate::from_template_text((*file)->get_string("tokenizer.chat_template"), **tok);
+  if (!tmpl) {
+    std::fprintf(stderr, "tessera template: %s\n", tmpl.status().to_string().c_str());
+    return 1;
+  }
+  const std::string out = tmpl->render(messages, !no_gen);
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  return 0;
+}
+
+}  // namespace
+
+TESSERA_CLI_COMMAND("template", "render a conversation with the model's chat template",
+                    cmd_template);
+
+}  // namespace tessera::cli
