@@ -2,6 +2,7 @@
 //
 //   static int cmd_info(int argc, char** argv);   // argv[0] is the subcommand name
 //   TESSERA_CLI_COMMAND("info", "print a model's metadata and tensors", cmd_info);
+//   TESSERA_CLI_HIDDEN_COMMAND("dump-tensor", "...", cmd_dump_tensor);  // not in the usage text
 #pragma once
 
 #include <string>
@@ -14,6 +15,7 @@ struct Command {
   const char* name;
   const char* summary;
   int (*run)(int argc, char** argv);
+  bool hidden = false;  // runnable, but not listed in the usage text (test/debug tools)
 };
 
 bool register_command(const Command& c);
@@ -41,3 +43,6 @@ std::string default_model_path();
 
 #define TESSERA_CLI_COMMAND(name, summary, fn) \
   static const bool tessera_cli_registered_##fn = ::tessera::cli::register_command({name, summary, fn})
+#define TESSERA_CLI_HIDDEN_COMMAND(name, summary, fn)                   \
+  static const bool tessera_cli_registered_##fn =                       \
+      ::tessera::cli::register_command({name, summary, fn, /*hidden=*/true})

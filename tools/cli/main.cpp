@@ -9,7 +9,8 @@
 
 static void usage() {
   std::fprintf(stderr, "usage: tessera <command> [options]\n\ncommands:\n");
-  for (const auto& c : tessera::cli::commands()) std::fprintf(stderr, "  %-12s %s\n", c.name, c.summary);
+  for (const auto& c : tessera::cli::commands())
+    if (!c.hidden) std::fprintf(stderr, "  %-12s %s\n", c.name, c.summary);
   std::fprintf(stderr, "  %-12s %s\n", "version", "print version and build features");
 }
 

@@ -1,5 +1,6 @@
 #include "backend/cpu/cpu_features.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -9,7 +10,14 @@
 
 namespace tessera {
 
+namespace {
+std::atomic<const CpuFeatures*> g_override{nullptr};
+}
+
+void cpu_features_override(const CpuFeatures* f) { g_override.store(f, std::memory_order_relaxed); }
+
 const CpuFeatures& cpu_features() {
+  if (const CpuFeatures* o = g_override.load(std::memory_order_relaxed)) return *o;
   static const CpuFeatures features = [] {
     CpuFeatures f;
     const char* force = std::getenv("TESSERA_ISA");

@@ -13,6 +13,10 @@ struct CpuFeatures {
 };
 
 const CpuFeatures& cpu_features();
+// Tests only: makes cpu_features() return *f (e.g. CpuFeatures{} for the scalar paths) until
+// called again with nullptr. Not synchronized: call it while no kernel runs. Requesting an ISA
+// the host lacks is the caller's bug.
+void cpu_features_override(const CpuFeatures* f);
 // e.g. "avx2 fma f16c avx512f"; TESSERA_ISA=scalar forces the portable path.
 std::string cpu_features_string();
 

@@ -1,0 +1,81 @@
+// `tessera dump-tensor MODEL.gguf TENSOR OUT.f32` (hidden): writes one tensor of a GGUF file,
+// dequantized by the reference kernels, as raw little-endian float32 in file order.
+// tests/reference/test_dequant.py compares the result bit for bit with the gguf package.
+#include <bit>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "command.h"
+#include "core/dtype.h"
+#include "formats/gguf.h"
+#include "kernels/ref/dequant.h"
+
+namespace tessera::cli {
+namespace {
+
+static_assert(std::endian::native == std::endian::little, "output is written in host order");
+
+int cmd_dump_tensor(int argc, char** argv) {
+  Args args(argc, argv);
+  std::string err;
+  const auto pos = args.positionals(&err);
+  if (!err.empty() || pos.size() != 3) {
+    std::fprintf(stderr, "usage: tessera dump-tensor MODEL.gguf TENSOR_NAME OUT.f32\n%s%s",
+                 err.c_str(), err.empty() ? "" : "\n");
+    return 2;
+  }
+  auto file = gguf::File::open(pos[0]);
+  if (!file) {
+    std::fprintf(stderr, "tessera dump-tensor: %s\n", file.status().to_string().c_str());
+    return 1;
+  }
+  const gguf::TensorInfo* t = (*file)->find_tensor(pos[1]);
+  if (!t) {
+    std::fprintf(stderr, "tessera dump-tensor: no tensor named '%s' in %s\n", pos[1].c_str(),
+                 pos[0].c_str());
+    return 1;
+  }
+  if (!t->dtype) {
+    std::fprintf(stderr,
+                 "tessera dump-tensor: tensor '%s' has type %s, which Tessera cannot read\n",
+                 pos[1].c_str(), std::string(ggml_type_name(t->ggml_type)).c_str());
+    return 1;
+  }
+  const DType dtype = *t->dtype;
+  const int64_t row = t->dims.empty() ? 1 : t->dims[0];  // innermost (contiguous) dimension
+  const int64_t numel = t->numel();
+  const auto row_bytes = dtype_row_bytes(dtype, row);
+  if (row <= 0 || !row_bytes || numel % row != 0 ||
+      static_cast<uint64_t>(numel / row) * static_cast<uint64_t>(*row_bytes) != t->nbytes) {
+    std::fprintf(stderr, "tessera dump-tensor: tensor '%s' (%s) has inconsistent size\n",
+                 pos[1].c_str(), std::string(dtype_name(dtype)).c_str());
+    return 1;
+  }
+  std::unique_ptr<FILE, int (*)(FILE*)> out(std::fopen(pos[2].c_str(), "wb"), &std::fclose);
+  if (!out) {
+    std::perror(("tessera dump-tensor: " + pos[2]).c_str());
+    return 1;
+  }
+  const uint8_t* data = (*file)->tensor_data(*t);
+  std::vector<float> buf(static_cast<size_t>(row));
+  for (int64_t r = 0; r < numel / row; ++r) {
+    ref::dequantize_row(dtype, data + r * *row_bytes, buf.data(), row);
+    if (std::fwrite(buf.data(), sizeof(float), buf.size(), out.get()) != buf.size()) {
+      std::perror(("tessera dump-tensor: " + pos[2]).c_str());
+      return 1;
+    }
+  }
+  if (std::fflush(out.get()) != 0) {
+    std::perror(("tessera dump-tensor: " + pos[2]).c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+TESSERA_CLI_HIDDEN_COMMAND("dump-tensor", "write a tensor dequantized as raw f32", cmd_dump_tensor);
+
+}  // namespace tessera::cli
