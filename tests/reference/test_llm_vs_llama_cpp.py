@@ -17,7 +17,9 @@ TEXTS = [
     "geometric models of the heavens. Centuries later, Copernicus placed the Sun at the centre "
     "of the known universe, Kepler described elliptical orbits, and Galileo turned a telescope "
     "toward Jupiter and discovered four of its moons. Newton then explained all of these motions "
-    "with a single law of gravitation, and astronomy became a precise, predictive science.",
+    "with a single law of gravitation, and astronomy became a precise, predictive science. In the "
+    "twentieth century, Hubble measured the distances to other galaxies and found that the "
+    "universe is expanding, a discovery that reshaped our picture of the cosmos.",
     # code
     "def merge_sort(values):\n    \"\"\"Sorts a list with merge sort and returns a new list.\"\"\"\n"
     "    if len(values) <= 1:\n        return list(values)\n    middle = len(values) // 2\n"

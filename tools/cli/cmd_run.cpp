@@ -93,6 +93,7 @@ int cmd_run(int argc, char** argv) {
     return true;
   });
   std::fputc('\n', stdout);
+  std::fflush(stdout);
   if (!r) {
     std::fprintf(stderr, "tessera run: %s\n", r.status().to_string().c_str());
     return 1;
