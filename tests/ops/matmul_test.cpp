@@ -7,19 +7,25 @@
 // Tolerances. Float weights: only f32 accumulation error, ~k * eps^2 ~ 1e-12 -> 1e-9.
 // Quantized weights: activations are quantized to int8 with step d = amax / 127 per block
 // (|x| <= 1 uniform); the rounding error has variance d^2 / 12 against E[x^2] = 1/3, so the
-// expected metric is 3 / (12 * 127^2) = 1.6e-5 -> bound 1e-4 (6x). With activations that the
-// int8 format represents exactly, only f32 rounding remains -> 1e-10.
-#include "kernels/cpu/matmul.h"
+// metric has mean 3 / (12 * 127^2) = 1.6e-5. Summed over N outputs it behaves like chi^2_N / N
+// times that mean: for N >= 10 the bound 1e-4 (6x the mean) is never reached by chance, while
+// a single output (chi^2_1) exceeds 6x its mean 1.4% of the time, so the bound grows as
+// 1e-4 * 3.2 / sqrt(N) for small N (20x the mean at N = 1: a 1e-5 tail). With activations
+// that the int8 format represents exactly, only f32 rounding remains -> 1e-10.
+#include "ops/matmul.h"
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdio>
 #include <tuple>
 
 #include "backend/cpu/thread_pool.h"
 #include "core/error.h"
 #include "core/tensor.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/matmul_internal.h"
 #include "kernels/ref/dequant.h"
-#include "ops/matmul.h"
 #include "ops/quant_test_util.h"
 
 namespace tessera {
@@ -90,19 +96,39 @@ TEST_P(MatmulTest, HostileShapesMatchReference) {
   if (!scope.supported()) GTEST_SKIP() << "host lacks " << test::isa_name(isa);
   ThreadPool pool(3);  // more workers than cores: uneven row splits
   std::mt19937 rng(1234);
-  const double tol = dtype_is_quantized(t) ? 1e-4 : 1e-9;
+  auto tol_for = [&](int64_t outputs) {
+    if (!dtype_is_quantized(t)) return 1e-9;
+    return 1e-4 * std::max(1.0, 3.2 / std::sqrt(static_cast<double>(outputs)));
+  };
   double worst = 0;
-  for (int64_t k : ks_for(t))
-    for (int64_t n : {1, 3, 17, 64, 257})
-      for (int64_t m : {1, 2, 7, 33}) {
-        const int64_t ldy = (m + n) % 2 ? n : n + 3;
-        const auto x = test::random_floats(m * k, rng);
-        const double e = run_case(t, m, n, k, ldy, x, rng, pool);
-        worst = std::max(worst, e);
-        ASSERT_LE(e, tol) << dtype_name(t) << " " << test::isa_name(isa) << " m=" << m << " n=" << n
-                          << " k=" << k << " ldy=" << ldy;
-      }
-  RecordProperty("worst_nmse", std::to_string(worst));
+  // Every shape on the calling thread alone and split over the pool (the default, measured
+  // policy picks one of the two per shape).
+  for (auto policy : {cpu::detail::SplitPolicy::kSingle, cpu::detail::SplitPolicy::kParallel}) {
+    cpu::detail::set_split_policy(policy);
+    for (int64_t k : ks_for(t))
+      for (int64_t n : {1, 3, 17, 64, 257})
+        for (int64_t m : {1, 2, 7, 33}) {
+          const int64_t ldy = (m + n) % 2 ? n : n + 3;
+          const auto x = test::random_floats(m * k, rng);
+          const double e = run_case(t, m, n, k, ldy, x, rng, pool);
+          worst = std::max(worst, e);
+          ASSERT_LE(e, tol_for(m * n))
+              << dtype_name(t) << " " << test::isa_name(isa) << " m=" << m << " n=" << n
+              << " k=" << k << " ldy=" << ldy
+              << (policy == cpu::detail::SplitPolicy::kSingle ? " single" : " split");
+        }
+  }
+  cpu::detail::set_split_policy(cpu::detail::SplitPolicy::kMeasured);
+  // Decode with many rows under the measured policy: the first calls of a shape try both
+  // ways, and every call must agree with the reference.
+  const int64_t k = ks_for(t).back(), n = 2053;
+  const auto x = test::random_floats(k, rng);
+  double e = 0;
+  for (int rep = 0; rep < 3; ++rep) e = std::max(e, run_case(t, 1, n, k, n, x, rng, pool));
+  EXPECT_LE(e, tol_for(n)) << dtype_name(t) << " " << test::isa_name(isa) << " decode n=" << n;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g", std::max(worst, e));
+  RecordProperty("worst_nmse", buf);
 }
 
 // x = q * 2^-7 with integer |q| <= 127 and a +-127 in every 32 elements: the activation

@@ -9,6 +9,11 @@
 #include <type_traits>
 #include <utility>
 
+// Hot per-block helpers must inline into their loops (GCC's size heuristics give up on the
+// larger 5-bit expansions, and a call per block pair costs ~2x).
+#define TESSERA_HOT_INLINE inline __attribute__((always_inline))
+#define TESSERA_LAMBDA_INLINE __attribute__((always_inline))
+
 namespace tessera::cpu::detail {
 
 inline uint32_t load_u32(const void* p) {
@@ -62,8 +67,10 @@ inline void halves_pairs_to_ps(__m256i words, __m256* lo, __m256* hi) {
 // Calls f(std::integral_constant<int, J>{}) for J = 0..N-1: compile-time unrolling, so per-step
 // register roles (reduction-tree stages) are resolved statically instead of by branches.
 template <int N, class F>
-inline void unroll(F&& f) {
-  [&]<int... J>(std::integer_sequence<int, J...>) { (f(std::integral_constant<int, J>{}), ...); }
+TESSERA_HOT_INLINE void unroll(F&& f) {
+  [&]<int... J>(std::integer_sequence<int, J...>) TESSERA_LAMBDA_INLINE {
+    (f(std::integral_constant<int, J>{}), ...);
+  }
   (std::make_integer_sequence<int, N>{});
 }
 

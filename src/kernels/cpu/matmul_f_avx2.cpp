@@ -1,8 +1,6 @@
 // AVX2 matmul for float weights (F32, F16, BF16): f32 FMA, F16C for half conversion, and the
 // AVX2 dispatcher over weight families.
 //
-// A 4-row x MR-activation tile keeps 4*MR independent accumulators in flight (FMA latency 4,
-// two ports), and each activation vector load is shared by the 4 weight rows.
 #include <algorithm>
 
 #include "core/half.h"
@@ -13,7 +11,7 @@ namespace tessera::cpu::detail {
 namespace {
 
 template <DType T>
-inline __m256 load8(const uint8_t* row, int64_t e) {
+TESSERA_HOT_INLINE __m256 load8(const uint8_t* row, int64_t e) {
   if constexpr (T == DType::kF32) {
     return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + e);
   } else if constexpr (T == DType::kF16) {
@@ -24,7 +22,7 @@ inline __m256 load8(const uint8_t* row, int64_t e) {
 }
 
 template <DType T>
-inline float load1(const uint8_t* row, int64_t e) {
+TESSERA_HOT_INLINE float load1(const uint8_t* row, int64_t e) {
   if constexpr (T == DType::kF32) {
     float v;
     std::memcpy(&v, row + 4 * e, 4);
@@ -35,8 +33,30 @@ inline float load1(const uint8_t* row, int64_t e) {
   }
 }
 
+// Decode (one activation row): weight rows are walked one at a time with 4 accumulator chains
+// (FMA latency 4). Streaming one row after another keeps the DRAM access sequential;
+// interleaving several rows' short streams defeats the prefetchers.
+template <DType T>
+TESSERA_HOT_INLINE float row_dot(const uint8_t* w, const float* x, int64_t k) {
+  __m256 acc[4];
+  for (int u = 0; u < 4; ++u) acc[u] = _mm256_setzero_ps();
+  int64_t e = 0;
+  for (; e + 32 <= k; e += 32)
+    for (int u = 0; u < 4; ++u)
+      acc[u] = _mm256_fmadd_ps(load8<T>(w, e + 8 * u), _mm256_loadu_ps(x + e + 8 * u), acc[u]);
+  for (; e + 8 <= k; e += 8)
+    acc[0] = _mm256_fmadd_ps(load8<T>(w, e), _mm256_loadu_ps(x + e), acc[0]);
+  float sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+  for (; e < k; ++e) sum += load1<T>(w, e) * x[e];
+  return sum;
+}
+
+// Prefill: a register tile of NR weight rows x MR activation rows (8 chains for 4 x 2); each
+// weight vector feeds MR FMAs and each activation vector NR. The driver keeps the weight block
+// in L2 across activation tiles.
 template <DType T, int NR, int MR>
-inline void tile(const uint8_t* const* w, const float* const* x, int64_t k, float* y, int64_t ldy) {
+TESSERA_HOT_INLINE void tile(const uint8_t* const* w, const float* const* x, int64_t k, float* y,
+                             int64_t ldy) {
   __m256 acc[NR][MR];
   for (int r = 0; r < NR; ++r)
     for (int i = 0; i < MR; ++i) acc[r][i] = _mm256_setzero_ps();
@@ -59,7 +79,7 @@ inline void tile(const uint8_t* const* w, const float* const* x, int64_t k, floa
 }
 
 template <DType T, int MR>
-void rows_mr(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t i) {
+void rows_tile(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t i) {
   const float* x[MR];
   for (int t = 0; t < MR; ++t) x[t] = a.x + (i + t) * a.k;
   int64_t r = r0;
@@ -77,8 +97,15 @@ void rows_mr(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t i) {
 template <DType T>
 void rows(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t i0, int64_t i1) {
   int64_t i = i0;
-  for (; i + 2 <= i1; i += 2) rows_mr<T, 2>(a, r0, r1, i);
-  if (i < i1) rows_mr<T, 1>(a, r0, r1, i);
+  for (; i + 2 <= i1; i += 2) rows_tile<T, 2>(a, r0, r1, i);
+  if (i < i1) {
+    if (i1 - i0 == 1) {  // decode
+      for (int64_t r = r0; r < r1; ++r)
+        a.y[i * a.ldy + r] = row_dot<T>(a.w + r * a.row_bytes, a.x + i * a.k, a.k);
+    } else {
+      rows_tile<T, 1>(a, r0, r1, i);
+    }
+  }
 }
 
 }  // namespace

@@ -25,16 +25,21 @@ struct ActLayout {
   // qs of block pair p at p * 64: [b0 e0..15][b1 e0..15][b0 e16..31][b1 e16..31] (b1 zero when
   // the row has an odd block count); otherwise block b at b * 32.
   bool paired = false;
-  // Scales of every full group of 8 blocks stored in the order blocks 0,2,4,6,1,3,5,7 (the order
-  // a horizontal-add reduction of paired registers produces); the tail stays in block order.
+  // Scales of every group of 8 blocks (the last one padded) stored in the order blocks
+  // 0,2,4,6,1,3,5,7: the order a horizontal-add reduction of paired registers produces.
   bool permuted_scales = false;
 };
 
 inline int64_t round_up(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
 
 // ---- legacy ("Q8") activation rows -----------------------------------------------------------
+// The d / s / isum arrays hold round_up(nb, 8) entries; entries past nb are zero, so a kernel
+// may treat a last partial group of 8 blocks as a full one whose missing blocks weigh nothing.
 inline int64_t q8_qs_bytes(int64_t nb) { return round_up(nb, 2) * 32; }
-inline int64_t q8_row_stride(int64_t nb) { return round_up(q8_qs_bytes(nb) + nb * 12, kActAlign); }
+inline int64_t q8_scale_slots(int64_t nb) { return round_up(nb, 8); }
+inline int64_t q8_row_stride(int64_t nb) {
+  return round_up(q8_qs_bytes(nb) + q8_scale_slots(nb) * 12, kActAlign);
+}
 
 struct ActQ8 {
   int8_t* qs;
@@ -44,18 +49,27 @@ struct ActQ8 {
 };
 inline ActQ8 act_q8(void* row, int64_t nb) {
   auto* p = static_cast<uint8_t*>(row);
+  const int64_t slots = q8_scale_slots(nb);
   float* d = reinterpret_cast<float*>(p + q8_qs_bytes(nb));
-  return {reinterpret_cast<int8_t*>(p), d, d + nb, reinterpret_cast<int32_t*>(d + 2 * nb)};
+  return {reinterpret_cast<int8_t*>(p), d, d + slots, reinterpret_cast<int32_t*>(d + 2 * slots)};
 }
 
 inline int64_t q8_qs_index(const ActLayout& l, int64_t b, int e) {
   if (!l.paired) return b * 32 + e;
   return (b / 2) * 64 + (e / 16) * 32 + (b % 2) * 16 + e % 16;
 }
-inline int64_t q8_scale_index(const ActLayout& l, int64_t b, int64_t nb) {
-  if (!l.permuted_scales || b >= nb / 8 * 8) return b;
+inline int64_t q8_scale_index(const ActLayout& l, int64_t b) {
+  if (!l.permuted_scales) return b;
   const int64_t j = b % 8;
   return b - j + ((j % 2) ? 4 + j / 2 : j / 2);
+}
+// Zeroes the slots of the last (partial) group of 8; call before storing the blocks, since a
+// permuted block may land in a slot numbered >= nb.
+inline void q8_clear_padding(const ActQ8& a, int64_t nb) {
+  for (int64_t b = nb / 8 * 8; b < q8_scale_slots(nb); ++b) {
+    a.d[b] = a.s[b] = 0;
+    a.isum[b] = 0;
+  }
 }
 
 // ---- K ("Q8_K") activation rows ------------------------------------------------------------
@@ -106,6 +120,10 @@ struct MatmulArgs {
   float* y;
   int64_t ldy;
 };
+
+// How cpu::matmul splits rows over its pool: measured per shape (default), or forced (tests).
+enum class SplitPolicy : int { kMeasured, kSingle, kParallel };
+void set_split_policy(SplitPolicy p);
 
 // Quantizes activation row x[0..k) into `out` (act_stride bytes) for weights of wtype.
 void quantize_act_scalar(DType wtype, const float* x, int64_t k, uint8_t* out);

@@ -19,7 +19,7 @@ namespace {
 using namespace quant;
 
 // 8 six-bit scales and mins from the 12 packed bytes, as 8 bytes each (byte j = sub-block j).
-inline void unpack_scales_k(const uint8_t* s, uint64_t* sc, uint64_t* mn) {
+TESSERA_HOT_INLINE void unpack_scales_k(const uint8_t* s, uint64_t* sc, uint64_t* mn) {
   const uint32_t a = load_u32(s), b = load_u32(s + 4), c = load_u32(s + 8);
   const uint32_t sc_lo = a & 0x3f3f3f3f, mn_lo = b & 0x3f3f3f3f;
   const uint32_t sc_hi = (c & 0x0f0f0f0f) | ((a >> 2) & 0x30303030);
@@ -29,12 +29,12 @@ inline void unpack_scales_k(const uint8_t* s, uint64_t* sc, uint64_t* mn) {
 }
 
 // Broadcast int16 lane j of both 128-bit halves of v to all 16 lanes.
-inline __m256i bcast16(__m256i v, int j) {
+TESSERA_HOT_INLINE __m256i bcast16(__m256i v, int j) {
   return _mm256_shuffle_epi8(v, _mm256_set1_epi16(static_cast<short>(0x0100 + 0x0202 * j)));
 }
 
 template <class B, int MR>
-inline void row_q45k(const B* w, int64_t nsb, const ActQ8K* act, float* out) {
+TESSERA_HOT_INLINE void row_q45k(const B* w, int64_t nsb, const ActQ8K* act, float* out) {
   constexpr bool k5 = std::is_same_v<B, BlockQ5_K>;
   __m256 acc[MR], accm[MR];
   for (int i = 0; i < MR; ++i) acc[i] = accm[i] = _mm256_setzero_ps();
@@ -84,7 +84,7 @@ inline void row_q45k(const B* w, int64_t nsb, const ActQ8K* act, float* out) {
 }
 
 template <int MR>
-inline void row_q6k(const BlockQ6_K* w, int64_t nsb, const ActQ8K* act, float* out) {
+TESSERA_HOT_INLINE void row_q6k(const BlockQ6_K* w, int64_t nsb, const ActQ8K* act, float* out) {
   __m256 acc[MR];
   for (int i = 0; i < MR; ++i) acc[i] = _mm256_setzero_ps();
   const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3);
@@ -129,7 +129,7 @@ inline void row_q6k(const BlockQ6_K* w, int64_t nsb, const ActQ8K* act, float* o
 }
 
 template <class B, int MR>
-inline void row_any(const B* w, int64_t nsb, const ActQ8K* act, float* out) {
+TESSERA_HOT_INLINE void row_any(const B* w, int64_t nsb, const ActQ8K* act, float* out) {
   if constexpr (std::is_same_v<B, BlockQ6_K>) {
     row_q6k<MR>(w, nsb, act, out);
   } else {

@@ -34,7 +34,7 @@ struct Traits {
 // lo = [b0 e0..15 | b1 e0..15], hi = [b0 e16..31 | b1 e16..31] as unsigned bytes. kSingle: no b1
 // (its lanes are zero; the activations there are zero too).
 template <class B, bool kSingle>
-inline void expand_pair(const B* b, __m256i* lo, __m256i* hi) {
+TESSERA_HOT_INLINE void expand_pair(const B* b, __m256i* lo, __m256i* hi) {
   const __m128i q0 = loadu128(b[0].qs);
   const __m128i q1 = kSingle ? _mm_setzero_si128() : loadu128(b[1].qs);
   const __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(q0), q1, 1);
@@ -61,91 +61,113 @@ inline void expand_pair(const B* b, __m256i* lo, __m256i* hi) {
 }
 
 // 4 partial int32 sums per block: lanes 0-3 block 0, lanes 4-7 block 1.
-inline __m256i dot_pair(__m256i lo, __m256i hi, const int8_t* a) {
+TESSERA_HOT_INLINE __m256i dot_pair(__m256i lo, __m256i hi, const int8_t* a) {
   const __m256i s = _mm256_add_epi16(_mm256_maddubs_epi16(lo, loadu256(a)),
                                      _mm256_maddubs_epi16(hi, loadu256(a + 32)));
   return _mm256_madd_epi16(s, _mm256_set1_epi16(1));
 }
 
-// Tail of 1-7 blocks (pairs, then a lone block), one act row: block sums reduced to scalars.
-template <class B>
-float tail_paired(const B* w, int64_t b0, int64_t nb, const ActQ8& a) {
+// One group of up to 8 blocks of one weight row against MR activation rows, accumulated into
+// acc (dot) and accm (min term). kPartial: only `nblk` < 8 blocks exist; missing blocks get
+// zero sums and zero weight scales, and the activation scale slots past the row are zero too
+// (see matmul_internal.h), so they add nothing.
+template <class B, int MR, bool kPartial>
+TESSERA_HOT_INLINE void group_paired(const B* bg, int64_t g, int nblk, const ActQ8* act,
+                                     __m256* acc, __m256* accm) {
   using T = Traits<B>;
-  float acc = 0;
-  for (int64_t b = b0; b < nb; b += 2) {
-    const bool single = b + 1 == nb;
-    __m256i lo, hi;
-    if (single) {
-      expand_pair<B, true>(w + b, &lo, &hi);
-    } else {
-      expand_pair<B, false>(w + b, &lo, &hi);
+  __m256i t[MR], h01[MR];
+  unroll<4>([&](auto pc) TESSERA_LAMBDA_INLINE {
+    constexpr int p = decltype(pc)::value;
+    __m256i lo = _mm256_setzero_si256(), hi = lo;
+    const bool present = !kPartial || 2 * p < nblk;
+    if (kPartial && 2 * p + 1 == nblk) {
+      expand_pair<B, true>(bg + 2 * p, &lo, &hi);
+    } else if (present) {
+      expand_pair<B, false>(bg + 2 * p, &lo, &hi);
     }
-    const __m256i v = dot_pair(lo, hi, a.qs + b * 32);
-    __m256i h = _mm256_hadd_epi32(v, v);
-    h = _mm256_hadd_epi32(h, h);
-    const int32_t sums[2] = {_mm256_cvtsi256_si32(h), _mm256_extract_epi32(h, 4)};
-    for (int j = 0; j < (single ? 1 : 2); ++j) {
-      int32_t s = sums[j];
-      if constexpr (T::offset_shift) s -= a.isum[b + j] << T::offset_shift;
-      acc += f16_scalar(w[b + j].d) * a.d[b + j] * static_cast<float>(s);
-      if constexpr (T::has_min) acc += f16_scalar(w[b + j].m) * a.s[b + j];
+    unroll<MR>([&](auto ic) TESSERA_LAMBDA_INLINE {
+      constexpr int i = decltype(ic)::value;
+      const __m256i v =
+          present ? dot_pair(lo, hi, act[i].qs + (4 * g + p) * 64) : _mm256_setzero_si256();
+      // Reduction tree: [b0 b2 b4 b6 | b1 b3 b5 b7] after the last step.
+      if constexpr (p == 0 || p == 2) t[i] = v;
+      if constexpr (p == 1) h01[i] = _mm256_hadd_epi32(t[i], v);
+      if constexpr (p == 3) t[i] = _mm256_hadd_epi32(h01[i], _mm256_hadd_epi32(t[i], v));
+    });
+  });
+  // d (and m) of blocks 0,2,4,6,1,3,5,7: the same order as the sums and the act scales.
+  constexpr int kOrder[8] = {0, 2, 4, 6, 1, 3, 5, 7};
+  int32_t w[8];
+  for (int j = 0; j < 8; ++j)
+    w[j] = (!kPartial || kOrder[j] < nblk) ? static_cast<int32_t>(load_u32(bg + kOrder[j])) : 0;
+  const __m256i words = _mm256_setr_epi32(w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]);
+  __m256 dw, mw;
+  if constexpr (T::has_min) {
+    halves_pairs_to_ps(words, &dw, &mw);
+  } else {
+    dw = halves_lo16_to_ps(words);
+  }
+  for (int i = 0; i < MR; ++i) {
+    __m256i s = t[i];
+    if constexpr (T::offset_shift)
+      s = _mm256_sub_epi32(s, _mm256_slli_epi32(loadu256(act[i].isum + 8 * g), T::offset_shift));
+    const __m256 scale = _mm256_mul_ps(dw, _mm256_loadu_ps(act[i].d + 8 * g));
+    acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale, acc[i]);
+    if constexpr (T::has_min)
+      accm[i] = _mm256_fmadd_ps(mw, _mm256_loadu_ps(act[i].s + 8 * g), accm[i]);
+  }
+}
+
+// A last 1 or 2 blocks (k = 576 = 18 blocks is the common case): a whole group's reduction
+// and 8-scale gather would cost as much as 8 blocks, so these blocks are scaled per lane half
+// instead and their min/offset terms are added as scalars into `extra`.
+template <class B, int MR, bool kSingle>
+TESSERA_HOT_INLINE void pair_tail(const B* bp, int64_t b, const ActQ8* act, __m256* acc,
+                                  float* extra) {
+  using T = Traits<B>;
+  __m256i lo, hi;
+  expand_pair<B, kSingle>(bp, &lo, &hi);
+  // [d0, m0, d1, m1] (m is qs bytes for types without a min; unused then).
+  const int w1 = kSingle ? 0 : static_cast<int>(load_u32(bp + 1));
+  const __m128 f = _mm_cvtph_ps(_mm_setr_epi32(static_cast<int>(load_u32(bp)), w1, 0, 0));
+  const __m256 dw = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(f),
+                                             _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2));
+  alignas(16) float fs[4];
+  _mm_store_ps(fs, f);
+  const ActLayout layout{true, true};  // what act_layout_avx2 gives every 4/5-bit type
+  const int64_t s0 = q8_scale_index(layout, b), s1 = q8_scale_index(layout, b + 1);
+  for (int i = 0; i < MR; ++i) {
+    const __m256i v = dot_pair(lo, hi, act[i].qs + b * 32);
+    const __m256 da = _mm256_set_m128(_mm_set1_ps(act[i].d[s1]), _mm_set1_ps(act[i].d[s0]));
+    acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), _mm256_mul_ps(dw, da), acc[i]);
+    // Block 1's slots are zero when kSingle, so the formulas need no special case.
+    if constexpr (T::has_min) {
+      extra[i] += fs[1] * act[i].s[s0] + fs[3] * act[i].s[s1];
+    } else {  // q - offset: d * da * sum(q a) - offset * d * (da * sum(a))
+      extra[i] -=
+          static_cast<float>(1 << T::offset_shift) * (fs[0] * act[i].s[s0] + fs[2] * act[i].s[s1]);
     }
   }
-  return acc;
 }
 
 // One weight row against MR activation rows; out[i] = dot.
 template <class B, int MR>
-inline void row_paired(const B* w, int64_t nb, const ActQ8* act, float* out) {
-  using T = Traits<B>;
-  __m256 acc[MR];
-  for (int i = 0; i < MR; ++i) acc[i] = _mm256_setzero_ps();
+TESSERA_HOT_INLINE void row_paired(const B* w, int64_t nb, const ActQ8* act, float* out) {
+  __m256 acc[MR], accm[MR];
+  float extra[MR] = {};
+  for (int i = 0; i < MR; ++i) acc[i] = accm[i] = _mm256_setzero_ps();
   const int64_t ng = nb / 8;
-  for (int64_t g = 0; g < ng; ++g) {
-    const B* bg = w + 8 * g;
-    __m256i t[MR], h01[MR];
-    unroll<4>([&](auto pc) {
-      constexpr int p = decltype(pc)::value;
-      __m256i lo, hi;
-      expand_pair<B, false>(bg + 2 * p, &lo, &hi);
-      unroll<MR>([&](auto ic) {
-        constexpr int i = decltype(ic)::value;
-        const __m256i v = dot_pair(lo, hi, act[i].qs + (4 * g + p) * 64);
-        // Reduction tree: [b0 b2 b4 b6 | b1 b3 b5 b7] after the last step.
-        if constexpr (p == 0 || p == 2) t[i] = v;
-        if constexpr (p == 1) h01[i] = _mm256_hadd_epi32(t[i], v);
-        if constexpr (p == 3) t[i] = _mm256_hadd_epi32(h01[i], _mm256_hadd_epi32(t[i], v));
-      });
-    });
-    // d (and m) of blocks 0,2,4,6,1,3,5,7: the same order as the sums and the act scales.
-    const __m256i words =
-        _mm256_setr_epi32(load_u32(bg + 0), load_u32(bg + 2), load_u32(bg + 4), load_u32(bg + 6),
-                          load_u32(bg + 1), load_u32(bg + 3), load_u32(bg + 5), load_u32(bg + 7));
-    __m256 dw, mw;
-    if constexpr (T::has_min) {
-      halves_pairs_to_ps(words, &dw, &mw);
-    } else {
-      dw = halves_lo16_to_ps(words);
-    }
-    for (int i = 0; i < MR; ++i) {
-      __m256i s = t[i];
-      if constexpr (T::offset_shift)
-        s = _mm256_sub_epi32(s, _mm256_slli_epi32(loadu256(act[i].isum + 8 * g), T::offset_shift));
-      const __m256 scale = _mm256_mul_ps(dw, _mm256_loadu_ps(act[i].d + 8 * g));
-      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale, acc[i]);
-      if constexpr (T::has_min)
-        acc[i] = _mm256_fmadd_ps(mw, _mm256_loadu_ps(act[i].s + 8 * g), acc[i]);
-    }
-  }
-  for (int i = 0; i < MR; ++i) {
-    out[i] = hsum_ps(acc[i]);
-    if (ng * 8 < nb) out[i] += tail_paired(w, ng * 8, nb, act[i]);
-  }
+  for (int64_t g = 0; g < ng; ++g) group_paired<B, MR, false>(w + 8 * g, g, 8, act, acc, accm);
+  const int rem = static_cast<int>(nb - ng * 8);
+  if (rem == 1) pair_tail<B, MR, true>(w + 8 * ng, 8 * ng, act, acc, extra);
+  if (rem == 2) pair_tail<B, MR, false>(w + 8 * ng, 8 * ng, act, acc, extra);
+  if (rem > 2) group_paired<B, MR, true>(w + 8 * ng, ng, rem, act, acc, accm);
+  for (int i = 0; i < MR; ++i) out[i] = hsum_ps(_mm256_add_ps(acc[i], accm[i])) + extra[i];
 }
 
 // Q8_0 weights, natural activation layout. 8 blocks reduce to [b0..b7] with 6 hadds.
 template <int MR>
-inline void row_q8_0(const BlockQ8_0* w, int64_t nb, const ActQ8* act, float* out) {
+TESSERA_HOT_INLINE void row_q8_0(const BlockQ8_0* w, int64_t nb, const ActQ8* act, float* out) {
   __m256 acc[MR];
   for (int i = 0; i < MR; ++i) acc[i] = _mm256_setzero_ps();
   const __m256i ones = _mm256_set1_epi16(1);
@@ -153,11 +175,11 @@ inline void row_q8_0(const BlockQ8_0* w, int64_t nb, const ActQ8* act, float* ou
   for (int64_t g = 0; g < ng; ++g) {
     const BlockQ8_0* bg = w + 8 * g;
     __m256i t[MR], h01[MR], h03[MR];
-    unroll<8>([&](auto jc) {
+    unroll<8>([&](auto jc) TESSERA_LAMBDA_INLINE {
       constexpr int j = decltype(jc)::value;
       const __m256i q = loadu256(bg[j].qs);
       const __m256i aq = _mm256_sign_epi8(q, q);  // |q| (as unsigned: -128 -> 128)
-      unroll<MR>([&](auto ic) {
+      unroll<MR>([&](auto ic) TESSERA_LAMBDA_INLINE {
         constexpr int i = decltype(ic)::value;
         const __m256i x = _mm256_sign_epi8(loadu256(act[i].qs + (8 * g + j) * 32), q);
         const __m256i v = _mm256_madd_epi16(_mm256_maddubs_epi16(aq, x), ones);
@@ -195,7 +217,7 @@ inline void row_q8_0(const BlockQ8_0* w, int64_t nb, const ActQ8* act, float* ou
 }
 
 template <class B, int MR>
-inline void row_any(const B* w, int64_t nb, const ActQ8* act, float* out) {
+TESSERA_HOT_INLINE void row_any(const B* w, int64_t nb, const ActQ8* act, float* out) {
   if constexpr (std::is_same_v<B, BlockQ8_0>) {
     row_q8_0<MR>(w, nb, act, out);
   } else {

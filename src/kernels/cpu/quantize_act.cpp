@@ -38,6 +38,7 @@ void quantize_q8(const float* x, int64_t k, uint8_t* out) {
   const int64_t nb = k / 32;
   const ActQ8 a = act_q8(out, nb);
   const ActLayout natural;
+  q8_clear_padding(a, nb);
   std::memset(a.qs, 0, static_cast<size_t>(q8_qs_bytes(nb)));
   for (int64_t b = 0; b < nb; ++b) {
     int8_t q[32];

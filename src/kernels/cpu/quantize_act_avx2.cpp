@@ -33,6 +33,7 @@ inline float amax_of(const float* x, int n) {
 void quantize_q8(const float* x, int64_t k, uint8_t* out, const ActLayout& layout) {
   const int64_t nb = k / 32;
   const ActQ8 a = act_q8(out, nb);
+  q8_clear_padding(a, nb);
   if (nb % 2 && layout.paired) {  // zero the missing partner of the last block
     std::memset(a.qs + (nb - 1) * 32, 0, 64);
   }
@@ -50,7 +51,7 @@ void quantize_q8(const float* x, int64_t k, uint8_t* out, const ActLayout& layou
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(a.qs + b * 32), q);
     }
     const int32_t sum = hsum_epi32(sum32);
-    const int64_t si = q8_scale_index(layout, b, nb);
+    const int64_t si = q8_scale_index(layout, b);
     a.d[si] = d;
     a.s[si] = d * static_cast<float>(sum);
     a.isum[si] = sum;
