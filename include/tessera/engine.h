@@ -27,6 +27,7 @@ namespace tessera {
 struct EngineOptions {
   int32_t context_length = 0;  // 0: min(model's training context, 4096)
   int32_t threads = 0;         // 0: hardware threads (or TESSERA_THREADS)
+  bool kv_cache_f32 = false;   // KV cache in f32 instead of f16 (twice the memory)
 };
 
 struct GenerationParams {

@@ -84,7 +84,7 @@ Expected<std::unique_ptr<Engine>> Engine::load(const std::string& path, const En
     int64_t ctx = opt.context_length > 0 ? opt.context_length
                                          : std::min<int64_t>(c.context_length, 4096);
     ctx = std::max<int64_t>(ctx, 16);
-    impl->cache = std::make_unique<models::KvCache>(impl->model->make_kv_cache(ctx));
+    impl->cache = std::make_unique<models::KvCache>(impl->model->make_kv_cache(ctx, opt.kv_cache_f32 ? DType::kF32 : DType::kF16));
     auto& s = impl->summary;
     s.architecture = c.architecture;
     s.name = std::string(impl->file->get_string("general.name").value_or(""));

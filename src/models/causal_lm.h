@@ -29,12 +29,14 @@ struct LlmConfig {
   bool tied_embeddings = false;
 };
 
-// Contiguous per-sequence KV cache: per layer, K and V of [capacity, n_kv_heads, head_dim] f32.
+// Contiguous per-sequence KV cache: per layer, K and V of [capacity, n_kv_heads, head_dim] in
+// f16 (default: half the memory, and llama.cpp's default numerics) or f32.
 // Position p of the sequence lives in row p. (The paged cache of the serving engine replaces
 // this for batched serving.)
 class KvCache {
  public:
-  KvCache(int64_t n_layers, int64_t capacity, int64_t n_kv_heads, int64_t head_dim);
+  KvCache(int64_t n_layers, int64_t capacity, int64_t n_kv_heads, int64_t head_dim,
+          DType dtype = DType::kF16);
   int64_t capacity() const { return capacity_; }
   Tensor& k(int64_t layer) { return k_[layer]; }
   Tensor& v(int64_t layer) { return v_[layer]; }
@@ -48,7 +50,7 @@ class CausalLm {
  public:
   virtual ~CausalLm() = default;
   virtual const LlmConfig& config() const = 0;
-  KvCache make_kv_cache(int64_t capacity) const;
+  KvCache make_kv_cache(int64_t capacity, DType dtype = DType::kF16) const;
   // Runs n tokens at the given positions (each < cache.capacity(); a position's K/V overwrite
   // row `position`, and a token attends to rows [0, position]). Writes logits for the last
   // token ([vocab]) or, with all_logits, for every token ([n, vocab]).

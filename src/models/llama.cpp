@@ -7,6 +7,7 @@
 
 #include "backend/cpu/thread_pool.h"
 #include "core/error.h"
+#include "kernels/cpu/convert.h"
 #include "kernels/cpu/llm_ops.h"
 #include "kernels/cpu/matmul.h"
 #include "ops/llm_ops.h"
@@ -144,7 +145,7 @@ class LlamaModel final : public CausalLm {
       max_pos = std::max(max_pos, positions[i]);
     }
     Activations& a = activations(n, max_pos + 1, pool.size());
-    const int64_t d = cfg_.d_model, hd = cfg_.head_dim;
+    const int64_t hd = cfg_.head_dim;
     const float scale = 1.f / std::sqrt(static_cast<float>(hd));
 
     ops::embedding(tok_embd_, tokens, n, a.residual);
@@ -184,7 +185,6 @@ class LlamaModel final : public CausalLm {
     const int64_t out_shape[2] = {n - first, cfg_.vocab};
     Tensor out = Tensor::view(DType::kF32, out_shape, 2, logits, nullptr);
     ops::matmul(rows, output_, out, pool);
-    (void)d;
   }
 
  private:
@@ -211,7 +211,8 @@ class LlamaModel final : public CausalLm {
       a.mlp_out = Tensor::empty(DType::kF32, {n, d});
       a.n = n;
     }
-    const int64_t need = static_cast<int64_t>(cpu::attention_workspace_floats(n_kv, n_threads));
+    const int64_t need = static_cast<int64_t>(cpu::attention_workspace_floats(
+        n_kv, cfg_.n_heads, cfg_.n_kv_heads, cfg_.head_dim, n_threads));
     if (!a.scratch.defined() || a.scratch.numel() < need) {
       a.scratch = Tensor::empty(DType::kF32, {std::max<int64_t>(need, 4096)});
     }
@@ -221,11 +222,19 @@ class LlamaModel final : public CausalLm {
   void write_kv(KvCache& cache, int64_t layer, const int32_t* positions, int64_t n,
                 const Activations& a) {
     const int64_t kv_dim = cfg_.n_kv_heads * cfg_.head_dim;
-    float* kc = cache.k(layer).data<float>();
-    float* vc = cache.v(layer).data<float>();
+    Tensor& kc = cache.k(layer);
+    Tensor& vc = cache.v(layer);
     for (int64_t i = 0; i < n; ++i) {
-      std::copy_n(a.k.data<float>() + i * kv_dim, kv_dim, kc + positions[i] * kv_dim);
-      std::copy_n(a.v.data<float>() + i * kv_dim, kv_dim, vc + positions[i] * kv_dim);
+      const float* ks = a.k.data<float>() + i * kv_dim;
+      const float* vs = a.v.data<float>() + i * kv_dim;
+      const int64_t off = positions[i] * kv_dim;
+      if (kc.dtype() == DType::kF16) {
+        cpu::convert_f32_to_f16(ks, kc.data<uint16_t>() + off, kv_dim);
+        cpu::convert_f32_to_f16(vs, vc.data<uint16_t>() + off, kv_dim);
+      } else {
+        std::copy_n(ks, kv_dim, kc.data<float>() + off);
+        std::copy_n(vs, kv_dim, vc.data<float>() + off);
+      }
     }
   }
 
@@ -237,17 +246,19 @@ class LlamaModel final : public CausalLm {
 
 }  // namespace
 
-KvCache::KvCache(int64_t n_layers, int64_t capacity, int64_t n_kv_heads, int64_t head_dim)
+KvCache::KvCache(int64_t n_layers, int64_t capacity, int64_t n_kv_heads, int64_t head_dim,
+                 DType dtype)
     : capacity_(capacity) {
+  TESSERA_CHECK_ARG(dtype == DType::kF16 || dtype == DType::kF32, "KV cache must be f16 or f32");
   for (int64_t i = 0; i < n_layers; ++i) {
-    k_.push_back(Tensor::empty(DType::kF32, {capacity, n_kv_heads, head_dim}));
-    v_.push_back(Tensor::empty(DType::kF32, {capacity, n_kv_heads, head_dim}));
+    k_.push_back(Tensor::empty(dtype, {capacity, n_kv_heads, head_dim}));
+    v_.push_back(Tensor::empty(dtype, {capacity, n_kv_heads, head_dim}));
   }
 }
 
-KvCache CausalLm::make_kv_cache(int64_t capacity) const {
+KvCache CausalLm::make_kv_cache(int64_t capacity, DType dtype) const {
   const LlmConfig& c = config();
-  return KvCache(c.n_layers, capacity, c.n_kv_heads, c.head_dim);
+  return KvCache(c.n_layers, capacity, c.n_kv_heads, c.head_dim, dtype);
 }
 
 std::unique_ptr<CausalLm> llama_create(const gguf::File& file) {

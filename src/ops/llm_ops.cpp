@@ -59,9 +59,13 @@ void rope(Tensor& x, const int32_t* positions, const RopeParams& p) {
 
 void attention(const Tensor& q, const int32_t* q_pos, const Tensor& k, const Tensor& v,
                int64_t n_kv, float scale, Tensor& out, Tensor& scratch, ThreadPool& pool) {
-  for (const Tensor* t : {&q, &k, &v, static_cast<const Tensor*>(&out), static_cast<const Tensor*>(&scratch)})
-    require_cpu_f32("attention", "operand", *t);
+  for (const Tensor* t : {&q, static_cast<const Tensor*>(&out), static_cast<const Tensor*>(&scratch)})
+    require_cpu_f32("attention", "q/out/scratch", *t);
   require(q.ndim() == 3 && k.ndim() == 3 && v.ndim() == 3, "attention", "q, k, v must be rank 3");
+  require(k.dtype() == v.dtype(), "attention", "k and v must have the same dtype");
+  require(k.device() == Device::kCpu && v.device() == Device::kCpu && k.is_contiguous() &&
+              v.is_contiguous(),
+          "attention", "k and v must be contiguous host tensors");
   const int64_t n_heads = q.dim(1), head_dim = q.dim(2), n_kv_heads = k.dim(1);
   require(k.dim(2) == head_dim && v.dim(1) == n_kv_heads && v.dim(2) == head_dim &&
               v.dim(0) == k.dim(0),
@@ -71,11 +75,33 @@ void attention(const Tensor& q, const int32_t* q_pos, const Tensor& k, const Ten
           "query heads must be a multiple of kv heads");
   require(n_kv >= 1 && n_kv <= k.dim(0), "attention", "n_kv out of range");
   require(out.numel() == q.numel(), "attention", "out shape mismatch");
-  require(static_cast<size_t>(scratch.numel()) >= cpu::attention_workspace_floats(n_kv, pool.size()),
+  require(static_cast<size_t>(scratch.numel()) >=
+              cpu::attention_workspace_floats(n_kv, n_heads, n_kv_heads, head_dim, pool.size()),
           "attention", "scratch too small");
-  cpu::attention(q.data<float>(), q_pos, q.dim(0), n_heads, k.data<float>(), v.data<float>(),
-                 n_kv_heads * head_dim, n_kv, n_kv_heads, head_dim, scale, out.data<float>(),
-                 scratch.data<float>(), pool);
+  const int64_t stride = n_kv_heads * head_dim;
+  switch (k.dtype()) {
+    case DType::kF32:
+      return cpu::attention(q.data<float>(), q_pos, q.dim(0), n_heads, k.data<float>(),
+                            v.data<float>(), stride, n_kv, n_kv_heads, head_dim, scale,
+                            out.data<float>(), scratch.data<float>(), pool);
+    case DType::kF16:
+      return cpu::attention(q.data<float>(), q_pos, q.dim(0), n_heads, k.data<uint16_t>(),
+                            v.data<uint16_t>(), stride, n_kv, n_kv_heads, head_dim, scale,
+                            out.data<float>(), scratch.data<float>(), pool);
+    case DType::kBF16:
+    case DType::kI32:
+    case DType::kQ8_0:
+    case DType::kQ4_0:
+    case DType::kQ4_1:
+    case DType::kQ5_0:
+    case DType::kQ5_1:
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+    case DType::kQ6_K:
+      break;
+  }
+  throw_error(ErrorCode::kUnsupported, "attention: no cpu kernel for KV dtype " +
+                                           std::string(dtype_name(k.dtype())));
 }
 
 void swiglu(const Tensor& gate, const Tensor& up, Tensor& out) {

@@ -20,9 +20,9 @@ void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& y);
 void add_rms_norm(Tensor& residual, const Tensor& x, const Tensor& w, float eps, Tensor& y);
 // x: [rows, n_heads, head_dim] f32, rotated in place; positions: rows entries.
 void rope(Tensor& x, const int32_t* positions, const RopeParams& p);
-// q: [rows, n_heads, head_dim]; k, v: [capacity, n_kv_heads, head_dim] of which the first
-// n_kv rows are valid; out like q. Causal by q_pos. scratch: f32 workspace of at least
-// cpu::attention_workspace_floats(n_kv, pool.size()) elements.
+// q: [rows, n_heads, head_dim] f32; k, v: [capacity, n_kv_heads, head_dim] f32 or f16 of which
+// the first n_kv rows are valid; out like q. Causal by q_pos. With f16 K/V, q is rounded to f16
+// for the QK product. scratch: f32 workspace of at least cpu::attention_workspace_floats(...).
 void attention(const Tensor& q, const int32_t* q_pos, const Tensor& k, const Tensor& v,
                int64_t n_kv, float scale, Tensor& out, Tensor& scratch, ThreadPool& pool);
 // out = silu(gate) * up; all the same shape, f32.

@@ -3,6 +3,7 @@
 
 #include "backend/cpu/thread_pool.h"
 #include "core/error.h"
+#include "core/half.h"
 #include "kernels/cpu/llm_ops.h"
 #include "kernels/ref/llm_ops.h"
 #include "ops/llm_ops.h"
@@ -97,10 +98,10 @@ struct AttnCase {
   int64_t rows, heads, kv_heads, head_dim, capacity, first_pos;
 };
 
-class AttentionTest : public ::testing::TestWithParam<AttnCase> {};
+class AttentionTest : public ::testing::TestWithParam<std::tuple<AttnCase, DType>> {};
 
 TEST_P(AttentionTest, MatchesReference) {
-  const AttnCase c = GetParam();
+  const auto [c, kv_dtype] = GetParam();
   const int64_t n_kv = c.first_pos + c.rows;
   auto q = random_floats(c.rows * c.heads * c.head_dim, 6);
   auto k = random_floats(c.capacity * c.kv_heads * c.head_dim, 7, -2.f, 2.f);
@@ -108,22 +109,42 @@ TEST_P(AttentionTest, MatchesReference) {
   std::vector<int32_t> pos(c.rows);
   for (int64_t i = 0; i < c.rows; ++i) pos[i] = static_cast<int32_t>(c.first_pos + i);
   const float scale = 1.f / std::sqrt(static_cast<float>(c.head_dim));
-  std::vector<float> want(q.size());
-  ref::attention(q.data(), pos.data(), c.rows, c.heads, k.data(), v.data(), n_kv, c.kv_heads, c.head_dim, scale, want.data());
   ThreadPool pool(3);
   Tensor tq = from_vec(q, {c.rows, c.heads, c.head_dim});
-  Tensor tk = from_vec(k, {c.capacity, c.kv_heads, c.head_dim}), tv = from_vec(v, {c.capacity, c.kv_heads, c.head_dim});
+  Tensor tk = Tensor::empty(kv_dtype, {c.capacity, c.kv_heads, c.head_dim});
+  Tensor tv = Tensor::empty(kv_dtype, {c.capacity, c.kv_heads, c.head_dim});
+  std::vector<float> q_ref = q;
+  if (kv_dtype == DType::kF16) {
+    // The op contract: f16 K/V, and q rounded to f16 for the QK product. The reference sees
+    // exactly those values.
+    for (size_t i = 0; i < k.size(); ++i) {
+      tk.data<uint16_t>()[i] = f32_to_f16(k[i]);
+      k[i] = f16_to_f32(tk.data<uint16_t>()[i]);
+      tv.data<uint16_t>()[i] = f32_to_f16(v[i]);
+      v[i] = f16_to_f32(tv.data<uint16_t>()[i]);
+    }
+    for (auto& x : q_ref) x = f16_to_f32(f32_to_f16(x));
+  } else {
+    std::copy(k.begin(), k.end(), tk.data<float>());
+    std::copy(v.begin(), v.end(), tv.data<float>());
+  }
+  std::vector<float> want(q.size());
+  ref::attention(q_ref.data(), pos.data(), c.rows, c.heads, k.data(), v.data(), n_kv, c.kv_heads,
+                 c.head_dim, scale, want.data());
   Tensor out = from_vec(std::vector<float>(q.size(), kPoison), {c.rows, c.heads, c.head_dim});
-  Tensor scratch = Tensor::empty(DType::kF32, {static_cast<int64_t>(cpu::attention_workspace_floats(n_kv, pool.size()))});
+  Tensor scratch = Tensor::empty(DType::kF32, {static_cast<int64_t>(cpu::attention_workspace_floats(
+                                                  n_kv, c.heads, c.kv_heads, c.head_dim, pool.size()))});
   ops::attention(tq, pos.data(), tk, tv, n_kv, scale, out, scratch, pool);
   EXPECT_LE(test::nmse(to_vec(out), want), 1e-10);
   EXPECT_TRUE(all_close(to_vec(out), want, 1e-5f, 1e-4f));
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, AttentionTest,
-                         ::testing::Values(AttnCase{1, 1, 1, 1, 1, 0}, AttnCase{1, 9, 3, 64, 300, 250},
-                                           AttnCase{13, 9, 3, 64, 13, 0}, AttnCase{5, 8, 8, 17, 40, 11},
-                                           AttnCase{4, 6, 1, 128, 1031, 1000}, AttnCase{7, 4, 2, 3, 9, 2}));
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, AttentionTest,
+    ::testing::Combine(::testing::Values(AttnCase{1, 1, 1, 1, 1, 0}, AttnCase{1, 9, 3, 64, 300, 250},
+                                         AttnCase{13, 9, 3, 64, 13, 0}, AttnCase{5, 8, 8, 17, 40, 11},
+                                         AttnCase{4, 6, 1, 128, 1031, 1000}, AttnCase{7, 4, 2, 3, 9, 2}),
+                       ::testing::Values(DType::kF32, DType::kF16)));
 
 TEST(Attention, RejectsBadGrouping) {
   ThreadPool pool(1);

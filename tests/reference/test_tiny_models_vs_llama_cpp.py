@@ -35,7 +35,7 @@ def random_k_blocks(rng, rows, cols, qtype):
 
 
 def encode_weight(rng, rows, cols, qtype):
-    w = rng.uniform(-1, 1, size=(rows, cols)).astype(np.float32) / np.sqrt(cols)
+    w = (rng.uniform(-1, 1, size=(rows, cols)) / np.sqrt(cols)).astype(np.float32)
     if qtype == Q.F32:
         return w, None
     if qtype == Q.F16:
@@ -147,7 +147,13 @@ def test_tiny_model_logits_match_llama_cpp(llama_cpp, tessera_bin, model_path, c
     err = ((got - ref) ** 2).sum() / (ref ** 2).sum()
     top1 = (got.argmax(-1) == ref.argmax(-1)).mean()
     print(f"{case}: normalized MSE {err:.2e}, top-1 agreement {top1:.3f}")
-    # Quantized activations (8-bit, as llama.cpp) differ slightly in rounding; f32/f16/bf16 paths
-    # differ only in summation order.
-    assert err <= (1e-3 if CASES[case]["wtype"] not in (Q.F32, Q.F16, Q.BF16) else 1e-5)
+    # Bounds follow llama.cpp's own rounding: it multiplies F16/BF16 weights with activations
+    # rounded to f16/bf16 (Tessera keeps f32 activations), and for 8-bit-activation formats the
+    # legacy (Q4_0..Q8_0) path differs by ~2e-4 (see docs/design/llm_cpu_path.md); K formats and
+    # f32 agree to ~1e-7. With near-uniform random-weight logits, top-1 is a weak signal, so the
+    # bound on it is loose; the MSE bound is what catches structural errors (seen at >= 1e-1).
+    bound = {Q.F32: 1e-6, Q.F16: 1e-5, Q.BF16: 1e-4}.get(CASES[case]["wtype"], 1e-3)
+    if CASES[case]["wtype"] in K_BLOCK:
+        bound = 1e-6
+    assert err <= bound
     assert top1 >= 0.9

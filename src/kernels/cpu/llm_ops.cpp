@@ -4,6 +4,10 @@
 #include <cmath>
 
 #include "backend/cpu/thread_pool.h"
+#include "core/half.h"
+#include "kernels/cpu/matmul.h"
+
+#include <type_traits>
 
 namespace tessera::cpu {
 
@@ -57,42 +61,81 @@ void rope(float* x, const int32_t* positions, int64_t rows, int64_t n_heads, int
   }
 }
 
-size_t attention_workspace_floats(int64_t n_kv, int n_threads) {
-  return static_cast<size_t>(n_kv) * static_cast<size_t>(n_threads);
+size_t attention_workspace_floats(int64_t n_kv, int64_t n_heads, int64_t n_kv_heads,
+                                  int64_t head_dim, int n_threads) {
+  const int64_t group = n_heads / n_kv_heads;
+  // per thread: group score rows, group rounded queries, two converted K/V rows
+  const int64_t per_thread = group * n_kv + group * head_dim + 2 * head_dim;
+  return static_cast<size_t>(per_thread) * static_cast<size_t>(n_threads);
 }
 
+namespace {
+inline const float* kv_row(const float* p, int64_t, float*) { return p; }
+inline const float* kv_row(const uint16_t* p, int64_t n, float* tmp) {
+  dequantize_row(DType::kF16, p, tmp, n);
+  return tmp;
+}
+}  // namespace
+
+template <class KV>
 void attention(const float* q, const int32_t* q_pos, int64_t rows, int64_t n_heads,
-               const float* k, const float* v, int64_t kv_row_stride, int64_t n_kv,
+               const KV* k, const KV* v, int64_t kv_row_stride, int64_t n_kv,
                int64_t n_kv_heads, int64_t head_dim, float scale, float* out, float* workspace,
                ThreadPool& pool) {
   const int64_t group = n_heads / n_kv_heads;
-  pool.parallel_for(rows * n_heads, [&](int64_t begin, int64_t end, int thread) {
-    float* s = workspace + static_cast<size_t>(thread) * n_kv;
+  const int64_t per_thread = group * n_kv + group * head_dim + 2 * head_dim;
+  pool.parallel_for(rows * n_kv_heads, [&](int64_t begin, int64_t end, int thread) {
+    float* scores = workspace + thread * per_thread;  // group x n_kv
+    float* qg = scores + group * n_kv;                 // group x head_dim
+    float* k_tmp = qg + group * head_dim;
+    float* v_tmp = k_tmp + head_dim;
     for (int64_t job = begin; job < end; ++job) {
-      const int64_t r = job / n_heads, h = job % n_heads, kh = h / group;
+      const int64_t r = job / n_kv_heads, kh = job % n_kv_heads;
       const int64_t len = std::min<int64_t>(q_pos[r], n_kv - 1) + 1;
-      const float* qh = q + (r * n_heads + h) * head_dim;
-      float mx = -INFINITY;
-      for (int64_t t = 0; t < len; ++t) {
-        const float* kt = k + t * kv_row_stride + kh * head_dim;
-        float dot = 0;
-        for (int64_t i = 0; i < head_dim; ++i) dot += qh[i] * kt[i];
-        s[t] = dot * scale;
-        mx = std::max(mx, s[t]);
+      for (int64_t g = 0; g < group; ++g) {
+        const float* src = q + (r * n_heads + kh * group + g) * head_dim;
+        for (int64_t i = 0; i < head_dim; ++i)
+          qg[g * head_dim + i] =
+              std::is_same_v<KV, uint16_t> ? f16_to_f32(f32_to_f16(src[i])) : src[i];
       }
-      float sum = 0;
-      for (int64_t t = 0; t < len; ++t) sum += (s[t] = std::exp(s[t] - mx));
-      const float inv = 1.f / sum;
-      float* o = out + (r * n_heads + h) * head_dim;
-      std::fill(o, o + head_dim, 0.f);
       for (int64_t t = 0; t < len; ++t) {
-        const float* vt = v + t * kv_row_stride + kh * head_dim;
-        const float wt = s[t] * inv;
-        for (int64_t i = 0; i < head_dim; ++i) o[i] += wt * vt[i];
+        const float* kt = kv_row(k + t * kv_row_stride + kh * head_dim, head_dim, k_tmp);
+        for (int64_t g = 0; g < group; ++g) {
+          const float* qh = qg + g * head_dim;
+          float dot = 0;
+          for (int64_t i = 0; i < head_dim; ++i) dot += qh[i] * kt[i];
+          scores[g * n_kv + t] = dot * scale;
+        }
+      }
+      for (int64_t g = 0; g < group; ++g) {
+        float* s = scores + g * n_kv;
+        float mx = -INFINITY;
+        for (int64_t t = 0; t < len; ++t) mx = std::max(mx, s[t]);
+        float sum = 0;
+        for (int64_t t = 0; t < len; ++t) sum += (s[t] = std::exp(s[t] - mx));
+        const float inv = 1.f / sum;
+        for (int64_t t = 0; t < len; ++t) s[t] *= inv;
+        float* o = out + (r * n_heads + kh * group + g) * head_dim;
+        std::fill(o, o + head_dim, 0.f);
+      }
+      for (int64_t t = 0; t < len; ++t) {
+        const float* vt = kv_row(v + t * kv_row_stride + kh * head_dim, head_dim, v_tmp);
+        for (int64_t g = 0; g < group; ++g) {
+          const float wt = scores[g * n_kv + t];
+          float* o = out + (r * n_heads + kh * group + g) * head_dim;
+          for (int64_t i = 0; i < head_dim; ++i) o[i] += wt * vt[i];
+        }
       }
     }
   });
 }
+
+template void attention<float>(const float*, const int32_t*, int64_t, int64_t, const float*,
+                               const float*, int64_t, int64_t, int64_t, int64_t, float, float*,
+                               float*, ThreadPool&);
+template void attention<uint16_t>(const float*, const int32_t*, int64_t, int64_t,
+                                  const uint16_t*, const uint16_t*, int64_t, int64_t, int64_t,
+                                  int64_t, float, float*, float*, ThreadPool&);
 
 void swiglu(const float* gate, const float* up, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.f + std::exp(-gate[i])) * up[i];

@@ -22,12 +22,16 @@ void add_rms_norm(float* residual, const float* x, const float* w, float eps, in
 void rope(float* x, const int32_t* positions, int64_t rows, int64_t n_heads, int64_t head_dim,
           const RopeParams& p);
 
-// Floats of scratch attention needs: one score row of n_kv per thread.
-size_t attention_workspace_floats(int64_t n_kv, int n_threads);
-// k, v rows are strided by kv_row_stride floats (>= n_kv_heads * head_dim) so a cache with
-// spare capacity can be read in place.
+// Floats of scratch attention needs per call.
+size_t attention_workspace_floats(int64_t n_kv, int64_t n_heads, int64_t n_kv_heads,
+                                  int64_t head_dim, int n_threads);
+// K/V elements are f32, or f16 (KV = uint16_t). With f16 K/V the query is rounded to f16 for
+// the QK product (as llama.cpp's f16 cache does); scores, softmax and the V sum are f32.
+// k, v rows (one per position) are strided by kv_row_stride elements. Each job handles one
+// (query row, kv head) pair so K/V rows are loaded once for the whole query-head group.
+template <class KV>
 void attention(const float* q, const int32_t* q_pos, int64_t rows, int64_t n_heads,
-               const float* k, const float* v, int64_t kv_row_stride, int64_t n_kv,
+               const KV* k, const KV* v, int64_t kv_row_stride, int64_t n_kv,
                int64_t n_kv_heads, int64_t head_dim, float scale, float* out, float* workspace,
                ThreadPool& pool);
 void swiglu(const float* gate, const float* up, int64_t n, float* out);

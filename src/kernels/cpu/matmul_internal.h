@@ -16,10 +16,26 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "core/half.h"
 
 namespace tessera::cpu::detail {
 
 inline constexpr int64_t kActAlign = 64;
+
+// Activation quantization follows llama.cpp's x86 numerics exactly, so that the integer dot
+// products (and hence logits) agree with the reference bit for bit up to f32 summation order:
+// Q8 block scales d and d*sum are stored rounded to f16 (as block_q8_0/q8_1 store them), and
+// Q8_K maps the signed element of largest magnitude to -127 (q = min(127, rne(-127/max * x)),
+// d = 1 / iscale) as quantize_row_q8_K does.
+inline float round_to_f16(float v) { return f16_to_f32(f32_to_f16(v)); }
+
+// Q8_K scale from a super-block: returns iscale (0 for an all-zero block).
+inline float q8k_iscale(const float* x, int n, float amax) {
+  if (amax == 0) return 0;
+  for (int j = 0; j < n; ++j)
+    if (x[j] == amax || x[j] == -amax) return -127.f / x[j];  // first element of largest |x|
+  return 0;
+}
 
 struct ActLayout {
   // qs of block pair p at p * 64: [b0 e0..15][b1 e0..15][b0 e16..31][b1 e16..31] (b1 zero when

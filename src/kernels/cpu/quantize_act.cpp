@@ -48,8 +48,8 @@ void quantize_q8(const float* x, int64_t k, uint8_t* out) {
       a.qs[q8_qs_index(natural, b, e)] = q[e];
       sum += q[e];
     }
-    a.d[b] = d;
-    a.s[b] = d * static_cast<float>(sum);
+    a.d[b] = round_to_f16(d);
+    a.s[b] = round_to_f16(d * static_cast<float>(sum));
     a.isum[b] = sum;
   }
 }
@@ -59,7 +59,12 @@ void quantize_q8k(const float* x, int64_t k, uint8_t* out) {
   const ActQ8K a = act_q8k(out, nsb);
   for (int64_t b = 0; b < nsb; ++b) {
     int8_t* q = a.qs + b * 256;
-    a.d[b] = quantize_group(x + b * 256, 256, q);
+    const float* xb = x + b * 256;
+    float amax = 0;
+    for (int e = 0; e < 256; ++e) amax = std::max(amax, std::fabs(xb[e]));
+    const float iscale = q8k_iscale(xb, 256, amax);
+    for (int e = 0; e < 256; ++e) q[e] = static_cast<int8_t>(std::min(127, round_even(iscale * xb[e])));
+    a.d[b] = iscale != 0 ? 1.f / iscale : 0.f;
     for (int g = 0; g < 16; ++g) {
       int sum = 0;
       for (int e = 0; e < 16; ++e) sum += q[g * 16 + e];

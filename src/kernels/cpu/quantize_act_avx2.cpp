@@ -52,8 +52,8 @@ void quantize_q8(const float* x, int64_t k, uint8_t* out, const ActLayout& layou
     }
     const int32_t sum = hsum_epi32(sum32);
     const int64_t si = q8_scale_index(layout, b);
-    a.d[si] = d;
-    a.s[si] = d * static_cast<float>(sum);
+    a.d[si] = round_to_f16(d);
+    a.s[si] = round_to_f16(d * static_cast<float>(sum));
     a.isum[si] = sum;
   }
 }
@@ -63,9 +63,9 @@ void quantize_q8k(const float* x, int64_t k, uint8_t* out) {
   const ActQ8K a = act_q8k(out, nsb);
   for (int64_t b = 0; b < nsb; ++b) {
     const float* xb = x + b * 256;
-    const float amax = amax_of(xb, 256);
-    a.d[b] = amax / 127.0f;
-    const __m256 id = _mm256_set1_ps(amax != 0 ? 127.0f / amax : 0.0f);
+    const float iscale = q8k_iscale(xb, 256, amax_of(xb, 256));
+    a.d[b] = iscale != 0 ? 1.f / iscale : 0.f;
+    const __m256 id = _mm256_set1_ps(iscale);
     for (int j = 0; j < 8; ++j) {
       __m256i sum32;
       const __m256i q = quantize32(xb + 32 * j, id, &sum32);
