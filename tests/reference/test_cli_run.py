@@ -1,0 +1,79 @@
+"""End-to-end behaviour of `tessera run` on the default model: determinism, stop strings, chat,
+limits and clear errors for bad input."""
+import os
+import tempfile
+
+import numpy as np
+from gguf import GGUFWriter
+
+from conftest import run_tessera
+
+
+def run(tessera_bin, model_path, *args, check=True):
+    return run_tessera(tessera_bin, "run", "-m", model_path, *args, check=check)
+
+
+def test_same_seed_same_output_other_seed_differs(tessera_bin, model_path):
+    args = ("-n", 24, "--temp", 1.0, "--top-k", 50, "--top-p", 0.95, "--min-p", 0.02, "--repeat-penalty", 1.1)
+    a = run(tessera_bin, model_path, *args, "--seed", 7, "Tell me a story.")
+    b = run(tessera_bin, model_path, *args, "--seed", 7, "Tell me a story.")
+    c = run(tessera_bin, model_path, *args, "--seed", 8, "Tell me a story.")
+    assert a.stdout == b.stdout
+    assert a.stdout != c.stdout
+    assert "generation: 24 tokens" in a.stderr or "finish: stop" in a.stderr
+
+
+def test_stop_string_truncates_output(tessera_bin, model_path):
+    full = run(tessera_bin, model_path, "-n", 32, "--ignore-eos", "The capital of France is").stdout
+    words = full.split()
+    assert len(words) > 4, full
+    stop = words[3]
+    cut = run(tessera_bin, model_path, "-n", 32, "--ignore-eos", "--stop", stop, "The capital of France is")
+    assert cut.stdout.rstrip("\n") == full[: full.index(stop)]
+    assert "finish: stop" in cut.stderr
+
+
+def test_chat_prints_timings_and_answers(tessera_bin, model_path):
+    r = run(tessera_bin, model_path, "--chat", "-n", 16, "What is 2 + 2?")
+    assert r.stdout.strip()
+    for field in ("load:", "prompt:", "tokens/s", "generation:"):
+        assert field in r.stderr
+
+
+def test_no_repeat_ngram_blocks_repeats(tessera_bin, model_path):
+    r = run(tessera_bin, model_path, "-n", 48, "--ignore-eos", "--no-repeat-ngram", 2, "--print-token-ids",
+            "List the numbers: one, two, one, two, one, two,")
+    ids = [int(t) for t in r.stderr.split("token ids:")[1].split("\n")[0].split()]
+    bigrams = list(zip(ids, ids[1:]))
+    assert len(bigrams) == len(set(bigrams)), "a bigram repeated despite --no-repeat-ngram 2"
+
+
+def test_max_tokens_and_context_limits(tessera_bin, model_path):
+    r = run(tessera_bin, model_path, "-n", 0, "Hello")
+    assert "generation: 0 tokens" in r.stderr
+    r = run(tessera_bin, model_path, "--ctx", 16, "word " * 40, check=False)
+    assert r.returncode == 1 and "context" in r.stderr
+
+
+def test_bad_arguments_are_rejected(tessera_bin, model_path):
+    for args in (("--temp", "abc", "x"), ("--top-p", "1.5", "x"), ("--bogus", "x"), ()):
+        r = run(tessera_bin, model_path, *args, check=False)
+        assert r.returncode == 2, (args, r.stderr)
+        assert "usage" in r.stderr
+
+
+def test_missing_and_unsupported_models_give_clear_errors(tessera_bin):
+    r = run_tessera(tessera_bin, "run", "-m", "/nonexistent/model.gguf", "hi", check=False)
+    assert r.returncode == 1 and "/nonexistent/model.gguf" in r.stderr
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "falcon.gguf")
+        w = GGUFWriter(path, "falcon")
+        w.add_block_count(1)
+        w.add_tensor("token_embd.weight", np.zeros((4, 8), dtype=np.float32) + 0.5)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        r = run_tessera(tessera_bin, "run", "-m", path, "hi", check=False)
+        assert r.returncode == 1
+        assert "falcon" in r.stderr and "llama" in r.stderr and "qwen2" in r.stderr, r.stderr
