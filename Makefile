@@ -1,20 +1,12 @@
-# Quick start:  make run PROMPT="Why is the sky blue?"   then   make test
+# Conveniences around the scripts (the README's quick start uses the scripts directly).
 PROMPT ?= Why is the sky blue?
-N ?= 128
-ARGS ?=
 
-.PHONY: setup run test bench build
-setup:
-	./scripts/setup.sh
+.PHONY: run test bench
+run:
+	./scripts/quickstart.sh "$(PROMPT)"
 
-build:
-	cmake --build build -j"$$(nproc)"
+test:
+	./scripts/test.sh
 
-run: setup
-	./build/tessera run --chat -n $(N) $(ARGS) "$(PROMPT)"
-
-test: setup
-	ctest --test-dir build --output-on-failure -j2
-
-bench: setup
-	.venv/bin/python bench/llm_cpu_bench.py
+bench:
+	./scripts/setup.sh >/dev/null && .venv/bin/python bench/llm_cpu_bench.py

@@ -60,12 +60,14 @@ Expected<std::unique_ptr<Engine>> Engine::load(const std::string& path, const En
   auto file = gguf::File::open(path);
   if (!file) return file.status();
   impl->file = std::move(*file);
-  auto tok = Tokenizer::from_gguf(*impl->file);
-  if (!tok) return tok.status();
-  impl->tokenizer = std::move(*tok);
+  // The architecture is checked first: an unsupported model should say so, not fail on a
+  // missing tokenizer key.
   auto model = models::load_causal_lm(*impl->file);
   if (!model) return model.status();
   impl->model = std::move(*model);
+  auto tok = Tokenizer::from_gguf(*impl->file);
+  if (!tok) return tok.status();
+  impl->tokenizer = std::move(*tok);
   auto chat = ChatTemplate::from_template_text(impl->file->get_string("tokenizer.chat_template"),
                                                *impl->tokenizer);
   if (chat) {
