@@ -5,6 +5,7 @@
 //   pool.parallel_for(rows, [&](int64_t begin, int64_t end, int thread) { ... });
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -34,15 +35,18 @@ class ThreadPool {
 
   int n_threads_;
   std::vector<std::thread> workers_;
+  // Hand-off: the job fields are written, then generation_ is bumped (release, under mu_ so a
+  // sleeping worker cannot miss it); workers spin briefly on generation_ before sleeping on
+  // cv_start_, which keeps a decode step's hundreds of small parallel loops cheap. The caller
+  // waits for pending_ to reach 0, so job fields are never rewritten while a worker reads them.
   std::mutex mu_;
   std::condition_variable cv_start_;
-  std::condition_variable cv_done_;
   const std::function<void(int64_t, int64_t, int)>* job_ = nullptr;
   int64_t job_n_ = 0;
   int64_t job_grain_ = 1;
-  uint64_t generation_ = 0;
-  int pending_ = 0;
-  bool stop_ = false;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> pending_{0};
+  std::atomic<bool> stop_{false};
 };
 
 // Process-wide pool sized by TESSERA_THREADS or the hardware thread count.
