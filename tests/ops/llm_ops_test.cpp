@@ -115,27 +115,28 @@ TEST_P(AttentionTest, MatchesReference) {
   Tensor tv = Tensor::empty(kv_dtype, {c.capacity, c.kv_heads, c.head_dim});
   std::vector<float> q_ref = q;
   if (kv_dtype == DType::kF16) {
-    // The op contract: f16 K/V, and q rounded to f16 for the QK product. The reference sees
-    // exactly those values.
+    // The op contract: f16 K/V; q and the probabilities are rounded to f16 for the products
+    // (ref::attention's f16_products). The reference sees exactly the cached values.
     for (size_t i = 0; i < k.size(); ++i) {
       tk.data<uint16_t>()[i] = f32_to_f16(k[i]);
       k[i] = f16_to_f32(tk.data<uint16_t>()[i]);
       tv.data<uint16_t>()[i] = f32_to_f16(v[i]);
       v[i] = f16_to_f32(tv.data<uint16_t>()[i]);
     }
-    for (auto& x : q_ref) x = f16_to_f32(f32_to_f16(x));
   } else {
     std::copy(k.begin(), k.end(), tk.data<float>());
     std::copy(v.begin(), v.end(), tv.data<float>());
   }
   std::vector<float> want(q.size());
   ref::attention(q_ref.data(), pos.data(), c.rows, c.heads, k.data(), v.data(), n_kv, c.kv_heads,
-                 c.head_dim, scale, want.data());
+                 c.head_dim, scale, want.data(), kv_dtype == DType::kF16);
   Tensor out = from_vec(std::vector<float>(q.size(), kPoison), {c.rows, c.heads, c.head_dim});
   Tensor scratch = Tensor::empty(DType::kF32, {static_cast<int64_t>(cpu::attention_workspace_floats(
                                                   n_kv, c.heads, c.kv_heads, c.head_dim, pool.size()))});
   ops::attention(tq, pos.data(), tk, tv, n_kv, scale, out, scratch, pool);
-  EXPECT_LE(test::nmse(to_vec(out), want), 1e-10);
+  // f16 probabilities computed in f32 may round to the neighbouring f16 of the f64 reference's
+  // at ties: still far inside DESIGN's fp16 bound (1e-5).
+  EXPECT_LE(test::nmse(to_vec(out), want), kv_dtype == DType::kF16 ? 1e-8 : 1e-10);
   EXPECT_TRUE(all_close(to_vec(out), want, 1e-5f, 1e-4f));
 }
 

@@ -114,7 +114,11 @@ void attention(const float* q, const int32_t* q_pos, int64_t rows, int64_t n_hea
         float sum = 0;
         for (int64_t t = 0; t < len; ++t) sum += (s[t] = std::exp(s[t] - mx));
         const float inv = 1.f / sum;
-        for (int64_t t = 0; t < len; ++t) s[t] *= inv;
+        if constexpr (std::is_same_v<KV, uint16_t>) {
+          for (int64_t t = 0; t < len; ++t) s[t] = f16_to_f32(f32_to_f16(s[t] * inv));
+        } else {
+          for (int64_t t = 0; t < len; ++t) s[t] *= inv;
+        }
         float* o = out + (r * n_heads + kh * group + g) * head_dim;
         std::fill(o, o + head_dim, 0.f);
       }

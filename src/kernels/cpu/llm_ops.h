@@ -25,8 +25,9 @@ void rope(float* x, const int32_t* positions, int64_t rows, int64_t n_heads, int
 // Floats of scratch attention needs per call.
 size_t attention_workspace_floats(int64_t n_kv, int64_t n_heads, int64_t n_kv_heads,
                                   int64_t head_dim, int n_threads);
-// K/V elements are f32, or f16 (KV = uint16_t). With f16 K/V the query is rounded to f16 for
-// the QK product (as llama.cpp's f16 cache does); scores, softmax and the V sum are f32.
+// K/V elements are f32, or f16 (KV = uint16_t). With f16 K/V both products take 16-bit inputs
+// as ggml's f16 attention (llama.cpp's default) and flash-attention GPU kernels do: q is rounded
+// to f16 for QK, and the normalized probabilities to f16 for PV; accumulation stays f32.
 // k, v rows (one per position) are strided by kv_row_stride elements. Each job handles one
 // (query row, kv head) pair so K/V rows are loaded once for the whole query-head group.
 template <class KV>

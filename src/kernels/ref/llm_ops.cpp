@@ -1,6 +1,8 @@
 #include "kernels/ref/llm_ops.h"
 
 #include <cmath>
+
+#include "core/half.h"
 #include <vector>
 
 namespace tessera::ref {
@@ -44,7 +46,8 @@ void rope(float* x, const int32_t* positions, int64_t rows, int64_t n_heads, int
 
 void attention(const float* q, const int32_t* q_pos, int64_t rows, int64_t n_heads,
                const float* k, const float* v, int64_t n_kv, int64_t n_kv_heads,
-               int64_t head_dim, float scale, float* out) {
+               int64_t head_dim, float scale, float* out, bool f16_products) {
+  auto r16 = [&](double x) { return f16_products ? f16_to_f32(f32_to_f16(static_cast<float>(x))) : x; };
   const int64_t group = n_heads / n_kv_heads;
   std::vector<double> s(n_kv);
   for (int64_t r = 0; r < rows; ++r) {
@@ -56,17 +59,18 @@ void attention(const float* q, const int32_t* q_pos, int64_t rows, int64_t n_hea
       for (int64_t t = 0; t <= last; ++t) {
         const float* kt = k + (t * n_kv_heads + kh) * head_dim;
         double dot = 0;
-        for (int64_t i = 0; i < head_dim; ++i) dot += static_cast<double>(qh[i]) * kt[i];
+        for (int64_t i = 0; i < head_dim; ++i) dot += r16(qh[i]) * kt[i];
         s[t] = dot * scale;
         mx = std::max(mx, s[t]);
       }
       double sum = 0;
       for (int64_t t = 0; t <= last; ++t) sum += (s[t] = std::exp(s[t] - mx));
+      for (int64_t t = 0; t <= last; ++t) s[t] = r16(s[t] / sum);
       float* o = out + (r * n_heads + h) * head_dim;
       for (int64_t i = 0; i < head_dim; ++i) {
         double acc = 0;
         for (int64_t t = 0; t <= last; ++t) acc += s[t] * v[(t * n_kv_heads + kh) * head_dim + i];
-        o[i] = static_cast<float>(acc / sum);
+        o[i] = static_cast<float>(acc);
       }
     }
   }

@@ -32,10 +32,11 @@ void rope(float* x, const int32_t* positions, int64_t rows, int64_t n_heads, int
 // Causal attention of queries against a KV cache with grouped-query heads.
 // q: rows x n_heads x head_dim at positions q_pos[r]; k, v: n_kv x n_kv_heads x head_dim
 // (cache positions 0..n_kv). Query r attends to cache positions [0, q_pos[r]].
-// out: rows x n_heads x head_dim.
+// out: rows x n_heads x head_dim. f16_products: round q and the normalized probabilities to
+// f16 before the two products (the contract of attention over an f16 KV cache).
 void attention(const float* q, const int32_t* q_pos, int64_t rows, int64_t n_heads,
                const float* k, const float* v, int64_t n_kv, int64_t n_kv_heads,
-               int64_t head_dim, float scale, float* out);
+               int64_t head_dim, float scale, float* out, bool f16_products = false);
 
 // out = silu(gate) * up, elementwise over n.
 void swiglu(const float* gate, const float* up, int64_t n, float* out);
