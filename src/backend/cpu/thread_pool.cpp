@@ -8,6 +8,7 @@ namespace tessera {
 ThreadPool::ThreadPool(int n_threads) {
   if (n_threads <= 0) n_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   n_threads_ = n_threads;
+  slots_ = std::make_unique<Slot[]>(static_cast<size_t>(n_threads_));
   for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
 }
 
@@ -43,6 +44,17 @@ inline void cpu_relax() {
 constexpr int kSpinIterations = 20000;
 }  // namespace
 
+bool ThreadPool::run_slot(int slot, uint64_t gen) {
+  uint64_t expected = gen - 1;
+  if (!slots_[slot].claimed.compare_exchange_strong(expected, gen, std::memory_order_acq_rel))
+    return false;
+  int64_t b, e;
+  chunk_range(job_n_, job_grain_, n_threads_, slot, &b, &e);
+  if (b < e) (*job_)(b, e, slot);
+  slots_[slot].done.store(gen, std::memory_order_release);
+  return true;
+}
+
 void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t, int)>& fn,
                               int64_t grain) {
   if (n <= 0) return;
@@ -54,20 +66,22 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   job_ = &fn;
   job_n_ = n;
   job_grain_ = grain;
-  pending_.store(n_threads_ - 1, std::memory_order_relaxed);
+  uint64_t gen;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    generation_.fetch_add(1, std::memory_order_release);
+    gen = generation_.fetch_add(1, std::memory_order_release) + 1;
   }
   cv_start_.notify_all();
-  int64_t b, e;
-  chunk_range(n, grain, n_threads_, 0, &b, &e);
-  if (b < e) fn(b, e, 0);
-  for (int spins = 0; pending_.load(std::memory_order_acquire) != 0; ++spins) {
-    if (spins < kSpinIterations) {
-      cpu_relax();
-    } else {
-      std::this_thread::yield();
+  run_slot(0, gen);
+  // Take over every slot no worker has claimed yet; then wait for the claimed ones.
+  for (int i = 1; i < n_threads_; ++i) run_slot(i, gen);
+  for (int i = 1; i < n_threads_; ++i) {
+    for (int spins = 0; slots_[i].done.load(std::memory_order_acquire) != gen; ++spins) {
+      if (spins < kSpinIterations) {
+        cpu_relax();
+      } else {
+        std::this_thread::yield();
+      }
     }
   }
 }
@@ -87,10 +101,7 @@ void ThreadPool::worker_loop(int index) {
     }
     seen = gen;
     if (stop_.load(std::memory_order_acquire)) return;
-    int64_t b, e;
-    chunk_range(job_n_, job_grain_, n_threads_, index, &b, &e);
-    if (b < e) (*job_)(b, e, index);
-    pending_.fetch_sub(1, std::memory_order_acq_rel);
+    run_slot(index, gen);
   }
 }
 

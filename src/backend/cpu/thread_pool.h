@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -35,17 +36,29 @@ class ThreadPool {
 
   int n_threads_;
   std::vector<std::thread> workers_;
-  // Hand-off: the job fields are written, then generation_ is bumped (release, under mu_ so a
-  // sleeping worker cannot miss it); workers spin briefly on generation_ before sleeping on
-  // cv_start_, which keeps a decode step's hundreds of small parallel loops cheap. The caller
-  // waits for pending_ to reach 0, so job fields are never rewritten while a worker reads them.
+  bool run_slot(int slot, uint64_t gen);
+
+  // Hand-off protocol (job g = generation_ value g):
+  //  - the caller writes the job fields, then bumps generation_ (release; under mu_ so a
+  //    sleeping worker cannot miss the wake-up). Workers spin briefly on generation_ before
+  //    sleeping on cv_start_, which keeps a decode step's hundreds of small loops cheap.
+  //  - each slot (chunk) i is claimed by CAS of claimed_[i] from g-1 to g, by worker i or, when
+  //    the worker has not got to it (descheduled on a busy machine), by the caller itself. So
+  //    the caller never waits for a worker that is not running; it waits only for slots a
+  //    worker claimed, whose done_[i] becomes g when finished.
+  //  - a claim succeeds only while job g is in progress, so job fields read after a successful
+  //    claim are g's and stay unchanged until the caller has seen done_[i] == g.
+  struct alignas(64) Slot {
+    std::atomic<uint64_t> claimed{0};
+    std::atomic<uint64_t> done{0};
+  };
+  std::unique_ptr<Slot[]> slots_;
   std::mutex mu_;
   std::condition_variable cv_start_;
   const std::function<void(int64_t, int64_t, int)>* job_ = nullptr;
   int64_t job_n_ = 0;
   int64_t job_grain_ = 1;
   std::atomic<uint64_t> generation_{0};
-  std::atomic<int> pending_{0};
   std::atomic<bool> stop_{false};
 };
 
