@@ -6,6 +6,7 @@
 #include <cuda_fp16.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <vector>
 

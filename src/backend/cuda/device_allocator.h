@@ -6,7 +6,8 @@
 //
 // Size classes: requests are rounded up to a class (256 B granularity below 1 MiB in power-of-
 // two steps, then 1 MiB steps up to 64 MiB, then 8 MiB steps) and freed blocks go back to their
-// class's free list. Rounding wastes at most ~50% for tiny blocks and < 1/8 above 64 MiB.
+// class's free list. Rounding wastes < 2x below 1 MiB (small scratch), < 1 MiB up to 64 MiB
+// and < 8 MiB (1/8) above.
 //
 // Ordering contract: free() is NOT stream-ordered. The caller must ensure no queued device work
 // still uses the block (e.g. the owning stream was synchronized, or the block is only reused on
