@@ -122,7 +122,7 @@ struct Bf16Fmt {
 template <class Fmt, class T>
 __global__ void __launch_bounds__(kThreads)
 gemv_kernel(const uint8_t* w, const uint16_t* scales, const T* x, int64_t n, int64_t k, T* y) {
-  extern __shared__ float xs[];
+  extern __shared__ __align__(16) float xs[];  // float4 reads below need 16-byte alignment
   stage_x(x, k, xs);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t chunks = k / Fmt::kElems;
@@ -164,7 +164,7 @@ gemv_kernel(const uint8_t* w, const uint16_t* scales, const T* x, int64_t n, int
 template <class T>
 __global__ void __launch_bounds__(kThreads)
 gemv_bf16_scalar_kernel(const uint16_t* w, const T* x, int64_t n, int64_t k, T* y) {
-  extern __shared__ float xs[];
+  extern __shared__ __align__(16) float xs[];  // float4 reads below need 16-byte alignment
   stage_x(x, k, xs);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   for (int64_t r = static_cast<int64_t>(blockIdx.x) * kWarps + warp; r < n;
