@@ -24,6 +24,8 @@ for t in $tests; do
   echo "memcheck $t rc=$rc" | tee -a "$out/summary.txt"; [ $rc -eq 0 ] || status=1
 done
 ./$bin/decode_kernels_bench 2>&1 | tee "$out/bench.txt"; rc=${PIPESTATUS[0]}
+echo "== second bench run (run-to-run spread)" | tee -a "$out/bench.txt"
+./$bin/decode_kernels_bench 2>&1 | tee -a "$out/bench.txt"
 echo "bench rc=$rc" | tee -a "$out/summary.txt"
 grep -E "FAILED|Failure|rc=|ERROR SUMMARY" "$out/tests.log" "$out/sanitizer.log" | head -40
 exit $status

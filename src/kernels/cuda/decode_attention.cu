@@ -10,7 +10,9 @@ namespace {
 using namespace detail;
 
 constexpr int kWarps = 4, kThreads = kWarps * 32;
-constexpr int kUnroll = 4;  // keys per row group in flight: 4 K + 4 V 16-byte loads per lane
+// Keys per row group per iteration (K and V 16-byte loads per lane); the next iteration's loads
+// are issued before this one's math (register double buffer), so memory latency overlaps the
+// softmax. Group 8 keeps 2 to stay under 255 registers.
 
 __device__ __forceinline__ void half8_to_f32(const uint4& v, float (&f)[8]) {
   const uint32_t w[4] = {v.x, v.y, v.z, v.w};
@@ -67,18 +69,25 @@ split_kernel(const T* q, const __half* k_cache, const __half* v_cache, const int
 
   // The trip count is uniform across the warp (tb is per warp) so the full-mask shuffles below
   // are legal; keys past c1 are masked, not skipped.
-  for (int tb = c0 + warp * RPW; tb < c1; tb += NG * kUnroll) {
-    uint4 kr[kUnroll], vr[kUnroll];
+  constexpr int kUnroll = G >= 8 ? 2 : 4;
+  constexpr int kStep = NG * kUnroll;
+  uint4 kr[kUnroll], vr[kUnroll];
+  auto load = [&](int tb, uint4 (&kd)[kUnroll], uint4 (&vd)[kUnroll]) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int t = tb + grp_in_warp + u * NG;
-      kr[u] = t < c1 ? __ldcs(kb + t * rs4) : make_uint4(0, 0, 0, 0);
+      kd[u] = t < c1 ? __ldcs(kb + t * rs4) : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int t = tb + grp_in_warp + u * NG;
-      vr[u] = t < c1 ? __ldcs(vb + t * rs4) : make_uint4(0, 0, 0, 0);
+      vd[u] = t < c1 ? __ldcs(vb + t * rs4) : make_uint4(0, 0, 0, 0);
     }
+  };
+  load(c0 + warp * RPW, kr, vr);
+  for (int tb = c0 + warp * RPW; tb < c1; tb += kStep) {
+    uint4 kn[kUnroll], vn[kUnroll];
+    load(tb + kStep, kn, vn);  // masked: past c1 it loads nothing
     float s[kUnroll][G];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
@@ -126,6 +135,11 @@ split_kernel(const T* q, const __half* k_cache, const __half* v_cache, const int
 #pragma unroll
         for (int d = 0; d < 8; ++d) acc[g][d] = fmaf(p, vf[d], acc[g][d]);
       }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      kr[u] = kn[u];
+      vr[u] = vn[u];
     }
   }
 
@@ -186,10 +200,11 @@ int sm_count() {
   return n > 0 ? n : 1;
 }
 
-// Chunk length: enough blocks for ~4 per SM, at least 32 keys (one block iteration at HD=128),
+// Chunk length: enough blocks for ~3 per SM (what fits at group 4 with ~160 registers, so one
+// wave and no tail), at least 32 keys (one block iteration at HD=128),
 // a multiple of 32 so row groups stay aligned with chunk starts.
 int chunk_len(int64_t n_seq, int64_t n_kv_heads, int64_t max_ctx) {
-  const int64_t want_blocks = 4LL * sm_count();
+  const int64_t want_blocks = 3LL * sm_count();
   int64_t splits = (want_blocks + n_seq * n_kv_heads - 1) / (n_seq * n_kv_heads);
   if (splits < 1) splits = 1;
   int64_t chunk = (max_ctx + splits - 1) / splits;

@@ -38,17 +38,11 @@ void repack_q4_0(const void* blocks, int64_t n, int64_t k, uint8_t* qs, uint16_t
 namespace {
 using namespace detail;
 
-constexpr int kWarps = 8, kThreads = kWarps * 32;
-constexpr int kRows = 2;    // rows per warp: each staged x value is reused for 2 weight rows
+constexpr int kWarps = 4, kThreads = kWarps * 32;
+constexpr int kRows = 4;    // rows per warp: each x chunk, loaded once into registers, feeds 4 rows
 constexpr int kUnroll = 4;  // 16-byte weight loads per lane per row in flight
 
-// Integer byte -> exact float without I2F (quarter-rate on Hopper): PRMT the byte under the
-// exponent of 2^23, giving 2^23 + byte as a float, then subtract. 1 PRMT + 1 FADD per element.
-__device__ __forceinline__ float byte_as_float(uint32_t word, int byte_idx) {
-  return __uint_as_float(__byte_perm(word, 0x4B000000u, 0x7540u | byte_idx)) - 8388608.f;
-}
-
-// Stage x as f32 in shared memory once per block (blocks loop over rows, see grid size).
+// Stage x as f32 in shared memory once per block.
 template <class T>
 __device__ void stage_x(const T* x, int64_t k, float* xs) {
   for (int64_t i = threadIdx.x; i < k; i += kThreads) xs[i] = to_f32(x[i]);
@@ -61,64 +55,92 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-// Format policies: bytes per 16-byte chunk -> elements, and the dot of one chunk with x.
+// Format policies. A chunk is one lane's 16-byte weight load; load_x fetches the chunk's x
+// values (and what the dot needs of them) from shared memory ONCE for all kRows rows: with x
+// re-read per row, shared-memory bandwidth (4-8 bytes of f32 x per weight byte) was the limit.
+// Integer -> float without I2F (quarter rate on Hopper): PRMT the byte into a float's mantissa
+// under a fixed exponent, so the value is an exact affine function of the integer.
 struct Q8Fmt {
-  static constexpr int kElems = 16;  // a chunk is half a Q8_0 block
-  __device__ static float dot(const uint4& w, const float* xc, const uint16_t* sc, int64_t c) {
-    const uint32_t ws[4] = {w.x ^ 0x80808080u, w.y ^ 0x80808080u, w.z ^ 0x80808080u,
-                            w.w ^ 0x80808080u};  // int8 -> uint8 + 128
-    float s = 0.f;
+  static constexpr int kElems = 16;  // half a Q8_0 block
+  struct X { float v[16]; };
+  __device__ static void load_x(const float* xc, X& x) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const float4 xv = reinterpret_cast<const float4*>(xc)[i];
-      s = fmaf(byte_as_float(ws[i], 0) - 128.f, xv.x, s);
-      s = fmaf(byte_as_float(ws[i], 1) - 128.f, xv.y, s);
-      s = fmaf(byte_as_float(ws[i], 2) - 128.f, xv.z, s);
-      s = fmaf(byte_as_float(ws[i], 3) - 128.f, xv.w, s);
+      const float4 f = reinterpret_cast<const float4*>(xc)[i];
+      x.v[4 * i] = f.x; x.v[4 * i + 1] = f.y; x.v[4 * i + 2] = f.z; x.v[4 * i + 3] = f.w;
     }
-    return s * f16_bits_to_f32(__ldg(sc + c / 2));
+  }
+  __device__ static float dot(const uint4& w, const X& x, const uint16_t* sc_row, int64_t c) {
+    // q ^ 0x80 = q + 128 as a byte; 0x4B0000bb is 2^23 + b, so one FADD gives q exactly.
+    const uint32_t ws[4] = {w.x ^ 0x80808080u, w.y ^ 0x80808080u, w.z ^ 0x80808080u,
+                            w.w ^ 0x80808080u};
+    float s = 0.f;
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int b = 0; b < 4; ++b)
+        s = fmaf(__uint_as_float(__byte_perm(ws[i], 0x4B000000u, 0x7540u | b)) - 8388736.f,
+                 x.v[4 * i + b], s);
+    return s * f16_bits_to_f32(__ldg(sc_row + c / 2));
   }
 };
 struct Q4Fmt {
-  static constexpr int kElems = 32;  // a chunk is one Q4_0 block's 16 quant bytes
-  __device__ static float dot(const uint4& w, const float* xc, const uint16_t* sc, int64_t c) {
+  static constexpr int kElems = 32;  // one Q4_0 block's 16 quant bytes
+  struct X { float v[32]; float sum; };
+  __device__ static void load_x(const float* xc, X& x) {
+    float s = 0.f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const float4 f = reinterpret_cast<const float4*>(xc)[i];
+      x.v[4 * i] = f.x; x.v[4 * i + 1] = f.y; x.v[4 * i + 2] = f.z; x.v[4 * i + 3] = f.w;
+      s += (f.x + f.y) + (f.z + f.w);
+    }
+    x.sum = s;
+  }
+  __device__ static float dot(const uint4& w, const X& x, const uint16_t* sc_row, int64_t c) {
+    // A nibble n in byte 2 under exponent byte 0x3F is the float 0.5 + n/256 (one PRMT, no
+    // FADD). sum (n-8) x = 256 * sum (0.5 + n/256) x - 136 * sum x; sum x is per chunk, shared
+    // by all rows. The cancellation costs ~2^-19 relative, far inside the f32-accumulate budget.
     const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
     float s = 0.f;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const uint32_t lo = ws[i] & 0x0F0F0F0Fu, hi = (ws[i] >> 4) & 0x0F0F0F0Fu;
-      const float4 xl = reinterpret_cast<const float4*>(xc)[i];      // elements 4i..4i+3
-      const float4 xh = reinterpret_cast<const float4*>(xc + 16)[i]; // elements 16+4i..
-      s = fmaf(byte_as_float(lo, 0) - 8.f, xl.x, s);
-      s = fmaf(byte_as_float(lo, 1) - 8.f, xl.y, s);
-      s = fmaf(byte_as_float(lo, 2) - 8.f, xl.z, s);
-      s = fmaf(byte_as_float(lo, 3) - 8.f, xl.w, s);
-      s = fmaf(byte_as_float(hi, 0) - 8.f, xh.x, s);
-      s = fmaf(byte_as_float(hi, 1) - 8.f, xh.y, s);
-      s = fmaf(byte_as_float(hi, 2) - 8.f, xh.z, s);
-      s = fmaf(byte_as_float(hi, 3) - 8.f, xh.w, s);
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {  // byte b of word i: elements 4i+b (lo) and 16+4i+b (hi)
+        s = fmaf(__uint_as_float(__byte_perm(lo, 0x3F000000u, 0x7044u | (b << 8))), x.v[4 * i + b], s);
+        s = fmaf(__uint_as_float(__byte_perm(hi, 0x3F000000u, 0x7044u | (b << 8))), x.v[16 + 4 * i + b], s);
+      }
     }
-    return s * f16_bits_to_f32(__ldg(sc + c));
+    return fmaf(256.f, s, -136.f * x.sum) * f16_bits_to_f32(__ldg(sc_row + c));
   }
 };
 struct Bf16Fmt {
   static constexpr int kElems = 8;
-  __device__ static float dot(const uint4& w, const float* xc, const uint16_t*, int64_t) {
+  struct X { float v[8]; };
+  __device__ static void load_x(const float* xc, X& x) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const float4 f = reinterpret_cast<const float4*>(xc)[i];
+      x.v[4 * i] = f.x; x.v[4 * i + 1] = f.y; x.v[4 * i + 2] = f.z; x.v[4 * i + 3] = f.w;
+    }
+  }
+  __device__ static float dot(const uint4& w, const X& x, const uint16_t*, int64_t) {
     const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
     float s = 0.f;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const float2 wf = pair_to_f32<__nv_bfloat16>(ws[i]);
-      s = fmaf(wf.x, xc[2 * i], s);
-      s = fmaf(wf.y, xc[2 * i + 1], s);
+      s = fmaf(wf.x, x.v[2 * i], s);
+      s = fmaf(wf.y, x.v[2 * i + 1], s);
     }
     return s;
   }
 };
 
-// Each warp owns kRows consecutive rows at a time; lanes stride over the row's 16-byte chunks,
+// Each warp owns kRows consecutive rows at a time; lanes stride over the rows' 16-byte chunks,
 // so a warp reads 512 contiguous bytes per row per step. Grid = resident blocks only; warps loop
-// over row pairs so x is staged once per block rather than once per 16 rows.
+// over row groups so x is staged once per block.
 template <class Fmt, class T>
 __global__ void __launch_bounds__(kThreads)
 gemv_kernel(const uint8_t* w, const uint16_t* scales, const T* x, int64_t n, int64_t k, T* y) {
@@ -132,9 +154,13 @@ gemv_kernel(const uint8_t* w, const uint16_t* scales, const T* x, int64_t n, int
        r0 += static_cast<int64_t>(gridDim.x) * kWarps * kRows) {
     float acc[kRows] = {};
     const uint4* wr[kRows];
+    const uint16_t* sr[kRows];
 #pragma unroll
-    for (int r = 0; r < kRows; ++r)
-      wr[r] = reinterpret_cast<const uint4*>(w + (r0 + r < n ? r0 + r : r0) * row_bytes);
+    for (int r = 0; r < kRows; ++r) {  // rows past n alias row r0 (valid memory), never stored
+      const int64_t row = r0 + r < n ? r0 + r : r0;
+      wr[r] = reinterpret_cast<const uint4*>(w + row * row_bytes);
+      sr[r] = scales ? scales + row * sc_per_row : nullptr;
+    }
     for (int64_t cb = lane; cb < chunks; cb += 32 * kUnroll) {
       uint4 wv[kRows][kUnroll];
 #pragma unroll
@@ -145,11 +171,12 @@ gemv_kernel(const uint8_t* w, const uint16_t* scales, const T* x, int64_t n, int
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int64_t c = cb + u * 32;
-        if (c < chunks)
+        if (c < chunks) {
+          typename Fmt::X xr;
+          Fmt::load_x(xs + c * Fmt::kElems, xr);
 #pragma unroll
-          for (int r = 0; r < kRows; ++r)
-            acc[r] += Fmt::dot(wv[r][u], xs + c * Fmt::kElems,
-                               scales + (r0 + r < n ? r0 + r : r0) * sc_per_row, c);
+          for (int r = 0; r < kRows; ++r) acc[r] += Fmt::dot(wv[r][u], xr, sr[r], c);
+        }
       }
     }
 #pragma unroll
@@ -164,7 +191,7 @@ gemv_kernel(const uint8_t* w, const uint16_t* scales, const T* x, int64_t n, int
 template <class T>
 __global__ void __launch_bounds__(kThreads)
 gemv_bf16_scalar_kernel(const uint16_t* w, const T* x, int64_t n, int64_t k, T* y) {
-  extern __shared__ __align__(16) float xs[];  // float4 reads below need 16-byte alignment
+  extern __shared__ float xs[];
   stage_x(x, k, xs);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   for (int64_t r = static_cast<int64_t>(blockIdx.x) * kWarps + warp; r < n;

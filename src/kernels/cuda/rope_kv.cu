@@ -7,24 +7,29 @@ namespace tessera::cuda {
 namespace {
 using namespace detail;
 
-constexpr int kThreads = 128;
+constexpr int kThreads = 64;
 
-// One block per token row. Work items: one per (head, pair slot) for q and k (head_dim/2 slots,
-// the first n_rot/2 rotate, the rest copy two elements), then v elements. Tiny, latency-bound.
+// Block (row, head): heads [0, n_heads) are q, then n_kv_heads k heads, then one block copies
+// the v row. Spreading heads over blocks matters: each rotated pair costs a double-precision
+// pow + sincos (~hundreds of FP64 instructions), which serialized in one block took ~25 us.
 template <class T>
 __global__ void rope_kv_kernel(T* q, const T* k, const T* v, const int32_t* positions,
                                const int64_t* cache_rows, int64_t n_heads, int64_t n_kv_heads,
                                int64_t head_dim, RopeConfig cfg, __half* k_cache, __half* v_cache) {
-  const int64_t r = blockIdx.x;
+  const int64_t r = blockIdx.x, head = blockIdx.y;
+  const int64_t crow = cache_rows[r];
+  if (head == n_heads + n_kv_heads) {  // the v row
+    const int64_t n_v = n_kv_heads * head_dim;
+    for (int64_t i = threadIdx.x; i < n_v; i += kThreads)
+      v_cache[crow * n_v + i] = __float2half_rn(to_f32(v[r * n_v + i]));
+    return;
+  }
   const double pos = static_cast<double>(positions[r]) * cfg.position_scale;
   const int64_t half_rot = cfg.n_rot / 2, slots = head_dim / 2;
-  const int64_t crow = cache_rows[r];
-  const int64_t n_qk = (n_heads + n_kv_heads) * slots;
-  for (int64_t w = threadIdx.x; w < n_qk; w += kThreads) {
-    const int64_t head = w / slots, j = w % slots;
-    const bool is_q = head < n_heads;
-    const int64_t h = is_q ? head : head - n_heads;
-    const T* src = is_q ? q + (r * n_heads + h) * head_dim : k + (r * n_kv_heads + h) * head_dim;
+  const bool is_q = head < n_heads;
+  const int64_t h = is_q ? head : head - n_heads;
+  const T* src = is_q ? q + (r * n_heads + h) * head_dim : k + (r * n_kv_heads + h) * head_dim;
+  for (int64_t j = threadIdx.x; j < slots; j += kThreads) {
     int64_t a, b;
     float y0, y1;
     if (j < half_rot) {
@@ -32,11 +37,11 @@ __global__ void rope_kv_kernel(T* q, const T* k, const T* v, const int32_t* posi
       b = cfg.layout == ref::RopeLayout::kInterleaved ? 2 * j + 1 : j + half_rot;
       double freq = pow(static_cast<double>(cfg.theta_base), -2.0 * j / cfg.n_rot);
       if (cfg.freq_factors) freq /= cfg.freq_factors[j];
-      double s, c;
-      sincos(pos * freq, &s, &c);
+      double sn, cs;
+      sincos(pos * freq, &sn, &cs);
       const double x0 = to_f32(src[a]), x1 = to_f32(src[b]);
-      y0 = static_cast<float>(x0 * c - x1 * s);
-      y1 = static_cast<float>(x0 * s + x1 * c);
+      y0 = static_cast<float>(x0 * cs - x1 * sn);
+      y1 = static_cast<float>(x0 * sn + x1 * cs);
     } else {  // pass-through dims beyond n_rot
       a = cfg.n_rot + 2 * (j - half_rot);
       b = a + 1;
@@ -53,9 +58,6 @@ __global__ void rope_kv_kernel(T* q, const T* k, const T* v, const int32_t* posi
       dst[b] = __float2half_rn(y1);
     }
   }
-  const int64_t n_v = n_kv_heads * head_dim;
-  for (int64_t i = threadIdx.x; i < n_v; i += kThreads)
-    v_cache[crow * n_v + i] = __float2half_rn(to_f32(v[r * n_v + i]));
 }
 
 }  // namespace
@@ -68,7 +70,8 @@ void rope_kv_write(T* q, const T* k, const T* v, const int32_t* positions, const
                         rope.n_rot >= 0,
                     "cuda::rope_kv_write: head_dim and n_rot must be even, n_rot <= head_dim");
   if (rows <= 0) return;
-  rope_kv_kernel<T><<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
+  const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(n_heads + n_kv_heads + 1));
+  rope_kv_kernel<T><<<grid, kThreads, 0, stream>>>(
       q, k, v, positions, cache_rows, n_heads, n_kv_heads, head_dim, rope, k_cache, v_cache);
 }
 
