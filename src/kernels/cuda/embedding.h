@@ -1,0 +1,20 @@
+// CUDA embedding gather: out[t] = dequant(table[ids[t]]) rounded to T (__half or __nv_bfloat16).
+// table: n_vocab rows of d elements stored as in the GGUF file (F32, F16, BF16, or Q8_0 blocks,
+// then d % 32 == 0). ids are validated by the caller (ops layer); an id outside [0, n_vocab)
+// writes zeros rather than reading out of bounds, since a kernel cannot report an error
+// without a synchronization.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace tessera::cuda {
+
+template <class T>
+void embedding_gather(DType table_type, const void* table, int64_t n_vocab, int64_t d,
+                      const int32_t* ids, int64_t n_tokens, T* out, cudaStream_t stream);
+
+}  // namespace tessera::cuda

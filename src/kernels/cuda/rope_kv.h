@@ -1,0 +1,35 @@
+// CUDA RoPE fused with the KV-cache write (the decode/prefill step after the QKV projection).
+//
+// For each token row r (at position positions[r]):
+//   q[r]  (n_heads x head_dim, T)      rotated in place;
+//   k[r]  (n_kv_heads x head_dim, T)   rotated and written, as f16, to k_cache row cache_rows[r];
+//   v[r]  (n_kv_heads x head_dim, T)   written, as f16, to v_cache row cache_rows[r].
+// A cache row is n_kv_heads x head_dim contiguous halves. cache_rows is separate from positions
+// so that a paged cache (row = block * block_size + offset) and a contiguous one both fit.
+// Reference: ref::rope on q and k, then rounding k and v to f16.
+// The angle is computed in double: at positions ~32K a float angle is off by ~2e-3 rad.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/ref/llm_ops.h"  // ref::RopeLayout only (a plain enum)
+
+namespace tessera::cuda {
+
+struct RopeConfig {
+  ref::RopeLayout layout = ref::RopeLayout::kInterleaved;
+  int64_t n_rot = 0;  // rotated dims per head, even, <= head_dim; the rest pass through
+  float theta_base = 10000.f;
+  float position_scale = 1.f;
+  const float* freq_factors = nullptr;  // DEVICE pointer to n_rot/2 divisors, or null
+};
+
+template <class T>
+void rope_kv_write(T* q, const T* k, const T* v, const int32_t* positions, const int64_t* cache_rows,
+                   int64_t rows, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
+                   const RopeConfig& rope, __half* k_cache, __half* v_cache, cudaStream_t stream);
+
+}  // namespace tessera::cuda

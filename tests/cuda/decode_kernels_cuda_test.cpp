@@ -1,0 +1,167 @@
+// CUDA embedding gather, RoPE + KV-cache write and SwiGLU against the references.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <random>
+#include <vector>
+
+#include "cuda/cuda_test_util.h"
+#include "formats/quant_blocks.h"
+#include "kernels/cuda/embedding.h"
+#include "kernels/cuda/rope_kv.h"
+#include "kernels/cuda/swiglu.h"
+#include "kernels/ref/dequant.h"
+#include "kernels/ref/llm_ops.h"
+#include "support/test_util.h"
+
+namespace tessera {
+namespace {
+
+template <class T>
+class DecodeKernelsCuda : public ::testing::Test {};
+using Types = ::testing::Types<__half, __nv_bfloat16>;
+TYPED_TEST_SUITE(DecodeKernelsCuda, Types);
+
+// Table bytes in `type` with random content (Q8_0: random scales and quants, no quantizer needed).
+std::vector<uint8_t> random_table(DType type, int64_t n_vocab, int64_t d, uint64_t seed) {
+  const auto& info = dtype_info(type);
+  const int64_t row_bytes = d / info.block_size * info.block_bytes;
+  std::vector<uint8_t> t(static_cast<size_t>(n_vocab * row_bytes));
+  auto vals = test::random_floats(static_cast<size_t>(n_vocab * d), seed);
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  for (int64_t r = 0; r < n_vocab; ++r) {
+    uint8_t* row = t.data() + r * row_bytes;
+    for (int64_t i = 0; i < d; ++i) {
+      const float v = vals[r * d + i];
+      switch (type) {
+        case DType::kF32: std::memcpy(row + 4 * i, &v, 4); break;
+        case DType::kF16: { uint16_t h = f32_to_f16(v); std::memcpy(row + 2 * i, &h, 2); break; }
+        case DType::kBF16: { uint16_t h = f32_to_bf16(v); std::memcpy(row + 2 * i, &h, 2); break; }
+        default: break;
+      }
+    }
+    if (type == DType::kQ8_0)
+      for (int64_t b = 0; b < d / 32; ++b) {
+        auto* blk = reinterpret_cast<quant::BlockQ8_0*>(row) + b;
+        blk->d = f32_to_f16(0.001f + 0.02f * (rng() % 1000) / 1000.f);
+        for (auto& q : blk->qs) q = static_cast<int8_t>(static_cast<int>(rng() % 255) - 127);
+      }
+  }
+  return t;
+}
+
+TYPED_TEST(DecodeKernelsCuda, EmbeddingGatherMatchesDequantize) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  struct Case { DType type; int64_t d; };
+  for (Case c : {Case{DType::kF32, 1}, Case{DType::kF32, 4099}, Case{DType::kF16, 7},
+                 Case{DType::kF16, 4096}, Case{DType::kBF16, 13}, Case{DType::kBF16, 2053},
+                 Case{DType::kQ8_0, 32}, Case{DType::kQ8_0, 4128}}) {
+    SCOPED_TRACE(std::string(dtype_name(c.type)) + " d=" + std::to_string(c.d));
+    const int64_t n_vocab = 37;
+    auto table = random_table(c.type, n_vocab, c.d, 11);
+    const std::vector<int32_t> ids = {0, 36, 5, 5, 17, 1, -1, 37, 36};  // repeats, edges, invalid
+    test::DevBuf<uint8_t> dt(table);
+    test::DevBuf<int32_t> di(ids);
+    test::DevBuf<T> out(ids.size() * c.d);
+    out.poison();
+    cuda::embedding_gather<T>(c.type, dt.get(), n_vocab, c.d, di.get(),
+                              static_cast<int64_t>(ids.size()), out.get(), nullptr);
+    test::check_launch();
+    const auto got = test::to_f32(out.download());
+    const int64_t row_bytes = c.d / dtype_info(c.type).block_size * dtype_info(c.type).block_bytes;
+    std::vector<float> want(got.size(), 0.f), row(c.d);
+    for (size_t t = 0; t < ids.size(); ++t) {
+      if (ids[t] < 0 || ids[t] >= n_vocab) continue;  // contract: zeros
+      ref::dequantize_row(c.type, table.data() + ids[t] * row_bytes, row.data(), c.d);
+      std::copy(row.begin(), row.end(), want.begin() + t * c.d);
+    }
+    // A gather is exact up to the final rounding to T.
+    EXPECT_TRUE(test::all_close(got, test::round_to<T>(want), 0.f, 0.f));
+  }
+}
+
+TYPED_TEST(DecodeKernelsCuda, RopeKvWriteMatchesReference) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  struct Case { int64_t head_dim, n_rot; ref::RopeLayout layout; bool factors; float pscale; };
+  const std::vector<Case> cases = {
+      {128, 128, ref::RopeLayout::kInterleaved, false, 1.f},
+      {128, 128, ref::RopeLayout::kHalfSplit, true, 1.f},
+      {64, 32, ref::RopeLayout::kHalfSplit, false, 0.25f},
+      {6, 4, ref::RopeLayout::kInterleaved, true, 1.f},
+      {2, 0, ref::RopeLayout::kInterleaved, false, 1.f}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE("head_dim=" + std::to_string(c.head_dim) + " n_rot=" + std::to_string(c.n_rot));
+    const int64_t rows = 5, n_heads = 6, n_kv = 2, cache_rows_total = 9;
+    const std::vector<int32_t> pos = {0, 1, 17, 32767, 131071};
+    const std::vector<int64_t> crow = {3, 0, 8, 5, 6};  // rows 1, 2, 4, 7 must stay untouched
+    auto q = test::random_floats(rows * n_heads * c.head_dim, 1);
+    auto k = test::random_floats(rows * n_kv * c.head_dim, 2);
+    auto v = test::random_floats(rows * n_kv * c.head_dim, 3);
+    auto ff = test::random_floats(std::max<int64_t>(c.n_rot / 2, 1), 4, 1.f, 8.f);
+    auto hq = test::to_device_type<T>(q), hk = test::to_device_type<T>(k),
+         hv = test::to_device_type<T>(v);
+    test::DevBuf<T> dq(hq), dk(hk), dv(hv);
+    test::DevBuf<int32_t> dpos(pos);
+    test::DevBuf<int64_t> dcrow(crow);
+    test::DevBuf<float> dff(ff);
+    test::DevBuf<__half> kc(cache_rows_total * n_kv * c.head_dim), vc(kc.size());
+    kc.poison();
+    vc.poison();
+    cuda::RopeConfig cfg{c.layout, c.n_rot, 500000.f, c.pscale, c.factors ? dff.get() : nullptr};
+    cuda::rope_kv_write<T>(dq.get(), dk.get(), dv.get(), dpos.get(), dcrow.get(), rows, n_heads,
+                           n_kv, c.head_dim, cfg, kc.get(), vc.get(), nullptr);
+    test::check_launch();
+    ref::RopeParams rp{c.layout, c.n_rot, 500000.f, c.pscale, c.factors ? ff.data() : nullptr};
+    ref::rope(q.data(), pos.data(), rows, n_heads, c.head_dim, rp);
+    ref::rope(k.data(), pos.data(), rows, n_kv, c.head_dim, rp);
+    EXPECT_TRUE(test::all_close(test::to_f32(dq.download()), test::round_to<T>(q), test::Dt<T>::atol,
+                                test::Dt<T>::rtol));
+    const auto gk = test::to_f32(kc.download()), gv = test::to_f32(vc.download());
+    const int64_t rl = n_kv * c.head_dim;
+    std::vector<bool> written(cache_rows_total, false);
+    for (int64_t r = 0; r < rows; ++r) {
+      written[crow[r]] = true;
+      std::vector<float> g1(gk.begin() + crow[r] * rl, gk.begin() + (crow[r] + 1) * rl);
+      std::vector<float> w1(k.begin() + r * rl, k.begin() + (r + 1) * rl);
+      EXPECT_TRUE(test::all_close(g1, test::round_to<__half>(w1), 1e-3f, 1e-3f)) << "k row " << r;
+      std::vector<float> g2(gv.begin() + crow[r] * rl, gv.begin() + (crow[r] + 1) * rl);
+      std::vector<float> w2(v.begin() + r * rl, v.begin() + (r + 1) * rl);
+      EXPECT_TRUE(test::all_close(g2, test::round_to<__half>(w2), 0.f, 0.f)) << "v row " << r;
+    }
+    for (int64_t cr = 0; cr < cache_rows_total; ++cr)
+      if (!written[cr])
+        for (int64_t i = 0; i < rl; ++i)
+          ASSERT_TRUE(std::isnan(gk[cr * rl + i]) && std::isnan(gv[cr * rl + i]))
+              << "stray write in cache row " << cr;
+  }
+}
+
+TYPED_TEST(DecodeKernelsCuda, SwigluMatchesReference) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{14336}, int64_t{1000003}}) {
+    auto gate = test::random_floats(n, 5, -8.f, 8.f), up = test::random_floats(n, 6);
+    auto hg = test::to_device_type<T>(gate), hu = test::to_device_type<T>(up);
+    test::DevBuf<T> dg(hg), du(hu), out(n);
+    out.poison();
+    cuda::swiglu<T>(dg.get(), du.get(), n, out.get(), nullptr);
+    test::check_launch();
+    std::vector<float> want(n);
+    ref::swiglu(gate.data(), up.data(), n, want.data());
+    EXPECT_TRUE(test::all_close(test::to_f32(out.download()), test::round_to<T>(want),
+                                test::Dt<T>::atol, test::Dt<T>::rtol))
+        << "n=" << n;
+    // In place (out aliases gate), as a fused gate_up buffer uses it.
+    cuda::swiglu<T>(dg.get(), du.get(), n, dg.get(), nullptr);
+    test::check_launch();
+    EXPECT_TRUE(test::all_close(test::to_f32(dg.download()), test::round_to<T>(want),
+                                test::Dt<T>::atol, test::Dt<T>::rtol));
+  }
+}
+
+}  // namespace
+}  // namespace tessera
