@@ -99,7 +99,9 @@ EngineLoop::~EngineLoop() {
   if (thread_.joinable()) drain_and_stop(SteadyClock::now());
 }
 
-void EngineLoop::start() { thread_ = std::thread([this] { run(); }); }
+void EngineLoop::start() {
+  thread_ = std::thread([this] { run(); });
+}
 
 Admission EngineLoop::submit(std::shared_ptr<Job> job) {
   if (draining_.load()) return Admission::kDraining;
@@ -107,15 +109,15 @@ Admission EngineLoop::submit(std::shared_ptr<Job> job) {
 }
 
 void EngineLoop::beat() {
-  heartbeat_ns_.store(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                          SteadyClock::now().time_since_epoch())
-                          .count());
+  heartbeat_ns_.store(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(SteadyClock::now().time_since_epoch())
+          .count());
 }
 
 double EngineLoop::seconds_since_heartbeat() const {
-  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                          SteadyClock::now().time_since_epoch())
-                          .count();
+  const int64_t now =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(SteadyClock::now().time_since_epoch())
+          .count();
   return (now - heartbeat_ns_.load()) / 1e9;
 }
 

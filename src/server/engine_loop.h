@@ -39,11 +39,11 @@ struct Event {
   enum class Kind { kStarted, kText, kDone, kError };
   explicit Event(Kind k) : kind(k) {}
   Kind kind;
-  std::string text;          // kText
-  int32_t prompt_tokens = 0;  // kStarted, kDone
-  int32_t generated_tokens = 0;  // kDone
+  std::string text;                             // kText
+  int32_t prompt_tokens = 0;                    // kStarted, kDone
+  int32_t generated_tokens = 0;                 // kDone
   FinishReason finish = FinishReason::kLength;  // kDone
-  ApiError error;            // kError
+  ApiError error;                               // kError
 };
 
 enum class ChannelState { kOpen, kClosed };
@@ -79,13 +79,14 @@ enum class Admission { kAccepted, kQueueFull, kDraining };
 // (pop one job at a time) with "pop as many as fit the KV cache"; producers do not change.
 class RequestQueue {
  public:
-  explicit RequestQueue(size_t capacity, Metrics* metrics) : capacity_(capacity), metrics_(metrics) {}
+  explicit RequestQueue(size_t capacity, Metrics* metrics)
+      : capacity_(capacity), metrics_(metrics) {}
   Admission push(std::shared_ptr<Job> job);  // never blocks: full -> kQueueFull at once
   // Waits up to `timeout` for a job; null on timeout or when closed and empty.
   std::shared_ptr<Job> pop(std::chrono::milliseconds timeout);
   void close();  // admission ends (kDraining); queued jobs can still be popped
   std::vector<std::shared_ptr<Job>> take_all();
-  void finished();   // the consumer is done with a popped job
+  void finished();    // the consumer is done with a popped job
   bool idle() const;  // nothing queued and nothing popped-but-unfinished
   size_t size() const;
 

@@ -59,8 +59,10 @@ class DeadlineStream {
       if (b.size() == 0) continue;
       if (!wait(POLLIN, /*abort_on_stop=*/true, ec)) return 0;
       const ssize_t n = ::recv(fd_, b.data(), b.size(), 0);
-      if (n < 0) ec = error_code(errno, boost::system::system_category());
-      else if (n == 0) ec = net::error::eof;
+      if (n < 0)
+        ec = error_code(errno, boost::system::system_category());
+      else if (n == 0)
+        ec = net::error::eof;
       return n > 0 ? static_cast<size_t>(n) : 0;
     }
     return 0;
@@ -149,16 +151,20 @@ std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_hand
 
 const char* finish_name(FinishReason f) {
   switch (f) {
-    case FinishReason::kStop: return "stop";
-    case FinishReason::kLength: return "length";
-    case FinishReason::kCancelled: return "abort";  // only when a drain deadline cut it short
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kCancelled:
+      return "abort";  // only when a drain deadline cut it short
   }
   return "stop";
 }
 
 std::string random_id(const char* prefix) {
   static std::atomic<uint64_t> counter{0};
-  static const uint64_t salt = std::random_device{}() * 0x9E3779B97F4A7C15ull ^ std::random_device{}();
+  static const uint64_t salt =
+      std::random_device{}() * 0x9E3779B97F4A7C15ull ^ std::random_device{}();
   char buf[64];
   std::snprintf(buf, sizeof buf, "%s%016llx%08llx", prefix, static_cast<unsigned long long>(salt),
                 static_cast<unsigned long long>(counter.fetch_add(1)));
@@ -212,9 +218,8 @@ Status HttpServer::listen() {
       sockaddr_storage ss{};
       socklen_t len = sizeof ss;
       ::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len);
-      bound_port_ = ntohs(ss.ss_family == AF_INET6
-                              ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
-                              : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+      bound_port_ = ntohs(ss.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
+                                                   : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
       impl_->listen_fd = fd;
       ::freeaddrinfo(res);
       return {};
@@ -405,7 +410,8 @@ bool handle_completion(Conn& c, const Request& req, Endpoint endpoint, bool keep
   }
   auto job = std::make_shared<Job>(std::get<CompletionRequest>(std::move(parsed)));
   switch (c.loop->submit(job)) {
-    case Admission::kAccepted: break;
+    case Admission::kAccepted:
+      break;
     case Admission::kQueueFull:
       c.metrics->count_request(Outcome::kRejected);
       return send_error(c,
@@ -414,8 +420,8 @@ bool handle_completion(Conn& c, const Request& req, Endpoint endpoint, bool keep
                         keep_alive, {{http::field::retry_after, "1"}});
     case Admission::kDraining:
       c.metrics->count_request(Outcome::kRejected);
-      return send_error(c, {503, "the server is shutting down", "server_error", "", "shutting_down"},
-                        false);
+      return send_error(
+          c, {503, "the server is shutting down", "server_error", "", "shutting_down"}, false);
   }
   // Wait for the engine's verdict (started or error) before committing to a status code, and
   // watch the socket: a client that hangs up cancels its job.
@@ -438,9 +444,12 @@ bool handle_completion(Conn& c, const Request& req, Endpoint endpoint, bool keep
       if (ev.kind == Event::Kind::kDone) {
         const CompletionRequest& r = job->request;
         const bool chat = endpoint == Endpoint::kChat;
-        json choice = {{"index", 0}, {"finish_reason", finish_name(ev.finish)}, {"logprobs", nullptr}};
-        if (chat) choice["message"] = {{"role", "assistant"}, {"content", text}};
-        else choice["text"] = text;
+        json choice = {
+            {"index", 0}, {"finish_reason", finish_name(ev.finish)}, {"logprobs", nullptr}};
+        if (chat)
+          choice["message"] = {{"role", "assistant"}, {"content", text}};
+        else
+          choice["text"] = text;
         json body = {{"id", random_id(chat ? "chatcmpl-" : "cmpl-")},
                      {"object", chat ? "chat.completion" : "text_completion"},
                      {"created", static_cast<int64_t>(std::time(nullptr))},
@@ -505,11 +514,11 @@ bool handle_request(Conn& c, const Request& req) {
   for (const Route& r : kRoutes) {
     if (r.path != target) continue;
     if (req.method() != r.verb)
-      return send_error(c,
-                        {405, std::string("method not allowed; use ") +
-                                  std::string(http::to_string(r.verb)),
-                         "invalid_request_error", "", "method_not_allowed"},
-                        keep_alive, {{http::field::allow, std::string(http::to_string(r.verb))}});
+      return send_error(
+          c,
+          {405, std::string("method not allowed; use ") + std::string(http::to_string(r.verb)),
+           "invalid_request_error", "", "method_not_allowed"},
+          keep_alive, {{http::field::allow, std::string(http::to_string(r.verb))}});
   }
   if (target == "/ready" && get) {
     const bool ready = !c.loop->draining();
@@ -560,8 +569,10 @@ void HttpServer::serve_connection(int fd) {
             ec == net::error::operation_aborted || ec == net::error::connection_reset)
           break;
         if (ec == http::error::header_limit || ec == http::error::buffer_overflow)
-          e = {431, "request headers are larger than " + std::to_string(opt_.max_header_bytes) +
-                        " bytes", "invalid_request_error", "", "headers_too_large"};
+          e = {
+              431,
+              "request headers are larger than " + std::to_string(opt_.max_header_bytes) + " bytes",
+              "invalid_request_error", "", "headers_too_large"};
         else if (ec == http::error::body_limit)
           e = {413, "request body is larger than " + std::to_string(opt_.max_body_bytes) + " bytes",
                "invalid_request_error", "", "body_too_large"};

@@ -28,15 +28,15 @@ namespace tessera::server {
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
-  uint16_t port = 8080;                  // 0: an ephemeral port (see HttpServer::port())
-  std::vector<std::string> api_keys;     // empty: no authentication
-  size_t max_header_bytes = 16 * 1024;   // over: 431
-  size_t max_body_bytes = 1 << 20;       // over: 413
+  uint16_t port = 8080;                            // 0: an ephemeral port (see HttpServer::port())
+  std::vector<std::string> api_keys;               // empty: no authentication
+  size_t max_header_bytes = 16 * 1024;             // over: 431
+  size_t max_body_bytes = 1 << 20;                 // over: 413
   std::chrono::milliseconds read_timeout{10000};   // to read one whole request (or idle keep-alive)
   std::chrono::milliseconds write_timeout{30000};  // per write to a slow reader
-  size_t max_connections = 64;           // over: 503 and close
+  size_t max_connections = 64;                     // over: 503 and close
   std::chrono::milliseconds drain_timeout{10000};  // SIGTERM: finish accepted work for this long
-  ParseOptions parse;                    // model id, context length, limits
+  ParseOptions parse;                              // model id, context length, limits
 };
 
 // True when `given` equals one of `keys`; time depends only on the keys' lengths.

@@ -6,13 +6,20 @@ namespace tessera::server {
 
 const char* outcome_name(Outcome o) {
   switch (o) {
-    case Outcome::kSuccess: return "success";
-    case Outcome::kInvalid: return "invalid";
-    case Outcome::kUnauthorized: return "unauthorized";
-    case Outcome::kRejected: return "rejected";
-    case Outcome::kCancelled: return "cancelled";
-    case Outcome::kError: return "error";
-    case Outcome::kCount: break;
+    case Outcome::kSuccess:
+      return "success";
+    case Outcome::kInvalid:
+      return "invalid";
+    case Outcome::kUnauthorized:
+      return "unauthorized";
+    case Outcome::kRejected:
+      return "rejected";
+    case Outcome::kCancelled:
+      return "cancelled";
+    case Outcome::kError:
+      return "error";
+    case Outcome::kCount:
+      break;
   }
   return "unknown";
 }

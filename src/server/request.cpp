@@ -24,16 +24,25 @@ ApiError invalid(std::string message, std::string param, std::string code = {}) 
 
 const char* type_name(const json& v) {
   switch (v.type()) {
-    case json::value_t::null: return "null";
-    case json::value_t::object: return "object";
-    case json::value_t::array: return "array";
-    case json::value_t::string: return "string";
-    case json::value_t::boolean: return "boolean";
+    case json::value_t::null:
+      return "null";
+    case json::value_t::object:
+      return "object";
+    case json::value_t::array:
+      return "array";
+    case json::value_t::string:
+      return "string";
+    case json::value_t::boolean:
+      return "boolean";
     case json::value_t::number_integer:
-    case json::value_t::number_unsigned: return "integer";
-    case json::value_t::number_float: return "number";
-    case json::value_t::binary: return "binary";
-    case json::value_t::discarded: return "invalid";
+    case json::value_t::number_unsigned:
+      return "integer";
+    case json::value_t::number_float:
+      return "number";
+    case json::value_t::binary:
+      return "binary";
+    case json::value_t::discarded:
+      return "invalid";
   }
   return "invalid";
 }
@@ -204,16 +213,16 @@ void parse_stop(Fields& f, const ParseOptions& opt, CompletionRequest* req) {
       stops.push_back(x.get<std::string>());
     }
   } else {
-    return f.fail(std::string("'stop' must be a string or an array of strings, got ") +
-                      type_name(*s),
-                  "stop");
+    return f.fail(
+        std::string("'stop' must be a string or an array of strings, got ") + type_name(*s),
+        "stop");
   }
   for (const auto& x : stops) {
     if (x.empty()) return f.fail("'stop' sequences must not be empty", "stop");
     if (x.size() > opt.max_stop_bytes)
-      return f.fail("'stop' sequences must be at most " + std::to_string(opt.max_stop_bytes) +
-                        " bytes",
-                    "stop");
+      return f.fail(
+          "'stop' sequences must be at most " + std::to_string(opt.max_stop_bytes) + " bytes",
+          "stop");
   }
   req->params.stop = std::move(stops);
 }
@@ -233,14 +242,20 @@ int json_nesting_depth(std::string_view text) {
   bool in_string = false, escaped = false;
   for (char c : text) {
     if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        in_string = false;
       continue;
     }
-    if (c == '"') in_string = true;
-    else if (c == '[' || c == '{') max_depth = std::max(max_depth, ++depth);
-    else if (c == ']' || c == '}') --depth;
+    if (c == '"')
+      in_string = true;
+    else if (c == '[' || c == '{')
+      max_depth = std::max(max_depth, ++depth);
+    else if (c == ']' || c == '}')
+      --depth;
   }
   return max_depth;
 }
@@ -248,9 +263,8 @@ int json_nesting_depth(std::string_view text) {
 ParseResult parse_completion_request(std::string_view body, Endpoint endpoint,
                                      const ParseOptions& opt) {
   if (json_nesting_depth(body) > opt.max_json_depth)
-    return invalid("request body nests deeper than " + std::to_string(opt.max_json_depth) +
-                       " levels",
-                   "");
+    return invalid(
+        "request body nests deeper than " + std::to_string(opt.max_json_depth) + " levels", "");
   json obj = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (obj.is_discarded()) return invalid("request body is not valid JSON", "", "invalid_json");
   if (!obj.is_object()) return invalid("request body must be a JSON object", "");
@@ -264,12 +278,15 @@ ParseResult parse_completion_request(std::string_view body, Endpoint endpoint,
   if (!model->is_string()) return invalid("'model' must be a string", "model");
   req.model = model->get<std::string>();
   if (req.model != opt.model_id)
-    return ApiError{400, "model '" + truncated(req.model, 64) + "' is not served here (serving '" +
-                             opt.model_id + "')",
+    return ApiError{400,
+                    "model '" + truncated(req.model, 64) + "' is not served here (serving '" +
+                        opt.model_id + "')",
                     "invalid_request_error", "model", "model_not_found"};
 
-  if (endpoint == Endpoint::kChat) parse_messages(f, obj, opt, &req);
-  else parse_prompt(f, &req);
+  if (endpoint == Endpoint::kChat)
+    parse_messages(f, obj, opt, &req);
+  else
+    parse_prompt(f, &req);
   if (f.error) return *f.error;
 
   GenerationParams& p = req.params;
@@ -291,7 +308,8 @@ ParseResult parse_completion_request(std::string_view body, Endpoint endpoint,
     if (*v <= 0) f.fail("'repetition_penalty' must be greater than 0", "repetition_penalty");
     p.repetition_penalty = static_cast<float>(*v);
   }
-  if (auto v = f.integer("no_repeat_ngram_size", 0, 64)) p.no_repeat_ngram = static_cast<int32_t>(*v);
+  if (auto v = f.integer("no_repeat_ngram_size", 0, 64))
+    p.no_repeat_ngram = static_cast<int32_t>(*v);
   if (auto v = f.integer("seed", std::numeric_limits<int64_t>::min(),
                          std::numeric_limits<int64_t>::max()))
     p.seed = static_cast<uint64_t>(*v);
@@ -316,10 +334,12 @@ ParseResult parse_completion_request(std::string_view body, Endpoint endpoint,
   if (endpoint == Endpoint::kChat) {
     if (auto v = f.boolean("logprobs"); v && *v)
       f.fail("'logprobs' is not supported yet", "logprobs", "unsupported");
-    if (f.get("top_logprobs")) f.fail("'top_logprobs' is not supported yet", "top_logprobs", "unsupported");
+    if (f.get("top_logprobs"))
+      f.fail("'top_logprobs' is not supported yet", "top_logprobs", "unsupported");
   } else {
     if (f.get("logprobs")) f.fail("'logprobs' is not supported yet", "logprobs", "unsupported");
-    if (auto v = f.boolean("echo"); v && *v) f.fail("'echo' is not supported yet", "echo", "unsupported");
+    if (auto v = f.boolean("echo"); v && *v)
+      f.fail("'echo' is not supported yet", "echo", "unsupported");
     if (f.get("suffix")) f.fail("'suffix' is not supported", "suffix", "unsupported");
     if (auto v = f.integer("best_of", 1, 128); v && *v > 1)
       f.fail("'best_of' > 1 is not supported yet", "best_of", "unsupported");

@@ -35,10 +35,10 @@ std::string error_body(const ApiError& e);
 enum class Endpoint { kChat, kCompletion };
 
 struct ParseOptions {
-  std::string model_id;            // the only model name accepted in "model"
-  int32_t context_length = 4096;   // max_tokens above this is rejected
-  int32_t max_n = 1;               // n > max_n: 400 (n > 1 is not implemented yet)
-  int32_t max_stop = 4;            // OpenAI's limit on stop sequences
+  std::string model_id;           // the only model name accepted in "model"
+  int32_t context_length = 4096;  // max_tokens above this is rejected
+  int32_t max_n = 1;              // n > max_n: 400 (n > 1 is not implemented yet)
+  int32_t max_stop = 4;           // OpenAI's limit on stop sequences
   size_t max_stop_bytes = 256;
   size_t max_messages = 256;
   int max_json_depth = 32;
@@ -51,8 +51,8 @@ struct CompletionRequest {
   std::string prompt;             // kCompletion
   GenerationParams params;        // max_tokens defaults to the context length
   bool stream = false;
-  bool include_usage = false;     // stream_options.include_usage
-  int32_t priority = 0;           // lower runs earlier (vLLM convention); FIFO within a level
+  bool include_usage = false;  // stream_options.include_usage
+  int32_t priority = 0;        // lower runs earlier (vLLM convention); FIFO within a level
 };
 
 using ParseResult = std::variant<CompletionRequest, ApiError>;

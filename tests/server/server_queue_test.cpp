@@ -114,10 +114,14 @@ TEST(ServerMetrics, PrometheusText) {
   EXPECT_NE(text.find("tessera_prompt_tokens_total 10\n"), std::string::npos);
   EXPECT_NE(text.find("tessera_generated_tokens_total 4\n"), std::string::npos);
   EXPECT_NE(text.find("tessera_queue_depth 2\n"), std::string::npos);
-  EXPECT_NE(text.find("tessera_time_to_first_token_seconds_bucket{le=\"0.025\"} 0\n"), std::string::npos);
-  EXPECT_NE(text.find("tessera_time_to_first_token_seconds_bucket{le=\"0.05\"} 1\n"), std::string::npos);
-  EXPECT_NE(text.find("tessera_time_to_first_token_seconds_bucket{le=\"30\"} 1\n"), std::string::npos);
-  EXPECT_NE(text.find("tessera_time_to_first_token_seconds_bucket{le=\"+Inf\"} 2\n"), std::string::npos);
+  EXPECT_NE(text.find("tessera_time_to_first_token_seconds_bucket{le=\"0.025\"} 0\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("tessera_time_to_first_token_seconds_bucket{le=\"0.05\"} 1\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("tessera_time_to_first_token_seconds_bucket{le=\"30\"} 1\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("tessera_time_to_first_token_seconds_bucket{le=\"+Inf\"} 2\n"),
+            std::string::npos);
   EXPECT_NE(text.find("tessera_time_to_first_token_seconds_count 2\n"), std::string::npos);
 }
 

@@ -1,10 +1,10 @@
 // Request parsing and validation of `tessera serve` (no engine, no sockets).
-#include "server/request.h"
-
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 #include <string>
+
+#include "server/request.h"
 
 namespace tessera::server {
 namespace {
@@ -73,13 +73,14 @@ TEST(ServerRequest, ChatDefaultsAndFields) {
 }
 
 TEST(ServerRequest, ContentPartsNullsAndDeveloperRole) {
-  json j = {{"model", "m"},
-            {"messages",
-             {{{"role", "developer"}, {"content", "be brief"}},
-              {{"role", "user"},
-               {"content", {{{"type", "text"}, {"text", "a"}}, {{"type", "text"}, {"text", "b"}}}}}}},
-            {"temperature", nullptr},
-            {"stop", nullptr}};
+  json j = {
+      {"model", "m"},
+      {"messages",
+       {{{"role", "developer"}, {"content", "be brief"}},
+        {{"role", "user"},
+         {"content", {{{"type", "text"}, {"text", "a"}}, {{"type", "text"}, {"text", "b"}}}}}}},
+      {"temperature", nullptr},
+      {"stop", nullptr}};
   auto r = parse(j);
   ASSERT_TRUE(std::holds_alternative<CompletionRequest>(r)) << err(r).message;
   const auto& q = std::get<CompletionRequest>(r);
