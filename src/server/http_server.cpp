@@ -13,6 +13,7 @@
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <nlohmann/json.hpp>
@@ -264,6 +265,13 @@ void HttpServer::run() {
     for (int fd : conn_fds_) ::shutdown(fd, SHUT_RDWR);  // wakes blocked polls; threads close
     conn_cv_.wait_for(lock, Ms(2000), [&] { return conn_fds_.empty(); });
   }
+  if (!conn_fds_.empty()) {
+    // Detached I/O threads still use this object: leaving would destroy it under them.
+    std::fprintf(stderr, "tessera serve: %zu connections did not close; exiting now\n",
+                 conn_fds_.size());
+    std::fflush(nullptr);
+    std::_Exit(0);
+  }
 }
 
 // Per-connection request handling.
@@ -327,8 +335,9 @@ json choice_delta(const CompletionRequest& req, const std::string& text, const c
 }
 
 // Streams one job's events as server-sent events. Returns whether the connection stays usable.
-bool stream_job(Conn& c, Job& job, bool keep_alive, int32_t prompt_tokens,
-                std::deque<Event>& events) {
+// HTTP/1.0 clients get a close-delimited body instead of chunked transfer encoding.
+bool stream_job(Conn& c, Job& job, bool keep_alive, bool chunked, std::deque<Event>& events) {
+  keep_alive = keep_alive && chunked;
   const CompletionRequest& req = job.request;
   const std::string id = random_id(req.endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-");
   const int64_t created = static_cast<int64_t>(std::time(nullptr));
@@ -336,7 +345,7 @@ bool stream_job(Conn& c, Job& job, bool keep_alive, int32_t prompt_tokens,
   res.set(http::field::server, "tessera");
   res.set(http::field::content_type, "text/event-stream");
   res.set(http::field::cache_control, "no-cache");
-  res.chunked(true);
+  res.chunked(chunked);
   res.keep_alive(keep_alive);
   http::response_serializer<http::empty_body> sr{res};
   error_code ec;
@@ -344,7 +353,10 @@ bool stream_job(Conn& c, Job& job, bool keep_alive, int32_t prompt_tokens,
   http::write_header(c.stream, sr, ec);
   auto send = [&](const std::string& data) {
     c.stream.set_deadline(SteadyClock::now() + c.opt.write_timeout);
-    net::write(c.stream, http::make_chunk(net::buffer(data)), ec);
+    if (chunked)
+      net::write(c.stream, http::make_chunk(net::buffer(data)), ec);
+    else
+      net::write(c.stream, net::buffer(data), ec);
     return !ec;
   };
   auto sse = [](const json& j) { return "data: " + dump(j) + "\n\n"; };
@@ -396,9 +408,9 @@ bool stream_job(Conn& c, Job& job, bool keep_alive, int32_t prompt_tokens,
       return false;
     }
   }
+  if (!chunked) return false;  // the close ends the body
   c.stream.set_deadline(SteadyClock::now() + c.opt.write_timeout);
   net::write(c.stream, http::make_chunk_last(), ec);
-  (void)prompt_tokens;
   return !ec && keep_alive;
 }
 
@@ -426,14 +438,12 @@ bool handle_completion(Conn& c, const Request& req, Endpoint endpoint, bool keep
   // Wait for the engine's verdict (started or error) before committing to a status code, and
   // watch the socket: a client that hangs up cancels its job.
   std::deque<Event> events;
-  int32_t prompt_tokens = 0;
   std::string text;
   for (;;) {
     const ChannelState st = job->output.wait(&events, Ms(50));
     while (!events.empty() && events.front().kind == Event::Kind::kStarted) {
-      prompt_tokens = events.front().prompt_tokens;
       events.pop_front();
-      if (job->request.stream) return stream_job(c, *job, keep_alive, prompt_tokens, events);
+      if (job->request.stream) return stream_job(c, *job, keep_alive, req.version() >= 11, events);
     }
     for (Event& ev : events) {
       if (ev.kind == Event::Kind::kError) {
@@ -529,15 +539,23 @@ bool handle_request(Conn& c, const Request& req) {
   if (target == "/metrics" && get)
     return send_response(c, http::status::ok, c.metrics->render(),
                          "text/plain; version=0.0.4; charset=utf-8", keep_alive);
-  if (target == "/v1/models" && get) {
-    json model = {{"id", c.opt.parse.model_id},
-                  {"object", "model"},
-                  {"created", c.created},
-                  {"owned_by", "tessera"},
-                  {"max_model_len", c.opt.parse.context_length}};
+  auto model_json = [&] {
+    return json{{"id", c.opt.parse.model_id},
+                {"object", "model"},
+                {"created", c.created},
+                {"owned_by", "tessera"},
+                {"max_model_len", c.opt.parse.context_length}};
+  };
+  if (target == "/v1/models" && get)
     return send_response(c, http::status::ok,
-                         dump({{"object", "list"}, {"data", json::array({model})}}),
+                         dump({{"object", "list"}, {"data", json::array({model_json()})}}),
                          "application/json", keep_alive);
+  if (get && target.substr(0, 11) == "/v1/models/") {
+    if (target.substr(11) != c.opt.parse.model_id)
+      return send_error(
+          c, {404, "model not found", "invalid_request_error", "model", "model_not_found"},
+          keep_alive);
+    return send_response(c, http::status::ok, dump(model_json()), "application/json", keep_alive);
   }
   if (target == "/v1/chat/completions" && post)
     return handle_completion(c, req, Endpoint::kChat, keep_alive);
@@ -562,7 +580,16 @@ void HttpServer::serve_connection(int fd) {
       parser.body_limit(opt_.max_body_bytes);
       stream.set_deadline(SteadyClock::now() + opt_.read_timeout);
       error_code ec;
-      http::read(stream, buffer, parser, ec);
+      http::read_header(stream, buffer, parser, ec);
+      if (!ec) {
+        // curl and others wait for "100 Continue" before sending a large body.
+        auto expect = parser.get()[http::field::expect];
+        if (beast::iequals(expect, "100-continue") && !parser.is_done()) {
+          static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+          net::write(stream, net::buffer(kContinue.data(), kContinue.size()), ec);
+        }
+        if (!ec) http::read(stream, buffer, parser, ec);
+      }
       if (ec) {
         ApiError e{400, "malformed HTTP request", "invalid_request_error", "", "bad_request"};
         if (ec == http::error::end_of_stream || ec == net::error::eof ||

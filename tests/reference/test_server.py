@@ -439,3 +439,33 @@ def test_sigterm_drains_and_exits_zero(tessera_bin, model_path):
     assert status == 200 and json.loads(data)["usage"]["completion_tokens"] == 100
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", s.port), timeout=2).close()
+
+
+def _read_all(sock):
+    out = b""
+    while True:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return out
+        out += chunk
+
+
+def test_http10_stream_expect_continue_and_model_route(server):
+    body = json.dumps({"model": server.model_id, "prompt": "Hi", "max_tokens": 3, "ignore_eos": True,
+                       "stream": True}).encode()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as s:
+        s.sendall(b"POST /v1/completions HTTP/1.0\r\nAuthorization: Bearer " + API_KEY.encode() +
+                  b"\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+        raw = _read_all(s)  # close-delimited: no chunked encoding for HTTP/1.0
+    head, _, payload = raw.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200") and b"chunked" not in head.lower()
+    assert payload.endswith(b"data: [DONE]\n\n") and payload.count(b"data: ") == 5
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as s:
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer " +
+                  API_KEY.encode() + b"\r\nExpect: 100-continue\r\nContent-Length: %d\r\n\r\n" % len(body))
+        assert s.recv(100).startswith(b"HTTP/1.1 100 Continue")
+        s.sendall(body)
+        assert _read_all(s).startswith(b"HTTP/1.1 200")
+    status, _, data = server.request("GET", "/v1/models/" + server.model_id, key=API_KEY)
+    assert status == 200 and json.loads(data)["id"] == server.model_id
+    assert server.request("GET", "/v1/models/other", key=API_KEY)[0] == 404
