@@ -389,7 +389,8 @@ def _wait_for(pred, timeout=10):
 def test_queue_full_429_and_disconnect_cancels(server):
     long_body = {"model": server.model_id, "prompt": "Count:", "max_tokens": 400, "ignore_eos": True,
                  "stream": True}
-    cancelled0 = metrics(server)['tessera_requests_total{outcome="cancelled"}']
+    m0 = metrics(server)
+    cancelled0 = m0['tessera_requests_total{outcome="cancelled"}']
     conn, resp = _open_stream(server, long_body)  # running
     events = read_sse(resp)
     next(events)
@@ -414,9 +415,9 @@ def test_queue_full_429_and_disconnect_cancels(server):
     assert _wait_for(lambda: metrics(server)['tessera_requests_total{outcome="cancelled"}'] == cancelled0 + 1)
     m = metrics(server)
     assert m["tessera_requests_running"] == 0 and m["tessera_queue_depth"] == 0
-    # far fewer than 400 tokens were generated for the abandoned stream
-    r = post_json(server, "/v1/completions", {"model": server.model_id, "prompt": "Hi", "max_tokens": 2})
-    assert r["usage"]["completion_tokens"] <= 2
+    # the abandoned stream stopped long before its 400 tokens (the queued request made 2)
+    generated = m["tessera_generated_tokens_total"] - m0["tessera_generated_tokens_total"]
+    assert 2 < generated < 300, generated
 
 
 def test_sigterm_drains_and_exits_zero(tessera_bin, model_path):
