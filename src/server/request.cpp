@@ -1,5 +1,6 @@
 #include "server/request.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -290,7 +291,9 @@ ParseResult parse_completion_request(std::string_view body, Endpoint endpoint,
   if (f.error) return *f.error;
 
   GenerationParams& p = req.params;
-  p.max_tokens = opt.context_length;  // OpenAI's "until the context is full"
+  // OpenAI's defaults: chat runs until the context is full, legacy completions stop at 16.
+  p.max_tokens = endpoint == Endpoint::kChat ? opt.context_length
+                                             : std::min<int32_t>(16, opt.context_length);
   const char* max_name = endpoint == Endpoint::kChat && f.get("max_completion_tokens")
                              ? "max_completion_tokens"
                              : "max_tokens";

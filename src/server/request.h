@@ -49,7 +49,7 @@ struct CompletionRequest {
   std::string model;
   std::vector<Message> messages;  // kChat
   std::string prompt;             // kCompletion
-  GenerationParams params;        // max_tokens defaults to the context length
+  GenerationParams params;  // max_tokens default: chat: the context length; completion: 16
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   int32_t priority = 0;        // lower runs earlier (vLLM convention); FIFO within a level

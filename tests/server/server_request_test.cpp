@@ -95,6 +95,7 @@ TEST(ServerRequest, CompletionPrompt) {
   ASSERT_TRUE(std::holds_alternative<CompletionRequest>(r)) << err(r).message;
   EXPECT_EQ(std::get<CompletionRequest>(r).prompt, "only one");
   EXPECT_EQ(std::get<CompletionRequest>(r).params.stop, std::vector<std::string>{"x"});
+  EXPECT_EQ(std::get<CompletionRequest>(r).params.max_tokens, 16);  // OpenAI's completion default
 }
 
 TEST(ServerRequest, RejectsWithParam) {
