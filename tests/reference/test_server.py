@@ -81,7 +81,7 @@ def server(tessera_bin, model_path):
     with tempfile.NamedTemporaryFile("w", suffix=".keys", delete=False) as f:
         f.write("# test keys\n\nother-key\n" + API_KEY + "\n")
         key_file = f.name
-    s = Server(tessera_bin, model_path, "--api-key-file", key_file, "--max-queue", "1")
+    s = Server(tessera_bin, model_path, "--api-key-file", key_file, "--max-queue", "1", "--read-timeout", "1")
     yield s
     s.stop()
     os.unlink(key_file)
@@ -477,3 +477,13 @@ def test_http10_stream_expect_continue_and_model_route(server):
     status, _, data = server.request("GET", "/v1/models/" + server.model_id, key=API_KEY)
     assert status == 200 and json.loads(data)["id"] == server.model_id
     assert server.request("GET", "/v1/models/other", key=API_KEY)[0] == 404
+
+
+def test_read_timeout_408(server):
+    start = time.time()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as s:
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+        assert _read_all(s).startswith(b"HTTP/1.1 408")
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as s:
+        assert _read_all(s) == b""  # an idle connection is closed without a response
+    assert time.time() - start < 10
