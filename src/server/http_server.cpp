@@ -401,7 +401,10 @@ bool stream_job(Conn& c, Job& job, bool keep_alive, bool chunked, std::deque<Eve
       return false;
     }
     if (done) break;
-    if (job.output.wait(&events, Ms(50)) == ChannelState::kClosed && events.empty()) break;
+    if (job.output.wait(&events, Ms(50)) == ChannelState::kClosed && events.empty()) {
+      c.metrics->count_request(Outcome::kError);  // closed without a final event: a bug
+      return false;
+    }
     if (events.empty() && peer_closed(c.fd)) {
       job.cancelled.store(true);
       c.metrics->count_request(Outcome::kCancelled);
