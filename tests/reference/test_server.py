@@ -487,3 +487,18 @@ def test_read_timeout_408(server):
     with socket.create_connection(("127.0.0.1", server.port), timeout=30) as s:
         assert _read_all(s) == b""  # an idle connection is closed without a response
     assert time.time() - start < 10
+
+
+def test_stream_never_splits_utf8(server):
+    # Byte-level BPE spells CJK text and emoji with several tokens per character; a piece that
+    # ended mid-character would come out as U+FFFD in its own event.
+    body = {"model": server.model_id, "prompt": "日本語の文章: 東京は日本の首都です。🙂 次の文:", "max_tokens": 24,
+            "ignore_eos": True}
+    whole = post_json(server, "/v1/completions", body)["choices"][0]["text"]
+    events = stream(server, "/v1/completions", {**body, "stream": True})
+    pieces = [e["choices"][0]["text"] for e in events[:-1]]
+    assert "".join(pieces) == whole
+    # max_tokens may cut the last character short; its bytes are flushed (and replaced) at the end
+    assert "\ufffd" not in whole.rstrip("\ufffd")
+    assert all("\ufffd" not in p for p in pieces[:-2]), pieces
+    assert any(ord(ch) > 0x7F for ch in whole), whole  # the check exercised multi-byte text
