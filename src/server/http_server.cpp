@@ -564,7 +564,6 @@ bool handle_request(Conn& c, const Request& req) {
     return handle_completion(c, req, Endpoint::kChat, keep_alive);
   if (target == "/v1/completions" && post)
     return handle_completion(c, req, Endpoint::kCompletion, keep_alive);
-  (void)get;
   std::string shown(target.substr(0, 64));
   return send_error(c, {404, "no route for " + shown, "invalid_request_error", "", "not_found"},
                     keep_alive);
