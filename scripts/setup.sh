@@ -8,14 +8,14 @@ SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
 need_apt=0
-for pkg in build-essential cmake pkg-config libpcre2-dev libgtest-dev python3 python3-venv python3-dev git; do
+for pkg in build-essential cmake pkg-config libpcre2-dev libgtest-dev libboost1.74-dev nlohmann-json3-dev python3 python3-venv python3-dev git; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt=1
 done
 if [ "$need_apt" = 1 ]; then
   echo "[setup] installing system packages" >&2
   $SUDO apt-get update -qq
   $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-    build-essential cmake pkg-config libpcre2-dev libgtest-dev python3 python3-venv python3-dev git >&2
+    build-essential cmake pkg-config libpcre2-dev libgtest-dev libboost1.74-dev nlohmann-json3-dev python3 python3-venv python3-dev git >&2
 fi
 
 if [ ! -x .venv/bin/python ]; then

@@ -1,0 +1,141 @@
+// The engine side of `tessera serve`: a bounded request queue, per-request output channels and
+// the engine loop thread that owns the Engine (DESIGN.md section 3, docs/design/serving.md).
+//
+//   EngineLoop loop(std::move(engine), {.max_queue = 16}, &metrics);
+//   loop.start();
+//   auto job = std::make_shared<Job>(std::move(request));
+//   if (loop.submit(job) != Admission::kAccepted) ...429/503...
+//   std::deque<Event> events;
+//   while (job->output.wait(&events, 50ms) != ChannelState::kClosed) ...write events...
+//
+// Cross-thread handoffs (all documented in docs/design/serving.md):
+//  * I/O thread -> engine thread: the shared_ptr<Job> through RequestQueue (mutex + condvar).
+//  * engine thread -> I/O thread: Events through Job::output (mutex + condvar), closed exactly once
+//    by the engine thread after the final kDone or kError event.
+//  * I/O thread -> engine thread: Job::cancelled (atomic), checked before a job starts and on
+//    every generated token; a set flag makes on_text return false, which ends generate().
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "server/metrics.h"
+#include "server/request.h"
+#include "tessera/engine.h"
+
+namespace tessera::server {
+
+using SteadyClock = std::chrono::steady_clock;
+
+struct Event {
+  enum class Kind { kStarted, kText, kDone, kError };
+  explicit Event(Kind k) : kind(k) {}
+  Kind kind;
+  std::string text;                             // kText
+  int32_t prompt_tokens = 0;                    // kStarted, kDone
+  int32_t generated_tokens = 0;                 // kDone
+  FinishReason finish = FinishReason::kLength;  // kDone
+  ApiError error;                               // kError
+};
+
+enum class ChannelState { kOpen, kClosed };
+
+// Single producer (engine thread), single consumer (the request's I/O thread).
+class OutputChannel {
+ public:
+  void push(Event e);
+  void close();  // after the last push; wakes the consumer
+  // Moves pending events into *out (appending); waits up to `timeout` when none are pending.
+  // kClosed once the channel is closed and every event has been handed out.
+  ChannelState wait(std::deque<Event>* out, std::chrono::milliseconds timeout);
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Event> events_;
+  bool closed_ = false;
+};
+
+struct Job {
+  explicit Job(CompletionRequest r) : request(std::move(r)) {}
+  CompletionRequest request;
+  OutputChannel output;
+  std::atomic<bool> cancelled{false};
+  SteadyClock::time_point enqueued_at = SteadyClock::now();
+  uint64_t sequence = 0;  // admission order, for FIFO within a priority level
+};
+
+enum class Admission { kAccepted, kQueueFull, kDraining };
+
+// Bounded priority queue of admitted jobs. A batching scheduler replaces the consumer side
+// (pop one job at a time) with "pop as many as fit the KV cache"; producers do not change.
+class RequestQueue {
+ public:
+  explicit RequestQueue(size_t capacity, Metrics* metrics)
+      : capacity_(capacity), metrics_(metrics) {}
+  Admission push(std::shared_ptr<Job> job);  // never blocks: full -> kQueueFull at once
+  // Waits up to `timeout` for a job; null on timeout or when closed and empty.
+  std::shared_ptr<Job> pop(std::chrono::milliseconds timeout);
+  void close();  // admission ends (kDraining); queued jobs can still be popped
+  std::vector<std::shared_ptr<Job>> take_all();
+  void finished();    // the consumer is done with a popped job
+  bool idle() const;  // nothing queued and nothing popped-but-unfinished
+  size_t size() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::shared_ptr<Job>> jobs_;  // small: linear scan for the best priority
+  size_t capacity_;
+  uint64_t next_sequence_ = 0;
+  size_t in_flight_ = 0;  // incremented by pop() under mu_, so idle() never misses a popped job
+  bool closed_ = false;
+  Metrics* metrics_;
+};
+
+struct EngineLoopOptions {
+  size_t max_queue = 16;
+};
+
+class EngineLoop {
+ public:
+  EngineLoop(std::unique_ptr<Engine> engine, EngineLoopOptions opt, Metrics* metrics);
+  ~EngineLoop();
+
+  void start();
+  Admission submit(std::shared_ptr<Job> job);
+  // Stops admission, lets queued and running work finish until `deadline`, then cancels what is
+  // left (queued jobs get a 503 error event) and joins the thread.
+  void drain_and_stop(SteadyClock::time_point deadline);
+
+  bool draining() const { return draining_.load(); }
+  // Seconds since the loop last made progress (a token, a finished job or an idle wake-up).
+  double seconds_since_heartbeat() const;
+  size_t queue_depth() const { return queue_.size(); }
+  const ModelSummary& summary() const { return summary_; }
+
+ private:
+  void run();
+  void process(Job& job);
+  void beat();
+
+  std::unique_ptr<Engine> engine_;  // touched only by the loop thread after start()
+  ModelSummary summary_;            // copied at construction: read by I/O threads
+  Metrics* metrics_;
+  RequestQueue queue_;
+  std::thread thread_;
+  std::mutex current_mu_;
+  std::shared_ptr<Job> current_;  // the running job, so a drain timeout can cancel it
+  std::atomic<bool> stop_{false}, draining_{false};
+  std::atomic<int64_t> heartbeat_ns_{0};
+};
+
+}  // namespace tessera::server

@@ -1,0 +1,67 @@
+// OpenAI request parsing and validation for `tessera serve` (pure functions, no I/O, no engine).
+//
+//   tessera::server::ParseOptions opt{.model_id = "SmolLM2-135M-Instruct", .context_length = 2048};
+//   auto r = tessera::server::parse_completion_request(body, Endpoint::kChat, opt);
+//   if (auto* e = std::get_if<ApiError>(&r)) return respond(e->http_status, error_body(*e));
+//   CompletionRequest req = std::get<CompletionRequest>(std::move(r));
+//
+// Every field is hostile: types, ranges, sizes and nesting are checked here, on the I/O thread,
+// before anything reaches the engine queue. Error messages never echo request bytes unbounded
+// (error_body() stays under 4 KB).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "tessera/engine.h"
+
+namespace tessera::server {
+
+// The OpenAI error shape: {"error":{"message","type","param","code"}}.
+struct ApiError {
+  int http_status = 400;
+  std::string message;
+  std::string type = "invalid_request_error";
+  std::string param;  // empty: null
+  std::string code;   // empty: null
+};
+
+// Serialized error body; message and param are truncated so the body stays < 4096 bytes.
+std::string error_body(const ApiError& e);
+
+enum class Endpoint { kChat, kCompletion };
+
+struct ParseOptions {
+  std::string model_id;           // the only model name accepted in "model"
+  int32_t context_length = 4096;  // max_tokens above this is rejected
+  int32_t max_n = 1;              // n > max_n: 400 (n > 1 is not implemented yet)
+  int32_t max_stop = 4;           // OpenAI's limit on stop sequences
+  size_t max_stop_bytes = 256;
+  size_t max_messages = 256;
+  int max_json_depth = 32;
+};
+
+struct CompletionRequest {
+  Endpoint endpoint = Endpoint::kChat;
+  std::string model;
+  std::vector<Message> messages;  // kChat
+  std::string prompt;             // kCompletion
+  GenerationParams params;  // max_tokens default: chat: the context length; completion: 16
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  int32_t priority = 0;        // lower runs earlier (vLLM convention); FIFO within a level
+};
+
+using ParseResult = std::variant<CompletionRequest, ApiError>;
+
+ParseResult parse_completion_request(std::string_view body, Endpoint endpoint,
+                                     const ParseOptions& opt);
+
+// Nesting depth of a JSON text (brackets outside strings), checked before the real parse so that
+// a hostile "[[[[..." cannot exhaust the parser.
+int json_nesting_depth(std::string_view text);
+
+}  // namespace tessera::server

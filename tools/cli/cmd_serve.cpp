@@ -1,0 +1,141 @@
+// `tessera serve`: an OpenAI-compatible HTTP server on the CPU engine (docs/design/serving.md).
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include "command.h"
+#include "server/engine_loop.h"
+#include "server/http_server.h"
+#include "tessera/engine.h"
+
+namespace tessera::cli {
+namespace {
+
+const char* kUsage =
+    "usage: tessera serve [-m MODEL.gguf] [--host H] [--port P] [--api-key-file F]\n"
+    "                     [--model-name NAME] [--ctx N] [--threads N] [--max-queue N]\n"
+    "                     [--max-connections N] [--drain-timeout SECONDS] [--read-timeout SECONDS]\n"
+    "Serves POST /v1/chat/completions, POST /v1/completions, GET /v1/models, /health, /ready,\n"
+    "/metrics. --port 0 picks a free port; the chosen address is printed to stderr.\n";
+
+bool parse_int(const std::string& s, long lo, long hi, long* out) {
+  char* end = nullptr;
+  errno = 0;
+  const long v = std::strtol(s.c_str(), &end, 10);
+  if (s.empty() || *end != '\0' || errno != 0 || v < lo || v > hi) return false;
+  *out = v;
+  return true;
+}
+
+// One key per line; blank lines and lines starting with '#' are skipped.
+bool read_api_keys(const std::string& path, std::vector<std::string>* keys, std::string* why) {
+  std::ifstream in(path);
+  if (!in) {
+    *why = "cannot read --api-key-file " + path;
+    return false;
+  }
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto b = line.find_first_not_of(" \t\r");
+    if (b == std::string::npos || line[b] == '#') continue;
+    const auto e = line.find_last_not_of(" \t\r");
+    keys->push_back(line.substr(b, e - b + 1));
+  }
+  if (keys->empty()) *why = "--api-key-file " + path + " holds no keys";
+  return !keys->empty();
+}
+
+std::string model_id_from_path(const std::string& path) {
+  std::string name = path.substr(path.find_last_of('/') + 1);
+  if (auto dot = name.rfind(".gguf"); dot != std::string::npos && dot + 5 == name.size())
+    name.resize(dot);
+  return name;
+}
+
+int cmd_serve(int argc, char** argv) {
+  Args args(argc, argv);
+  if (args.flag("help") || args.flag("h")) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  std::string model = default_model_path(), v, bad, key_file, model_name;
+  args.value("m", &model);
+  args.value("model", &model);
+  server::ServerOptions so;
+  EngineOptions eo;
+  server::EngineLoopOptions lo;
+  args.value("host", &so.host);
+  args.value("model-name", &model_name);
+  auto num = [&](const char* name, long min, long max, auto apply) {
+    if (!args.value(name, &v)) return;
+    long n;
+    if (!parse_int(v, min, max, &n)) {
+      if (bad.empty()) bad = std::string("invalid value for --") + name + ": " + v;
+      return;
+    }
+    apply(n);
+  };
+  num("port", 0, 65535, [&](long n) { so.port = static_cast<uint16_t>(n); });
+  num("ctx", 16, 1 << 20, [&](long n) { eo.context_length = static_cast<int32_t>(n); });
+  num("threads", 1, 1024, [&](long n) { eo.threads = static_cast<int32_t>(n); });
+  num("max-queue", 1, 1 << 16, [&](long n) { lo.max_queue = static_cast<size_t>(n); });
+  num("max-connections", 1, 1 << 16, [&](long n) { so.max_connections = static_cast<size_t>(n); });
+  num("drain-timeout", 0, 3600, [&](long n) { so.drain_timeout = std::chrono::seconds(n); });
+  num("read-timeout", 1, 3600, [&](long n) { so.read_timeout = std::chrono::seconds(n); });
+  const bool have_keys = args.value("api-key-file", &key_file);
+  std::vector<std::string> pos = args.positionals(&bad);
+  if (bad.empty() && !pos.empty()) bad = "unexpected argument " + pos[0];
+  if (bad.empty() && have_keys) read_api_keys(key_file, &so.api_keys, &bad);
+  if (!bad.empty()) {
+    std::fprintf(stderr, "tessera serve: %s\n%s", bad.c_str(), kUsage);
+    return 2;
+  }
+
+  // SIGTERM/SIGINT are taken by one waiting thread (sigwait), so block them before any thread
+  // (the engine's pool included) exists; every thread inherits the mask.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+
+  auto engine = Engine::load(model, eo);
+  if (!engine) {
+    std::fprintf(stderr, "tessera serve: cannot load %s: %s\n", model.c_str(),
+                 engine.status().to_string().c_str());
+    return 1;
+  }
+  server::Metrics metrics;
+  so.parse.model_id = model_name.empty() ? model_id_from_path(model) : model_name;
+  so.parse.context_length = static_cast<int32_t>((*engine)->summary().context_length);
+  server::EngineLoop loop(std::move(*engine), lo, &metrics);
+  server::HttpServer http(so, &loop, &metrics);
+  if (auto st = http.listen(); !st.ok()) {
+    std::fprintf(stderr, "tessera serve: %s\n", st.message().c_str());
+    return 1;
+  }
+  loop.start();
+  std::thread([&http, sigs] {
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    std::fprintf(stderr, "tessera serve: signal %d, draining\n", sig);
+    http.request_stop();
+  }).detach();
+  std::fprintf(stderr, "tessera serve: model %s (context %d) listening on http://%s:%u\n",
+               so.parse.model_id.c_str(), so.parse.context_length, so.host.c_str(),
+               static_cast<unsigned>(http.port()));
+  http.run();
+  std::fprintf(stderr, "tessera serve: stopped\n");
+  return 0;
+}
+
+}  // namespace
+TESSERA_CLI_COMMAND("serve", "OpenAI-compatible HTTP server (chat/completions, models, metrics)",
+                    cmd_serve);
+}  // namespace tessera::cli
