@@ -100,7 +100,9 @@ TESSERA_HOT_INLINE void row_q6k(const BlockQ6_K* w, int64_t nsb, const ActQ8K* a
     for (int h = 0; h < 2; ++h) {
       const __m256i ql0 = loadu256(blk.ql + 64 * h), ql1 = loadu256(blk.ql + 64 * h + 32);
       const __m256i qh = loadu256(blk.qh + 32 * h);
-      const __m256i sh = _mm256_permute2x128_si256(sc16, sc16, h ? 0x11 : 0x00);
+      // The immediate must be a compile-time constant at every optimization level.
+      const __m256i sh = h ? _mm256_permute2x128_si256(sc16, sc16, 0x11)
+                           : _mm256_permute2x128_si256(sc16, sc16, 0x00);
       for (int c = 0; c < 4; ++c) {
         const __m256i l = c % 2 ? ql1 : ql0;
         const __m256i lo = _mm256_and_si256(c < 2 ? l : _mm256_srli_epi16(l, 4), m4);
