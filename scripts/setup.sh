@@ -5,7 +5,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+if [ "$(id -u)" -ne 0 ]; then
+  if ! command -v sudo >/dev/null 2>&1; then
+    echo "[setup] error: run as root or install sudo (system packages are needed)" >&2
+    exit 1
+  fi
+  SUDO="sudo"
+fi
 
 need_apt=0
 for pkg in build-essential cmake pkg-config libpcre2-dev libgtest-dev libboost1.74-dev nlohmann-json3-dev python3 python3-venv python3-dev git; do
@@ -13,7 +19,7 @@ for pkg in build-essential cmake pkg-config libpcre2-dev libgtest-dev libboost1.
 done
 if [ "$need_apt" = 1 ]; then
   echo "[setup] installing system packages" >&2
-  $SUDO apt-get update -qq
+  $SUDO apt-get update -qq >&2
   $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
     build-essential cmake pkg-config libpcre2-dev libgtest-dev libboost1.74-dev nlohmann-json3-dev python3 python3-venv python3-dev git >&2
 fi

@@ -19,6 +19,15 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
+// True when the text itself begins with the BOS token's text and will be parsed as that
+// token: chat templates of Llama-2/3 and Mistral render BOS, and adding another would give the
+// model [BOS, BOS, ...] (llama.cpp likewise drops the template's BOS when it adds its own).
+bool starts_with_bos_text(const Tokenizer& tok, std::string_view text, bool parse_special) {
+  if (!parse_special || tok.bos_id() < 0) return false;
+  const std::string_view bos = tok.piece(tok.bos_id());
+  return !bos.empty() && text.substr(0, bos.size()) == bos;
+}
+
 // Prompt tokens per forward call: bounds activation memory for long prompts.
 constexpr int64_t kPromptChunk = 512;
 }  // namespace
@@ -98,6 +107,10 @@ Expected<std::unique_ptr<Engine>> Engine::load(const std::string& path, const En
     s.context_length = ctx;
   } catch (const Error& e) {
     return e.status();
+  } catch (const std::bad_alloc&) {
+    return Status(ErrorCode::kOutOfMemory, "out of memory");
+  } catch (const std::exception& e) {
+    return Status(ErrorCode::kInternal, e.what());
   }
   impl->load_seconds = seconds_since(t0);
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
@@ -112,6 +125,10 @@ Expected<std::vector<int32_t>> Engine::tokenize(std::string_view text, bool add_
     return impl_->tokenizer->encode(text, {.add_bos = add_bos, .parse_special = parse_special});
   } catch (const Error& e) {
     return e.status();
+  } catch (const std::bad_alloc&) {
+    return Status(ErrorCode::kOutOfMemory, "out of memory");
+  } catch (const std::exception& e) {
+    return Status(ErrorCode::kInternal, e.what());
   }
 }
 
@@ -143,8 +160,10 @@ Expected<GenerationResult> Engine::generate(std::string_view prompt, const Gener
   try {
     Impl& im = *impl_;
     GenerationResult result;
-    std::vector<int32_t> history =
-        im.tokenizer->encode(prompt, {.add_bos = params.add_bos, .parse_special = params.parse_special});
+    std::vector<int32_t> history = im.tokenizer->encode(
+        prompt, {.add_bos = params.add_bos && !starts_with_bos_text(*im.tokenizer, prompt,
+                                                                    params.parse_special),
+                 .parse_special = params.parse_special});
     if (history.empty()) return Status(ErrorCode::kInvalidArgument, "prompt is empty");
     const int64_t ctx = im.cache->capacity();
     if (static_cast<int64_t>(history.size()) >= ctx)
@@ -198,6 +217,10 @@ Expected<GenerationResult> Engine::generate(std::string_view prompt, const Gener
     return result;
   } catch (const Error& e) {
     return e.status();
+  } catch (const std::bad_alloc&) {
+    return Status(ErrorCode::kOutOfMemory, "out of memory");
+  } catch (const std::exception& e) {
+    return Status(ErrorCode::kInternal, e.what());
   }
 }
 
@@ -215,6 +238,10 @@ Expected<std::vector<float>> Engine::score(const std::vector<int32_t>& ids) {
     return logits;
   } catch (const Error& e) {
     return e.status();
+  } catch (const std::bad_alloc&) {
+    return Status(ErrorCode::kOutOfMemory, "out of memory");
+  } catch (const std::exception& e) {
+    return Status(ErrorCode::kInternal, e.what());
   }
 }
 

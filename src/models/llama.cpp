@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -34,8 +35,14 @@ Tensor weight_view(const gguf::File& f, const std::string& name, int64_t rows, i
     throw_error(ErrorCode::kUnsupported, "tensor '" + name + "' has weight type " +
                                              std::string(ggml_type_name(t->ggml_type)) +
                                              ", which Tessera does not implement");
+  // A file may choose general.alignment = 1; plain-typed data used in place must still be
+  // aligned for its element type.
+  const uint8_t* data = f.tensor_data(*t);
+  const int64_t elem_align = dtype_is_quantized(*t->dtype) ? 1 : dtype_info(*t->dtype).block_bytes;
+  if (reinterpret_cast<uintptr_t>(data) % static_cast<uintptr_t>(elem_align) != 0)
+    corrupt("tensor '" + name + "' data is not aligned for " + std::string(dtype_name(*t->dtype)));
   const int64_t shape[2] = {rows, cols};
-  return Tensor::view(*t->dtype, shape, 2, const_cast<uint8_t*>(f.tensor_data(*t)), f.keepalive());
+  return Tensor::view(*t->dtype, shape, 2, const_cast<uint8_t*>(data), f.keepalive());
 }
 
 // Small vectors (norm weights, biases, RoPE factors) are used as f32 whatever their file type.

@@ -153,7 +153,11 @@ void EngineLoop::run() {
       current_ = job;
     }
     metrics_->running.fetch_add(1);
-    process(*job);
+    try {
+      process(*job);
+    } catch (const std::exception& e) {  // one request's failure must not end the loop
+      fail_job(*job, {500, std::string("internal error: ") + e.what(), "server_error", "", ""});
+    }
     metrics_->running.fetch_sub(1);
     {
       std::lock_guard<std::mutex> lock(current_mu_);

@@ -77,3 +77,33 @@ def test_missing_and_unsupported_models_give_clear_errors(tessera_bin):
         r = run_tessera(tessera_bin, "run", "-m", path, "hi", check=False)
         assert r.returncode == 1
         assert "falcon" in r.stderr and "llama" in r.stderr and "qwen2" in r.stderr, r.stderr
+
+
+def test_rendered_bos_is_not_doubled(tessera_bin, model_path, llama_cpp):
+    """A chat template that renders BOS (Llama-2/3, Mistral) must not get a second BOS when the
+    model adds BOS itself. Uses a copy of the default model with add_bos_token = true (its BOS
+    text is then '<|im_start|>')."""
+    from gguf import GGUFReader
+    import shutil
+    r = GGUFReader(model_path)
+    field = r.fields["tokenizer.ggml.add_bos_token"]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "bos.gguf")
+        shutil.copyfile(model_path, path)
+        data = bytearray(open(path, "rb").read())
+        # the bool value is the field's last part: one byte inside the memory-mapped file
+        value_part = field.parts[-1]
+        pos = value_part.ctypes.data - r.data.ctypes.data
+        assert data[pos] in (0, 1)
+        data[pos] = 1
+        open(path, "wb").write(bytes(data))
+        bos_text = "<|im_start|>"
+        text = bos_text + "user\nHi<|im_end|>\n"
+        llm = llama_cpp.Llama(model_path=path, vocab_only=True, verbose=False)
+        want = len(llm.tokenize(text.encode(), add_bos=False, special=True))
+        r2 = run(tessera_bin, path, "-n", 1, text)
+        assert f"prompt: {want} tokens" in r2.stderr, r2.stderr
+        # the patch took effect: plain text now gets BOS (one token more than without)
+        r3 = run(tessera_bin, path, "-n", 1, "Hello there")
+        plain = len(llm.tokenize(b"Hello there", add_bos=False, special=True))
+        assert f"prompt: {plain + 1} tokens" in r3.stderr, r3.stderr

@@ -225,6 +225,12 @@ def test_seeded_sampling_is_reproducible(server):
     a = post_json(server, "/v1/chat/completions", body)["choices"][0]["message"]["content"]
     b = post_json(server, "/v1/chat/completions", body)["choices"][0]["message"]["content"]
     assert a == b
+    # The seed must actually drive sampling: other seeds (and greedy) give other text.
+    others = {post_json(server, "/v1/chat/completions", {**body, "seed": s})["choices"][0]["message"]["content"]
+              for s in (8, 9, 10)}
+    greedy = post_json(server, "/v1/chat/completions", {**body, "temperature": 0})["choices"][0]["message"]["content"]
+    assert others != {a}
+    assert greedy != a or others != {greedy}
 
 
 def _bad_bodies(model):

@@ -110,6 +110,17 @@ TEST(Sampler, TopKTopPMinPRestrictSupport) {
   EXPECT_EQ(support({.min_p = 0.2f}), 3u);     // 0.05 < 0.2 * 0.5
 }
 
+TEST(Sampler, NonFiniteLogitsAreNeverSampled) {
+  for (float temp : {0.f, 1.f}) {
+    Sampler s({.temperature = temp, .seed = 3});
+    for (int i = 0; i < 50; ++i) {
+      auto l = logits_of({NAN, 0.5f, INFINITY, 0.1f});
+      const int32_t t = s.sample(l, {});
+      EXPECT_TRUE(t == 1 || t == 3) << t;
+    }
+  }
+}
+
 TEST(Sampler, ValidatesParams) {
   EXPECT_EQ(sampling_params_error({}), "");
   EXPECT_NE(sampling_params_error({.temperature = NAN}), "");

@@ -50,7 +50,12 @@ bool ThreadPool::run_slot(int slot, uint64_t gen) {
     return false;
   int64_t b, e;
   chunk_range(job_n_, job_grain_, n_threads_, slot, &b, &e);
-  if (b < e) (*job_)(b, e, slot);
+  try {
+    if (b < e) (*job_)(b, e, slot);
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(error_mu_);
+    if (!error_) error_ = std::current_exception();
+  }
   slots_[slot].done.store(gen, std::memory_order_release);
   return true;
 }
@@ -59,6 +64,7 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
                               int64_t grain) {
   if (n <= 0) return;
   grain = std::max<int64_t>(1, grain);
+  std::lock_guard<std::mutex> call_lock(call_mu_);
   if (n_threads_ == 1 || n <= grain) {
     fn(0, n, 0);
     return;
@@ -83,6 +89,11 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
         std::this_thread::yield();
       }
     }
+  }
+  if (error_) {
+    std::exception_ptr e = error_;
+    error_ = nullptr;
+    std::rethrow_exception(e);
   }
 }
 

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -27,7 +28,9 @@ class ThreadPool {
   int size() const { return n_threads_; }
 
   // Splits [0, n) into contiguous chunks (multiples of `grain` except the last) over the threads
-  // and blocks until all are done. fn(begin, end, thread_index). Not reentrant.
+  // and blocks until all are done. fn(begin, end, thread_index). Calls from several threads are
+  // serialized; a nested call from inside fn is not allowed. An exception thrown by fn is
+  // rethrown here after every chunk has finished.
   void parallel_for(int64_t n, const std::function<void(int64_t, int64_t, int)>& fn,
                     int64_t grain = 1);
 
@@ -53,6 +56,9 @@ class ThreadPool {
     std::atomic<uint64_t> done{0};
   };
   std::unique_ptr<Slot[]> slots_;
+  std::mutex call_mu_;             // one parallel_for at a time (engines may share the pool)
+  std::mutex error_mu_;
+  std::exception_ptr error_;       // first exception thrown by fn in the current job
   std::mutex mu_;
   std::condition_variable cv_start_;
   const std::function<void(int64_t, int64_t, int)>* job_ = nullptr;

@@ -43,6 +43,10 @@ void ngram_banned_tokens(std::span<const int32_t> history, int32_t n, std::vecto
 
 int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> history) {
   const int32_t vocab = static_cast<int32_t>(logits.size());
+  // Non-finite logits (corrupt weights, overflow) are never sampled and never poison the
+  // normalization: NaN and +inf become -inf.
+  for (float& l : logits)
+    if (!std::isfinite(l)) l = -INFINITY;
   // Penalties over the recent window (llama.cpp / OpenAI semantics).
   if (p_.repetition_penalty != 1.f || p_.presence_penalty != 0.f || p_.frequency_penalty != 0.f) {
     const size_t window = p_.penalty_last_n < 0 ? history.size()
