@@ -209,7 +209,9 @@ void EngineLoop::process(Job& job) {
   bool first = true;
   auto on_text = [&](std::string_view piece) {
     beat();
-    if (job.cancelled.load()) return false;
+    // stop_ too: a job popped just before the drain deadline (current_ not yet set when
+    // drain_and_stop looked) must still end at its next token.
+    if (job.cancelled.load() || stop_.load()) return false;
     if (first) {
       metrics_->observe_ttft(
           std::chrono::duration<double>(SteadyClock::now() - job.enqueued_at).count());
