@@ -56,10 +56,41 @@ double copy_bandwidth_gbs() {
   return 2.0 * bytes / (median(t) * 1e-3) / 1e9;
 }
 
+// Median per-replay time of a graph holding only `parts` of a step (the time breakdown).
+float time_parts(LlamaDecodeRunner& r, unsigned parts, int32_t tok, int32_t pos, int replays) {
+  cudaGraph_t g = nullptr;
+  cudaGraphExec_t ex = nullptr;
+  TESSERA_CUDA_CHECK(cudaStreamBeginCapture(r.stream(), cudaStreamCaptureModeRelaxed));
+  r.enqueue_step(parts);
+  TESSERA_CUDA_CHECK(cudaStreamEndCapture(r.stream(), &g));
+  TESSERA_CUDA_CHECK(cudaGraphInstantiate(&ex, g, 0));
+  r.set_state(tok, pos);
+  std::vector<cudaEvent_t> ev(replays + 1);
+  for (auto& e : ev) TESSERA_CUDA_CHECK(cudaEventCreate(&e));
+  for (int i = 0; i < 3; ++i) TESSERA_CUDA_CHECK(cudaGraphLaunch(ex, r.stream()));
+  TESSERA_CUDA_CHECK(cudaEventRecord(ev[0], r.stream()));
+  for (int i = 0; i < replays; ++i) {
+    TESSERA_CUDA_CHECK(cudaGraphLaunch(ex, r.stream()));
+    TESSERA_CUDA_CHECK(cudaEventRecord(ev[i + 1], r.stream()));
+  }
+  TESSERA_CUDA_CHECK(cudaStreamSynchronize(r.stream()));
+  std::vector<float> per;
+  for (int i = 0; i < replays; ++i) {
+    float ms;
+    TESSERA_CUDA_CHECK(cudaEventElapsedTime(&ms, ev[i], ev[i + 1]));
+    per.push_back(ms);
+  }
+  for (auto& e : ev) cudaEventDestroy(e);
+  cudaGraphExecDestroy(ex);
+  cudaGraphDestroy(g);
+  return median(per);
+}
+
 struct Row {
   const char* type;
   double weight_gb, kv_mb, floor_ms, graph_ms, b2b_ms, eager_ms;
   double peer_ms, peer_floor_ms;
+  double gemv_ms, gemv_floor_ms, others_ms;
   int32_t last_token;
 };
 
@@ -119,6 +150,8 @@ Row bench(DecodeWeightType t, double bw_gbs, double peer_ms, double peer_floor) 
   float eager;
   TESSERA_CUDA_CHECK(cudaEventElapsedTime(&eager, ev[0], ev[1]));
   for (auto& e : ev) cudaEventDestroy(e);
+  const float gemv_ms = time_parts(r, LlamaDecodeRunner::kGemvs, tok0, ctx, static_cast<int>(replays));
+  const float others_ms = time_parts(r, LlamaDecodeRunner::kOthers, tok0, ctx, static_cast<int>(replays));
 
   double kv = 0;
   for (int64_t p = ctx; p < ctx + replays; ++p) kv += static_cast<double>(r.kv_bytes_read(p));
@@ -135,6 +168,9 @@ Row bench(DecodeWeightType t, double bw_gbs, double peer_ms, double peer_floor) 
   row.peer_ms = peer_ms;
   row.peer_floor_ms = peer_floor;
   row.last_token = last;
+  row.gemv_ms = gemv_ms;
+  row.gemv_floor_ms = wbytes / (bw_gbs * 1e9) * 1e3;
+  row.others_ms = others_ms;
   return row;
 }
 
@@ -160,6 +196,14 @@ int main() {
                 r.type, r.weight_gb, r.kv_mb, r.floor_ms, r.graph_ms, r.b2b_ms,
                 100.0 * r.floor_ms / r.graph_ms, r.eager_ms, 1e3 / r.b2b_ms, r.peer_ms,
                 r.type[0] == 'b' ? " (F16)" : "", r.peer_floor_ms);
+  std::printf("\nbreakdown (graphs holding only part of a step, median of 100 replays):\n");
+  std::printf("| weights | GEMVs only ms (129 kernels) | weight floor ms | GEMV %% of floor | everything else ms "
+              "(norms, RoPE+KV, attention, SwiGLU, argmax; 198 nodes) | sum ms | full step ms |\n");
+  std::printf("|---|---|---|---|---|---|---|\n");
+  for (const auto& r : rows)
+    std::printf("| %s | %.3f | %.3f | %.1f%% | %.3f | %.3f | %.3f |\n", r.type, r.gemv_ms,
+                r.gemv_floor_ms, 100.0 * r.gemv_floor_ms / r.gemv_ms, r.others_ms,
+                r.gemv_ms + r.others_ms, r.graph_ms);
   std::printf("\n%% of floor = floor / graph median. The llama.cpp columns are the figures quoted in "
               "the issue for the same GPU kind, not measured in this run (llama.cpp cannot be run "
               "on the device machine now).\n");

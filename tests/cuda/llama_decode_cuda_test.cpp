@@ -3,10 +3,17 @@
 // eager execution; and the GPU argmax kernel.
 //
 // Tolerance: the reference rounds to bf16 (activations, residual) and f16 (KV cache, attention
-// products) at exactly the points where the GPU stores those types, so the remaining difference
-// is f32 accumulation order (GPU) against double (ref::matmul), which flips the rounding of an
-// occasional element by one bf16 ulp (2^-8 relative) and propagates through the chain. DESIGN
-// section 4 gives nMSE 1e-4 for bf16 matmul chains; the logits are checked against that.
+// q) at exactly the points where the GPU stores those types, so only the arithmetic inside each
+// kernel differs (f32 in an order of its own, rsqrtf/expf/exp2, against ref's double/float).
+// Those differences flip the bf16 rounding of an occasional element by one ulp, and in a chain
+// of bf16 activations a single flip already moves the logits by about DESIGN's bf16 nMSE of
+// 1e-4: on the host, changing ONE element of the first layer's normed input by one bf16 ulp moves
+// this tiny model's logits by nMSE 5.2e-5 to 8.0e-5 over 8 steps (760-809 of 1003 logits change).
+// The bound used is therefore 3e-4 per step (a few flips), still far under what a wiring defect
+// gives (a half-split instead of interleaved RoPE: 6e-3 at step 1, growing to 0.2 at step 7).
+// Element-level numerics are the per-kernel tests' job. Tokens fed to the steps are varied (a
+// greedy loop on a random model tends to repeat one token, and with identical V rows attention
+// is blind to its own scores). Graph replay must match eager execution bit for bit.
 #include <gtest/gtest.h>
 
 #include <cuda_bf16.h>
@@ -236,47 +243,71 @@ TEST_P(LlamaDecodeCuda, MatchesReferenceAndGraphReplayMatchesEager) {
   cuda::LlamaDecodeRunner runner(cfg, w);
 
   const int kSteps = 8;
-  const int32_t first_token = 17;
+  std::vector<int32_t> tokens;
+  for (int s = 0; s < kSteps; ++s) tokens.push_back(static_cast<int32_t>((s * 7919 + 17) % cfg.vocab));
+  auto poison_logits = [&] {
+    TESSERA_CUDA_CHECK(cudaMemsetAsync(const_cast<__nv_bfloat16*>(runner.logits()), 0xFF,
+                                       cfg.vocab * 2, runner.stream()));
+  };
+  auto logits_bits = [&] { return download<uint16_t>(runner.logits(), cfg.vocab); };
+
+  // 1. Eager steps at positions 0..7 with varied input tokens, against the reference.
   std::vector<std::vector<uint16_t>> eager_logits;
-  std::vector<int32_t> eager_tokens;
-  int32_t token = first_token;
-  runner.set_state(token, 0);
+  std::vector<int32_t> eager_next;
   double worst = 0;
   for (int s = 0; s < kSteps; ++s) {
-    TESSERA_CUDA_CHECK(cudaMemsetAsync(const_cast<__nv_bfloat16*>(runner.logits()), 0xFF, cfg.vocab * 2, runner.stream()));
+    runner.set_state(tokens[s], s);
+    poison_logits();
     const int32_t next = runner.step(/*use_graph=*/false);
-    auto bits = download<uint16_t>(runner.logits(), cfg.vocab);
+    auto bits = logits_bits();
     std::vector<float> got(cfg.vocab);
     for (int64_t i = 0; i < cfg.vocab; ++i) got[i] = bf16_to_f32(bits[i]);
     ASSERT_TRUE(test::all_written(got)) << "step " << s;
-    const auto want = ref_model.step(token, s);
+    const auto want = ref_model.step(tokens[s], s);
     const double e = test::nmse(got, want);
     worst = std::max(worst, e);
-    EXPECT_LE(e, 1e-4) << "step " << s << " token " << token;
+    EXPECT_LE(e, 3e-4) << "step " << s << " token " << tokens[s];
     // The GPU token is the first maximum of the GPU logits (exact), and a (near-)maximum of the
     // reference logits (a bf16 tie or one-ulp flip may pick a different index).
     EXPECT_EQ(next, first_argmax(got)) << "step " << s;
     const float ref_max = want[first_argmax(want)];
     EXPECT_GE(want[next], ref_max - 0.02f * std::fabs(ref_max) - 1e-3f) << "step " << s;
     eager_logits.push_back(bits);
-    eager_tokens.push_back(next);
-    token = next;
+    eager_next.push_back(next);
   }
   EXPECT_EQ(runner.position(), kSteps);
   std::printf("[ %s ] worst logits nMSE over %d steps: %.3g\n", cuda::weight_type_name(cfg.wtype),
               kSteps, worst);
 
-  // The same steps by graph replay: bit-identical logits and tokens.
-  runner.set_state(first_token, 0);
+  // 2. The same steps by graph replay: bit-identical logits and tokens.
+  runner.set_state(tokens[0], 0);
   runner.capture();
   EXPECT_EQ(runner.position(), 0);  // capture restores the state it found
   for (int s = 0; s < kSteps; ++s) {
-    TESSERA_CUDA_CHECK(cudaMemsetAsync(const_cast<__nv_bfloat16*>(runner.logits()), 0xFF, cfg.vocab * 2, runner.stream()));
+    runner.set_state(tokens[s], s);
+    poison_logits();
     const int32_t next = runner.step(/*use_graph=*/true);
-    EXPECT_EQ(next, eager_tokens[s]) << "graph step " << s;
-    EXPECT_EQ(download<uint16_t>(runner.logits(), cfg.vocab), eager_logits[s]) << "graph step " << s;
+    EXPECT_EQ(next, eager_next[s]) << "graph step " << s;
+    EXPECT_EQ(logits_bits(), eager_logits[s]) << "graph step " << s;
   }
-  EXPECT_EQ(runner.position(), kSteps);
+
+  // 3. Greedy chain: token and position advance on the device; consecutive replays (no host
+  // writes in between) reproduce a chain of eager steps.
+  const int kChain = 6;
+  runner.set_state(tokens[kSteps - 1], kSteps);
+  std::vector<std::vector<uint16_t>> chain_logits;
+  std::vector<int32_t> chain_tokens;
+  for (int s = 0; s < kChain; ++s) {
+    chain_tokens.push_back(runner.step(false));
+    chain_logits.push_back(logits_bits());
+  }
+  EXPECT_EQ(runner.position(), kSteps + kChain);
+  runner.set_state(tokens[kSteps - 1], kSteps);
+  for (int s = 0; s < kChain; ++s) runner.replay();
+  TESSERA_CUDA_CHECK(cudaStreamSynchronize(runner.stream()));
+  EXPECT_EQ(runner.last_token(), chain_tokens.back());
+  EXPECT_EQ(logits_bits(), chain_logits.back());
+  EXPECT_EQ(runner.position(), kSteps + kChain);
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, LlamaDecodeCuda,

@@ -222,6 +222,7 @@ int32_t LlamaDecodeRunner::position() const {
 }
 
 void LlamaDecodeRunner::gemv(const DeviceMatrix& m, const bf16* x, bf16* y) {
+  if (!(parts_ & kGemvs)) return;
   switch (m.type) {
     case DecodeWeightType::kBF16:
       gemv_bf16<bf16>(static_cast<const uint16_t*>(m.data), x, m.n, m.k, y, stream_);
@@ -235,7 +236,9 @@ void LlamaDecodeRunner::gemv(const DeviceMatrix& m, const bf16* x, bf16* y) {
   }
 }
 
-void LlamaDecodeRunner::enqueue_step() {
+void LlamaDecodeRunner::enqueue_step(unsigned parts) {
+  parts_ = parts;
+  const bool others = parts & kOthers;
   const auto& c = cfg_;
   const int64_t q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
   int32_t* token = state_;
@@ -247,9 +250,16 @@ void LlamaDecodeRunner::enqueue_step() {
   rope.theta_base = c.rope_theta;
   const float scale = 1.f / std::sqrt(static_cast<float>(c.head_dim));
 
-  embedding_gather<bf16>(DType::kBF16, w_.tok_embd, c.vocab, c.d_model, token, 1, x_, stream_);
+  if (others) embedding_gather<bf16>(DType::kBF16, w_.tok_embd, c.vocab, c.d_model, token, 1, x_, stream_);
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const auto& L = w_.layers[l];
+    if (!others) {
+      gemv(L.wqkv, h_, qkv_);
+      gemv(L.wo, attn_, o_);
+      gemv(L.w_gate_up, h_, gu_);
+      gemv(L.w_down, act_, down_);
+      continue;
+    }
     if (l == 0)
       rms_norm<bf16>(x_, L.attn_norm, c.norm_eps, 1, c.d_model, h_, stream_);
     else  // x += down of the previous layer, fused with this layer's norm
@@ -265,8 +275,10 @@ void LlamaDecodeRunner::enqueue_step() {
     swiglu<bf16>(gu_, gu_ + c.d_ff, c.d_ff, act_, stream_);
     gemv(L.w_down, act_, down_);
   }
-  add_rms_norm<bf16>(x_, down_, w_.out_norm, c.norm_eps, 1, c.d_model, h_, stream_);
+  if (others) add_rms_norm<bf16>(x_, down_, w_.out_norm, c.norm_eps, 1, c.d_model, h_, stream_);
   gemv(w_.output, h_, logits_);
+  parts_ = kAll;
+  if (!others) return;
   argmax<bf16>(logits_, c.vocab, argmax_ws_, token, stream_);
   advance_position<<<1, 1, 0, stream_>>>(state_, cache_row_, static_cast<int32_t>(c.max_ctx));
   TESSERA_CUDA_CHECK(cudaGetLastError());
