@@ -4,7 +4,7 @@
 set -u
 out=${OUT:-gpu_out}; mkdir -p "$out"
 bin=${BIN:-build}  # where the prebuilt binaries are
-tests="backend_cuda_test rms_norm_cuda_test decode_kernels_cuda_test decode_attention_cuda_test gemv_cuda_test"
+tests="backend_cuda_test rms_norm_cuda_test decode_kernels_cuda_test decode_attention_cuda_test gemv_cuda_test llama_decode_cuda_test"
 # cuBLASLt is linked shared: find it where the toolkit or the Python wheel put it.
 if ! ldd $bin/backend_cuda_test | grep -q 'libcublasLt.so.*=> /'; then
   d=$(dirname "$(find /usr/local /opt /usr/lib -name 'libcublasLt.so.13*' 2>/dev/null | head -1)")
@@ -27,5 +27,7 @@ done
 echo "== second bench run (run-to-run spread)" | tee -a "$out/bench.txt"
 ./$bin/decode_kernels_bench 2>&1 | tee -a "$out/bench.txt"
 echo "bench rc=$rc" | tee -a "$out/summary.txt"
+./$bin/llama_decode_bench 2>&1 | tee "$out/llama_decode_bench.txt"
+echo "llama_decode_bench rc=${PIPESTATUS[0]}" | tee -a "$out/summary.txt"
 grep -E "FAILED|Failure|rc=|ERROR SUMMARY" "$out/tests.log" "$out/sanitizer.log" | head -40
 exit $status
