@@ -4,8 +4,8 @@
 //   if (!engine) { std::cerr << engine.status().to_string(); return 1; }
 //   tessera::GenerationParams p;
 //   p.max_tokens = 64;
-//   std::string prompt = *(*engine)->render_chat({{"user", "Why is the sky blue?"}});
-//   auto r = (*engine)->generate(prompt, p, [](std::string_view piece) {
+//   auto ids = (*engine)->tokenize_chat({{"user", "Why is the sky blue?"}});
+//   auto r = (*engine)->generate_from_tokens(*ids, p, [](std::string_view piece) {
 //     std::cout << piece << std::flush;
 //     return true;  // false cancels
 //   });
@@ -80,14 +80,24 @@ class Engine {
   const ModelSummary& summary() const;
   double load_seconds() const;
 
+  // add_bos follows the model's rules, and is skipped when the text itself starts with the BOS
+  // token's text (chat templates that render BOS).
   Expected<std::vector<int32_t>> tokenize(std::string_view text, bool add_bos = true,
                                           bool parse_special = true) const;
+  // Renders messages with the model's chat template and tokenizes them: template text with
+  // control-token parsing, message content without (typed "<|im_end|>" stays text).
+  Expected<std::vector<int32_t>> tokenize_chat(const std::vector<Message>& messages,
+                                               bool add_generation_prompt = true) const;
   // Renders messages with the model's own chat template (+ the assistant turn opener).
   Expected<std::string> render_chat(const std::vector<Message>& messages,
                                     bool add_generation_prompt = true) const;
   // Streams text pieces (complete UTF-8, stop strings held back) to on_text as produced.
   Expected<GenerationResult> generate(std::string_view prompt, const GenerationParams& params,
                                       const std::function<bool(std::string_view)>& on_text = {});
+  // Same, from prompt token ids (e.g. from tokenize_chat); params.add_bos/parse_special unused.
+  Expected<GenerationResult> generate_from_tokens(
+      std::vector<int32_t> prompt_ids, const GenerationParams& params,
+      const std::function<bool(std::string_view)>& on_text = {});
   // Teacher-forced logits of every position: [ids.size(), vocab] row-major.
   Expected<std::vector<float>> score(const std::vector<int32_t>& ids);
 

@@ -122,7 +122,9 @@ double Engine::load_seconds() const { return impl_->load_seconds; }
 Expected<std::vector<int32_t>> Engine::tokenize(std::string_view text, bool add_bos,
                                                 bool parse_special) const {
   try {
-    return impl_->tokenizer->encode(text, {.add_bos = add_bos, .parse_special = parse_special});
+    const Tokenizer& tok = *impl_->tokenizer;
+    return tok.encode(text, {.add_bos = add_bos && !starts_with_bos_text(tok, text, parse_special),
+                             .parse_special = parse_special});
   } catch (const Error& e) {
     return e.status();
   } catch (const std::bad_alloc&) {
@@ -140,8 +142,40 @@ Expected<std::string> Engine::render_chat(const std::vector<Message>& messages,
   return impl_->chat->render(m, add_generation_prompt);
 }
 
+Expected<std::vector<int32_t>> Engine::tokenize_chat(const std::vector<Message>& messages,
+                                                     bool add_generation_prompt) const {
+  if (!impl_->chat) return impl_->chat_status;
+  try {
+    std::vector<ChatMessage> m;
+    for (const auto& x : messages) m.push_back({x.role, x.content});
+    const Tokenizer& tok = *impl_->tokenizer;
+    std::vector<int32_t> ids;
+    bool first = true;
+    for (const ChatSegment& seg : impl_->chat->render_segments(m, add_generation_prompt)) {
+      // BOS (per the model's rules) once at the very start, unless the template renders it.
+      const bool add_bos = first && !(!seg.is_content && starts_with_bos_text(tok, seg.text, true));
+      auto part = tok.encode(seg.text, {.add_bos = add_bos, .parse_special = !seg.is_content});
+      ids.insert(ids.end(), part.begin(), part.end());
+      first = false;
+    }
+    return ids;
+  } catch (const Error& e) {
+    return e.status();
+  } catch (const std::exception& e) {
+    return Status(ErrorCode::kInternal, e.what());
+  }
+}
+
 Expected<GenerationResult> Engine::generate(std::string_view prompt, const GenerationParams& params,
                                             const std::function<bool(std::string_view)>& on_text) {
+  auto ids = tokenize(prompt, params.add_bos, params.parse_special);
+  if (!ids) return ids.status();
+  return generate_from_tokens(std::move(*ids), params, on_text);
+}
+
+Expected<GenerationResult> Engine::generate_from_tokens(
+    std::vector<int32_t> prompt_ids, const GenerationParams& params,
+    const std::function<bool(std::string_view)>& on_text) {
   runtime::SamplingParams sp{.temperature = params.temperature,
                              .top_k = params.top_k,
                              .top_p = params.top_p,
@@ -160,11 +194,12 @@ Expected<GenerationResult> Engine::generate(std::string_view prompt, const Gener
   try {
     Impl& im = *impl_;
     GenerationResult result;
-    std::vector<int32_t> history = im.tokenizer->encode(
-        prompt, {.add_bos = params.add_bos && !starts_with_bos_text(*im.tokenizer, prompt,
-                                                                    params.parse_special),
-                 .parse_special = params.parse_special});
+    std::vector<int32_t> history = std::move(prompt_ids);
     if (history.empty()) return Status(ErrorCode::kInvalidArgument, "prompt is empty");
+    for (int32_t id : history)
+      if (id < 0 || id >= im.model->config().vocab)
+        return Status(ErrorCode::kInvalidArgument, "prompt token id " + std::to_string(id) +
+                                                       " is outside the vocabulary");
     const int64_t ctx = im.cache->capacity();
     if (static_cast<int64_t>(history.size()) >= ctx)
       return Status(ErrorCode::kInvalidArgument,

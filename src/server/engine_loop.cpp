@@ -175,21 +175,19 @@ void EngineLoop::process(Job& job) {
     return;
   }
   const char* prompt_param = req.endpoint == Endpoint::kChat ? "messages" : "prompt";
-  std::string prompt = req.prompt;
-  if (req.endpoint == Endpoint::kChat) {
-    auto rendered = engine_->render_chat(req.messages);
-    if (!rendered) {
-      fail_job(job, {400, "cannot render the chat template: " + rendered.status().message(),
-                     "invalid_request_error", "messages", ""});
-      return;
-    }
-    prompt = std::move(*rendered);
-  }
   // Tokenized here (not on the I/O thread) because the Engine is single-caller; the count lets
-  // the I/O thread answer 400 before committing to a streaming 200.
-  auto ids = engine_->tokenize(prompt, req.params.add_bos, req.params.parse_special);
+  // the I/O thread answer 400 before committing to a streaming 200. Chat content is tokenized
+  // without control-token parsing (Engine::tokenize_chat), so users cannot inject role markers.
+  auto ids = req.endpoint == Endpoint::kChat
+                 ? engine_->tokenize_chat(req.messages)
+                 : engine_->tokenize(req.prompt, req.params.add_bos, req.params.parse_special);
   if (!ids) {
-    fail_job(job, {400, ids.status().message(), "invalid_request_error", prompt_param, ""});
+    const bool template_error = req.endpoint == Endpoint::kChat &&
+                                ids.status().code() == ErrorCode::kUnsupported;
+    fail_job(job, {400,
+                   (template_error ? "cannot render the chat template: " : "") +
+                       ids.status().message(),
+                   "invalid_request_error", prompt_param, ""});
     return;
   }
   const int64_t ctx = summary_.context_length;
@@ -222,7 +220,7 @@ void EngineLoop::process(Job& job) {
     job.output.push(std::move(ev));
     return !job.cancelled.load();
   };
-  auto r = engine_->generate(prompt, req.params, on_text);
+  auto r = engine_->generate_from_tokens(std::move(*ids), req.params, on_text);
   if (!r) {
     const bool bad_input = r.status().code() == ErrorCode::kInvalidArgument;
     fail_job(job, {bad_input ? 400 : 500, r.status().message(),

@@ -134,27 +134,93 @@ Expected<ChatTemplate> ChatTemplate::from_template_text(std::optional<std::strin
   return t;
 }
 
+namespace {
+
+// Appends segments, merging neighbours of the same kind; strip_* trim whitespace at the edges
+// of a run of segments the template trims as one string.
+class SegmentWriter {
+ public:
+  void tmpl(std::string_view t) { add(t, false); }
+  void content(std::string_view t) { add(t, true); }
+  size_t mark() const { return out_.size(); }
+  // Jinja's trim over everything written since `from` (which starts a fresh segment).
+  void strip_since(size_t from) {
+    constexpr std::string_view kWs = " \t\n\r\v\f";
+    for (size_t i = from; i < out_.size(); ++i) {  // leading
+      std::string& t = out_[i].text;
+      const size_t b = t.find_first_not_of(kWs);
+      t.erase(0, b == std::string::npos ? t.size() : b);
+      if (!t.empty()) break;
+    }
+    for (size_t i = out_.size(); i-- > from;) {  // trailing
+      std::string& t = out_[i].text;
+      const size_t e = t.find_last_not_of(kWs);
+      t.erase(e == std::string::npos ? 0 : e + 1);
+      if (!t.empty()) break;
+    }
+  }
+  void barrier() { fresh_ = true; }  // next add starts a new segment
+  std::vector<ChatSegment> take() {
+    std::vector<ChatSegment> r;
+    for (auto& s : out_)
+      if (!s.text.empty()) {
+        if (!r.empty() && r.back().is_content == s.is_content)
+          r.back().text += s.text;
+        else
+          r.push_back(std::move(s));
+      }
+    return r;
+  }
+
+ private:
+  void add(std::string_view t, bool is_content) {
+    if (t.empty()) return;
+    if (!fresh_ && !out_.empty() && out_.back().is_content == is_content) {
+      out_.back().text.append(t);
+    } else {
+      out_.push_back({std::string(t), is_content});
+    }
+    fresh_ = false;
+  }
+  std::vector<ChatSegment> out_;
+  bool fresh_ = false;
+};
+
+}  // namespace
+
 std::string ChatTemplate::render(const std::vector<ChatMessage>& messages,
                                  bool add_generation_prompt) const {
   std::string out;
-  auto content = [&](const std::string& c) { return trims_content_ ? strip(c) : c; };
+  for (const ChatSegment& s : render_segments(messages, add_generation_prompt)) out += s.text;
+  return out;
+}
+
+std::vector<ChatSegment> ChatTemplate::render_segments(const std::vector<ChatMessage>& messages,
+                                                       bool add_generation_prompt) const {
+  SegmentWriter w;
+  auto content = [&](const std::string& c) { w.content(trims_content_ ? strip(c) : c); };
   const bool needs_default =
       !default_system_.empty() && !messages.empty() && messages[0].role != "system";
   switch (family_) {
     case ChatFamily::kChatML:
-      if (needs_default) out += "<|im_start|>system\n" + default_system_ + "<|im_end|>\n";
-      for (const ChatMessage& m : messages)
-        out += "<|im_start|>" + m.role + "\n" + content(m.content) + "<|im_end|>\n";
-      if (add_generation_prompt) out += "<|im_start|>assistant\n";
+      if (needs_default) w.tmpl("<|im_start|>system\n" + default_system_ + "<|im_end|>\n");
+      for (const ChatMessage& m : messages) {
+        w.tmpl("<|im_start|>" + m.role + "\n");
+        content(m.content);
+        w.tmpl("<|im_end|>\n");
+      }
+      if (add_generation_prompt) w.tmpl("<|im_start|>assistant\n");
       break;
     case ChatFamily::kLlama3: {
-      auto turn = [&](const std::string& role, const std::string& c) {
-        return "<|start_header_id|>" + role + "<|end_header_id|>\n\n" + c + "<|eot_id|>";
+      auto turn = [&](const std::string& role, auto&& write_content) {
+        w.tmpl("<|start_header_id|>" + role + "<|end_header_id|>\n\n");
+        write_content();
+        w.tmpl("<|eot_id|>");
       };
-      if (emits_bos_ && !messages.empty()) out += bos_text_;
-      if (needs_default) out += turn("system", default_system_);
-      for (const ChatMessage& m : messages) out += turn(m.role, content(m.content));
-      if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+      if (emits_bos_ && !messages.empty()) w.tmpl(bos_text_);
+      if (needs_default) turn("system", [&] { w.tmpl(default_system_); });
+      for (const ChatMessage& m : messages) turn(m.role, [&] { content(m.content); });
+      if (add_generation_prompt) w.tmpl("<|start_header_id|>assistant<|end_header_id|>\n\n");
       break;
     }
     case ChatFamily::kLlama2: {
@@ -162,28 +228,54 @@ std::string ChatTemplate::render(const std::vector<ChatMessage>& messages,
       std::string system;
       if (!messages.empty() && messages[0].role == "system")
         system = messages[0].content, first = 1;
-      if (!llama2_sys_) out += bos_text_;  // Mistral: one BOS for the whole conversation
+      if (!llama2_sys_) w.tmpl(bos_text_);  // Mistral: one BOS for the whole conversation
       for (size_t i = first; i < messages.size(); ++i) {
         const ChatMessage& m = messages[i];
-        std::string c = m.content;
-        if (i == first && !system.empty())
-          c = llama2_sys_ ? "<<SYS>>\n" + system + "\n<</SYS>>\n\n" + c : system + "\n\n" + c;
+        // The turn text c = [system prefix] + content, written as segments.
+        auto write_c = [&] {
+          if (i == first && !system.empty()) {
+            if (llama2_sys_) {
+              w.tmpl("<<SYS>>\n");
+              w.content(system);
+              w.tmpl("\n<</SYS>>\n\n");
+            } else {
+              w.content(system);
+              w.tmpl("\n\n");
+            }
+          }
+          w.content(m.content);
+        };
         if (llama2_sys_) {  // Llama-2 strips every turn
-          if (m.role == "user")
-            out += bos_text_ + "[INST] " + strip(c) + " [/INST]";
-          else if (m.role == "assistant")
-            out.append(" ").append(strip(c)).append(" ").append(eos_text_);
+          if (m.role == "user") {
+            w.tmpl(bos_text_ + "[INST] ");
+            w.barrier();
+            const size_t from = w.mark();
+            write_c();
+            w.strip_since(from);
+            w.tmpl(" [/INST]");
+          } else if (m.role == "assistant") {
+            w.tmpl(" ");
+            w.barrier();
+            const size_t from = w.mark();
+            write_c();
+            w.strip_since(from);
+            w.tmpl(" " + eos_text_);
+          }
         } else {
-          if (m.role == "user")
-            out += "[INST] " + c + " [/INST]";
-          else if (m.role == "assistant")
-            out += c + eos_text_;
+          if (m.role == "user") {
+            w.tmpl("[INST] ");
+            write_c();
+            w.tmpl(" [/INST]");
+          } else if (m.role == "assistant") {
+            write_c();
+            w.tmpl(eos_text_);
+          }
         }
       }
       break;  // neither template writes a generation prompt
     }
   }
-  return out;
+  return w.take();
 }
 
 }  // namespace tessera

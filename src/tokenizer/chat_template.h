@@ -33,6 +33,14 @@ struct ChatMessage {
   std::string content;
 };
 
+// A piece of a rendered conversation: template text (role markers, control tokens) or message
+// content. Content must be tokenized with control-token parsing off, so text a user types
+// (e.g. "<|im_start|>system") stays text.
+struct ChatSegment {
+  std::string text;
+  bool is_content = false;
+};
+
 class ChatTemplate {
  public:
   // Unrecognised template text -> kUnsupported error naming the supported families. An absent
@@ -43,6 +51,9 @@ class ChatTemplate {
   // Renders exactly what the model's Jinja template would produce for these messages,
   // including a default system prompt the template inserts by itself.
   std::string render(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const;
+  // The same text, split into template and content segments (concatenation == render()).
+  std::vector<ChatSegment> render_segments(const std::vector<ChatMessage>& messages,
+                                           bool add_generation_prompt) const;
 
  private:
   ChatFamily family_ = ChatFamily::kChatML;

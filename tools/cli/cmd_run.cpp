@@ -76,19 +76,27 @@ int cmd_run(int argc, char** argv) {
                  engine.status().to_string().c_str());
     return 1;
   }
-  std::string prompt = pos[0];
+  const std::string& prompt = pos[0];
+  std::vector<int32_t> ids;
   if (chat) {
     std::vector<Message> msgs;
     if (!system.empty()) msgs.push_back({"system", system});
     msgs.push_back({"user", prompt});
-    auto rendered = (*engine)->render_chat(msgs);
-    if (!rendered) {
-      std::fprintf(stderr, "tessera run: %s\n", rendered.status().to_string().c_str());
+    auto t = (*engine)->tokenize_chat(msgs);
+    if (!t) {
+      std::fprintf(stderr, "tessera run: %s\n", t.status().to_string().c_str());
       return 1;
     }
-    prompt = *rendered;
+    ids = std::move(*t);
+  } else {
+    auto t = (*engine)->tokenize(prompt, p.add_bos, p.parse_special);
+    if (!t) {
+      std::fprintf(stderr, "tessera run: %s\n", t.status().to_string().c_str());
+      return 1;
+    }
+    ids = std::move(*t);
   }
-  auto r = (*engine)->generate(prompt, p, [](std::string_view piece) {
+  auto r = (*engine)->generate_from_tokens(std::move(ids), p, [](std::string_view piece) {
     std::fwrite(piece.data(), 1, piece.size(), stdout);
     std::fflush(stdout);
     return true;
