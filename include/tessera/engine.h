@@ -46,6 +46,9 @@ struct GenerationParams {
   bool add_bos = true;            // per the model's tokenizer rules
   bool parse_special = true;      // control-token text in the prompt maps to control tokens
   bool ignore_eos = false;        // keep generating past end-of-generation tokens (benchmarks)
+  // Called after each chunk of prompt tokens is processed (argument: tokens done so far), e.g.
+  // to show progress or keep a liveness heartbeat during a long prefill.
+  std::function<void(int64_t)> on_prompt_progress;
 };
 
 enum class FinishReason { kStop /* EOS or stop string */, kLength, kCancelled };

@@ -47,7 +47,7 @@ struct Engine::Impl {
   // Runs ids[0..n) at positions start.. and leaves the last token's logits in `logits`
   // (or all positions' when all_logits).
   void run(const int32_t* ids, int64_t n, int64_t start, std::vector<float>& logits,
-           bool all_logits) {
+           bool all_logits, const std::function<void(int64_t)>& on_progress = {}) {
     const int64_t vocab = model->config().vocab;
     std::vector<int32_t> pos;
     for (int64_t off = 0; off < n; off += kPromptChunk) {
@@ -56,6 +56,7 @@ struct Engine::Impl {
       for (int64_t i = 0; i < m; ++i) pos[i] = static_cast<int32_t>(start + off + i);
       float* out = all_logits ? logits.data() + off * vocab : logits.data();
       model->forward(ids + off, pos.data(), m, *cache, out, all_logits, *pool);
+      if (on_progress) on_progress(off + m);
     }
   }
 };
@@ -210,7 +211,8 @@ Expected<GenerationResult> Engine::generate_from_tokens(
     std::vector<float> logits(vocab);
 
     auto t = Clock::now();
-    im.run(history.data(), static_cast<int64_t>(history.size()), 0, logits, false);
+    im.run(history.data(), static_cast<int64_t>(history.size()), 0, logits, false,
+           params.on_prompt_progress);
     result.prompt_seconds = seconds_since(t);
 
     runtime::Sampler sampler(sp);

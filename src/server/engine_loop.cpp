@@ -220,7 +220,9 @@ void EngineLoop::process(Job& job) {
     job.output.push(std::move(ev));
     return !job.cancelled.load();
   };
-  auto r = engine_->generate_from_tokens(std::move(*ids), req.params, on_text);
+  GenerationParams params = req.params;
+  params.on_prompt_progress = [this](int64_t) { beat(); };  // long prefills are not stalls
+  auto r = engine_->generate_from_tokens(std::move(*ids), params, on_text);
   if (!r) {
     const bool bad_input = r.status().code() == ErrorCode::kInvalidArgument;
     fail_job(job, {bad_input ? 400 : 500, r.status().message(),
