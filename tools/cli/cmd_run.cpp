@@ -96,6 +96,13 @@ int cmd_run(int argc, char** argv) {
     }
     ids = std::move(*t);
   }
+  const int64_t n_prompt = static_cast<int64_t>(ids.size());
+  if (n_prompt > 512) {  // long prefills show progress on stderr
+    p.on_prompt_progress = [n_prompt](int64_t done) {
+      std::fprintf(stderr, "\rprompt: %lld/%lld tokens%s", static_cast<long long>(done),
+                   static_cast<long long>(n_prompt), done == n_prompt ? "\n" : "");
+    };
+  }
   auto r = (*engine)->generate_from_tokens(std::move(ids), p, [](std::string_view piece) {
     std::fwrite(piece.data(), 1, piece.size(), stdout);
     std::fflush(stdout);
