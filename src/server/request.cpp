@@ -321,7 +321,8 @@ ParseResult parse_completion_request(std::string_view body, Endpoint endpoint,
 
   if (auto v = f.integer("n", 1, 128); v && *v > opt.max_n)
     f.fail("n > " + std::to_string(opt.max_n) + " is not supported yet", "n", "unsupported");
-  if (auto v = f.integer("priority", -1000000, 1000000)) req.priority = static_cast<int32_t>(*v);
+  if (auto v = f.integer("priority", -1000000, 1000000); v && opt.allow_priority)
+    req.priority = static_cast<int32_t>(*v);
   if (auto v = f.boolean("stream")) req.stream = *v;
   if (const json* so = f.get("stream_options")) {
     if (!so->is_object()) {

@@ -42,6 +42,9 @@ struct ParseOptions {
   size_t max_stop_bytes = 256;
   size_t max_messages = 256;
   int max_json_depth = 32;
+  // `priority` reorders the queue only when the operator allows it (serve --allow-priority);
+  // otherwise any client could starve everyone else. Validated either way.
+  bool allow_priority = false;
 };
 
 struct CompletionRequest {

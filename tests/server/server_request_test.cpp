@@ -13,6 +13,7 @@ using json = nlohmann::json;
 
 ParseOptions opts() {
   ParseOptions o;
+  o.allow_priority = true;
   o.model_id = "m";
   o.context_length = 128;
   return o;
@@ -65,6 +66,13 @@ TEST(ServerRequest, ChatDefaultsAndFields) {
   EXPECT_EQ(q.params.stop, (std::vector<std::string>{"a", "bc"}));
   EXPECT_TRUE(q.stream && q.include_usage);
   EXPECT_EQ(q.priority, -5);
+
+  // Without --allow-priority the field is validated but does not reorder the queue.
+  ParseOptions no_prio = opts();
+  no_prio.allow_priority = false;
+  auto gated = parse_completion_request(j.dump(), Endpoint::kChat, no_prio);
+  ASSERT_TRUE(std::holds_alternative<CompletionRequest>(gated));
+  EXPECT_EQ(std::get<CompletionRequest>(gated).priority, 0);
 
   auto d = parse(chat());
   ASSERT_TRUE(std::holds_alternative<CompletionRequest>(d));

@@ -19,6 +19,7 @@ namespace {
 const char* kUsage =
     "usage: tessera serve [-m MODEL.gguf] [--host H] [--port P] [--api-key-file F]\n"
     "                     [--model-name NAME] [--ctx N] [--threads N] [--max-queue N]\n"
+    "                     [--allow-priority]\n"
     "                     [--max-connections N] [--drain-timeout SECONDS] [--read-timeout SECONDS]\n"
     "Serves POST /v1/chat/completions, POST /v1/completions, GET /v1/models, /health, /ready,\n"
     "/metrics. --port 0 picks a free port; the chosen address is printed to stderr.\n";
@@ -87,6 +88,7 @@ int cmd_serve(int argc, char** argv) {
   num("max-connections", 1, 1 << 16, [&](long n) { so.max_connections = static_cast<size_t>(n); });
   num("drain-timeout", 0, 3600, [&](long n) { so.drain_timeout = std::chrono::seconds(n); });
   num("read-timeout", 1, 3600, [&](long n) { so.read_timeout = std::chrono::seconds(n); });
+  so.parse.allow_priority = args.flag("allow-priority");
   const bool have_keys = args.value("api-key-file", &key_file);
   std::vector<std::string> pos = args.positionals(&bad);
   if (bad.empty() && !pos.empty()) bad = "unexpected argument " + pos[0];
