@@ -28,6 +28,21 @@ bool starts_with_bos_text(const Tokenizer& tok, std::string_view text, bool pars
   return !bos.empty() && text.substr(0, bos.size()) == bos;
 }
 
+// Maps the exception in flight to a Status: exceptions never cross the public API.
+Status current_exception_status() {
+  try {
+    throw;
+  } catch (const Error& e) {
+    return e.status();
+  } catch (const std::bad_alloc&) {
+    return Status(ErrorCode::kOutOfMemory, "out of memory");
+  } catch (const std::exception& e) {
+    return Status(ErrorCode::kInternal, e.what());
+  } catch (...) {
+    return Status(ErrorCode::kInternal, "unknown exception");
+  }
+}
+
 // Prompt tokens per forward call: bounds activation memory for long prompts.
 constexpr int64_t kPromptChunk = 512;
 }  // namespace
@@ -106,12 +121,8 @@ Expected<std::unique_ptr<Engine>> Engine::load(const std::string& path, const En
     s.n_kv_heads = c.n_kv_heads;
     s.vocab = c.vocab;
     s.context_length = ctx;
-  } catch (const Error& e) {
-    return e.status();
-  } catch (const std::bad_alloc&) {
-    return Status(ErrorCode::kOutOfMemory, "out of memory");
-  } catch (const std::exception& e) {
-    return Status(ErrorCode::kInternal, e.what());
+  } catch (...) {
+    return current_exception_status();
   }
   impl->load_seconds = seconds_since(t0);
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
@@ -126,12 +137,8 @@ Expected<std::vector<int32_t>> Engine::tokenize(std::string_view text, bool add_
     const Tokenizer& tok = *impl_->tokenizer;
     return tok.encode(text, {.add_bos = add_bos && !starts_with_bos_text(tok, text, parse_special),
                              .parse_special = parse_special});
-  } catch (const Error& e) {
-    return e.status();
-  } catch (const std::bad_alloc&) {
-    return Status(ErrorCode::kOutOfMemory, "out of memory");
-  } catch (const std::exception& e) {
-    return Status(ErrorCode::kInternal, e.what());
+  } catch (...) {
+    return current_exception_status();
   }
 }
 
@@ -160,10 +167,8 @@ Expected<std::vector<int32_t>> Engine::tokenize_chat(const std::vector<Message>&
       first = false;
     }
     return ids;
-  } catch (const Error& e) {
-    return e.status();
-  } catch (const std::exception& e) {
-    return Status(ErrorCode::kInternal, e.what());
+  } catch (...) {
+    return current_exception_status();
   }
 }
 
@@ -252,12 +257,8 @@ Expected<GenerationResult> Engine::generate_from_tokens(
     }
     result.generation_seconds = seconds_since(t);
     return result;
-  } catch (const Error& e) {
-    return e.status();
-  } catch (const std::bad_alloc&) {
-    return Status(ErrorCode::kOutOfMemory, "out of memory");
-  } catch (const std::exception& e) {
-    return Status(ErrorCode::kInternal, e.what());
+  } catch (...) {
+    return current_exception_status();
   }
 }
 
@@ -273,12 +274,8 @@ Expected<std::vector<float>> Engine::score(const std::vector<int32_t>& ids) {
     std::vector<float> logits(ids.size() * vocab);
     im.run(ids.data(), static_cast<int64_t>(ids.size()), 0, logits, true);
     return logits;
-  } catch (const Error& e) {
-    return e.status();
-  } catch (const std::bad_alloc&) {
-    return Status(ErrorCode::kOutOfMemory, "out of memory");
-  } catch (const std::exception& e) {
-    return Status(ErrorCode::kInternal, e.what());
+  } catch (...) {
+    return current_exception_status();
   }
 }
 
