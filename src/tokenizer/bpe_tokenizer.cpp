@@ -46,38 +46,21 @@ class BpeTokenizer final : public Tokenizer {
 
   TokenizerKind kind() const override { return TokenizerKind::kBytePairBpe; }
 
-  std::string token_bytes(int32_t id, bool render_special) const override {
-    if (!in_range(id)) return {};
-    const std::string& p = pieces_[id];
-    switch (token_types_[id]) {
-      case kTokenControl:
-      case kTokenUnknown:
-        return render_special ? p : std::string();
-      case kTokenUserDefined:
-        return p;
-      case kTokenNormal: {
-        // Each code point of a byte-level piece stands for one byte. A code point outside the
-        // alphabet (hand-edited vocabularies) is kept as its own UTF-8 rather than dropped.
-        std::string out;
-        for (uint32_t cp : utf8::decode_lenient(p)) {
-          const int b = utf8::codepoint_to_byte(cp);
-          if (b >= 0)
-            out.push_back(static_cast<char>(b));
-          else
-            utf8::append(out, cp);
-        }
-        return out;
-      }
-      case kTokenByte: {
-        const int v = byte_token_value(p);
-        return v < 0 ? std::string() : std::string(1, static_cast<char>(v));
-      }
-      default:  // unused/undefined tokens render as nothing, as in llama.cpp
-        return {};
+ protected:
+  std::string normal_token_bytes(std::string_view p) const override {
+    // Each code point of a byte-level piece stands for one byte. A code point outside the
+    // alphabet (hand-edited vocabularies) is kept as its own UTF-8 rather than dropped.
+    std::string out;
+    for (uint32_t cp : utf8::decode_lenient(p)) {
+      const int b = utf8::codepoint_to_byte(cp);
+      if (b >= 0)
+        out.push_back(static_cast<char>(b));
+      else
+        utf8::append(out, cp);
     }
+    return out;
   }
 
- protected:
   void encode_fragment(std::string_view text, bool, std::vector<int32_t>& out) const override {
     const std::vector<uint32_t> cps = utf8::decode_lenient(text);
     const auto& b2u = utf8::byte_to_codepoint();

@@ -43,38 +43,21 @@ class SpmTokenizer final : public Tokenizer {
 
   TokenizerKind kind() const override { return TokenizerKind::kSentencePiece; }
 
-  std::string token_bytes(int32_t id, bool render_special) const override {
-    if (!in_range(id)) return {};
-    const std::string& p = pieces_[id];
-    switch (token_types_[id]) {
-      case kTokenControl:
-      case kTokenUnknown:
-        return render_special ? p : std::string();
-      case kTokenUserDefined:
-        return p;
-      case kTokenNormal: {
-        std::string out;
-        out.reserve(p.size());
-        for (size_t i = 0; i < p.size();) {
-          if (std::string_view(p).substr(i, kSpace.size()) == kSpace) {
-            out.push_back(' ');
-            i += kSpace.size();
-          } else {
-            out.push_back(p[i++]);
-          }
-        }
-        return out;
+ protected:
+  std::string normal_token_bytes(std::string_view p) const override {
+    std::string out;
+    out.reserve(p.size());
+    for (size_t i = 0; i < p.size();) {
+      if (std::string_view(p).substr(i, kSpace.size()) == kSpace) {
+        out.push_back(' ');
+        i += kSpace.size();
+      } else {
+        out.push_back(p[i++]);
       }
-      case kTokenByte: {
-        const int v = byte_token_value(p);
-        return v < 0 ? std::string() : std::string(1, static_cast<char>(v));
-      }
-      default:  // unused/undefined tokens render as nothing, as in llama.cpp
-        return {};
     }
+    return out;
   }
 
- protected:
   void encode_fragment(std::string_view raw, bool after_special,
                        std::vector<int32_t>& out) const override {
     // The space prefix goes before the first fragment and before each fragment that follows a

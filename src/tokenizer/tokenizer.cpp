@@ -178,6 +178,26 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, const EncodeOption
   return out;
 }
 
+std::string Tokenizer::token_bytes(int32_t id, bool render_special) const {
+  if (!in_range(id)) return {};
+  const std::string& p = pieces_[id];
+  switch (token_types_[id]) {
+    case kTokenControl:
+    case kTokenUnknown:
+      return render_special ? p : std::string();
+    case kTokenUserDefined:
+      return p;
+    case kTokenNormal:
+      return normal_token_bytes(p);
+    case kTokenByte: {
+      const int v = detail::byte_token_value(p);
+      return v < 0 ? std::string() : std::string(1, static_cast<char>(v));
+    }
+    default:  // unused/undefined tokens render as nothing, as in llama.cpp
+      return {};
+  }
+}
+
 std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool render_special) const {
   std::string out;
   // SentencePiece inserted a space before the first word; drop it again from the first token

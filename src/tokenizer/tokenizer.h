@@ -77,7 +77,7 @@ class Tokenizer {
   // Bytes this token contributes to the output text (byte-level pieces decoded to raw bytes;
   // SentencePiece '▁' -> ' ', <0xNN> -> byte). Control and unknown tokens decode to "" unless
   // `render_special`; user-defined tokens always decode to their text.
-  virtual std::string token_bytes(int32_t id, bool render_special = false) const = 0;
+  std::string token_bytes(int32_t id, bool render_special = false) const;
   // Concatenated token_bytes. When the tokenizer inserts a leading space (SentencePiece
   // add_space_prefix), the space it put before the first text token (at the start, or right
   // after a leading BOS) is removed, so decode(encode(s)) == s.
@@ -108,6 +108,8 @@ class Tokenizer {
   virtual void encode_fragment(std::string_view text, bool after_special,
                                std::vector<int32_t>& out) const = 0;
   bool in_range(int32_t id) const { return id >= 0 && id < n_vocab(); }
+  // Text of a normal (type 1) token: the only decoding that differs between tokenizer kinds.
+  virtual std::string normal_token_bytes(std::string_view piece) const = 0;
 
   std::vector<std::string> pieces_;
   std::vector<int32_t> token_types_;  // llama.cpp token types: 1 normal, 2 unknown, 3 control,
