@@ -28,6 +28,13 @@ bool starts_with_bos_text(const Tokenizer& tok, std::string_view text, bool pars
   return !bos.empty() && text.substr(0, bos.size()) == bos;
 }
 
+std::vector<ChatMessage> to_chat_messages(const std::vector<Message>& messages) {
+  std::vector<ChatMessage> out;
+  out.reserve(messages.size());
+  for (const auto& m : messages) out.push_back({m.role, m.content});
+  return out;
+}
+
 // Maps the exception in flight to a Status: exceptions never cross the public API.
 Status current_exception_status() {
   try {
@@ -145,8 +152,7 @@ Expected<std::vector<int32_t>> Engine::tokenize(std::string_view text, bool add_
 Expected<std::string> Engine::render_chat(const std::vector<Message>& messages,
                                           bool add_generation_prompt) const {
   if (!impl_->chat) return impl_->chat_status;
-  std::vector<ChatMessage> m;
-  for (const auto& x : messages) m.push_back({x.role, x.content});
+  const std::vector<ChatMessage> m = to_chat_messages(messages);
   return impl_->chat->render(m, add_generation_prompt);
 }
 
@@ -154,8 +160,7 @@ Expected<std::vector<int32_t>> Engine::tokenize_chat(const std::vector<Message>&
                                                      bool add_generation_prompt) const {
   if (!impl_->chat) return impl_->chat_status;
   try {
-    std::vector<ChatMessage> m;
-    for (const auto& x : messages) m.push_back({x.role, x.content});
+    const std::vector<ChatMessage> m = to_chat_messages(messages);
     const Tokenizer& tok = *impl_->tokenizer;
     std::vector<int32_t> ids;
     bool first = true;

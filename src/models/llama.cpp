@@ -151,7 +151,7 @@ class LlamaModel final : public CausalLm {
                             " outside the KV cache (capacity " + std::to_string(cache.capacity()) + ")");
       max_pos = std::max(max_pos, positions[i]);
     }
-    Activations& a = activations(n, max_pos + 1, pool.size());
+    Activations a = activations(n, max_pos + 1, pool.size());
     const int64_t hd = cfg_.head_dim;
     const float scale = 1.f / std::sqrt(static_cast<float>(hd));
 
@@ -196,14 +196,14 @@ class LlamaModel final : public CausalLm {
 
  private:
   struct Activations {
-    int64_t n = 0, n_kv = 0;
     Tensor residual, normed, q, k, v, attn, proj, gate, up, mlp_out, scratch;
   };
 
-  // Activation buffers sized for n tokens; regrown only when a larger batch arrives.
-  Activations& activations(int64_t n, int64_t n_kv, int n_threads) {
+  // Views of n rows of activation buffers that only grow (prompt chunks and single decode
+  // tokens alternate without reallocating).
+  Activations activations(int64_t n, int64_t n_kv, int n_threads) {
     Activations& a = act_;
-    if (a.n != n) {
+    if (act_rows_ < n) {
       const int64_t d = cfg_.d_model, q_dim = cfg_.n_heads * cfg_.head_dim,
                     kv_dim = cfg_.n_kv_heads * cfg_.head_dim;
       a.residual = Tensor::empty(DType::kF32, {n, d});
@@ -216,14 +216,17 @@ class LlamaModel final : public CausalLm {
       a.gate = Tensor::empty(DType::kF32, {n, cfg_.d_ff});
       a.up = Tensor::empty(DType::kF32, {n, cfg_.d_ff});
       a.mlp_out = Tensor::empty(DType::kF32, {n, d});
-      a.n = n;
+      act_rows_ = n;
     }
     const int64_t need = static_cast<int64_t>(cpu::attention_workspace_floats(
         n_kv, cfg_.n_heads, cfg_.n_kv_heads, cfg_.head_dim, n_threads));
     if (!a.scratch.defined() || a.scratch.numel() < need) {
       a.scratch = Tensor::empty(DType::kF32, {std::max<int64_t>(need, 4096)});
     }
-    return a;
+    return {a.residual.slice_rows(0, n), a.normed.slice_rows(0, n), a.q.slice_rows(0, n),
+            a.k.slice_rows(0, n),        a.v.slice_rows(0, n),      a.attn.slice_rows(0, n),
+            a.proj.slice_rows(0, n),     a.gate.slice_rows(0, n),   a.up.slice_rows(0, n),
+            a.mlp_out.slice_rows(0, n),  a.scratch};
   }
 
   void write_kv(KvCache& cache, int64_t layer, const int32_t* positions, int64_t n,
@@ -248,25 +251,11 @@ class LlamaModel final : public CausalLm {
   LlmConfig cfg_;
   Tensor tok_embd_, output_norm_, output_, rope_freqs_;
   std::vector<Layer> layers_;
-  Activations act_;
+  Activations act_;  // full-size buffers
+  int64_t act_rows_ = 0;
 };
 
 }  // namespace
-
-KvCache::KvCache(int64_t n_layers, int64_t capacity, int64_t n_kv_heads, int64_t head_dim,
-                 DType dtype)
-    : capacity_(capacity) {
-  TESSERA_CHECK_ARG(dtype == DType::kF16 || dtype == DType::kF32, "KV cache must be f16 or f32");
-  for (int64_t i = 0; i < n_layers; ++i) {
-    k_.push_back(Tensor::empty(dtype, {capacity, n_kv_heads, head_dim}));
-    v_.push_back(Tensor::empty(dtype, {capacity, n_kv_heads, head_dim}));
-  }
-}
-
-KvCache CausalLm::make_kv_cache(int64_t capacity, DType dtype) const {
-  const LlmConfig& c = config();
-  return KvCache(c.n_layers, capacity, c.n_kv_heads, c.head_dim, dtype);
-}
 
 std::unique_ptr<CausalLm> llama_create(const gguf::File& file) {
   return std::make_unique<LlamaModel>(file);
