@@ -81,7 +81,9 @@ def server(tessera_bin, model_path):
     with tempfile.NamedTemporaryFile("w", suffix=".keys", delete=False) as f:
         f.write("# test keys\n\nother-key\n" + API_KEY + "\n")
         key_file = f.name
-    s = Server(tessera_bin, model_path, "--api-key-file", key_file, "--max-queue", "1", "--read-timeout", "1")
+    # One running sequence: the queue tests below need a request that waits behind another.
+    s = Server(tessera_bin, model_path, "--api-key-file", key_file, "--max-queue", "1", "--read-timeout", "1",
+               "--max-running", "1")
     yield s
     s.stop()
     os.unlink(key_file)
