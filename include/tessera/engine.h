@@ -18,6 +18,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "tessera/status.h"
@@ -53,6 +54,9 @@ struct GenerationParams {
   bool add_bos = true;            // per the model's tokenizer rules
   bool parse_special = true;      // control-token text in the prompt maps to control tokens
   bool ignore_eos = false;        // keep generating past end-of-generation tokens (benchmarks)
+  // >= 0: report each generated token's log-probability under the model (log-softmax of the raw
+  // logits, before penalties and temperature) and this many most likely alternatives (<= 20).
+  int32_t logprobs = -1;
   // Called after each chunk of prompt tokens is processed (argument: tokens done so far), e.g.
   // to show progress or keep a liveness heartbeat during a long prefill.
   std::function<void(int64_t)> on_prompt_progress;
@@ -60,9 +64,16 @@ struct GenerationParams {
 
 enum class FinishReason { kStop /* EOS or stop string */, kLength, kCancelled };
 
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;  // most likely first
+};
+
 struct GenerationResult {
   std::string text;
   std::vector<int32_t> tokens;  // generated token ids
+  std::vector<TokenLogprob> logprobs;  // one per generated token when params.logprobs >= 0
   FinishReason finish_reason = FinishReason::kLength;
   int32_t prompt_tokens = 0;
   int32_t generated_tokens = 0;
@@ -79,6 +90,8 @@ struct Message {
 struct RequestCallbacks {
   // Text pieces as produced (complete UTF-8, stop strings held back); false cancels.
   std::function<bool(std::string_view)> on_text;
+  // With params.logprobs >= 0: each generated token's entry, before the text it produces.
+  std::function<void(const TokenLogprob&)> on_logprob;
   // Exactly once: the result, or the error that ended this request (others are unaffected).
   std::function<void(Expected<GenerationResult>)> on_done;
 };
@@ -109,6 +122,9 @@ class Engine {
   // token's text (chat templates that render BOS).
   Expected<std::vector<int32_t>> tokenize(std::string_view text, bool add_bos = true,
                                           bool parse_special = true) const;
+  // The bytes one token contributes to the text (may be part of a UTF-8 character; control
+  // tokens give their text). Empty for an id outside the vocabulary.
+  std::string token_bytes(int32_t id) const;
   // Renders messages with the model's chat template and tokenizes them: template text with
   // control-token parsing, message content without (typed "<|im_end|>" stays text).
   Expected<std::vector<int32_t>> tokenize_chat(const std::vector<Message>& messages,

@@ -1,6 +1,7 @@
 #include "tessera/engine.h"
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <map>
 #include <optional>
@@ -54,6 +55,28 @@ Status current_exception_status() {
   }
 }
 
+// log-softmax of `logits` at `tok`, plus the `top` most likely tokens.
+TokenLogprob token_logprob(const std::vector<float>& logits, int32_t tok, int32_t top) {
+  float mx = -INFINITY;
+  for (float v : logits) mx = std::max(mx, v);
+  double sum = 0;
+  for (float v : logits) sum += std::exp(static_cast<double>(v - mx));
+  const float lse = mx + static_cast<float>(std::log(sum));
+  TokenLogprob out;
+  out.token = tok;
+  out.logprob = logits[tok] - lse;
+  if (top > 0) {
+    std::vector<int32_t> idx(logits.size());
+    for (size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<int32_t>(i);
+    const auto k = std::min<size_t>(static_cast<size_t>(top), idx.size());
+    std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) {
+      return logits[a] != logits[b] ? logits[a] > logits[b] : a < b;
+    });
+    for (size_t i = 0; i < k; ++i) out.top.push_back({idx[i], logits[idx[i]] - lse});
+  }
+  return out;
+}
+
 runtime::SamplingParams sampling_params(const GenerationParams& p) {
   return {.temperature = p.temperature,
           .top_k = p.top_k,
@@ -99,7 +122,7 @@ struct Engine::Impl {
   uint64_t next_id = 1;
   std::vector<int32_t> step_tokens;
   std::vector<models::SeqChunk> step_chunks;
-  std::vector<float> step_logits;
+  std::vector<float> step_logits, raw_logits;
   ModelSummary summary;
   double load_seconds = 0;
 
@@ -118,6 +141,8 @@ Status Engine::Impl::validate(const std::vector<int32_t>& ids,
   if (auto err = runtime::sampling_params_error(sampling_params(params)); !err.empty())
     return Status(ErrorCode::kInvalidArgument, err);
   if (params.max_tokens < 0) return Status(ErrorCode::kInvalidArgument, "max_tokens must be >= 0");
+  if (params.logprobs < -1 || params.logprobs > 20)
+    return Status(ErrorCode::kInvalidArgument, "logprobs must be in [-1, 20]");
   for (const auto& st : params.stop)
     if (st.empty()) return Status(ErrorCode::kInvalidArgument, "stop strings must not be empty");
   if (ids.empty()) return Status(ErrorCode::kInvalidArgument, "prompt is empty");
@@ -248,7 +273,17 @@ bool Engine::Impl::step() {
         finish(id, FinishReason::kLength);
         continue;
       }
+      std::optional<TokenLogprob> lp;
+      if (r.params.logprobs >= 0) {
+        // Of the raw logits: the sampler edits the row in place (penalties, masking).
+        raw_logits.assign(lg, lg + vocab);
+      }
       const int32_t tok = r.sampler.sample({lg, static_cast<size_t>(vocab)}, seq->tokens);
+      if (r.params.logprobs >= 0) {
+        lp = token_logprob(raw_logits, tok, r.params.logprobs);
+        r.result.logprobs.push_back(*lp);
+        if (r.callbacks.on_logprob) r.callbacks.on_logprob(*lp);
+      }
       accept_token(id, r, *seq, tok);
     } catch (...) {
       fail(id, current_exception_status());
@@ -323,6 +358,12 @@ Expected<std::unique_ptr<Engine>> Engine::load(const std::string& path, const En
 }
 
 const ModelSummary& Engine::summary() const { return impl_->summary; }
+
+std::string Engine::token_bytes(int32_t id) const {
+  const Tokenizer& tok = *impl_->tokenizer;
+  if (id < 0 || id >= tok.n_vocab()) return {};
+  return tok.token_bytes(id, /*render_special=*/true);
+}
 double Engine::load_seconds() const { return impl_->load_seconds; }
 
 Expected<std::vector<int32_t>> Engine::tokenize(std::string_view text, bool add_bos,

@@ -228,43 +228,78 @@ void EngineLoop::admit(std::shared_ptr<Job> job) {
     queue_.finished();
     return;
   }
-  GenerationParams params = req.params;
-  params.on_prompt_progress = [this](int64_t) { beat(); };  // long prefills are not stalls
-  // The callbacks run on this thread inside Engine::step(); they find their job through the
-  // request id (the Active entry outlives every callback of its request).
-  auto id_cell = std::make_shared<uint64_t>(0);
-  RequestCallbacks cb;
-  cb.on_text = [this, id_cell](std::string_view piece) {
-    beat();
-    auto it = active_.find(*id_cell);
-    if (it == active_.end()) return false;
-    Active& a = it->second;
-    if (a.job->cancelled.load() || stop_.load()) return false;
-    if (a.first_text) {
-      a.first_text = false;
-      a.first_text_at = SteadyClock::now();
-      metrics_->observe_ttft(
-          std::chrono::duration<double>(a.first_text_at - a.job->enqueued_at).count());
+  // n choices: n engine requests (seeds seed + i) sharing the prompt; the prefix cache shares
+  // their prompt blocks once the first has computed them.
+  std::vector<uint64_t> ids_of_job;
+  for (int32_t i = 0; i < req.n; ++i) {
+    GenerationParams params = req.params;
+    params.seed = req.params.seed + static_cast<uint64_t>(i);
+    params.on_prompt_progress = [this](int64_t) { beat(); };  // long prefills are not stalls
+    // The callbacks run on this thread inside Engine::step(); they find their choice through
+    // the request id (the Active entry outlives every callback of its request).
+    auto id_cell = std::make_shared<uint64_t>(0);
+    RequestCallbacks cb;
+    cb.on_text = [this, id_cell](std::string_view piece) {
+      beat();
+      auto it = active_.find(*id_cell);
+      if (it == active_.end()) return false;
+      Active& a = it->second;
+      if (a.job->cancelled.load() || stop_.load()) return false;
+      if (a.first_text) {
+        a.first_text = false;
+        a.first_text_at = SteadyClock::now();
+        if (!a.job->ttft_observed) {
+          a.job->ttft_observed = true;
+          metrics_->observe_ttft(
+              std::chrono::duration<double>(a.first_text_at - a.job->enqueued_at).count());
+        }
+      }
+      Event ev{Event::Kind::kText};
+      ev.index = a.index;
+      ev.text.assign(piece);
+      ev.logprobs = std::move(a.pending_logprobs);
+      a.pending_logprobs.clear();
+      a.job->output.push(std::move(ev));
+      return true;
+    };
+    if (params.logprobs >= 0) {
+      cb.on_logprob = [this, id_cell](const TokenLogprob& lp) {
+        auto it = active_.find(*id_cell);
+        if (it != active_.end()) it->second.pending_logprobs.push_back(logprob_entry(lp));
+      };
     }
-    Event ev{Event::Kind::kText};
-    ev.text.assign(piece);
-    a.job->output.push(std::move(ev));
-    return true;
-  };
-  cb.on_done = [this, id_cell](Expected<GenerationResult> r) { on_done(*id_cell, std::move(r)); };
-  auto id = engine_->submit(std::move(*ids), params, std::move(cb), req.priority);
-  if (!id) {
-    const bool bad_input = id.status().code() == ErrorCode::kInvalidArgument;
-    fail_job(*job, {bad_input ? 400 : 500, id.status().message(),
-                    bad_input ? "invalid_request_error" : "server_error", "", ""});
-    queue_.finished();
-    return;
+    cb.on_done = [this, id_cell](Expected<GenerationResult> r) { on_done(*id_cell, std::move(r)); };
+    auto id = engine_->submit(*ids, params, std::move(cb), req.priority);
+    if (!id) {
+      for (uint64_t other : ids_of_job) {  // never started: drop them silently
+        engine_->cancel(other);
+        active_.erase(other);
+      }
+      const bool bad_input = id.status().code() == ErrorCode::kInvalidArgument;
+      fail_job(*job, {bad_input ? 400 : 500, id.status().message(),
+                      bad_input ? "invalid_request_error" : "server_error", "", ""});
+      queue_.finished();
+      return;
+    }
+    *id_cell = *id;
+    ids_of_job.push_back(*id);
+    active_.emplace(*id, Active{job, i, {}, true, {}, {}});
   }
-  *id_cell = *id;
+  for (uint64_t id : ids_of_job) {
+    Active& a = active_.at(id);
+    for (uint64_t other : ids_of_job)
+      if (other != id) a.siblings.push_back(other);
+  }
+  job->open_choices = req.n;
   Event started{Event::Kind::kStarted};
   started.prompt_tokens = static_cast<int32_t>(n_prompt);
   job->output.push(std::move(started));
-  active_.emplace(*id, Active{std::move(job)});
+}
+
+LogprobEntry EngineLoop::logprob_entry(const TokenLogprob& lp) const {
+  LogprobEntry e{engine_->token_bytes(lp.token), lp.logprob, {}};
+  for (const auto& [tok, v] : lp.top) e.top.push_back({engine_->token_bytes(tok), v});
+  return e;
 }
 
 void EngineLoop::on_done(uint64_t id, Expected<GenerationResult> r) {
@@ -275,24 +310,33 @@ void EngineLoop::on_done(uint64_t id, Expected<GenerationResult> r) {
   Job& job = *a.job;
   if (!r) {
     const bool bad_input = r.status().code() == ErrorCode::kInvalidArgument;
-    fail_job(job, {bad_input ? 400 : 500, r.status().message(),
-                   bad_input ? "invalid_request_error" : "server_error", "", ""});
+    Event ev{Event::Kind::kError};
+    ev.error = {bad_input ? 400 : 500, r.status().message(),
+                bad_input ? "invalid_request_error" : "server_error", "", ""};
+    job.output.push(std::move(ev));
+    for (uint64_t other : a.siblings) engine_->cancel(other);  // the request has failed
   } else {
     const auto now = SteadyClock::now();
-    if (a.first_text)
+    if (!job.ttft_observed) {
+      job.ttft_observed = true;
       metrics_->observe_ttft(std::chrono::duration<double>(now - job.enqueued_at).count());
-    else if (r->generated_tokens > 1)
+    }
+    if (!a.first_text && r->generated_tokens > 1)
       metrics_->observe_tpot(std::chrono::duration<double>(now - a.first_text_at).count() /
                              (r->generated_tokens - 1));
-    metrics_->add_tokens(r->prompt_tokens, r->generated_tokens);
+    metrics_->add_tokens(a.index == 0 ? r->prompt_tokens : 0, r->generated_tokens);
     Event done{Event::Kind::kDone};
+    done.index = a.index;
     done.prompt_tokens = r->prompt_tokens;
     done.generated_tokens = r->generated_tokens;
     done.finish = r->finish_reason;
+    done.logprobs = std::move(a.pending_logprobs);
     job.output.push(std::move(done));
-    job.output.close();
   }
-  queue_.finished();
+  if (--job.open_choices == 0) {
+    job.output.close();
+    queue_.finished();
+  }
   beat();
 }
 

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <utility>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -38,11 +39,21 @@ namespace tessera::server {
 
 using SteadyClock = std::chrono::steady_clock;
 
+// One generated token's log-probability with its most likely alternatives (token texts are
+// the tokens' bytes: possibly part of a UTF-8 character).
+struct LogprobEntry {
+  std::string token;
+  float logprob = 0;
+  std::vector<std::pair<std::string, float>> top;
+};
+
 struct Event {
   enum class Kind { kStarted, kText, kDone, kError };
   explicit Event(Kind k) : kind(k) {}
   Kind kind;
+  int32_t index = 0;                            // choice (n > 1): kText, kDone
   std::string text;                             // kText
+  std::vector<LogprobEntry> logprobs;           // kText, kDone: tokens since the last event
   int32_t prompt_tokens = 0;                    // kStarted, kDone
   int32_t generated_tokens = 0;                 // kDone
   FinishReason finish = FinishReason::kLength;  // kDone
@@ -74,6 +85,10 @@ struct Job {
   std::atomic<bool> cancelled{false};
   SteadyClock::time_point enqueued_at = SteadyClock::now();
   uint64_t sequence = 0;  // admission order, for FIFO within a priority level
+  // Engine thread only: choices still generating (the channel closes when this reaches 0) and
+  // whether TTFT was observed for this job.
+  int32_t open_choices = 0;
+  bool ttft_observed = false;
 };
 
 enum class Admission { kAccepted, kQueueFull, kDraining };
@@ -132,14 +147,18 @@ class EngineLoop {
   const ModelSummary& summary() const { return summary_; }
 
  private:
-  struct Active {
+  struct Active {  // one choice of a job
     std::shared_ptr<Job> job;
+    int32_t index = 0;
+    std::vector<uint64_t> siblings;  // engine ids of the job's other choices
     bool first_text = true;
     SteadyClock::time_point first_text_at{};
+    std::vector<LogprobEntry> pending_logprobs;  // tokens whose text is not out yet
   };
   void run();
   void admit(std::shared_ptr<Job> job);
   void on_done(uint64_t id, Expected<GenerationResult> r);
+  LogprobEntry logprob_entry(const TokenLogprob& lp) const;
   void publish_stats();
   void beat();
 
