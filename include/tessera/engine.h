@@ -107,6 +107,9 @@ struct ModelSummary {
   int64_t n_layers = 0, d_model = 0, n_heads = 0, n_kv_heads = 0, vocab = 0;
   int64_t context_length = 0;  // longest sequence (prompt + generated)
   int64_t kv_cache_tokens = 0;  // shared by all sequences
+  // Speed-of-light inputs: weight bytes one decode step reads, KV-cache bytes per token of
+  // context, FLOPs of the matrix products per token (2 x parameters).
+  int64_t decode_weight_bytes = 0, kv_bytes_per_token = 0, matmul_flops_per_token = 0;
 };
 
 class Engine {

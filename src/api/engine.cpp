@@ -350,6 +350,9 @@ Expected<std::unique_ptr<Engine>> Engine::load(const std::string& path, const En
     s.vocab = c.vocab;
     s.context_length = ctx;
     s.kv_cache_tokens = n_blocks * bs;
+    s.decode_weight_bytes = impl->model->decode_weight_bytes();
+    s.kv_bytes_per_token = c.n_layers * 2 * c.n_kv_heads * c.head_dim * (opt.kv_cache_f32 ? 4 : 2);
+    s.matmul_flops_per_token = 2 * impl->model->matmul_params();
   } catch (...) {
     return current_exception_status();
   }

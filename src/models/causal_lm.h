@@ -69,6 +69,11 @@ class CausalLm {
   virtual ~CausalLm() = default;
   virtual const LlmConfig& config() const = 0;
   KvCache make_kv_cache(int64_t n_blocks, int64_t block_size, DType dtype = DType::kF16) const;
+  // For speed-of-light estimates: weight bytes one decode step reads (every matrix and vector
+  // used per token, not the embedding table) and the parameters of the matrix products
+  // (2 FLOPs each per token).
+  virtual int64_t decode_weight_bytes() const = 0;
+  virtual int64_t matmul_params() const = 0;
   // One step over several sequences (continuous batching): `tokens` holds every chunk's tokens,
   // chunk after chunk. Writes a [vocab] row of logits for each chunk with `logits` set, in chunk
   // order, or with all_logits one row per token. Each sequence's results are the same bits

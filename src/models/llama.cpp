@@ -19,6 +19,11 @@ namespace {
 
 [[noreturn]] void corrupt(const std::string& msg) { throw_error(ErrorCode::kCorruptData, msg); }
 
+int64_t tensor_bytes(const Tensor& t) {
+  if (!t.defined()) return 0;
+  return t.rows() * static_cast<int64_t>(dtype_row_bytes(t.dtype(), t.dim(t.ndim() - 1)).value_or(0));
+}
+
 // Views one GGUF tensor as a Tensor of shape {rows, cols} (GGUF dims are innermost-first).
 // The mapping is read-only: weights are never written through these views.
 Tensor weight_view(const gguf::File& f, const std::string& name, int64_t rows, int64_t cols) {
@@ -140,6 +145,22 @@ class LlamaModel final : public CausalLm {
   }
 
   const LlmConfig& config() const override { return cfg_; }
+
+  int64_t decode_weight_bytes() const override {
+    int64_t bytes = tensor_bytes(output_) + tensor_bytes(output_norm_);
+    for (const Layer& l : layers_)
+      for (const Tensor* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.bq, &l.bk, &l.bv,
+                              &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down})
+        bytes += tensor_bytes(*t);
+    return bytes;
+  }
+  int64_t matmul_params() const override {
+    int64_t n = output_.numel();
+    for (const Layer& l : layers_)
+      for (const Tensor* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
+        n += t->numel();
+    return n;
+  }
 
   void forward(std::span<const int32_t> tokens, std::span<const SeqChunk> chunks, KvCache& cache,
                float* logits, bool all_logits, ThreadPool& pool) override {
