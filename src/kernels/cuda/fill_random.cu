@@ -3,7 +3,10 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cmath>
+
 #include "backend/cuda/cuda_check.h"
+#include "kernels/cuda/gemv.h"
 
 namespace tessera::cuda {
 namespace {
@@ -41,12 +44,18 @@ __global__ void fill_bytes_kernel(uint64_t* p, int64_t n_words, uint64_t seed) {
     p[i] = hash(seed, i);
 }
 
-__global__ void fill_scales_kernel(uint16_t* p, int64_t n, float scale, uint64_t seed) {
+__global__ void and_mask_kernel(uint32_t* p, int64_t n, uint32_t mask) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{blockDim.x} * gridDim.x)
+    p[i] &= mask;
+}
+
+__global__ void fill_scales_kernel(uint16_t* p, int64_t n, int64_t stride, float scale, uint64_t seed) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{blockDim.x} * gridDim.x) {
     const uint64_t h = hash(seed, i);
     const float mag = scale * (0.5f + unit(h));
-    p[i] = __half_as_ushort(__float2half_rn((h & 1) ? -mag : mag));
+    p[i * stride] = __half_as_ushort(__float2half_rn((h & 1) ? -mag : mag));
   }
 }
 
@@ -63,16 +72,6 @@ void launch_uniform(void* p, int64_t n, float lo, float hi, uint64_t seed, cudaS
   TESSERA_CUDA_CHECK(cudaGetLastError());
 }
 
-void fill_quant(void* qs, int64_t qs_bytes, uint16_t* scales, int64_t n_scales, float scale,
-                uint64_t seed, cudaStream_t s) {
-  // qs_bytes is a multiple of 16 (k % 32 == 0), so whole 8-byte words cover it.
-  const int64_t words = qs_bytes / 8;
-  fill_bytes_kernel<<<grid_for(words), kThreads, 0, s>>>(static_cast<uint64_t*>(qs), words, seed);
-  TESSERA_CUDA_CHECK(cudaGetLastError());
-  fill_scales_kernel<<<grid_for(n_scales), kThreads, 0, s>>>(scales, n_scales, scale, seed ^ 0x5ca1eull);
-  TESSERA_CUDA_CHECK(cudaGetLastError());
-}
-
 }  // namespace
 
 void fill_uniform_f32(float* p, int64_t n, float lo, float hi, uint64_t seed, cudaStream_t s) {
@@ -84,13 +83,52 @@ void fill_uniform_bf16(uint16_t* p, int64_t n, float lo, float hi, uint64_t seed
 void fill_uniform_f16(uint16_t* p, int64_t n, float lo, float hi, uint64_t seed, cudaStream_t s) {
   launch_uniform<Kind::kF16>(p, n, lo, hi, seed, s);
 }
-void fill_random_q8_0(int8_t* qs, uint16_t* scales, int64_t n, int64_t k, float scale,
-                      uint64_t seed, cudaStream_t s) {
-  fill_quant(qs, n * k, scales, n * k / 32, scale, seed, s);
+void fill_random_quant(DType t, void* packed, int64_t n, int64_t k, float scale, uint64_t seed,
+                       cudaStream_t s) {
+  const GemvQuantLayout L = gemv_quant_layout(t, n, k);
+  auto* base = static_cast<uint8_t*>(packed);
+  // Everything random first (quants, Q4_K packed scale bytes, Q6_K int8 scales), then the f16
+  // fields get finite values of the intended magnitude.
+  const int64_t words = static_cast<int64_t>(L.bytes / 8);  // sections are 256-byte aligned
+  fill_bytes_kernel<<<grid_for(words), kThreads, 0, s>>>(static_cast<uint64_t*>(packed), words, seed);
+  TESSERA_CUDA_CHECK(cudaGetLastError());
+  const int64_t e = n * k;
+  auto f16s = [&](size_t off, int64_t count, int64_t stride, float sc, uint64_t sd) {
+    if (count <= 0) return;
+    fill_scales_kernel<<<grid_for(count), kThreads, 0, s>>>(reinterpret_cast<uint16_t*>(base + off),
+                                                            count, stride, sc, seed ^ sd);
+    TESSERA_CUDA_CHECK(cudaGetLastError());
+  };
+  switch (t) {
+    case DType::kQ8_0: case DType::kQ4_0: f16s(L.scales, e / 32, 1, scale, 0x5ca1e); break;
+    case DType::kQ4_1:  // u32 (d | m << 16)
+      f16s(L.scales, e / 32, 2, scale, 0x5ca1e);
+      f16s(L.scales + 2, e / 32, 2, 4.f * scale, 0x3141);
+      break;
+    case DType::kQ4_K:  // 6-bit scales/mins (u16 sc | mn << 8); u32 (d | dmin << 16)
+      and_mask_kernel<<<grid_for(e / 32 / 2), kThreads, 0, s>>>(reinterpret_cast<uint32_t*>(base + L.scales),
+                                                                e / 32 / 2, 0x3F3F3F3Fu);
+      TESSERA_CUDA_CHECK(cudaGetLastError());
+      f16s(L.d, e / 256, 2, scale, 0x5ca1e);
+      f16s(L.d + 2, e / 256, 2, scale, 0x3141);
+      break;
+    case DType::kQ6_K: f16s(L.d, e / 256, 1, scale, 0x5ca1e); break;
+    default: break;
+  }
 }
-void fill_random_q4_0(uint8_t* qs, uint16_t* scales, int64_t n, int64_t k, float scale,
-                      uint64_t seed, cudaStream_t s) {
-  fill_quant(qs, n * k / 2, scales, n * k / 32, scale, seed, s);
+
+float dummy_quant_scale(DType t, int64_t k) {
+  // Element rms per unit scale: Q8_0 int8 ~74; Q4_0 (n - 8) ~4.6; Q4_1 d n + m ~ 9.7 (m ~ 4x);
+  // Q4_K ~ 31.5 * 4.6 plus the min offset ~ 31.5 -> ~190; Q6_K |sc| ~74 x (q - 32) ~18.5 ~ 1370.
+  const float rk = 1.f / std::sqrt(static_cast<float>(k));
+  switch (t) {
+    case DType::kQ8_0: return rk / 77.f;
+    case DType::kQ4_0: return rk / 4.83f;
+    case DType::kQ4_1: return rk / 9.7f;
+    case DType::kQ4_K: return rk / 190.f;
+    case DType::kQ6_K: return rk / 1370.f;
+    default: return rk;
+  }
 }
 
 }  // namespace tessera::cuda
