@@ -187,15 +187,19 @@ __global__ void combine_kernel(const float* ws_acc, const float2* ws_ml, int n_s
   pdl_trigger();
   const int64_t sh = blockIdx.x;
   const int d = threadIdx.x;
+  // Unrolled, unconditional loads (every split wrote its partial, empty ones as max = -inf,
+  // acc = sum = 0): the loop's loads go out together instead of one round trip per split.
   float M = -INFINITY;
+#pragma unroll 8
   for (int s = 0; s < n_splits; ++s) M = fmaxf(M, ws_ml[sh * n_splits + s].x);
   float o = 0.f, L = 0.f;
   if (M != -INFINITY)
+#pragma unroll 8
     for (int s = 0; s < n_splits; ++s) {
       const float2 ml = ws_ml[sh * n_splits + s];
-      if (ml.x == -INFINITY) continue;
-      const float w = exp2f(ml.x - M);
-      o = fmaf(w, ws_acc[(sh * n_splits + s) * HD + d], o);
+      const float a = ws_acc[(sh * n_splits + s) * HD + d];
+      const float w = ml.x == -INFINITY ? 0.f : exp2f(ml.x - M);
+      o = fmaf(w, a, o);
       L = fmaf(w, ml.y, L);
     }
   const T r = from_f32<T>(L > 0.f ? o / L : 0.f);
