@@ -19,8 +19,10 @@ if ! ldd $bin/backend_cuda_test | grep -q 'libcublasLt.so.*=> /'; then
   export LD_LIBRARY_PATH=$d:${LD_LIBRARY_PATH:-}
 fi
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$out/summary.txt"
+peer=$bin/peer_llama_cpp.sh  # next to the binaries (carried folder) or next to this script
+[ -f "$peer" ] || peer=$(dirname "$0")/peer_llama_cpp.sh
 if [ "${PEER:-0}" = 1 ]; then
-  OUT=$logs nice -n 5 bash $bin/peer_llama_cpp.sh build > "$logs/peer_build_stage.log" 2>&1 &
+  OUT=$logs nice -n 5 bash $peer build > "$logs/peer_build_stage.log" 2>&1 &
   peer_pid=$!
 fi
 status=0
@@ -50,7 +52,7 @@ if [ "${PEER:-0}" = 1 ]; then
   wait $peer_pid; echo "peer build rc=$? at $(( $(date +%s) - start )) s" | tee -a "$out/summary.txt"
   tail -8 "$logs/peer_build_stage.log" | tee -a "$out/summary.txt"
   OUT=$logs DEADLINE=$(( start + limit - 60 )) TESSERA_RESULTS="$out/llama_decode_bench.txt" \
-    bash $bin/peer_llama_cpp.sh bench ${DECODE_TYPES:-} 2>&1 | tee "$out/peer_table.txt"
+    bash $peer bench ${DECODE_TYPES:-} 2>&1 | tee "$out/peer_table.txt"
 fi
 echo "total $(( $(date +%s) - start )) s" | tee -a "$out/summary.txt"
 tar czf "$out/logs.tgz" -C "$logs" . 2>/dev/null

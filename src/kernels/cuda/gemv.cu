@@ -15,8 +15,9 @@ using namespace detail;
 std::atomic<int> g_rows_per_warp{0};
 
 constexpr int kWarps = 4, kThreads = kWarps * 32;
-// Rows per warp R: each x chunk, loaded once into registers, feeds R rows. R = 4, or R = 2 when
-// n / 4 row groups would leave resident warps idle (n = 4096 at k = 14336: half the warps).
+// Rows per warp R: each x chunk, loaded once into registers, feeds R rows. R = 2 when n / 4 row
+// groups would leave over 30% of the resident warps idle (n = 4096: about half), else the
+// format's kLargeNRows (measured on H200, docs/design/cuda_kernels.md: 4, but 2 for Q8_0).
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
@@ -72,6 +73,7 @@ __device__ __forceinline__ int dot_nibbles(const uint4& w, const uint4& xa, cons
 // Row (one row's pointers), W (one chunk of one row), load(), and dot() -> float partial.
 
 struct Q8Fmt {
+  static constexpr int kLargeNRows = 2;  // measured: 2 rows/warp faster at n = 14336 too
   static constexpr int kElems = 16, kUnroll = 4;
   using In = QIn;
   using X = XQ<1>;
@@ -94,6 +96,7 @@ struct Q8Fmt {
 };
 
 struct Q4_0Fmt {
+  static constexpr int kLargeNRows = 4;
   static constexpr int kElems = 32, kUnroll = 4;
   using In = QIn;
   using X = XQ<2>;
@@ -113,6 +116,7 @@ struct Q4_0Fmt {
 };
 
 struct Q4_1Fmt {
+  static constexpr int kLargeNRows = 4;
   static constexpr int kElems = 32, kUnroll = 4;
   using In = QIn;
   using X = XQ<2>;
@@ -134,7 +138,8 @@ struct Q4_1Fmt {
 };
 
 struct Q4_KFmt {
-  static constexpr int kElems = 32, kUnroll = 3;
+  static constexpr int kLargeNRows = 4;
+  static constexpr int kElems = 32, kUnroll = 2;
   using In = QIn;
   using X = XQ<2>;
   struct Mat { const uint8_t* base; GemvQuantLayout L; int64_t n, k; };
@@ -159,7 +164,8 @@ struct Q4_KFmt {
 };
 
 struct Q6_KFmt {
-  static constexpr int kElems = 32, kUnroll = 3;
+  static constexpr int kLargeNRows = 4;
+  static constexpr int kElems = 32, kUnroll = 2;
   using In = QIn;
   using X = XQ<2>;
   struct Mat { const uint8_t* base; GemvQuantLayout L; int64_t n, k; };
@@ -195,6 +201,7 @@ struct Q6_KFmt {
 
 template <class T>
 struct Bf16Fmt {
+  static constexpr int kLargeNRows = 4;
   static constexpr int kElems = 8, kUnroll = 4;
   struct In { const T* x; };
   struct X { float v[8]; };
@@ -385,7 +392,9 @@ void launch_fmt(typename Fmt::Mat m, typename Fmt::In in, int64_t n, int64_t k, 
   if (n <= 0) return;
   auto* k4 = gemv_kernel<4, Fmt, Epi>;
   const int force = g_rows_per_warp.load(std::memory_order_relaxed);
-  if (force == 4 || (force != 2 && (n + 3) / 4 >= resident_blocks(k4) * kWarps)) {
+  const bool few_rows = 10 * ((n + 3) / 4) < 7 * resident_blocks(k4) * kWarps;
+  const int rows = force ? force : few_rows ? 2 : Fmt::kLargeNRows;
+  if (rows == 4) {
     launch_kernel(k4, grid_for(k4, n, kWarps * 4), kThreads, 0, s, m, in, n, k, epi);
   } else {
     auto* k2 = gemv_kernel<2, Fmt, Epi>;

@@ -1,6 +1,6 @@
 // Batch-1 Llama decode step on the GPU, captured once into a CUDA graph and replayed per token.
 //
-// One step (token t at position p, both held in DEVICE memory), 8 kernels per layer:
+// One step (token t at position p, both held in DEVICE memory), 9 kernels per layer:
 //   x = embed(t)                                          (bf16 table)
 //   per layer l:  h = norm(x)  [l > 0 folds x += down_{l-1}]       rms_norm_quant
 //                 q, K/V row p = RoPE(Wqkv h)  (one GEMV, rows q | k | v, RoPE and the f16
