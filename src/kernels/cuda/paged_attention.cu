@@ -19,10 +19,6 @@ __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
   const __half2 h = __floats2half2_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&h);
 }
-__device__ __forceinline__ uint32_t pack_halves(__half lo, __half hi) {
-  return static_cast<uint32_t>(__half_as_ushort(lo)) |
-         (static_cast<uint32_t>(__half_as_ushort(hi)) << 16);
-}
 
 // d = a (16x16, row) * b (16x8, col) + d; f16 inputs, f32 accumulators (PTX fragment layout:
 // g = lane / 4, t = lane % 4; a0 (g, 2t..2t+1), a1 (g+8, ..), a2 (g, 2t+8..), a3 (g+8, 2t+8..);
@@ -46,14 +42,21 @@ paged_attention_kernel(const T* __restrict__ q, const int32_t* __restrict__ q_po
                        int block_size, const __half* __restrict__ k_cache,
                        const __half* __restrict__ v_cache, int n_heads, int n_kv_heads, int group,
                        float scale_log2, T* __restrict__ out) {
-  __shared__ __align__(16) __half ks[kChunk][HD + kPad];
-  __shared__ __align__(16) __half vs[kChunk][HD + kPad];
+  // K and V chunks; after the key loop the same bytes hold the key-split partial results.
+  __shared__ __align__(16) __half smem[2 * kChunk * (HD + kPad)];
+  __half(*ks)[HD + kPad] = reinterpret_cast<__half(*)[HD + kPad]>(smem);
+  __half(*vs)[HD + kPad] = reinterpret_cast<__half(*)[HD + kPad]>(smem + kChunk * (HD + kPad));
   __shared__ int32_t rows_of_chunk[kChunk];
 
   const PagedAttentionTile tile = tiles[blockIdx.x];
   const int kvh = blockIdx.y;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int n_vec = tile.n_rows * group;
+  // Key split (decode-like tiles of <= 16 query vectors): every warp takes the same 16 vectors
+  // and a quarter of each chunk's keys (keys 16w .. 16w+15); the four partial softmaxes are
+  // merged at the end. Otherwise warp w owns vectors 16w .. 16w+15 and all keys.
+  const bool ksplit = n_vec <= 16;
+  const int vec_base = ksplit ? 0 : warp * 16;
   const int32_t* table = block_tables + static_cast<int64_t>(tile.seq) * table_stride;
 
   int max_pos = 0;
@@ -64,7 +67,7 @@ paged_attention_kernel(const T* __restrict__ q, const int32_t* __restrict__ q_po
   bool valid[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    vec[h] = warp * 16 + g + 8 * h;
+    vec[h] = vec_base + g + 8 * h;
     valid[h] = vec[h] < n_vec;
     pos[h] = valid[h] ? q_pos[tile.row0 + vec[h] / group] : -1;
   }
@@ -125,6 +128,7 @@ paged_attention_kernel(const T* __restrict__ q, const int32_t* __restrict__ q_po
 #pragma unroll
     for (int nt = 0; nt < kChunk / 8; ++nt) {
       s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+      if (ksplit && nt / 2 != warp) continue;  // another warp's keys
       const int key = nt * 8 + g;
 #pragma unroll
       for (int kk = 0; kk < HD / 16; ++kk) {
@@ -140,7 +144,8 @@ paged_attention_kernel(const T* __restrict__ q, const int32_t* __restrict__ q_po
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int h = e / 2, key = c0 + nt * 8 + 2 * t + (e % 2);
-        const float v = key <= pos[h] ? s[nt][e] * scale_log2 : -INFINITY;
+        const bool mine = !ksplit || nt / 2 == warp;
+        const float v = mine && key <= pos[h] ? s[nt][e] * scale_log2 : -INFINITY;
         s[nt][e] = v;
         m_new[h] = fmaxf(m_new[h], v);
       }
@@ -179,12 +184,18 @@ paged_attention_kernel(const T* __restrict__ q, const int32_t* __restrict__ q_po
     // O += P V: B(k = key, n = dim) = V[key][dim].
 #pragma unroll
     for (int kk = 0; kk < kChunk / 16; ++kk) {
+      if (ksplit && kk != warp) continue;
       const uint32_t a[4] = {pa[kk][0], pa[kk][1], pa[kk][2], pa[kk][3]};
 #pragma unroll
       for (int dt = 0; dt < HD / 8; ++dt) {
-        const int dim = dt * 8 + g, k0 = kk * 16 + 2 * t;
-        const uint32_t b0 = pack_halves(vs[k0][dim], vs[k0 + 1][dim]);
-        const uint32_t b1 = pack_halves(vs[k0 + 8][dim], vs[k0 + 9][dim]);
+        // B fragment (keys x dims) straight from the row-major V chunk: lanes 0-15 address
+        // keys kk*16 + 0..15 at dims dt*8..; .trans hands each lane its (2 keys, 1 dim) pairs.
+        uint32_t b0, b1;
+        const uint32_t addr = static_cast<uint32_t>(
+            __cvta_generic_to_shared(&vs[kk * 16 + (lane % 16)][dt * 8]));
+        asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
+                     : "=r"(b0), "=r"(b1)
+                     : "r"(addr));
         mma_16816(o[dt], a, b0, b1);
       }
     }
@@ -195,18 +206,58 @@ paged_attention_kernel(const T* __restrict__ q, const int32_t* __restrict__ q_po
     l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
     l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
   }
+  auto out_ptr = [&](int m) {
+    const int row = tile.row0 + m / group, head = kvh * group + m % group;
+    return out + (static_cast<int64_t>(row) * n_heads + head) * HD;
+  };
+  if (!ksplit) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (!valid[h]) continue;
+      T* dst = out_ptr(vec[h]);
+      const float inv = 1.f / l_run[h];
+#pragma unroll
+      for (int dt = 0; dt < HD / 8; ++dt) {
+        dst[dt * 8 + 2 * t] = from_f32<T>(o[dt][2 * h] * inv);
+        dst[dt * 8 + 2 * t + 1] = from_f32<T>(o[dt][2 * h + 1] * inv);
+      }
+    }
+    return;
+  }
+  // Merge the four warps' partial softmaxes of the same 16 vectors.
+  __syncthreads();  // every warp is done with the K/V chunk
+  float* red_o = reinterpret_cast<float*>(smem);  // [warp][16 vectors][HD]
+  float* red_m = red_o + kWarps * 16 * HD;        // [warp][16]
+  float* red_l = red_m + kWarps * 16;             // [warp][16]
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    if (!valid[h]) continue;
-    const int m = vec[h];
-    const int row = tile.row0 + m / group, head = kvh * group + m % group;
-    T* dst = out + (static_cast<int64_t>(row) * n_heads + head) * HD;
-    const float inv = 1.f / l_run[h];
+    const int r = g + 8 * h;
 #pragma unroll
     for (int dt = 0; dt < HD / 8; ++dt) {
-      dst[dt * 8 + 2 * t] = from_f32<T>(o[dt][2 * h] * inv);
-      dst[dt * 8 + 2 * t + 1] = from_f32<T>(o[dt][2 * h + 1] * inv);
+      red_o[(warp * 16 + r) * HD + dt * 8 + 2 * t] = o[dt][2 * h];
+      red_o[(warp * 16 + r) * HD + dt * 8 + 2 * t + 1] = o[dt][2 * h + 1];
     }
+    if (t == 0) {
+      red_m[warp * 16 + r] = m_run[h];
+      red_l[warp * 16 + r] = l_run[h];
+    }
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < 16 * HD; i += kThreads) {
+    const int r = i / HD, dim = i % HD;
+    if (r >= n_vec) continue;
+    float mx = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, red_m[w * 16 + r]);
+    float l = 0.f, acc = 0.f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float mw = red_m[w * 16 + r];
+      const float f = mw == -INFINITY ? 0.f : exp2f(mw - mx);
+      l += red_l[w * 16 + r] * f;
+      acc += red_o[(w * 16 + r) * HD + dim] * f;
+    }
+    out_ptr(r)[dim] = from_f32<T>(acc / l);
   }
 }
 
