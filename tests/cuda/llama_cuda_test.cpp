@@ -148,6 +148,38 @@ TEST_F(LlamaCuda, SequenceInABatchMatchesItAlone) {
             std::max_element(alone_a.begin(), alone_a.end()) - alone_a.begin());
 }
 
+// Decode-only steps replay CUDA graphs (captured on a shape's second step); a step that asks for
+// every row's logits runs eagerly. Both must give the same logits, step after step, including
+// after a larger eager step moved the activation buffers (graphs are then recaptured).
+TEST_F(LlamaCuda, GraphReplayedDecodeStepsMatchEagerSteps) {
+  ThreadPool pool(1);
+  auto gpu = models::cuda_llama_create(*file_);
+  const int64_t V = gpu->config().vocab, bs = 16;
+  auto eager_cache = gpu->make_kv_cache(16, bs);
+  auto graph_cache = gpu->make_kv_cache(16, bs);
+  auto argmax_cache = gpu->make_kv_cache(16, bs);
+  const std::vector<int32_t> blocks = {0, 1, 2, 3, 4, 5};
+  const std::vector<int32_t> prompt(ids_.begin(), ids_.begin() + 12);
+  for (auto* c : {&eager_cache, &graph_cache, &argmax_cache}) run_alone(*gpu, *c, prompt, blocks, 64, pool);
+  int32_t tok = ids_[12];
+  std::vector<float> a(V), b(V);
+  for (int32_t pos = 12; pos < 40; ++pos) {
+    if (pos == 25) {  // a big eager call in between grows every activation buffer
+      const std::vector<int32_t> big(ids_.begin(), ids_.begin() + 60);
+      auto scratch = gpu->make_kv_cache(8, bs);
+      run_alone(*gpu, scratch, big, {0, 1, 2, 3}, 64, pool);
+    }
+    const models::SeqChunk c{pos, 1, blocks, true};
+    gpu->forward({&tok, 1}, {&c, 1}, eager_cache, a.data(), /*all_logits=*/true, pool);  // eager
+    gpu->forward({&tok, 1}, {&c, 1}, graph_cache, b.data(), /*all_logits=*/false, pool);  // graph
+    ASSERT_LE(test::nmse(b, a), 1e-10) << "position " << pos;
+    int32_t id = -1;
+    ASSERT_TRUE(gpu->forward_argmax({&tok, 1}, {&c, 1}, argmax_cache, &id, pool));
+    tok = static_cast<int32_t>(std::max_element(a.begin(), a.end()) - a.begin());
+    ASSERT_EQ(id, tok) << "position " << pos;
+  }
+}
+
 TEST(LlamaCudaDummy, NamedArchitectureRunsAndRejectsUnknownNames) {
   TESSERA_SKIP_WITHOUT_GPU();
   ThreadPool pool(1);

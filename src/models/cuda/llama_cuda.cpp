@@ -4,6 +4,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <map>
+#include <set>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -83,6 +85,7 @@ class CudaLlama final : public CausalLm {
     layers_.resize(cfg_.n_layers);
   }
   ~CudaLlama() override {
+    drop_graphs();
     if (stream_) cudaStreamDestroy(stream_);
     for (void* p : pinned_) cudaFreeHost(p);
   }
@@ -244,17 +247,93 @@ class CudaLlama final : public CausalLm {
     int32_t* d_tables = stage(tables_.data(), static_cast<int64_t>(tables_.size()), 4);
     int32_t* d_logit_rows = stage(logit_rows_.data(), n_logits, 5);
 
-    float* x = residual_.get(n * d);
-    float* normed = normed_.get(n * d);
-    bf16* h = h_.get(n * std::max({d, qd, ff}));
-    float* q = q_.get(n * qd);
-    float* k = k_.get(n * kvd);
-    float* v = v_.get(n * kvd);
-    float* attn = attn_.get(n * qd);
-    float* gate = gate_.get(n * ff);
-    float* up = up_.get(n * ff);
-    float* out = logits_.get(n_logits * V);
+    Bufs b{};
+    b.x = residual_.get(n * d);
+    b.normed = normed_.get(n * d);
+    b.h = h_.get(n * std::max({d, qd, ff}));
+    b.q = q_.get(n * qd);
+    b.k = k_.get(n * kvd);
+    b.v = v_.get(n * kvd);
+    b.attn = attn_.get(n * qd);
+    b.gate = gate_.get(n * ff);
+    b.up = up_.get(n * ff);
+    b.out = logits_.get(n_logits * V);
+    b.tokens = d_tokens;
+    b.pos = d_pos;
+    b.rows = d_rows;
+    b.tiles = d_tiles;
+    b.tables = d_tables;
+    b.logit_rows = d_logit_rows;
 
+    // Decode-only steps (one token per sequence) replay a CUDA graph per (rows, table stride):
+    // ~10 launches per layer collapse into one. Graphs hold buffer addresses, so any buffer
+    // that moved since they were captured invalidates them all. A shape is captured the
+    // second time it is seen (the first eager run loads kernels and builds GEMM plans).
+    const bool decode_only = !all_logits && n_logits == n && n <= kMaxGraphRows &&
+                             std::all_of(chunks.begin(), chunks.end(),
+                                         [](const SeqChunk& c) { return c.n_tokens == 1; });
+    if (decode_only) {
+      if (std::memcmp(&b, &graph_bufs_, sizeof b) != 0 || graph_cache_ != &cache) {
+        drop_graphs();
+        graph_bufs_ = b;
+        graph_cache_ = &cache;
+      }
+      const auto key = std::make_pair(n, table_stride_);
+      if (auto it = graphs_.find(key); it != graphs_.end()) {
+        TESSERA_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
+        return n_logits;
+      }
+      if (seen_shapes_.count(key)) {
+        cudaGraph_t graph = nullptr;
+        cudaGraphExec_t exec = nullptr;
+        TESSERA_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+        try {
+          enqueue(b, n, n_logits, cache);
+        } catch (...) {
+          cudaStreamEndCapture(stream_, &graph);
+          if (graph) cudaGraphDestroy(graph);
+          throw;
+        }
+        TESSERA_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+        TESSERA_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+        cudaGraphDestroy(graph);
+        graphs_.emplace(key, exec);
+        TESSERA_CUDA_CHECK(cudaGraphLaunch(exec, stream_));
+        return n_logits;
+      }
+      seen_shapes_.insert(key);
+    }
+    enqueue(b, n, n_logits, cache);
+    return n_logits;
+  }
+
+  // Device buffers of one forward call (graphs capture these addresses).
+  struct Bufs {
+    float *x, *normed, *q, *k, *v, *attn, *gate, *up, *out;
+    bf16* h;
+    int32_t *tokens, *pos, *tables, *logit_rows;
+    int64_t* rows;
+    cuda::PagedAttentionTile* tiles;
+  };
+
+  void drop_graphs() {
+    for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
+    graphs_.clear();
+    seen_shapes_.clear();
+  }
+
+  // Every kernel of the forward pass on stream_ (eager, or recorded by a capture).
+  void enqueue(const Bufs& b, int64_t n, int64_t n_logits, KvCache& cache) {
+    const int64_t d = cfg_.d_model, hd = cfg_.head_dim, qd = cfg_.n_heads * hd,
+                  kvd = cfg_.n_kv_heads * hd, ff = cfg_.d_ff, V = cfg_.vocab;
+    cudaStream_t s = stream_;
+    float *x = b.x, *normed = b.normed, *q = b.q, *k = b.k, *v = b.v, *attn = b.attn,
+          *gate = b.gate, *up = b.up, *out = b.out;
+    bf16* h = b.h;
+    const int32_t *d_tokens = b.tokens, *d_pos = b.pos, *d_tables = b.tables,
+                  *d_logit_rows = b.logit_rows;
+    const int64_t* d_rows = b.rows;
+    const cuda::PagedAttentionTile* d_tiles = b.tiles;
     cuda::RopeConfig rope{cfg_.rope.layout, cfg_.rope.n_rot, cfg_.rope.theta_base,
                           cfg_.rope.position_scale, rope_freqs_};
     const float scale = 1.f / std::sqrt(static_cast<float>(hd));
@@ -293,7 +372,6 @@ class CudaLlama final : public CausalLm {
       cuda::gather_rows_bf16(normed, d_logit_rows, n_logits, d, h, s);
       gemm_.run(h, output_, out, n_logits, V, d, false, s);
     }
-    return n_logits;
   }
 
   bf16* matrix(const gguf::File& f, const std::string& name, int64_t rows, int64_t cols) {
@@ -375,7 +453,17 @@ class CudaLlama final : public CausalLm {
     logit_rows_.clear();
     std::vector<cuda::PagedAttentionChunk> pchunks;
     table_stride_ = 1;
-    for (const SeqChunk& c : chunks) table_stride_ = std::max<int64_t>(table_stride_, c.blocks.size());
+    bool decode_only = true;
+    for (const SeqChunk& c : chunks) {
+      table_stride_ = std::max<int64_t>(table_stride_, c.blocks.size());
+      decode_only &= c.n_tokens == 1;
+    }
+    // Decode steps round the stride up to a power of two: few distinct graph shapes.
+    if (decode_only) {
+      int64_t p = 8;
+      while (p < table_stride_) p *= 2;
+      table_stride_ = p;
+    }
     tables_.assign(chunks.size() * table_stride_, 0);
     for (size_t ci = 0; ci < chunks.size(); ++ci) {
       const SeqChunk& c = chunks[ci];
@@ -415,6 +503,11 @@ class CudaLlama final : public CausalLm {
   Grow<float> residual_, normed_, q_, k_, v_, attn_, gate_, up_, logits_;
   Grow<bf16> h_;
   Grow<int32_t> ids_;
+  static constexpr int64_t kMaxGraphRows = 512;
+  std::map<std::pair<int64_t, int64_t>, cudaGraphExec_t> graphs_;
+  std::set<std::pair<int64_t, int64_t>> seen_shapes_;
+  Bufs graph_bufs_{};
+  const KvCache* graph_cache_ = nullptr;
   Grow<uint8_t> staged_[6];
   std::vector<void*> pinned_;
   std::vector<size_t> pinned_cap_;
