@@ -42,11 +42,11 @@ paged_attention_kernel(const T* __restrict__ q, const int32_t* __restrict__ q_po
                        int block_size, const __half* __restrict__ k_cache,
                        const __half* __restrict__ v_cache, int n_heads, int n_kv_heads, int group,
                        float scale_log2, T* __restrict__ out) {
-  // K and V chunks; after the key loop the same bytes hold the key-split partial results.
-  __shared__ __align__(16) __half smem[2 * kChunk * (HD + kPad)];
-  __half(*ks)[HD + kPad] = reinterpret_cast<__half(*)[HD + kPad]>(smem);
-  __half(*vs)[HD + kPad] = reinterpret_cast<__half(*)[HD + kPad]>(smem + kChunk * (HD + kPad));
-  __shared__ int32_t rows_of_chunk[kChunk];
+  // Two stages of K and V chunks (dynamic shared memory, paged_attention_smem_bytes): the next
+  // chunk's copies (cp.async) are in flight while this one is computed. After the key loop the
+  // same bytes hold the key-split partial results.
+  extern __shared__ __align__(16) __half smem[];
+  constexpr int kStage = 2 * kChunk * (HD + kPad);  // halves per stage (K then V)
 
   const PagedAttentionTile tile = tiles[blockIdx.x];
   const int kvh = blockIdx.y;
@@ -100,28 +100,43 @@ paged_attention_kernel(const T* __restrict__ q, const int32_t* __restrict__ q_po
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
 
   const int n_keys = max_pos + 1;
-  for (int c0 = 0; c0 < n_keys; c0 += kChunk) {
-    __syncthreads();  // the previous chunk is consumed
-    if (threadIdx.x < kChunk) {
-      const int p = c0 + threadIdx.x;
-      rows_of_chunk[threadIdx.x] =
-          p < n_keys ? table[p / block_size] * block_size + p % block_size : -1;
-    }
-    __syncthreads();
+  // Starts the copies of the chunk at key c0 into stage st (keys past the end become zeros).
+  auto issue = [&](int c0, int st) {
+    __half* kdst = smem + st * kStage;
+    __half* vdst = kdst + kChunk * (HD + kPad);
     constexpr int kParts = HD / 8;  // 16-byte pieces per row
     for (int i = threadIdx.x; i < kChunk * kParts; i += kThreads) {
-      const int r = i / kParts, part = i % kParts;
-      const int row = rows_of_chunk[r];
-      uint4 kv = make_uint4(0, 0, 0, 0), vv = make_uint4(0, 0, 0, 0);
-      if (row >= 0) {
-        const int64_t off = (static_cast<int64_t>(row) * n_kv_heads + kvh) * HD + part * 8;
-        kv = *reinterpret_cast<const uint4*>(k_cache + off);
-        vv = *reinterpret_cast<const uint4*>(v_cache + off);
+      const int r = i / kParts, part = i % kParts, p = c0 + r;
+      __half* kd = kdst + r * (HD + kPad) + part * 8;
+      __half* vd = vdst + r * (HD + kPad) + part * 8;
+      if (p < n_keys) {
+        const int64_t row = static_cast<int64_t>(table[p / block_size]) * block_size + p % block_size;
+        const int64_t off = (row * n_kv_heads + kvh) * HD + part * 8;
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(
+                         static_cast<uint32_t>(__cvta_generic_to_shared(kd))),
+                     "l"(k_cache + off));
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(
+                         static_cast<uint32_t>(__cvta_generic_to_shared(vd))),
+                     "l"(v_cache + off));
+      } else {
+        *reinterpret_cast<uint4*>(kd) = make_uint4(0, 0, 0, 0);
+        *reinterpret_cast<uint4*>(vd) = make_uint4(0, 0, 0, 0);
       }
-      *reinterpret_cast<uint4*>(&ks[r][part * 8]) = kv;
-      *reinterpret_cast<uint4*>(&vs[r][part * 8]) = vv;
     }
-    __syncthreads();
+    asm volatile("cp.async.commit_group;\n" ::);
+  };
+  issue(0, 0);
+  for (int c0 = 0, ci = 0; c0 < n_keys; c0 += kChunk, ++ci) {
+    if (c0 + kChunk < n_keys) {
+      issue(c0 + kChunk, (ci + 1) & 1);
+    } else {
+      asm volatile("cp.async.commit_group;\n" ::);  // keeps one group per iteration
+    }
+    asm volatile("cp.async.wait_group 1;\n" ::);  // this chunk's copies (this thread's) landed
+    __syncthreads();                                // ... and everyone else's
+    __half(*ks)[HD + kPad] = reinterpret_cast<__half(*)[HD + kPad]>(smem + (ci & 1) * kStage);
+    __half(*vs)[HD + kPad] =
+        reinterpret_cast<__half(*)[HD + kPad]>(smem + (ci & 1) * kStage + kChunk * (HD + kPad));
 
     // S = Q K^T for the 64 keys of the chunk: 8 tiles of 8 keys.
     float s[kChunk / 8][4];
@@ -199,7 +214,9 @@ paged_attention_kernel(const T* __restrict__ q, const int32_t* __restrict__ q_po
         mma_16816(o[dt], a, b0, b1);
       }
     }
+    __syncthreads();  // this stage is consumed before the next iteration refills it
   }
+  asm volatile("cp.async.wait_all;\n" ::);
 
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -224,8 +241,8 @@ paged_attention_kernel(const T* __restrict__ q, const int32_t* __restrict__ q_po
     }
     return;
   }
-  // Merge the four warps' partial softmaxes of the same 16 vectors.
-  __syncthreads();  // every warp is done with the K/V chunk
+  // Merge the four warps' partial softmaxes of the same 16 vectors (the loop ended with a
+  // barrier: the stages are free).
   float* red_o = reinterpret_cast<float*>(smem);  // [warp][16 vectors][HD]
   float* red_m = red_o + kWarps * 16 * HD;        // [warp][16]
   float* red_l = red_m + kWarps * 16;             // [warp][16]
@@ -261,6 +278,19 @@ paged_attention_kernel(const T* __restrict__ q, const int32_t* __restrict__ q_po
   }
 }
 
+constexpr size_t smem_bytes(int hd) { return size_t{2} * 2 * kChunk * (hd + kPad) * sizeof(__half); }
+
+// Opts the kernel into more than 48 KB of dynamic shared memory, once per instantiation.
+template <class T, int HD>
+void enable_smem() {
+  static const cudaError_t status = cudaFuncSetAttribute(
+      paged_attention_kernel<T, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      static_cast<int>(smem_bytes(HD)));
+  if (status != cudaSuccess)
+    throw_error(ErrorCode::kInternal, std::string("paged_attention: cannot reserve shared memory: ") +
+                                          cudaGetErrorString(status));
+}
+
 }  // namespace
 
 std::vector<PagedAttentionTile> paged_attention_tiles(const std::vector<PagedAttentionChunk>& chunks,
@@ -290,13 +320,15 @@ void paged_attention(const T* q, const int32_t* q_pos, const PagedAttentionTile*
   const float scale_log2 = scale * kLog2e;
   switch (head_dim) {
     case 64:
-      paged_attention_kernel<T, 64><<<grid, kThreads, 0, stream>>>(
+      enable_smem<T, 64>();
+      paged_attention_kernel<T, 64><<<grid, kThreads, smem_bytes(64), stream>>>(
           q, q_pos, tiles, block_tables, table_stride, static_cast<int>(block_size), k_cache,
           v_cache, static_cast<int>(n_heads), static_cast<int>(n_kv_heads), group, scale_log2,
           out);
       return;
     case 128:
-      paged_attention_kernel<T, 128><<<grid, kThreads, 0, stream>>>(
+      enable_smem<T, 128>();
+      paged_attention_kernel<T, 128><<<grid, kThreads, smem_bytes(128), stream>>>(
           q, q_pos, tiles, block_tables, table_stride, static_cast<int>(block_size), k_cache,
           v_cache, static_cast<int>(n_heads), static_cast<int>(n_kv_heads), group, scale_log2,
           out);
