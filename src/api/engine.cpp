@@ -5,7 +5,9 @@
 
 #include "backend/cpu/thread_pool.h"
 #include "core/error.h"
+#include "api/model_files.h"
 #include "formats/gguf.h"
+#include "formats/hf_checkpoint.h"
 #include "models/registry.h"
 #include "runtime/llm/sampler.h"
 #include "runtime/llm/stop_matcher.h"
@@ -50,6 +52,25 @@ Status current_exception_status() {
   }
 }
 
+// A GGUF file: weights, tokenizer and chat template all come from its metadata.
+Expected<api::LoadedModel> load_gguf(const std::string& path) {
+  api::LoadedModel out;
+  auto file = gguf::File::open(path);
+  if (!file) return file.status();
+  out.gguf = std::move(*file);
+  // The architecture is checked first: an unsupported model should say so, not fail on a
+  // missing tokenizer key.
+  auto model = models::load_causal_lm(*out.gguf);
+  if (!model) return model.status();
+  out.model = std::move(*model);
+  auto tok = Tokenizer::from_gguf(*out.gguf);
+  if (!tok) return tok.status();
+  out.tokenizer = std::move(*tok);
+  if (auto t = out.gguf->get_string("tokenizer.chat_template")) out.chat_template = std::string(*t);
+  out.name = std::string(out.gguf->get_string("general.name").value_or(""));
+  return out;
+}
+
 // Prompt tokens per forward call: bounds activation memory for long prompts.
 constexpr int64_t kPromptChunk = 512;
 }  // namespace
@@ -89,19 +110,20 @@ Engine::~Engine() = default;
 Expected<std::unique_ptr<Engine>> Engine::load(const std::string& path, const EngineOptions& opt) {
   const auto t0 = Clock::now();
   auto impl = std::make_unique<Impl>();
-  auto file = gguf::File::open(path);
-  if (!file) return file.status();
-  impl->file = std::move(*file);
-  // The architecture is checked first: an unsupported model should say so, not fail on a
-  // missing tokenizer key.
-  auto model = models::load_causal_lm(*impl->file);
-  if (!model) return model.status();
-  impl->model = std::move(*model);
-  auto tok = Tokenizer::from_gguf(*impl->file);
-  if (!tok) return tok.status();
-  impl->tokenizer = std::move(*tok);
-  auto chat = ChatTemplate::from_template_text(impl->file->get_string("tokenizer.chat_template"),
-                                               *impl->tokenizer);
+  Expected<api::LoadedModel> loaded = Status(ErrorCode::kInternal, "model not loaded");
+  try {
+    loaded = hf::is_checkpoint_path(path) ? api::load_hf_checkpoint(path) : load_gguf(path);
+  } catch (...) {
+    return current_exception_status();
+  }
+  if (!loaded) return loaded.status();
+  impl->file = std::move(loaded->gguf);
+  impl->model = std::move(loaded->model);
+  impl->tokenizer = std::move(loaded->tokenizer);
+  auto chat = ChatTemplate::from_template_text(
+      loaded->chat_template ? std::optional<std::string_view>(*loaded->chat_template)
+                            : std::nullopt,
+      *impl->tokenizer);
   if (chat) {
     impl->chat = *chat;
   } else {
@@ -121,7 +143,7 @@ Expected<std::unique_ptr<Engine>> Engine::load(const std::string& path, const En
     impl->cache = std::make_unique<models::KvCache>(impl->model->make_kv_cache(ctx, opt.kv_cache_f32 ? DType::kF32 : DType::kF16));
     auto& s = impl->summary;
     s.architecture = c.architecture;
-    s.name = std::string(impl->file->get_string("general.name").value_or(""));
+    s.name = loaded->name;
     s.n_layers = c.n_layers;
     s.d_model = c.d_model;
     s.n_heads = c.n_heads;
