@@ -141,7 +141,7 @@ bool is_checkpoint_path(const std::string& path) {
   return name == "config.json";
 }
 
-Expected<CheckpointFiles> locate(const std::string& path) {
+Expected<CheckpointFiles> locate(const std::string& path, bool require_weights) {
   std::error_code ec;
   CheckpointFiles f;
   const fs::path p(path);
@@ -157,7 +157,7 @@ Expected<CheckpointFiles> locate(const std::string& path) {
                                                       "checkpoint folder)");
   f.weights = in_dir("model.safetensors.index.json");
   if (f.weights.empty()) f.weights = in_dir("model.safetensors");
-  if (f.weights.empty())
+  if (f.weights.empty() && require_weights)
     return Status(ErrorCode::kNotFound,
                   "'" + f.dir +
                       "' has neither model.safetensors nor model.safetensors.index.json "

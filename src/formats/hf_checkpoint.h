@@ -38,8 +38,9 @@ struct CheckpointFiles {
 
 // True when `path` names a checkpoint folder or its config.json (not a GGUF file).
 bool is_checkpoint_path(const std::string& path);
-// Finds the files; kNotFound naming what is missing (config.json, weights).
-Expected<CheckpointFiles> locate(const std::string& path);
+// Finds the files; kNotFound naming what is missing (config.json, and the weights unless
+// !require_weights: tools that only need the tokenizer or chat template).
+Expected<CheckpointFiles> locate(const std::string& path, bool require_weights = true);
 
 struct RopeScaling {
   std::string type = "default";  // default | linear | llama3

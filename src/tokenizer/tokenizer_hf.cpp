@@ -30,7 +30,7 @@ using json = nlohmann::json;
 using formats::printable;
 
 constexpr int kMaxDepth = 16;                // tokenizer.json nests ~6 levels
-constexpr int64_t kMaxTokenId = 1 << 24;     // far above any real vocabulary (~260k)
+constexpr int64_t kMaxTokenId = 1 << 21;  // 8x the largest real vocabularies (~262k)
 constexpr size_t kMaxRegexBytes = 1 << 16;
 
 [[noreturn]] void corrupt(const std::string& m) {

@@ -175,6 +175,19 @@ TEST(hf_tokenizer, ReadsVocabMergesAddedTokensAndTemplate) {
   EXPECT_EQ(off->add_bos, false);
 }
 
+TEST(hf_tokenizer, ConfigEosIdsEndGeneration) {
+  auto c = Tokenizer::config_from_hf_json(tok_json(kByteLevel), R"({"eos_token":"<u>"})");
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->eos_id, 4);
+  c->extra_eog_ids = {1, 999};  // config.json / generation_config.json ids (out of range ignored)
+  auto tok = Tokenizer::from_config(std::move(*c));
+  ASSERT_TRUE(tok.ok()) << tok.status().to_string();
+  EXPECT_TRUE((*tok)->is_end_of_generation(4));
+  EXPECT_TRUE((*tok)->is_end_of_generation(1));
+  EXPECT_FALSE((*tok)->is_end_of_generation(0));
+  EXPECT_FALSE((*tok)->is_end_of_generation(3));
+}
+
 TEST(hf_tokenizer, GapsBecomeUnusedPlaceholders) {
   const std::string j = R"({"added_tokens":[{"id":9,"content":"<x>","special":true}],
     "pre_tokenizer":{"type":"ByteLevel"},"model":{"type":"BPE","vocab":{"a":0},"merges":[]}})";

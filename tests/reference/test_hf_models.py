@@ -244,3 +244,25 @@ def test_malformed_checkpoints_are_named(what, edit, message, trained_tokenizer,
     proc = bad_checkpoint(tmp_path, trained_tokenizer, edit)
     assert proc.returncode != 0
     assert message in proc.stderr, proc.stderr
+
+
+def test_chat_template_from_checkpoint_files(model_path, tessera_bin, tmp_path):
+    """tokenizer_config.json's chat_template, and chat_template.jinja taking precedence, render
+    byte-identically to jinja2 (as transformers renders them)."""
+    from test_chat_template import CONVERSATIONS, MISTRAL, QWEN, jinja_render, tessera_render
+    from test_hf_tokenizer import tokenizer_json_from_gguf
+    need("gguf")
+    d = tmp_path / "ckpt"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({"model_type": "qwen2"}))
+    (d / "tokenizer.json").write_text(json.dumps(tokenizer_json_from_gguf(model_path, "smollm")))
+    (d / "tokenizer_config.json").write_text(json.dumps(
+        {"chat_template": QWEN, "bos_token": None, "eos_token": "<|im_end|>"}))
+    for conv in CONVERSATIONS:
+        want = jinja_render(QWEN, conv, True, "", "<|im_end|>")
+        assert tessera_render(tessera_bin, str(d), conv, True) == want
+    (d / "chat_template.jinja").write_text(MISTRAL)
+    conv = [("user", "Hi"), ("assistant", "Hello."), ("user", "Bye")]
+    # No BOS named (bos_token null, no template processor); EOS from tokenizer_config.json.
+    assert tessera_render(tessera_bin, str(d), conv, True) == jinja_render(
+        MISTRAL, conv, True, "", "<|im_end|>")
