@@ -19,7 +19,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     try {
       const models::LlmConfig c = models::llm_config_from_hf(*cfg);
       if (c.n_layers < 1 || c.head_dim < 2 || c.n_heads % c.n_kv_heads != 0) std::abort();
-      if (cfg->rope_scaling.type == "llama3") (void)models::llama3_rope_freq_factors(*cfg, c.head_dim);
+      if (cfg->rope_scaling.type == "llama3")
+        (void)models::llama3_rope_freq_factors(*cfg, c.head_dim);
     } catch (const Error&) {
     }
   } else if (cfg.status().message().empty()) {

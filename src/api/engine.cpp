@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <chrono>
 
+#include "api/model_files.h"
 #include "backend/cpu/thread_pool.h"
 #include "core/error.h"
-#include "api/model_files.h"
 #include "formats/gguf.h"
 #include "formats/hf_checkpoint.h"
 #include "models/registry.h"

@@ -61,7 +61,8 @@ Expected<LoadedModel> load_hf_checkpoint(const std::string& path) {
   if (!chat->empty()) out.chat_template = std::move(*chat);
   out.name = std::filesystem::path(files->dir).filename().string();
   if (out.name.empty() || out.name == ".")
-    out.name = std::filesystem::absolute(files->dir).lexically_normal().parent_path().filename().string();
+    out.name =
+        std::filesystem::absolute(files->dir).lexically_normal().parent_path().filename().string();
   return out;
 }
 

@@ -27,8 +27,8 @@ constexpr int kMaxConfigDepth = 16;
 
 json parse_json(std::string_view text, const std::string& what) {
   if (formats::json_nesting_depth(text) > kMaxConfigDepth)
-    throw_error(ErrorCode::kCorruptData, what + " nests deeper than " +
-                                             std::to_string(kMaxConfigDepth) + " levels");
+    throw_error(ErrorCode::kCorruptData,
+                what + " nests deeper than " + std::to_string(kMaxConfigDepth) + " levels");
   json j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object())
     throw_error(ErrorCode::kCorruptData, what + " is not a valid JSON object");
@@ -153,8 +153,9 @@ Expected<CheckpointFiles> locate(const std::string& path, bool require_weights) 
   };
   f.config = in_dir("config.json");
   if (f.config.empty())
-    return Status(ErrorCode::kNotFound, "'" + f.dir + "' has no config.json (not a Hugging Face "
-                                                      "checkpoint folder)");
+    return Status(ErrorCode::kNotFound, "'" + f.dir +
+                                            "' has no config.json (not a Hugging Face "
+                                            "checkpoint folder)");
   f.weights = in_dir("model.safetensors.index.json");
   if (f.weights.empty()) f.weights = in_dir("model.safetensors");
   if (f.weights.empty() && require_weights)
@@ -182,18 +183,15 @@ Expected<TextConfig> parse_text_config(std::string_view text) {
     c.intermediate_size = get_int(j, "intermediate_size", 1, kMaxDim);
     c.num_hidden_layers = get_int(j, "num_hidden_layers", 1, 1024);
     c.num_attention_heads = get_int(j, "num_attention_heads", 1, 1024);
-    c.num_key_value_heads =
-        get_int(j, "num_key_value_heads", 1, 1024, c.num_attention_heads);
+    c.num_key_value_heads = get_int(j, "num_key_value_heads", 1, 1024, c.num_attention_heads);
     if (c.num_attention_heads % c.num_key_value_heads != 0)
       corrupt("num_attention_heads " + std::to_string(c.num_attention_heads) +
-              " is not a multiple of num_key_value_heads " +
-              std::to_string(c.num_key_value_heads));
+              " is not a multiple of num_key_value_heads " + std::to_string(c.num_key_value_heads));
     c.head_dim = get_int(j, "head_dim", 2, 1024, c.hidden_size / c.num_attention_heads);
     if (c.head_dim < 2 || c.head_dim % 2 != 0)
       corrupt("head dimension " + std::to_string(c.head_dim) + " is not an even number >= 2");
     c.vocab_size = get_int(j, "vocab_size", 1, int64_t{1} << 24);
-    c.max_position_embeddings =
-        get_int(j, "max_position_embeddings", 1, int64_t{1} << 30, 2048);
+    c.max_position_embeddings = get_int(j, "max_position_embeddings", 1, int64_t{1} << 30, 2048);
     c.rms_norm_eps = get_num(j, "rms_norm_eps", 0, 1, 1e-6);
     c.tie_word_embeddings = get_bool(j, "tie_word_embeddings", false);
     c.attention_bias = get_bool(j, "attention_bias", false);
@@ -229,7 +227,8 @@ std::vector<int64_t> parse_generation_eos(std::string_view text) {
 }
 
 Expected<std::string> read_chat_template(const CheckpointFiles& files) {
-  if (!files.chat_template.empty()) return formats::read_small_file(files.chat_template, kMaxJsonBytes);
+  if (!files.chat_template.empty())
+    return formats::read_small_file(files.chat_template, kMaxJsonBytes);
   if (files.tokenizer_config.empty()) return std::string();
   auto text = formats::read_small_file(files.tokenizer_config, kMaxJsonBytes);
   if (!text) return text.status();
@@ -240,8 +239,8 @@ Expected<std::string> read_chat_template(const CheckpointFiles& files) {
     if (t->is_string()) return t->get<std::string>();
     if (t->is_array()) {
       for (const json& e : *t)
-        if (const json* name = member(e, "name"); name && name->is_string() &&
-                                                  name->get<std::string>() == "default")
+        if (const json* name = member(e, "name");
+            name && name->is_string() && name->get<std::string>() == "default")
           if (const json* tt = member(e, "template"); tt && tt->is_string())
             return tt->get<std::string>();
     }

@@ -3,8 +3,8 @@
 //
 //   auto files = hf::locate("path/to/model-dir");        // or ".../config.json"
 //   auto text = formats::read_small_file(files->config, hf::kMaxJsonBytes);
-//   auto cfg = hf::parse_text_config(*text);              // kCorruptData / kUnsupported on bad input
-//   auto ckpt = safetensors::Checkpoint::open(files->weights);
+//   auto cfg = hf::parse_text_config(*text);              // kCorruptData / kUnsupported on bad
+//   input auto ckpt = safetensors::Checkpoint::open(files->weights);
 //
 // config.json is untrusted: every field is type- and range-checked; a missing required field
 // or a value of the wrong type is kCorruptData naming the key; a feature Tessera does not run

@@ -31,10 +31,9 @@ struct DTypeEntry {
 };
 // Every dtype of the format with a whole number of bytes per element.
 constexpr DTypeEntry kDTypes[] = {
-    {"BOOL", 1},    {"U8", 1},      {"I8", 1},      {"F8_E5M2", 1}, {"F8_E4M3", 1},
-    {"F8_E8M0", 1}, {"I16", 2},     {"U16", 2},     {"F16", 2},     {"BF16", 2},
-    {"I32", 4},     {"U32", 4},     {"F32", 4},     {"F64", 8},     {"I64", 8},
-    {"U64", 8},     {"C64", 8},
+    {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E5M2", 1}, {"F8_E4M3", 1}, {"F8_E8M0", 1},
+    {"I16", 2},  {"U16", 2}, {"F16", 2}, {"BF16", 2},    {"I32", 4},     {"U32", 4},
+    {"F32", 4},  {"F64", 8}, {"I64", 8}, {"U64", 8},     {"C64", 8},
 };
 // Defined by the format but packed below one byte per element.
 constexpr std::string_view kSubByteDTypes[] = {"F4", "F6_E2M3", "F6_E3M2"};
@@ -46,7 +45,8 @@ std::string num(uint64_t v) { return std::to_string(v); }
 // A JSON number that is a non-negative integer representable as uint64.
 std::optional<uint64_t> as_u64(const json& v) {
   if (v.is_number_unsigned()) return v.get<uint64_t>();
-  if (v.is_number_integer() && v.get<int64_t>() >= 0) return static_cast<uint64_t>(v.get<int64_t>());
+  if (v.is_number_integer() && v.get<int64_t>() >= 0)
+    return static_cast<uint64_t>(v.get<int64_t>());
   return std::nullopt;
 }
 
@@ -198,8 +198,8 @@ Status File::parse_all(const OpenOptions& opt) {
         corrupt(where + ": data_offsets end " + num(*e) + " is past the data section (" +
                 num(data_size) + " bytes)");
       if (*e - *b != nbytes)
-        corrupt(where + ": data_offsets span " + num(*e - *b) + " bytes but " + t.dtype_name +
-                " " + "shape needs " + num(nbytes));
+        corrupt(where + ": data_offsets span " + num(*e - *b) + " bytes but " + t.dtype_name + " " +
+                "shape needs " + num(nbytes));
       t.begin = *b;
       t.end = *e;
       tensors_.push_back(std::move(t));
@@ -208,9 +208,10 @@ Status File::parse_all(const OpenOptions& opt) {
 
     // The tensors must tile the data section: no overlap (two names for the same bytes, or
     // bytes that mean two things), no gap and nothing after the last tensor.
-    std::stable_sort(tensors_.begin(), tensors_.end(), [](const TensorInfo& a, const TensorInfo& b) {
-      return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
-    });
+    std::stable_sort(tensors_.begin(), tensors_.end(),
+                     [](const TensorInfo& a, const TensorInfo& b) {
+                       return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+                     });
     uint64_t expect = 0;
     for (size_t i = 0; i < tensors_.size(); ++i) {
       const TensorInfo& t = tensors_[i];

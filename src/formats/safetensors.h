@@ -58,8 +58,8 @@ struct TensorInfo {
   std::string dtype_name;      // as written ("BF16")
   std::optional<DType> dtype;  // nullopt: a dtype Tessera does not compute with (I64, F8_*, ...)
   int64_t element_bytes = 0;
-  std::vector<int64_t> shape;  // outermost first (row-major)
-  uint64_t begin = 0, end = 0; // byte range inside the data section, validated
+  std::vector<int64_t> shape;   // outermost first (row-major)
+  uint64_t begin = 0, end = 0;  // byte range inside the data section, validated
   uint64_t nbytes() const { return end - begin; }
   int64_t numel() const;
 };

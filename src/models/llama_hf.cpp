@@ -34,7 +34,8 @@ LlmConfig llm_config_from_hf(const hf::TextConfig& h) {
   c.rope.layout = ref::RopeLayout::kHalfSplit;  // see llama_hf.h
   c.rope.n_rot = h.head_dim;
   c.rope.theta_base = static_cast<float>(h.rope_theta);
-  if (h.rope_scaling.type == "linear") c.rope.position_scale = static_cast<float>(1.0 / h.rope_scaling.factor);
+  if (h.rope_scaling.type == "linear")
+    c.rope.position_scale = static_cast<float>(1.0 / h.rope_scaling.factor);
   return c;
 }
 

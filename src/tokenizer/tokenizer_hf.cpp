@@ -29,7 +29,7 @@ namespace {
 using json = nlohmann::json;
 using formats::printable;
 
-constexpr int kMaxDepth = 16;                // tokenizer.json nests ~6 levels
+constexpr int kMaxDepth = 16;             // tokenizer.json nests ~6 levels
 constexpr int64_t kMaxTokenId = 1 << 21;  // 8x the largest real vocabularies (~262k)
 constexpr size_t kMaxRegexBytes = 1 << 16;
 
@@ -42,8 +42,8 @@ constexpr size_t kMaxRegexBytes = 1 << 16;
 
 json parse_json(std::string_view text, const char* what) {
   if (formats::json_nesting_depth(text) > kMaxDepth)
-    throw_error(ErrorCode::kCorruptData, std::string(what) + " nests deeper than " +
-                                             std::to_string(kMaxDepth) + " levels");
+    throw_error(ErrorCode::kCorruptData,
+                std::string(what) + " nests deeper than " + std::to_string(kMaxDepth) + " levels");
   json j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object())
     throw_error(ErrorCode::kCorruptData, std::string(what) + " is not a valid JSON object");
@@ -210,8 +210,9 @@ TokenizerConfig config_from_json(const json& tj, const json* tc) {
   if (const json* norm = member(tj, "normalizer")) {
     const std::string t = type_of(*norm, "normalizer");
     if (t == "NFC") {
-      log_warn("tokenizer.json: NFC normalizer not applied (text that is not already NFC may "
-               "tokenize differently from Hugging Face tokenizers)");
+      log_warn(
+          "tokenizer.json: NFC normalizer not applied (text that is not already NFC may "
+          "tokenize differently from Hugging Face tokenizers)");
     } else {
       unsupported("normalizer '" + printable(t) + "' (supported: none, NFC)");
     }
@@ -296,8 +297,10 @@ TokenizerConfig config_from_json(const json& tj, const json* tc) {
         cfg.extra_eog_ids.push_back(*id);
       }
     }
-    if (const json* v = member(*tc, "add_bos_token"); v && v->is_boolean()) add_bos = v->get<bool>();
-    if (const json* v = member(*tc, "add_eos_token"); v && v->is_boolean()) add_eos = v->get<bool>();
+    if (const json* v = member(*tc, "add_bos_token"); v && v->is_boolean())
+      add_bos = v->get<bool>();
+    if (const json* v = member(*tc, "add_eos_token"); v && v->is_boolean())
+      add_eos = v->get<bool>();
   }
   if (add_bos && !bos) corrupt("add_bos_token is set but no BOS token is named");
   if (add_eos && !eos) corrupt("add_eos_token is set but no EOS token is named");
@@ -315,7 +318,8 @@ Expected<TokenizerConfig> Tokenizer::config_from_hf_json(std::string_view tokeni
   try {
     const json tj = parse_json(tokenizer_json, "tokenizer.json");
     json tc;
-    if (!tokenizer_config_json.empty()) tc = parse_json(tokenizer_config_json, "tokenizer_config.json");
+    if (!tokenizer_config_json.empty())
+      tc = parse_json(tokenizer_config_json, "tokenizer_config.json");
     return config_from_json(tj, tc.is_object() ? &tc : nullptr);
   } catch (const Error& e) {
     return e.status();
@@ -326,8 +330,8 @@ Expected<TokenizerConfig> Tokenizer::config_from_hf_json(std::string_view tokeni
   }
 }
 
-Expected<std::unique_ptr<Tokenizer>> Tokenizer::from_hf_json(std::string_view tokenizer_json,
-                                                             std::string_view tokenizer_config_json) {
+Expected<std::unique_ptr<Tokenizer>> Tokenizer::from_hf_json(
+    std::string_view tokenizer_json, std::string_view tokenizer_config_json) {
   auto cfg = config_from_hf_json(tokenizer_json, tokenizer_config_json);
   if (!cfg) return cfg.status();
   return from_config(std::move(*cfg));

@@ -122,7 +122,8 @@ class HfFolder : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = fs::path(::testing::TempDir()) /
-           ("tessera_hf_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+           ("tessera_hf_" +
+            std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
     fs::remove_all(dir_);
     fs::create_directories(dir_);
     write("config.json", config_json());

@@ -42,7 +42,8 @@ TEST(hf_config, DefaultsFollowTransformers) {
 
 TEST(hf_config, RopeBothSpellings) {
   // transformers < 5: rope_theta + rope_scaling
-  auto a = parse_text_config(cfg(R"("rope_theta":500000.0,"rope_scaling":{"type":"linear","factor":4})"));
+  auto a = parse_text_config(
+      cfg(R"("rope_theta":500000.0,"rope_scaling":{"type":"linear","factor":4})"));
   ASSERT_TRUE(a.ok()) << a.status().to_string();
   EXPECT_DOUBLE_EQ(a->rope_theta, 500000.0);
   EXPECT_EQ(a->rope_scaling.type, "linear");
@@ -61,10 +62,11 @@ TEST(hf_config, RopeBothSpellings) {
   EXPECT_DOUBLE_EQ(d->rope_theta, 1e6);
   expect_error(cfg(R"("rope_scaling":{"type":"yarn","factor":4})"), ErrorCode::kUnsupported,
                "RoPE scaling type 'yarn'");
-  expect_error(cfg(R"("rope_scaling":{"rope_type":"dynamic","factor":4})"),
-               ErrorCode::kUnsupported, "'dynamic'");
-  expect_error(cfg(R"("rope_scaling":{"rope_type":"llama3","factor":8,"low_freq_factor":4,"high_freq_factor":1})"),
-               ErrorCode::kCorruptData, "high_freq_factor > low_freq_factor");
+  expect_error(cfg(R"("rope_scaling":{"rope_type":"dynamic","factor":4})"), ErrorCode::kUnsupported,
+               "'dynamic'");
+  expect_error(
+      cfg(R"("rope_scaling":{"rope_type":"llama3","factor":8,"low_freq_factor":4,"high_freq_factor":1})"),
+      ErrorCode::kCorruptData, "high_freq_factor > low_freq_factor");
   expect_error(cfg(R"("rope_scaling":[1])"), ErrorCode::kCorruptData, "not an object");
 }
 
@@ -92,13 +94,15 @@ TEST(hf_config, FamiliesAndWindows) {
 TEST(hf_config, HostileValues) {
   expect_error("[]", ErrorCode::kCorruptData, "not a valid JSON object");
   expect_error("{", ErrorCode::kCorruptData, "not a valid JSON object");
-  expect_error(std::string(40, '[') + std::string(40, ']'), ErrorCode::kCorruptData, "nests deeper");
+  expect_error(std::string(40, '[') + std::string(40, ']'), ErrorCode::kCorruptData,
+               "nests deeper");
   expect_error(R"({"model_type":"gpt2"})", ErrorCode::kUnsupported, "model_type 'gpt2'");
   expect_error(R"({"model_type":"llama"})", ErrorCode::kCorruptData, "missing 'hidden_size'");
   expect_error(cfg(R"("num_key_value_heads":3)"), ErrorCode::kCorruptData, "not a multiple");
   expect_error(R"({"model_type":"llama","hidden_size":"64"})", ErrorCode::kCorruptData,
                "'hidden_size' is not an integer");
-  expect_error(R"({"model_type":"llama","hidden_size":-1})", ErrorCode::kCorruptData, "out of range");
+  expect_error(R"({"model_type":"llama","hidden_size":-1})", ErrorCode::kCorruptData,
+               "out of range");
   expect_error(R"({"model_type":"llama","hidden_size":18446744073709551615})",
                ErrorCode::kCorruptData, "out of range");
   expect_error(R"({"model_type":"llama","hidden_size":64.5})", ErrorCode::kCorruptData,
@@ -132,8 +136,8 @@ TEST(hf_config, Llama3RopeFactorsMatchTheFormula) {
   ASSERT_TRUE(c.ok());
   const std::vector<float> f = models::llama3_rope_freq_factors(*c, 128);
   ASSERT_EQ(f.size(), 64u);
-  EXPECT_FLOAT_EQ(f[0], 1.0f);    // highest frequency: unchanged
-  EXPECT_FLOAT_EQ(f[63], 8.0f);   // lowest: divided by the factor
+  EXPECT_FLOAT_EQ(f[0], 1.0f);                                      // highest frequency: unchanged
+  EXPECT_FLOAT_EQ(f[63], 8.0f);                                     // lowest: divided by the factor
   for (size_t i = 1; i < f.size(); ++i) EXPECT_GE(f[i], f[i - 1]);  // monotone in wavelength
   // A medium frequency, by the published formula.
   for (int i = 0; i < 64; ++i) {
@@ -149,7 +153,8 @@ TEST(hf_config, Llama3RopeFactorsMatchTheFormula) {
 std::string tok_json(const std::string& pre, const std::string& extra = "") {
   return R"({"added_tokens":[{"id":3,"content":"<s>","special":true},{"id":4,"content":"<u>","special":false}],
     "normalizer":null,"pre_tokenizer":)" +
-         pre + R"(,"post_processor":{"type":"TemplateProcessing","single":[{"SpecialToken":{"id":"<s>","type_id":0}},{"Sequence":{"id":"A","type_id":0}}],"special_tokens":{"<s>":{"id":"<s>","ids":[3],"tokens":["<s>"]}}},
+         pre +
+         R"(,"post_processor":{"type":"TemplateProcessing","single":[{"SpecialToken":{"id":"<s>","type_id":0}},{"Sequence":{"id":"A","type_id":0}}],"special_tokens":{"<s>":{"id":"<s>","ids":[3],"tokens":["<s>"]}}},
     "model":{"type":"BPE","vocab":{"a":0,"b":1,"ab":2},"merges":[["a","b"]])" +
          extra + "}}";
 }
@@ -219,8 +224,10 @@ TEST(hf_tokenizer, RejectsHostileOrUnsupportedFiles) {
                    "pre-tokenizer 'Whitespace'");
   expect_tok_error(tok_json(R"({"type":"Split","pattern":{"Regex":"a"},"behavior":"Isolated"})"),
                    ErrorCode::kUnsupported, "without a ByteLevel step");
-  expect_tok_error(tok_json(R"({"type":"Sequence","pretokenizers":[{"type":"Split","pattern":{"Regex":"("},"behavior":"Isolated"},{"type":"ByteLevel"}]})"),
-                   ErrorCode::kUnsupported, "regex failed to compile");
+  expect_tok_error(
+      tok_json(
+          R"({"type":"Sequence","pretokenizers":[{"type":"Split","pattern":{"Regex":"("},"behavior":"Isolated"},{"type":"ByteLevel"}]})"),
+      ErrorCode::kUnsupported, "regex failed to compile");
   expect_tok_error(tok_json(R"({"type":"Split","pattern":{"Regex":"a"},"behavior":"Removed"})"),
                    ErrorCode::kUnsupported, "behavior other than Isolated");
   expect_tok_error(tok_json(R"({"type":"ByteLevel","add_prefix_space":true})"),
@@ -231,8 +238,9 @@ TEST(hf_tokenizer, RejectsHostileOrUnsupportedFiles) {
                    ErrorCode::kCorruptData, "not a token id");
   expect_tok_error(R"({"pre_tokenizer":{"type":"ByteLevel"},"model":{"vocab":{"a":0,"b":0}}})",
                    ErrorCode::kCorruptData, "share id 0");
-  expect_tok_error(R"({"pre_tokenizer":{"type":"ByteLevel"},"model":{"vocab":{"a":0},"merges":[1]}})",
-                   ErrorCode::kCorruptData, "merge");
+  expect_tok_error(
+      R"({"pre_tokenizer":{"type":"ByteLevel"},"model":{"vocab":{"a":0},"merges":[1]}})",
+      ErrorCode::kCorruptData, "merge");
   expect_tok_error(R"({"pre_tokenizer":{"type":"ByteLevel"},"model":{"vocab":{"a":0}},
       "added_tokens":[{"id":0,"content":"zz","special":true}]})",
                    ErrorCode::kCorruptData, "reuses id 0");

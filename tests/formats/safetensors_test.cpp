@@ -43,22 +43,20 @@ void expect_error(const std::vector<uint8_t>& bytes, const std::string& substr,
 }
 
 // One tensor "w" of `dtype` and `shape` at [b, e), data section of `data` bytes.
-std::vector<uint8_t> one(const std::string& dtype, const std::string& shape, uint64_t b,
-                         uint64_t e, size_t data) {
-  return make_file(R"({"w":{"dtype":")" + dtype + R"(","shape":)" + shape +
-                       R"(,"data_offsets":[)" + std::to_string(b) + "," + std::to_string(e) +
-                       "]}}",
+std::vector<uint8_t> one(const std::string& dtype, const std::string& shape, uint64_t b, uint64_t e,
+                         size_t data) {
+  return make_file(R"({"w":{"dtype":")" + dtype + R"(","shape":)" + shape + R"(,"data_offsets":[)" +
+                       std::to_string(b) + "," + std::to_string(e) + "]}}",
                    data);
 }
 
 TEST(safetensors, ParsesTensorsAndMetadata) {
-  auto bytes = make_file(
-      R"({"__metadata__":{"format":"pt","b":"x"},)"
-      R"("b":{"dtype":"BF16","shape":[3,2],"data_offsets":[8,20]},)"
-      R"("a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
-      R"("c":{"dtype":"I64","shape":[],"data_offsets":[20,28]},)"
-      R"("e":{"dtype":"F16","shape":[0,5],"data_offsets":[28,28]}})",
-      28);
+  auto bytes = make_file(R"({"__metadata__":{"format":"pt","b":"x"},)"
+                         R"("b":{"dtype":"BF16","shape":[3,2],"data_offsets":[8,20]},)"
+                         R"("a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                         R"("c":{"dtype":"I64","shape":[],"data_offsets":[20,28]},)"
+                         R"("e":{"dtype":"F16","shape":[0,5],"data_offsets":[28,28]}})",
+                         28);
   auto f = parse_ok(bytes);
   ASSERT_TRUE(f);
   ASSERT_EQ(f->tensors().size(), 4u);
@@ -230,9 +228,9 @@ TEST(safetensors, ShardedCheckpoint) {
            make_file(R"({"v":{"dtype":"BF16","shape":[2],"data_offsets":[0,4]},)"
                      R"("extra":{"dtype":"BF16","shape":[1],"data_offsets":[4,6]}})",
                      6));
-  const std::string index =
-      dir.file("model.safetensors.index.json",
-               R"({"metadata":{"total_size":12},"weight_map":{"w":"m-1.safetensors","v":"m-2.safetensors"}})");
+  const std::string index = dir.file(
+      "model.safetensors.index.json",
+      R"({"metadata":{"total_size":12},"weight_map":{"w":"m-1.safetensors","v":"m-2.safetensors"}})");
   auto c = Checkpoint::open(index);
   ASSERT_TRUE(c.ok()) << c.status().to_string();
   EXPECT_EQ((*c)->files().size(), 2u);
@@ -249,7 +247,8 @@ TEST(safetensors, ShardedCheckpoint) {
   ASSERT_FALSE(b.ok());
   EXPECT_NE(b.status().message().find("is not in shard"), std::string::npos)
       << b.status().message();
-  const std::string missing = dir.file("missing.index.json", R"({"weight_map":{"w":"nope.safetensors"}})");
+  const std::string missing =
+      dir.file("missing.index.json", R"({"weight_map":{"w":"nope.safetensors"}})");
   auto m = Checkpoint::open(missing);
   ASSERT_FALSE(m.ok());
   EXPECT_EQ(m.status().code(), ErrorCode::kNotFound);

@@ -121,10 +121,9 @@ TEST(llama_hf, HalfSplitOnHfRowsEqualsInterleavedOnPermutedRows) {
 TEST(llama_hf, SafetensorsWeightsViewCopyAndErrors) {
   // One F16 tensor [2, 3] at data offset 0 of a file whose header length is odd (misaligned
   // data), one BF16 [3] and one I64 [1].
-  std::string header =
-      R"({"w":{"dtype":"F16","shape":[2,3],"data_offsets":[0,12]},)"
-      R"("b":{"dtype":"BF16","shape":[3],"data_offsets":[12,18]},)"
-      R"("i":{"dtype":"I64","shape":[1],"data_offsets":[18,26]}})";
+  std::string header = R"({"w":{"dtype":"F16","shape":[2,3],"data_offsets":[0,12]},)"
+                       R"("b":{"dtype":"BF16","shape":[3],"data_offsets":[12,18]},)"
+                       R"("i":{"dtype":"I64","shape":[1],"data_offsets":[18,26]}})";
   if (header.size() % 2 == 0) header += ' ';
   std::vector<uint8_t> bytes(8 + header.size() + 26);
   for (int i = 0; i < 8; ++i) bytes[i] = static_cast<uint8_t>(header.size() >> (8 * i));

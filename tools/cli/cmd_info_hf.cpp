@@ -60,7 +60,8 @@ int info_hf(const std::string& path) {
           "model architecture %s\nmodel n_layers %" PRId64 "\nmodel d_model %" PRId64
           "\nmodel n_heads %" PRId64 "\nmodel n_kv_heads %" PRId64 "\nmodel head_dim %" PRId64
           "\nmodel d_ff %" PRId64 "\nmodel vocab %" PRId64 "\nmodel context_length %" PRId64
-          "\nmodel rope_theta %g\nmodel rope_scaling %s\nmodel qkv_bias %s\nmodel tied_embeddings %s\n"
+          "\nmodel rope_theta %g\nmodel rope_scaling %s\nmodel qkv_bias %s\nmodel tied_embeddings "
+          "%s\n"
           "model dtype %s\n",
           c.architecture.c_str(), c.n_layers, c.d_model, c.n_heads, c.n_kv_heads, c.head_dim,
           c.d_ff, c.vocab, c.context_length, cfg->rope_theta, cfg->rope_scaling.type.c_str(),
@@ -77,10 +78,11 @@ int info_hf(const std::string& path) {
   } else if (auto tok = open_tokenizer(files->tokenizer); !tok) {
     std::printf("tokenizer error %s\n", tok.status().to_string().c_str());
   } else {
-    std::printf("tokenizer kind bpe\ntokenizer vocab_size %d\ntokenizer bos_token_id %d\n"
-                "tokenizer eos_token_id %d\ntokenizer adds_bos %s\n",
-                (*tok)->n_vocab(), (*tok)->bos_id(), (*tok)->eos_id(),
-                (*tok)->adds_bos() ? "true" : "false");
+    std::printf(
+        "tokenizer kind bpe\ntokenizer vocab_size %d\ntokenizer bos_token_id %d\n"
+        "tokenizer eos_token_id %d\ntokenizer adds_bos %s\n",
+        (*tok)->n_vocab(), (*tok)->bos_id(), (*tok)->eos_id(),
+        (*tok)->adds_bos() ? "true" : "false");
   }
   auto chat = hf::read_chat_template(*files);
   if (chat && !chat->empty())
