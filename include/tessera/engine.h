@@ -12,7 +12,7 @@
 //     return true;  // false cancels
 //   });
 //
-// An Engine is not thread-safe: one caller at a time.
+// An Engine is not thread-safe: one caller at a time (the server's engine loop thread owns it).
 #pragma once
 
 #include <cstdint>
@@ -20,6 +20,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "tessera/status.h"
@@ -27,9 +28,16 @@
 namespace tessera {
 
 struct EngineOptions {
-  int32_t context_length = 0;  // 0: min(model's training context, 4096)
+  int32_t context_length = 0;  // per sequence; 0: min(model's training context, 4096)
   int32_t threads = 0;         // 0: hardware threads (or TESSERA_THREADS)
   bool kv_cache_f32 = false;   // KV cache in f32 instead of f16 (twice the memory)
+  // Paged KV cache shared by all sequences: total tokens (0: one full context) in blocks of
+  // kv_block_size tokens.
+  int64_t kv_cache_tokens = 0;
+  int32_t kv_block_size = 16;
+  int32_t max_step_tokens = 512;  // tokens per forward step (decodes + prefill chunks)
+  int32_t max_running = 64;       // sequences batched together
+  bool prefix_caching = true;     // reuse cached KV blocks of equal prompt prefixes
 };
 
 struct GenerationParams {
@@ -48,6 +56,9 @@ struct GenerationParams {
   bool add_bos = true;            // per the model's tokenizer rules
   bool parse_special = true;      // control-token text in the prompt maps to control tokens
   bool ignore_eos = false;        // keep generating past end-of-generation tokens (benchmarks)
+  // >= 0: report each generated token's log-probability under the model (log-softmax of the raw
+  // logits, before penalties and temperature) and this many most likely alternatives (<= 20).
+  int32_t logprobs = -1;
   // Called after each chunk of prompt tokens is processed (argument: tokens done so far), e.g.
   // to show progress or keep a liveness heartbeat during a long prefill.
   std::function<void(int64_t)> on_prompt_progress;
@@ -55,9 +66,16 @@ struct GenerationParams {
 
 enum class FinishReason { kStop /* EOS or stop string */, kLength, kCancelled };
 
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;  // most likely first
+};
+
 struct GenerationResult {
   std::string text;
   std::vector<int32_t> tokens;  // generated token ids
+  std::vector<TokenLogprob> logprobs;  // one per generated token when params.logprobs >= 0
   FinishReason finish_reason = FinishReason::kLength;
   int32_t prompt_tokens = 0;
   int32_t generated_tokens = 0;
@@ -70,10 +88,30 @@ struct Message {
   std::string content;
 };
 
+// Continuous batching: what Engine::submit reports back, on the thread that calls step().
+struct RequestCallbacks {
+  // Text pieces as produced (complete UTF-8, stop strings held back); false cancels.
+  std::function<bool(std::string_view)> on_text;
+  // With params.logprobs >= 0: each generated token's entry, before the text it produces.
+  std::function<void(const TokenLogprob&)> on_logprob;
+  // Exactly once: the result, or the error that ended this request (others are unaffected).
+  std::function<void(Expected<GenerationResult>)> on_done;
+};
+
+struct EngineStats {
+  int64_t running = 0, waiting = 0;
+  int64_t kv_blocks_total = 0, kv_blocks_used = 0, kv_blocks_cached = 0, kv_block_size = 0;
+  int64_t preemptions = 0, prefix_hit_tokens = 0;
+};
+
 struct ModelSummary {
   std::string architecture, name;
   int64_t n_layers = 0, d_model = 0, n_heads = 0, n_kv_heads = 0, vocab = 0;
-  int64_t context_length = 0;  // of this engine's KV cache
+  int64_t context_length = 0;  // longest sequence (prompt + generated)
+  int64_t kv_cache_tokens = 0;  // shared by all sequences
+  // Speed-of-light inputs: weight bytes one decode step reads, KV-cache bytes per token of
+  // context, FLOPs of the matrix products per token (2 x parameters).
+  int64_t decode_weight_bytes = 0, kv_bytes_per_token = 0, matmul_flops_per_token = 0;
 };
 
 class Engine {
@@ -93,6 +131,9 @@ class Engine {
   // token's text (chat templates that render BOS).
   Expected<std::vector<int32_t>> tokenize(std::string_view text, bool add_bos = true,
                                           bool parse_special = true) const;
+  // The bytes one token contributes to the text (may be part of a UTF-8 character; control
+  // tokens give their text). Empty for an id outside the vocabulary.
+  std::string token_bytes(int32_t id) const;
   // Renders messages with the model's chat template and tokenizes them: template text with
   // control-token parsing, message content without (typed "<|im_end|>" stays text).
   Expected<std::vector<int32_t>> tokenize_chat(const std::vector<Message>& messages,
@@ -109,6 +150,22 @@ class Engine {
       const std::function<bool(std::string_view)>& on_text = {});
   // Teacher-forced logits of every position: [ids.size(), vocab] row-major.
   Expected<std::vector<float>> score(const std::vector<int32_t>& ids);
+
+  // Continuous batching (the server's engine loop). submit() validates and queues a request;
+  // each step() runs one forward pass over every sequence the scheduler picks (decodes, prefill
+  // chunks, admissions; preemption when the KV cache is short) and delivers callbacks. A
+  // sequence's greedy output is the same alone, batched, or after preemption. priority: lower
+  // runs first and may preempt higher values.
+  //
+  //   auto id = engine->submit(ids, params, {.on_text = ..., .on_done = ...});
+  //   while (engine->step()) {}
+  Expected<uint64_t> submit(std::vector<int32_t> prompt_ids, const GenerationParams& params,
+                            RequestCallbacks callbacks, int32_t priority = 0);
+  // Ends a request with FinishReason::kCancelled at the next step (unknown ids are ignored).
+  void cancel(uint64_t id);
+  // Runs one step; false when there was nothing to do.
+  bool step();
+  EngineStats stats() const;
 
   struct Impl;
 

@@ -1,7 +1,10 @@
 #include "tessera/engine.h"
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
+#include <map>
+#include <optional>
 
 #include "api/model_files.h"
 #include "backend/cpu/thread_pool.h"
@@ -9,7 +12,9 @@
 #include "formats/gguf.h"
 #include "formats/hf_checkpoint.h"
 #include "models/registry.h"
+#include "runtime/llm/kv_block_manager.h"
 #include "runtime/llm/sampler.h"
+#include "runtime/llm/scheduler.h"
 #include "runtime/llm/stop_matcher.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -71,8 +76,56 @@ Expected<api::LoadedModel> load_gguf(const std::string& path) {
   return out;
 }
 
-// Prompt tokens per forward call: bounds activation memory for long prompts.
-constexpr int64_t kPromptChunk = 512;
+// log-softmax of `logits` at `tok`, plus the `top` most likely tokens.
+TokenLogprob token_logprob(const std::vector<float>& logits, int32_t tok, int32_t top) {
+  float mx = -INFINITY;
+  for (float v : logits) mx = std::max(mx, v);
+  double sum = 0;
+  for (float v : logits) sum += std::exp(static_cast<double>(v - mx));
+  const float lse = mx + static_cast<float>(std::log(sum));
+  TokenLogprob out;
+  out.token = tok;
+  out.logprob = logits[tok] - lse;
+  if (top > 0) {
+    std::vector<int32_t> idx(logits.size());
+    for (size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<int32_t>(i);
+    const auto k = std::min<size_t>(static_cast<size_t>(top), idx.size());
+    std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) {
+      return logits[a] != logits[b] ? logits[a] > logits[b] : a < b;
+    });
+    for (size_t i = 0; i < k; ++i) out.top.push_back({idx[i], logits[idx[i]] - lse});
+  }
+  return out;
+}
+
+runtime::SamplingParams sampling_params(const GenerationParams& p) {
+  return {.temperature = p.temperature,
+          .top_k = p.top_k,
+          .top_p = p.top_p,
+          .min_p = p.min_p,
+          .repetition_penalty = p.repetition_penalty,
+          .presence_penalty = p.presence_penalty,
+          .frequency_penalty = p.frequency_penalty,
+          .penalty_last_n = p.penalty_last_n,
+          .no_repeat_ngram = p.no_repeat_ngram,
+          .seed = p.seed};
+}
+
+// One generation request's state besides its tokens and KV (runtime::Sequence).
+struct Request {
+  Request(const GenerationParams& p, const Tokenizer& tok, RequestCallbacks cb)
+      : params(p), sampler(sampling_params(p)), stops(p.stop), decoder(tok),
+        callbacks(std::move(cb)) {}
+  GenerationParams params;
+  runtime::Sampler sampler;
+  runtime::StopMatcher stops;
+  TokenStreamDecoder decoder;
+  RequestCallbacks callbacks;
+  GenerationResult result;
+  int64_t max_len = 0;  // prompt + generated tokens allowed (context and max_tokens)
+  bool cancelled = false;
+  Clock::time_point submitted = Clock::now(), first_token{};
+};
 }  // namespace
 
 struct Engine::Impl {
@@ -84,25 +137,181 @@ struct Engine::Impl {
   std::unique_ptr<ThreadPool> own_pool;
   ThreadPool* pool = nullptr;
   std::unique_ptr<models::KvCache> cache;
+  std::unique_ptr<runtime::KvBlockManager> blocks;
+  std::unique_ptr<runtime::Scheduler> scheduler;
+  std::map<uint64_t, std::unique_ptr<Request>> requests;
+  uint64_t next_id = 1;
+  std::vector<int32_t> step_tokens;
+  std::vector<models::SeqChunk> step_chunks;
+  std::vector<float> step_logits, raw_logits;
   ModelSummary summary;
   double load_seconds = 0;
 
-  // Runs ids[0..n) at positions start.. and leaves the last token's logits in `logits`
-  // (or all positions' when all_logits).
-  void run(const int32_t* ids, int64_t n, int64_t start, std::vector<float>& logits,
-           bool all_logits, const std::function<void(int64_t)>& on_progress = {}) {
-    const int64_t vocab = model->config().vocab;
-    std::vector<int32_t> pos;
-    for (int64_t off = 0; off < n; off += kPromptChunk) {
-      const int64_t m = std::min(kPromptChunk, n - off);
-      pos.resize(m);
-      for (int64_t i = 0; i < m; ++i) pos[i] = static_cast<int32_t>(start + off + i);
-      float* out = all_logits ? logits.data() + off * vocab : logits.data();
-      model->forward(ids + off, pos.data(), m, *cache, out, all_logits, *pool);
-      if (on_progress) on_progress(off + m);
+  Status validate(const std::vector<int32_t>& ids, const GenerationParams& params) const;
+  bool step();
+  // Emits a piece of text; false when the client cancelled.
+  bool emit(Request& r, const std::string& piece);
+  // Takes one sampled token; true when the request is finished.
+  bool accept_token(uint64_t id, Request& r, runtime::Sequence& seq, int32_t tok);
+  void finish(uint64_t id, FinishReason why);
+  void fail(uint64_t id, const Status& st);
+};
+
+Status Engine::Impl::validate(const std::vector<int32_t>& ids,
+                              const GenerationParams& params) const {
+  if (auto err = runtime::sampling_params_error(sampling_params(params)); !err.empty())
+    return Status(ErrorCode::kInvalidArgument, err);
+  if (params.max_tokens < 0) return Status(ErrorCode::kInvalidArgument, "max_tokens must be >= 0");
+  if (params.logprobs < -1 || params.logprobs > 20)
+    return Status(ErrorCode::kInvalidArgument, "logprobs must be in [-1, 20]");
+  for (const auto& st : params.stop)
+    if (st.empty()) return Status(ErrorCode::kInvalidArgument, "stop strings must not be empty");
+  if (ids.empty()) return Status(ErrorCode::kInvalidArgument, "prompt is empty");
+  for (int32_t id : ids)
+    if (id < 0 || id >= model->config().vocab)
+      return Status(ErrorCode::kInvalidArgument,
+                    "prompt token id " + std::to_string(id) + " is outside the vocabulary");
+  const int64_t ctx = summary.context_length;
+  if (static_cast<int64_t>(ids.size()) >= ctx)
+    return Status(ErrorCode::kInvalidArgument, "prompt has " + std::to_string(ids.size()) +
+                                                   " tokens but the context holds " +
+                                                   std::to_string(ctx));
+  return Status();
+}
+
+bool Engine::Impl::emit(Request& r, const std::string& piece) {
+  if (piece.empty()) return true;
+  r.result.text += piece;
+  return r.callbacks.on_text ? r.callbacks.on_text(piece) : true;
+}
+
+void Engine::Impl::finish(uint64_t id, FinishReason why) {
+  auto it = requests.find(id);
+  if (it == requests.end()) return;
+  std::unique_ptr<Request> r = std::move(it->second);
+  requests.erase(it);
+  scheduler->finish(id);
+  r->result.finish_reason = why;
+  if (why != FinishReason::kCancelled && !r->stops.stopped()) {
+    // Text held back for a possible multi-byte character or stop string.
+    emit(*r, r->stops.push(r->decoder.flush()));
+    emit(*r, r->stops.flush());
+  }
+  const auto now = Clock::now();
+  const auto first = r->result.generated_tokens > 0 ? r->first_token : now;
+  r->result.prompt_seconds = std::chrono::duration<double>(first - r->submitted).count();
+  r->result.generation_seconds = std::chrono::duration<double>(now - first).count();
+  if (r->callbacks.on_done) r->callbacks.on_done(std::move(r->result));
+}
+
+void Engine::Impl::fail(uint64_t id, const Status& st) {
+  auto it = requests.find(id);
+  if (it == requests.end()) return;
+  std::unique_ptr<Request> r = std::move(it->second);
+  requests.erase(it);
+  scheduler->finish(id);
+  if (r->callbacks.on_done) r->callbacks.on_done(st);
+}
+
+bool Engine::Impl::accept_token(uint64_t id, Request& r, runtime::Sequence& seq, int32_t tok) {
+  if (!r.params.ignore_eos && tokenizer->is_end_of_generation(tok)) {
+    finish(id, FinishReason::kStop);
+    return true;
+  }
+  if (r.result.generated_tokens == 0) r.first_token = Clock::now();
+  seq.tokens.push_back(tok);
+  r.result.tokens.push_back(tok);
+  ++r.result.generated_tokens;
+  if (!emit(r, r.stops.push(r.decoder.push(tok)))) {
+    finish(id, FinishReason::kCancelled);
+    return true;
+  }
+  if (r.stops.stopped()) {
+    finish(id, FinishReason::kStop);
+    return true;
+  }
+  if (static_cast<int64_t>(seq.tokens.size()) >= r.max_len) {
+    finish(id, FinishReason::kLength);
+    return true;
+  }
+  return false;
+}
+
+bool Engine::Impl::step() {
+  // Cancellations first: their blocks go back before scheduling.
+  std::vector<uint64_t> ids;
+  for (auto& [id, r] : requests)
+    if (r->cancelled) ids.push_back(id);
+  for (uint64_t id : ids) finish(id, FinishReason::kCancelled);
+  if (requests.empty()) return false;
+
+  std::vector<runtime::Scheduler::Chunk> plan = scheduler->schedule();
+  if (plan.empty()) return false;
+  step_tokens.clear();
+  step_chunks.clear();
+  int64_t n_logits = 0;
+  for (const auto& c : plan) {
+    const auto& toks = c.seq->tokens;
+    step_tokens.insert(step_tokens.end(), toks.begin() + c.start,
+                       toks.begin() + c.start + c.n_tokens);
+    step_chunks.push_back({.start = static_cast<int32_t>(c.start),
+                           .n_tokens = static_cast<int32_t>(c.n_tokens),
+                           .blocks = c.seq->blocks,
+                           .logits = c.logits});
+    n_logits += c.logits ? 1 : 0;
+  }
+  const int64_t vocab = model->config().vocab;
+  step_logits.resize(static_cast<size_t>(n_logits * vocab));
+  try {
+    model->forward(step_tokens, step_chunks, *cache, step_logits.data(), false, *pool);
+  } catch (...) {
+    // Nothing tells which sequence caused it: every request of this step fails, others go on.
+    const Status st = current_exception_status();
+    for (const auto& c : plan) fail(c.seq->id, st);
+    return true;
+  }
+  scheduler->computed(plan);
+
+  // Ids, not pointers: callbacks of one request may finish another (cancel) or this one.
+  std::vector<std::pair<uint64_t, bool>> done_chunks;
+  for (const auto& c : plan) done_chunks.push_back({c.seq->id, c.logits});
+  int64_t row = 0;
+  for (const auto& [id, has_logits] : done_chunks) {
+    float* lg = has_logits ? step_logits.data() + row++ * vocab : nullptr;
+    auto it = requests.find(id);
+    runtime::Sequence* seq = scheduler->get(id);
+    if (it == requests.end() || !seq) continue;
+    Request& r = *it->second;
+    try {
+      if (!has_logits) {
+        if (r.params.on_prompt_progress) r.params.on_prompt_progress(seq->n_cached);
+        continue;
+      }
+      if (r.result.generated_tokens == 0 && r.params.on_prompt_progress)
+        r.params.on_prompt_progress(seq->n_cached);
+      if (r.cancelled) continue;
+      if (r.params.max_tokens == 0) {
+        finish(id, FinishReason::kLength);
+        continue;
+      }
+      std::optional<TokenLogprob> lp;
+      if (r.params.logprobs >= 0) {
+        // Of the raw logits: the sampler edits the row in place (penalties, masking).
+        raw_logits.assign(lg, lg + vocab);
+      }
+      const int32_t tok = r.sampler.sample({lg, static_cast<size_t>(vocab)}, seq->tokens);
+      if (r.params.logprobs >= 0) {
+        lp = token_logprob(raw_logits, tok, r.params.logprobs);
+        r.result.logprobs.push_back(*lp);
+        if (r.callbacks.on_logprob) r.callbacks.on_logprob(*lp);
+      }
+      accept_token(id, r, *seq, tok);
+    } catch (...) {
+      fail(id, current_exception_status());
     }
   }
-};
+  return true;
+}
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Engine::~Engine() = default;
@@ -140,7 +349,19 @@ Expected<std::unique_ptr<Engine>> Engine::load(const std::string& path, const En
     int64_t ctx = opt.context_length > 0 ? opt.context_length
                                          : std::min<int64_t>(c.context_length, 4096);
     ctx = std::max<int64_t>(ctx, 16);
-    impl->cache = std::make_unique<models::KvCache>(impl->model->make_kv_cache(ctx, opt.kv_cache_f32 ? DType::kF32 : DType::kF16));
+    TESSERA_CHECK_ARG(opt.kv_block_size >= 1 && opt.kv_block_size <= 1024,
+                      "kv_block_size must be in [1, 1024]");
+    TESSERA_CHECK_ARG(opt.max_step_tokens >= 1 && opt.max_running >= 1,
+                      "max_step_tokens and max_running must be >= 1");
+    const int64_t bs = opt.kv_block_size;
+    const int64_t kv_tokens = std::max<int64_t>(opt.kv_cache_tokens, ctx);
+    const int64_t n_blocks = (kv_tokens + bs - 1) / bs;
+    impl->cache = std::make_unique<models::KvCache>(impl->model->make_kv_cache(
+        n_blocks, bs, opt.kv_cache_f32 ? DType::kF32 : DType::kF16));
+    impl->blocks = std::make_unique<runtime::KvBlockManager>(n_blocks, bs, opt.prefix_caching);
+    impl->scheduler = std::make_unique<runtime::Scheduler>(
+        *impl->blocks, runtime::SchedulerOptions{.max_step_tokens = opt.max_step_tokens,
+                                                 .max_running = opt.max_running});
     auto& s = impl->summary;
     s.architecture = c.architecture;
     s.name = loaded->name;
@@ -150,6 +371,10 @@ Expected<std::unique_ptr<Engine>> Engine::load(const std::string& path, const En
     s.n_kv_heads = c.n_kv_heads;
     s.vocab = c.vocab;
     s.context_length = ctx;
+    s.kv_cache_tokens = n_blocks * bs;
+    s.decode_weight_bytes = impl->model->decode_weight_bytes();
+    s.kv_bytes_per_token = c.n_layers * 2 * c.n_kv_heads * c.head_dim * (opt.kv_cache_f32 ? 4 : 2);
+    s.matmul_flops_per_token = 2 * impl->model->matmul_params();
   } catch (...) {
     return current_exception_status();
   }
@@ -158,6 +383,12 @@ Expected<std::unique_ptr<Engine>> Engine::load(const std::string& path, const En
 }
 
 const ModelSummary& Engine::summary() const { return impl_->summary; }
+
+std::string Engine::token_bytes(int32_t id) const {
+  const Tokenizer& tok = *impl_->tokenizer;
+  if (id < 0 || id >= tok.n_vocab()) return {};
+  return tok.token_bytes(id, /*render_special=*/true);
+}
 double Engine::load_seconds() const { return impl_->load_seconds; }
 
 Expected<std::vector<int32_t>> Engine::tokenize(std::string_view text, bool add_bos,
@@ -209,99 +440,94 @@ Expected<GenerationResult> Engine::generate(std::string_view prompt, const Gener
 Expected<GenerationResult> Engine::generate_from_tokens(
     std::vector<int32_t> prompt_ids, const GenerationParams& params,
     const std::function<bool(std::string_view)>& on_text) {
-  runtime::SamplingParams sp{.temperature = params.temperature,
-                             .top_k = params.top_k,
-                             .top_p = params.top_p,
-                             .min_p = params.min_p,
-                             .repetition_penalty = params.repetition_penalty,
-                             .presence_penalty = params.presence_penalty,
-                             .frequency_penalty = params.frequency_penalty,
-                             .penalty_last_n = params.penalty_last_n,
-                             .no_repeat_ngram = params.no_repeat_ngram,
-                             .seed = params.seed};
-  if (auto err = runtime::sampling_params_error(sp); !err.empty())
-    return Status(ErrorCode::kInvalidArgument, err);
-  if (params.max_tokens < 0) return Status(ErrorCode::kInvalidArgument, "max_tokens must be >= 0");
-  for (const auto& s : params.stop)
-    if (s.empty()) return Status(ErrorCode::kInvalidArgument, "stop strings must not be empty");
+  std::optional<Expected<GenerationResult>> out;
+  auto id = submit(std::move(prompt_ids), params,
+                   {.on_text = on_text,
+                    .on_done = [&](Expected<GenerationResult> r) { out.emplace(std::move(r)); }});
+  if (!id) return id.status();
+  while (!out && step()) {
+  }
+  if (!out) return Status(ErrorCode::kInternal, "generation stalled");
+  return std::move(*out);
+}
+
+Expected<uint64_t> Engine::submit(std::vector<int32_t> prompt_ids, const GenerationParams& params,
+                                  RequestCallbacks callbacks, int32_t priority) {
+  Impl& im = *impl_;
+  if (Status st = im.validate(prompt_ids, params); !st.ok()) return st;
   try {
-    Impl& im = *impl_;
-    GenerationResult result;
-    std::vector<int32_t> history = std::move(prompt_ids);
-    if (history.empty()) return Status(ErrorCode::kInvalidArgument, "prompt is empty");
-    for (int32_t id : history)
-      if (id < 0 || id >= im.model->config().vocab)
-        return Status(ErrorCode::kInvalidArgument, "prompt token id " + std::to_string(id) +
-                                                       " is outside the vocabulary");
-    const int64_t ctx = im.cache->capacity();
-    if (static_cast<int64_t>(history.size()) >= ctx)
-      return Status(ErrorCode::kInvalidArgument,
-                    "prompt has " + std::to_string(history.size()) +
-                        " tokens but the context holds " + std::to_string(ctx));
-    result.prompt_tokens = static_cast<int32_t>(history.size());
-    const int64_t vocab = im.model->config().vocab;
-    std::vector<float> logits(vocab);
-
-    auto t = Clock::now();
-    im.run(history.data(), static_cast<int64_t>(history.size()), 0, logits, false,
-           params.on_prompt_progress);
-    result.prompt_seconds = seconds_since(t);
-
-    runtime::Sampler sampler(sp);
-    runtime::StopMatcher stops(params.stop);
-    TokenStreamDecoder decoder(*im.tokenizer);
-    auto emit = [&](const std::string& piece) {
-      if (piece.empty()) return true;
-      result.text += piece;
-      return on_text ? on_text(piece) : true;
-    };
-    t = Clock::now();
-    result.finish_reason = FinishReason::kLength;
-    while (result.generated_tokens < params.max_tokens) {
-      const int32_t tok = sampler.sample(logits, history);
-      if (!params.ignore_eos && im.tokenizer->is_end_of_generation(tok)) {
-        result.finish_reason = FinishReason::kStop;
-        break;
-      }
-      history.push_back(tok);
-      result.tokens.push_back(tok);
-      ++result.generated_tokens;
-      if (!emit(stops.push(decoder.push(tok)))) {
-        result.finish_reason = FinishReason::kCancelled;
-        break;
-      }
-      if (stops.stopped()) {
-        result.finish_reason = FinishReason::kStop;
-        break;
-      }
-      if (static_cast<int64_t>(history.size()) >= ctx) break;  // context full: kLength
-      if (result.generated_tokens == params.max_tokens) break;
-      im.run(&tok, 1, static_cast<int64_t>(history.size()) - 1, logits, false);
-    }
-    if (result.finish_reason != FinishReason::kCancelled && !stops.stopped()) {
-      emit(stops.push(decoder.flush()));
-      emit(stops.flush());
-    }
-    result.generation_seconds = seconds_since(t);
-    return result;
+    const uint64_t id = im.next_id++;
+    auto r = std::make_unique<Request>(params, *im.tokenizer, std::move(callbacks));
+    r->result.prompt_tokens = static_cast<int32_t>(prompt_ids.size());
+    r->max_len = std::min<int64_t>(im.summary.context_length,
+                                   static_cast<int64_t>(prompt_ids.size()) + params.max_tokens);
+    auto seq = std::make_unique<runtime::Sequence>();
+    seq->id = id;
+    seq->priority = priority;
+    seq->tokens = std::move(prompt_ids);
+    im.scheduler->add(std::move(seq));
+    im.requests.emplace(id, std::move(r));
+    return id;
   } catch (...) {
     return current_exception_status();
   }
+}
+
+void Engine::cancel(uint64_t id) {
+  auto it = impl_->requests.find(id);
+  if (it != impl_->requests.end()) it->second->cancelled = true;
+}
+
+bool Engine::step() { return impl_->step(); }
+
+EngineStats Engine::stats() const {
+  const Impl& im = *impl_;
+  const runtime::SchedulerStats s = im.scheduler->stats();
+  EngineStats st;
+  st.running = s.running;
+  st.waiting = s.waiting;
+  st.preemptions = s.preemptions;
+  st.prefix_hit_tokens = s.prefix_hit_tokens;
+  st.kv_blocks_total = im.blocks->total();
+  st.kv_blocks_used = im.blocks->referenced();
+  st.kv_blocks_cached = im.blocks->cached();
+  st.kv_block_size = im.blocks->block_size();
+  return st;
 }
 
 Expected<std::vector<float>> Engine::score(const std::vector<int32_t>& ids) {
   Impl& im = *impl_;
   const int64_t vocab = im.model->config().vocab;
   if (ids.empty()) return Status(ErrorCode::kInvalidArgument, "no tokens to score");
-  if (static_cast<int64_t>(ids.size()) > im.cache->capacity())
+  if (static_cast<int64_t>(ids.size()) > im.summary.context_length)
     return Status(ErrorCode::kInvalidArgument, "more tokens than the context holds");
   for (int32_t id : ids)
     if (id < 0 || id >= vocab) return Status(ErrorCode::kInvalidArgument, "token id out of range");
+  const int64_t bs = im.blocks->block_size();
+  std::vector<int32_t> table;
   try {
+    for (int64_t i = 0; i < (static_cast<int64_t>(ids.size()) + bs - 1) / bs; ++i) {
+      const int32_t b = im.blocks->allocate();
+      if (b < 0) {
+        im.blocks->release_all(table);
+        return Status(ErrorCode::kOutOfMemory, "the KV cache is busy with other requests");
+      }
+      table.push_back(b);
+    }
     std::vector<float> logits(ids.size() * vocab);
-    im.run(ids.data(), static_cast<int64_t>(ids.size()), 0, logits, true);
+    constexpr int64_t kChunk = 512;  // bounds activation memory for long inputs
+    for (int64_t off = 0; off < static_cast<int64_t>(ids.size()); off += kChunk) {
+      const int64_t m = std::min<int64_t>(kChunk, static_cast<int64_t>(ids.size()) - off);
+      const models::SeqChunk chunk{.start = static_cast<int32_t>(off),
+                                   .n_tokens = static_cast<int32_t>(m),
+                                   .blocks = table};
+      im.model->forward(std::span<const int32_t>(ids).subspan(off, m), {&chunk, 1}, *im.cache,
+                        logits.data() + off * vocab, true, *im.pool);
+    }
+    im.blocks->release_all(table);
     return logits;
   } catch (...) {
+    im.blocks->release_all(table);
     return current_exception_status();
   }
 }

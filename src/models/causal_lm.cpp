@@ -4,19 +4,22 @@
 
 namespace tessera::models {
 
-KvCache::KvCache(int64_t n_layers, int64_t capacity, int64_t n_kv_heads, int64_t head_dim,
-                 DType dtype)
-    : capacity_(capacity) {
+KvCache::KvCache(int64_t n_layers, int64_t n_blocks, int64_t block_size, int64_t n_kv_heads,
+                 int64_t head_dim, DType dtype)
+    : n_blocks_(n_blocks), block_size_(block_size) {
   TESSERA_CHECK_ARG(dtype == DType::kF16 || dtype == DType::kF32, "KV cache must be f16 or f32");
+  TESSERA_CHECK_ARG(n_layers >= 1 && n_blocks >= 1 && block_size >= 1,
+                    "KV cache needs at least one layer and one block");
+  const int64_t rows = n_blocks * block_size;
   for (int64_t i = 0; i < n_layers; ++i) {
-    k_.push_back(Tensor::empty(dtype, {capacity, n_kv_heads, head_dim}));
-    v_.push_back(Tensor::empty(dtype, {capacity, n_kv_heads, head_dim}));
+    k_.push_back(Tensor::empty(dtype, {rows, n_kv_heads, head_dim}));
+    v_.push_back(Tensor::empty(dtype, {rows, n_kv_heads, head_dim}));
   }
 }
 
-KvCache CausalLm::make_kv_cache(int64_t capacity, DType dtype) const {
+KvCache CausalLm::make_kv_cache(int64_t n_blocks, int64_t block_size, DType dtype) const {
   const LlmConfig& c = config();
-  return KvCache(c.n_layers, capacity, c.n_kv_heads, c.head_dim, dtype);
+  return KvCache(c.n_layers, n_blocks, block_size, c.n_kv_heads, c.head_dim, dtype);
 }
 
 }  // namespace tessera::models

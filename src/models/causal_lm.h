@@ -1,12 +1,15 @@
 // Decoder-only language model interface and its KV cache.
 //
 //   auto model = models::load_causal_lm(file);          // registry: architecture -> factory
-//   KvCache cache = model->make_kv_cache(2048);
-//   model->forward(ids, positions, n, cache, logits, /*all_logits=*/false);
+//   KvCache cache = model->make_kv_cache(/*n_blocks=*/128, /*block_size=*/16);
+//   std::vector<int32_t> table = {0, 1, 2};               // blocks of one sequence
+//   SeqChunk chunk{.start = 0, .n_tokens = n, .blocks = table, .logits = true};
+//   model->forward(ids, {&chunk, 1}, cache, logits, /*all_logits=*/false, pool);
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -29,33 +32,54 @@ struct LlmConfig {
   bool tied_embeddings = false;
 };
 
-// Contiguous per-sequence KV cache: per layer, K and V of [capacity, n_kv_heads, head_dim] in
-// f16 (default: half the memory, and llama.cpp's default numerics) or f32.
-// Position p of the sequence lives in row p. (The paged cache of the serving engine replaces
-// this for batched serving.)
+// Paged KV cache storage: per layer, K and V of [n_blocks * block_size, n_kv_heads, head_dim]
+// in f16 (default: half the memory, and llama.cpp's default numerics) or f32. A sequence owns a
+// block table; its position p lives in cache row table[p / block_size] * block_size +
+// p % block_size. Which blocks belong to whom is the runtime's business
+// (runtime/llm/kv_block_manager.h); the model only reads and writes the rows it is given.
 class KvCache {
  public:
-  KvCache(int64_t n_layers, int64_t capacity, int64_t n_kv_heads, int64_t head_dim,
-          DType dtype = DType::kF16);
-  int64_t capacity() const { return capacity_; }
+  KvCache(int64_t n_layers, int64_t n_blocks, int64_t block_size, int64_t n_kv_heads,
+          int64_t head_dim, DType dtype = DType::kF16);
+  int64_t n_blocks() const { return n_blocks_; }
+  int64_t block_size() const { return block_size_; }
+  DType dtype() const { return k_.front().dtype(); }
+  int64_t n_layers() const { return static_cast<int64_t>(k_.size()); }
   Tensor& k(int64_t layer) { return k_[layer]; }
   Tensor& v(int64_t layer) { return v_[layer]; }
+  const Tensor& k(int64_t layer) const { return k_[layer]; }
 
  private:
-  int64_t capacity_;
+  int64_t n_blocks_, block_size_;
   std::vector<Tensor> k_, v_;
+};
+
+// The tokens of one sequence in a forward call: positions [start, start + n_tokens), whose K/V
+// are written to the cache through `blocks` (which must cover every position up to
+// start + n_tokens - 1; earlier positions must already be in the cache).
+struct SeqChunk {
+  int32_t start = 0;
+  int32_t n_tokens = 0;
+  std::span<const int32_t> blocks;
+  bool logits = false;  // produce logits for the chunk's last token
 };
 
 class CausalLm {
  public:
   virtual ~CausalLm() = default;
   virtual const LlmConfig& config() const = 0;
-  KvCache make_kv_cache(int64_t capacity, DType dtype = DType::kF16) const;
-  // Runs n tokens at the given positions (each < cache.capacity(); a position's K/V overwrite
-  // row `position`, and a token attends to rows [0, position]). Writes logits for the last
-  // token ([vocab]) or, with all_logits, for every token ([n, vocab]).
-  virtual void forward(const int32_t* tokens, const int32_t* positions, int64_t n, KvCache& cache,
-                       float* logits, bool all_logits, ThreadPool& pool) = 0;
+  KvCache make_kv_cache(int64_t n_blocks, int64_t block_size, DType dtype = DType::kF16) const;
+  // For speed-of-light estimates: weight bytes one decode step reads (every matrix and vector
+  // used per token, not the embedding table) and the parameters of the matrix products
+  // (2 FLOPs each per token).
+  virtual int64_t decode_weight_bytes() const = 0;
+  virtual int64_t matmul_params() const = 0;
+  // One step over several sequences (continuous batching): `tokens` holds every chunk's tokens,
+  // chunk after chunk. Writes a [vocab] row of logits for each chunk with `logits` set, in chunk
+  // order, or with all_logits one row per token. Each sequence's results are the same bits
+  // whatever else shares the call (row-wise kernels with a fixed reduction order).
+  virtual void forward(std::span<const int32_t> tokens, std::span<const SeqChunk> chunks,
+                       KvCache& cache, float* logits, bool all_logits, ThreadPool& pool) = 0;
 };
 
 }  // namespace tessera::models

@@ -19,6 +19,11 @@ namespace {
 
 [[noreturn]] void corrupt(const std::string& msg) { throw_error(ErrorCode::kCorruptData, msg); }
 
+int64_t tensor_bytes(const Tensor& t) {
+  if (!t.defined()) return 0;
+  return t.rows() * static_cast<int64_t>(dtype_row_bytes(t.dtype(), t.dim(t.ndim() - 1)).value_or(0));
+}
+
 // Weights by GGUF name from whichever format the source reads (models/weight_source.h).
 Tensor weight_view(const WeightSource& w, const std::string& name, int64_t rows, int64_t cols) {
   return w.matrix(name, rows, cols);
@@ -114,21 +119,34 @@ class LlamaModel final : public CausalLm {
 
   const LlmConfig& config() const override { return cfg_; }
 
-  void forward(const int32_t* tokens, const int32_t* positions, int64_t n, KvCache& cache,
+  int64_t decode_weight_bytes() const override {
+    int64_t bytes = tensor_bytes(output_) + tensor_bytes(output_norm_);
+    for (const Layer& l : layers_)
+      for (const Tensor* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.bq, &l.bk, &l.bv,
+                              &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down})
+        bytes += tensor_bytes(*t);
+    return bytes;
+  }
+  int64_t matmul_params() const override {
+    int64_t n = output_.numel();
+    for (const Layer& l : layers_)
+      for (const Tensor* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
+        n += t->numel();
+    return n;
+  }
+
+  void forward(std::span<const int32_t> tokens, std::span<const SeqChunk> chunks, KvCache& cache,
                float* logits, bool all_logits, ThreadPool& pool) override {
+    const int64_t n = static_cast<int64_t>(tokens.size());
     TESSERA_CHECK_ARG(n >= 1, "forward: no tokens");
-    int32_t max_pos = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      TESSERA_CHECK_ARG(positions[i] >= 0 && positions[i] < cache.capacity(),
-                        "forward: position " + std::to_string(positions[i]) +
-                            " outside the KV cache (capacity " + std::to_string(cache.capacity()) + ")");
-      max_pos = std::max(max_pos, positions[i]);
-    }
-    Activations a = activations(n, max_pos + 1, pool.size());
+    const int64_t n_logits = plan_rows(chunks, cache, n, all_logits);
+    Activations a = activations(n, n_logits, max_len_, pool.size());
     const int64_t hd = cfg_.head_dim;
     const float scale = 1.f / std::sqrt(static_cast<float>(hd));
+    const int32_t* positions = positions_.data();
+    const ops::KvPages pages{row_tables_.data(), cache.block_size()};
 
-    ops::embedding(tok_embd_, tokens, n, a.residual);
+    ops::embedding(tok_embd_, tokens.data(), n, a.residual);
     for (int64_t li = 0; li < cfg_.n_layers; ++li) {
       Layer& l = layers_[li];
       if (li == 0) {
@@ -148,10 +166,10 @@ class LlamaModel final : public CausalLm {
       Tensor k3 = a.k.reshape({n, cfg_.n_kv_heads, hd});
       ops::rope(q3, positions, cfg_.rope);
       ops::rope(k3, positions, cfg_.rope);
-      write_kv(cache, li, positions, n, a);
+      write_kv(cache, li, n, a);
       Tensor attn3 = a.attn.reshape({n, cfg_.n_heads, hd});
-      ops::attention(q3, positions, cache.k(li), cache.v(li), max_pos + 1, scale, attn3,
-                     a.scratch, pool);
+      ops::attention(q3, positions, pages, cache.k(li), cache.v(li), scale, attn3, a.scratch,
+                     pool);
       ops::matmul(a.attn, l.wo, a.proj, pool);
       ops::add_rms_norm(a.residual, a.proj, l.ffn_norm, cfg_.norm_eps, a.normed);
       ops::matmul(a.normed, l.w_gate, a.gate, pool);
@@ -160,21 +178,59 @@ class LlamaModel final : public CausalLm {
       ops::matmul(a.gate, l.w_down, a.mlp_out, pool);
     }
     ops::add_rms_norm(a.residual, a.mlp_out, output_norm_, cfg_.norm_eps, a.normed);
-    const int64_t first = all_logits ? 0 : n - 1;
-    Tensor rows = a.normed.slice_rows(first, n);
-    const int64_t out_shape[2] = {n - first, cfg_.vocab};
+    const int64_t d = cfg_.d_model;
+    for (int64_t i = 0; i < n_logits; ++i)  // gather the rows that want logits
+      std::copy_n(a.normed.data<float>() + logit_rows_[i] * d, d, a.logit_in.data<float>() + i * d);
+    const int64_t out_shape[2] = {n_logits, cfg_.vocab};
     Tensor out = Tensor::view(DType::kF32, out_shape, 2, logits, nullptr);
-    ops::matmul(rows, output_, out, pool);
+    ops::matmul(a.logit_in, output_, out, pool);
   }
 
  private:
   struct Activations {
-    Tensor residual, normed, q, k, v, attn, proj, gate, up, mlp_out, scratch;
+    Tensor residual, normed, q, k, v, attn, proj, gate, up, mlp_out, logit_in, scratch;
   };
+
+  // Per-row bookkeeping of one forward call (position, block table, cache row) and the rows
+  // whose logits are wanted; validates the chunks. Returns the number of logit rows.
+  int64_t plan_rows(std::span<const SeqChunk> chunks, const KvCache& cache, int64_t n,
+                    bool all_logits) {
+    TESSERA_CHECK_ARG(cache.k(0).dim(1) == cfg_.n_kv_heads && cache.k(0).dim(2) == cfg_.head_dim &&
+                          cache.n_layers() == cfg_.n_layers,
+                      "forward: KV cache shape does not match the model");
+    const int64_t bs = cache.block_size();
+    positions_.clear();
+    row_tables_.clear();
+    cache_rows_.clear();
+    logit_rows_.clear();
+    max_len_ = 1;
+    for (const SeqChunk& c : chunks) {
+      const int64_t end = int64_t{c.start} + c.n_tokens;
+      TESSERA_CHECK_ARG(c.start >= 0 && c.n_tokens >= 1 &&
+                            end <= static_cast<int64_t>(c.blocks.size()) * bs,
+                        "forward: chunk at position " + std::to_string(c.start) + " with " +
+                            std::to_string(c.n_tokens) + " tokens is not covered by its " +
+                            std::to_string(c.blocks.size()) + " KV blocks");
+      for (int64_t p = c.start; p < end; ++p) {
+        const int32_t block = c.blocks[p / bs];
+        TESSERA_CHECK_ARG(block >= 0 && block < cache.n_blocks(), "forward: KV block out of range");
+        if (all_logits || (c.logits && p == end - 1))
+          logit_rows_.push_back(static_cast<int64_t>(positions_.size()));
+        positions_.push_back(static_cast<int32_t>(p));
+        row_tables_.push_back(c.blocks.data());
+        cache_rows_.push_back(int64_t{block} * bs + p % bs);
+      }
+      max_len_ = std::max(max_len_, end);
+    }
+    TESSERA_CHECK_ARG(static_cast<int64_t>(positions_.size()) == n,
+                      "forward: chunks cover " + std::to_string(positions_.size()) +
+                          " tokens, but " + std::to_string(n) + " were given");
+    return static_cast<int64_t>(logit_rows_.size());
+  }
 
   // Views of n rows of activation buffers that only grow (prompt chunks and single decode
   // tokens alternate without reallocating).
-  Activations activations(int64_t n, int64_t n_kv, int n_threads) {
+  Activations activations(int64_t n, int64_t n_logits, int64_t n_kv, int n_threads) {
     Activations& a = act_;
     if (act_rows_ < n) {
       const int64_t d = cfg_.d_model, q_dim = cfg_.n_heads * cfg_.head_dim,
@@ -189,6 +245,7 @@ class LlamaModel final : public CausalLm {
       a.gate = Tensor::empty(DType::kF32, {n, cfg_.d_ff});
       a.up = Tensor::empty(DType::kF32, {n, cfg_.d_ff});
       a.mlp_out = Tensor::empty(DType::kF32, {n, d});
+      a.logit_in = Tensor::empty(DType::kF32, {n, d});
       act_rows_ = n;
     }
     const int64_t need = static_cast<int64_t>(cpu::attention_workspace_floats(
@@ -199,18 +256,17 @@ class LlamaModel final : public CausalLm {
     return {a.residual.slice_rows(0, n), a.normed.slice_rows(0, n), a.q.slice_rows(0, n),
             a.k.slice_rows(0, n),        a.v.slice_rows(0, n),      a.attn.slice_rows(0, n),
             a.proj.slice_rows(0, n),     a.gate.slice_rows(0, n),   a.up.slice_rows(0, n),
-            a.mlp_out.slice_rows(0, n),  a.scratch};
+            a.mlp_out.slice_rows(0, n),  a.logit_in.slice_rows(0, n_logits), a.scratch};
   }
 
-  void write_kv(KvCache& cache, int64_t layer, const int32_t* positions, int64_t n,
-                const Activations& a) {
+  void write_kv(KvCache& cache, int64_t layer, int64_t n, const Activations& a) {
     const int64_t kv_dim = cfg_.n_kv_heads * cfg_.head_dim;
     Tensor& kc = cache.k(layer);
     Tensor& vc = cache.v(layer);
     for (int64_t i = 0; i < n; ++i) {
       const float* ks = a.k.data<float>() + i * kv_dim;
       const float* vs = a.v.data<float>() + i * kv_dim;
-      const int64_t off = positions[i] * kv_dim;
+      const int64_t off = cache_rows_[i] * kv_dim;
       if (kc.dtype() == DType::kF16) {
         cpu::convert_f32_to_f16(ks, kc.data<uint16_t>() + off, kv_dim);
         cpu::convert_f32_to_f16(vs, vc.data<uint16_t>() + off, kv_dim);
@@ -226,6 +282,11 @@ class LlamaModel final : public CausalLm {
   std::vector<Layer> layers_;
   Activations act_;  // full-size buffers
   int64_t act_rows_ = 0;
+  // plan_rows() output for the current call
+  std::vector<int32_t> positions_;
+  std::vector<const int32_t*> row_tables_;
+  std::vector<int64_t> cache_rows_, logit_rows_;
+  int64_t max_len_ = 1;
 };
 
 }  // namespace

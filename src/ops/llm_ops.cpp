@@ -1,5 +1,6 @@
 #include "ops/llm_ops.h"
 
+#include <algorithm>
 #include <string>
 
 #include "backend/cpu/thread_pool.h"
@@ -57,8 +58,8 @@ void rope(Tensor& x, const int32_t* positions, const RopeParams& p) {
   cpu::rope(x.data<float>(), positions, x.dim(0), x.dim(1), x.dim(2), p);
 }
 
-void attention(const Tensor& q, const int32_t* q_pos, const Tensor& k, const Tensor& v,
-               int64_t n_kv, float scale, Tensor& out, Tensor& scratch, ThreadPool& pool) {
+void attention(const Tensor& q, const int32_t* q_pos, const KvPages& pages, const Tensor& k,
+               const Tensor& v, float scale, Tensor& out, Tensor& scratch, ThreadPool& pool) {
   for (const Tensor* t : {&q, static_cast<const Tensor*>(&out), static_cast<const Tensor*>(&scratch)})
     require_cpu_f32("attention", "q/out/scratch", *t);
   require(q.ndim() == 3 && k.ndim() == 3 && v.ndim() == 3, "attention", "q, k, v must be rank 3");
@@ -66,28 +67,39 @@ void attention(const Tensor& q, const int32_t* q_pos, const Tensor& k, const Ten
   require(k.device() == Device::kCpu && v.device() == Device::kCpu && k.is_contiguous() &&
               v.is_contiguous(),
           "attention", "k and v must be contiguous host tensors");
-  const int64_t n_heads = q.dim(1), head_dim = q.dim(2), n_kv_heads = k.dim(1);
+  const int64_t rows = q.dim(0), n_heads = q.dim(1), head_dim = q.dim(2), n_kv_heads = k.dim(1);
   require(k.dim(2) == head_dim && v.dim(1) == n_kv_heads && v.dim(2) == head_dim &&
               v.dim(0) == k.dim(0),
           "attention", "k" + k.shape_string() + " / v" + v.shape_string() + " do not match q" +
                            q.shape_string());
   require(n_kv_heads > 0 && n_heads % n_kv_heads == 0, "attention",
           "query heads must be a multiple of kv heads");
-  require(n_kv >= 1 && n_kv <= k.dim(0), "attention", "n_kv out of range");
   require(out.numel() == q.numel(), "attention", "out shape mismatch");
+  require(pages.block_size >= 1 && k.dim(0) % pages.block_size == 0, "attention",
+          "cache rows must be a whole number of blocks");
+  // Every block a row reads must exist: tables come from the runtime, but a wrong one would
+  // read outside the cache.
+  const int64_t n_blocks = k.dim(0) / pages.block_size;
+  int64_t max_len = 1;
+  for (int64_t r = 0; r < rows; ++r) {
+    require(q_pos[r] >= 0 && pages.tables[r] != nullptr, "attention", "bad position or table");
+    for (int64_t b = 0; b <= q_pos[r] / pages.block_size; ++b)
+      require(pages.tables[r][b] >= 0 && pages.tables[r][b] < n_blocks, "attention",
+              "block table entry out of range");
+    max_len = std::max<int64_t>(max_len, int64_t{q_pos[r]} + 1);
+  }
   require(static_cast<size_t>(scratch.numel()) >=
-              cpu::attention_workspace_floats(n_kv, n_heads, n_kv_heads, head_dim, pool.size()),
+              cpu::attention_workspace_floats(max_len, n_heads, n_kv_heads, head_dim, pool.size()),
           "attention", "scratch too small");
-  const int64_t stride = n_kv_heads * head_dim;
   switch (k.dtype()) {
     case DType::kF32:
-      return cpu::attention(q.data<float>(), q_pos, q.dim(0), n_heads, k.data<float>(),
-                            v.data<float>(), stride, n_kv, n_kv_heads, head_dim, scale,
-                            out.data<float>(), scratch.data<float>(), pool);
+      return cpu::attention(q.data<float>(), q_pos, pages, rows, n_heads, k.data<float>(),
+                            v.data<float>(), n_kv_heads, head_dim, scale, out.data<float>(),
+                            scratch.data<float>(), pool);
     case DType::kF16:
-      return cpu::attention(q.data<float>(), q_pos, q.dim(0), n_heads, k.data<uint16_t>(),
-                            v.data<uint16_t>(), stride, n_kv, n_kv_heads, head_dim, scale,
-                            out.data<float>(), scratch.data<float>(), pool);
+      return cpu::attention(q.data<float>(), q_pos, pages, rows, n_heads, k.data<uint16_t>(),
+                            v.data<uint16_t>(), n_kv_heads, head_dim, scale, out.data<float>(),
+                            scratch.data<float>(), pool);
     case DType::kBF16:
     case DType::kI32:
     case DType::kQ8_0:

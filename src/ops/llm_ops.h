@@ -3,6 +3,7 @@
 #pragma once
 
 #include "core/tensor.h"
+#include "kernels/cpu/llm_ops.h"
 #include "kernels/ref/llm_ops.h"
 
 namespace tessera {
@@ -13,6 +14,7 @@ namespace tessera::ops {
 
 using ref::RopeLayout;
 using ref::RopeParams;
+using cpu::KvPages;
 
 // x, y: [rows, d] f32; w: [d] f32.
 void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& y);
@@ -20,11 +22,12 @@ void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& y);
 void add_rms_norm(Tensor& residual, const Tensor& x, const Tensor& w, float eps, Tensor& y);
 // x: [rows, n_heads, head_dim] f32, rotated in place; positions: rows entries.
 void rope(Tensor& x, const int32_t* positions, const RopeParams& p);
-// q: [rows, n_heads, head_dim] f32; k, v: [capacity, n_kv_heads, head_dim] f32 or f16 of which
-// the first n_kv rows are valid; out like q. Causal by q_pos. With f16 K/V, q is rounded to f16
-// for the QK product. scratch: f32 workspace of at least cpu::attention_workspace_floats(...).
-void attention(const Tensor& q, const int32_t* q_pos, const Tensor& k, const Tensor& v,
-               int64_t n_kv, float scale, Tensor& out, Tensor& scratch, ThreadPool& pool);
+// q: [rows, n_heads, head_dim] f32; k, v: paged caches [n_blocks * block_size, n_kv_heads,
+// head_dim] f32 or f16; pages: each row's block table (cpu::KvPages). Row r attends causally to
+// positions [0, q_pos[r]] of its sequence. With f16 K/V, q is rounded to f16 for the QK product.
+// scratch: f32 workspace of at least cpu::attention_workspace_floats(max q_pos + 1, ...).
+void attention(const Tensor& q, const int32_t* q_pos, const KvPages& pages, const Tensor& k,
+               const Tensor& v, float scale, Tensor& out, Tensor& scratch, ThreadPool& pool);
 // out = silu(gate) * up; all the same shape, f32.
 void swiglu(const Tensor& gate, const Tensor& up, Tensor& out);
 

@@ -30,11 +30,22 @@ ChannelState OutputChannel::wait(std::deque<Event>* out, std::chrono::millisecon
   return closed_ ? ChannelState::kClosed : ChannelState::kOpen;
 }
 
+namespace {
+size_t prompt_bytes(const Job& job) {
+  size_t n = job.request.prompt.size();
+  for (const auto& m : job.request.messages) n += m.content.size() + m.role.size();
+  return n;
+}
+}  // namespace
+
 Admission RequestQueue::push(std::shared_ptr<Job> job) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_) return Admission::kDraining;
-    if (jobs_.size() >= capacity_) return Admission::kQueueFull;
+    const size_t bytes = prompt_bytes(*job);
+    if (jobs_.size() >= capacity_ || (!jobs_.empty() && queued_bytes_ + bytes > max_queued_bytes_))
+      return Admission::kQueueFull;
+    queued_bytes_ += bytes;
     job->sequence = next_sequence_++;
     job->enqueued_at = SteadyClock::now();
     jobs_.push_back(std::move(job));
@@ -54,6 +65,7 @@ std::shared_ptr<Job> RequestQueue::pop(std::chrono::milliseconds timeout) {
   });
   std::shared_ptr<Job> job = std::move(*best);
   jobs_.erase(best);
+  queued_bytes_ -= prompt_bytes(*job);
   ++in_flight_;
   metrics_->queue_depth.store(static_cast<int64_t>(jobs_.size()));
   return job;
@@ -68,6 +80,7 @@ std::vector<std::shared_ptr<Job>> RequestQueue::take_all() {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<std::shared_ptr<Job>> out;
   out.swap(jobs_);
+  queued_bytes_ = 0;
   metrics_->queue_depth.store(0);
   return out;
 }
@@ -87,12 +100,15 @@ size_t RequestQueue::size() const {
   return jobs_.size();
 }
 
-EngineLoop::EngineLoop(std::unique_ptr<Engine> engine, EngineLoopOptions opt, Metrics* metrics)
+EngineLoop::EngineLoop(std::unique_ptr<Engine> engine, EngineLoopOptions opt, Metrics* metrics,
+                       int64_t max_running)
     : engine_(std::move(engine)),
       summary_(engine_->summary()),
+      max_running_(max_running),
       metrics_(metrics),
-      queue_(opt.max_queue, metrics) {
+      queue_(opt.max_queue, metrics, opt.max_queued_bytes) {
   beat();
+  publish_stats();
 }
 
 EngineLoop::~EngineLoop() {
@@ -133,45 +149,55 @@ void EngineLoop::drain_and_stop(SteadyClock::time_point deadline) {
   queue_.close();
   while (!queue_.idle() && SteadyClock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  stop_.store(true);
+  stop_.store(true);  // the loop cancels what is still running, then exits
   for (auto& job : queue_.take_all())
     fail_job(*job, {503, "the server is shutting down", "server_error", "", "shutting_down"});
-  {
-    std::lock_guard<std::mutex> lock(current_mu_);
-    if (current_) current_->cancelled.store(true);
-  }
   if (thread_.joinable()) thread_.join();
 }
 
+void EngineLoop::publish_stats() {
+  const EngineStats st = engine_->stats();
+  metrics_->running.store(st.running);
+  metrics_->engine_waiting.store(st.waiting);
+  metrics_->kv_blocks_used.store(st.kv_blocks_used);
+  metrics_->kv_blocks_free.store(st.kv_blocks_total - st.kv_blocks_used);
+  metrics_->kv_blocks_cached.store(st.kv_blocks_cached);
+  metrics_->preemptions.store(st.preemptions);
+  metrics_->prefix_hit_tokens.store(st.prefix_hit_tokens);
+}
+
 void EngineLoop::run() {
-  while (!stop_.load()) {
+  for (;;) {
     beat();
-    std::shared_ptr<Job> job = queue_.pop(std::chrono::milliseconds(100));
-    if (!job) continue;
-    {
-      std::lock_guard<std::mutex> lock(current_mu_);
-      current_ = job;
+    const bool stopping = stop_.load();
+    // Cancellations (client gone, or shutdown) reach the engine before the next step, which
+    // ends those requests and frees their KV blocks.
+    for (auto& [id, a] : active_)
+      if (stopping || a.job->cancelled.load()) engine_->cancel(id);
+    if (stopping) {
+      while (!active_.empty() && engine_->step()) {
+      }
+      publish_stats();
+      return;
     }
-    metrics_->running.fetch_add(1);
-    try {
-      process(*job);
-    } catch (const std::exception& e) {  // one request's failure must not end the loop
-      fail_job(*job, {500, std::string("internal error: ") + e.what(), "server_error", "", ""});
+    // Start queued jobs while the engine has room; wait on the queue only when idle.
+    for (;;) {
+      const EngineStats st = engine_->stats();
+      if (st.waiting > 0 || st.running >= max_running_) break;
+      auto job = queue_.pop(std::chrono::milliseconds(active_.empty() ? 100 : 0));
+      if (!job) break;
+      admit(std::move(job));
     }
-    metrics_->running.fetch_sub(1);
-    {
-      std::lock_guard<std::mutex> lock(current_mu_);
-      current_.reset();
-    }
-    queue_.finished();
-    beat();
+    if (!active_.empty()) engine_->step();
+    publish_stats();
   }
 }
 
-void EngineLoop::process(Job& job) {
-  const CompletionRequest& req = job.request;
-  if (job.cancelled.load()) {  // the client left while the job was queued
-    fail_job(job, {499, "request cancelled", "invalid_request_error", "", "cancelled"});
+void EngineLoop::admit(std::shared_ptr<Job> job) {
+  const CompletionRequest& req = job->request;
+  if (job->cancelled.load()) {  // the client left while the job was queued
+    fail_job(*job, {499, "request cancelled", "invalid_request_error", "", "cancelled"});
+    queue_.finished();
     return;
   }
   const char* prompt_param = req.endpoint == Endpoint::kChat ? "messages" : "prompt";
@@ -184,61 +210,134 @@ void EngineLoop::process(Job& job) {
   if (!ids) {
     const bool template_error = req.endpoint == Endpoint::kChat &&
                                 ids.status().code() == ErrorCode::kUnsupported;
-    fail_job(job, {400,
-                   (template_error ? "cannot render the chat template: " : "") +
-                       ids.status().message(),
-                   "invalid_request_error", prompt_param, ""});
+    fail_job(*job, {400,
+                    (template_error ? "cannot render the chat template: " : "") +
+                        ids.status().message(),
+                    "invalid_request_error", prompt_param, ""});
+    queue_.finished();
     return;
   }
   const int64_t ctx = summary_.context_length;
   const auto n_prompt = static_cast<int64_t>(ids->size());
   if (n_prompt >= ctx) {
-    fail_job(job, {400,
-                   "the prompt has " + std::to_string(n_prompt) +
-                       " tokens but the model's context holds " + std::to_string(ctx) +
-                       " tokens (at least one must be left to generate)",
-                   "invalid_request_error", prompt_param, "context_length_exceeded"});
+    fail_job(*job, {400,
+                    "the prompt has " + std::to_string(n_prompt) +
+                        " tokens but the model's context holds " + std::to_string(ctx) +
+                        " tokens (at least one must be left to generate)",
+                    "invalid_request_error", prompt_param, "context_length_exceeded"});
+    queue_.finished();
     return;
   }
+  // n choices: n engine requests (seeds seed + i) sharing the prompt; the prefix cache shares
+  // their prompt blocks once the first has computed them.
+  std::vector<uint64_t> ids_of_job;
+  for (int32_t i = 0; i < req.n; ++i) {
+    GenerationParams params = req.params;
+    params.seed = req.params.seed + static_cast<uint64_t>(i);
+    params.on_prompt_progress = [this](int64_t) { beat(); };  // long prefills are not stalls
+    // The callbacks run on this thread inside Engine::step(); they find their choice through
+    // the request id (the Active entry outlives every callback of its request).
+    auto id_cell = std::make_shared<uint64_t>(0);
+    RequestCallbacks cb;
+    cb.on_text = [this, id_cell](std::string_view piece) {
+      beat();
+      auto it = active_.find(*id_cell);
+      if (it == active_.end()) return false;
+      Active& a = it->second;
+      if (a.job->cancelled.load() || stop_.load()) return false;
+      if (a.first_text) {
+        a.first_text = false;
+        a.first_text_at = SteadyClock::now();
+        if (!a.job->ttft_observed) {
+          a.job->ttft_observed = true;
+          metrics_->observe_ttft(
+              std::chrono::duration<double>(a.first_text_at - a.job->enqueued_at).count());
+        }
+      }
+      Event ev{Event::Kind::kText};
+      ev.index = a.index;
+      ev.text.assign(piece);
+      ev.logprobs = std::move(a.pending_logprobs);
+      a.pending_logprobs.clear();
+      a.job->output.push(std::move(ev));
+      return true;
+    };
+    if (params.logprobs >= 0) {
+      cb.on_logprob = [this, id_cell](const TokenLogprob& lp) {
+        auto it = active_.find(*id_cell);
+        if (it != active_.end()) it->second.pending_logprobs.push_back(logprob_entry(lp));
+      };
+    }
+    cb.on_done = [this, id_cell](Expected<GenerationResult> r) { on_done(*id_cell, std::move(r)); };
+    auto id = engine_->submit(*ids, params, std::move(cb), req.priority);
+    if (!id) {
+      for (uint64_t other : ids_of_job) {  // never started: drop them silently
+        engine_->cancel(other);
+        active_.erase(other);
+      }
+      const bool bad_input = id.status().code() == ErrorCode::kInvalidArgument;
+      fail_job(*job, {bad_input ? 400 : 500, id.status().message(),
+                      bad_input ? "invalid_request_error" : "server_error", "", ""});
+      queue_.finished();
+      return;
+    }
+    *id_cell = *id;
+    ids_of_job.push_back(*id);
+    active_.emplace(*id, Active{job, i, {}, true, {}, {}});
+  }
+  for (uint64_t id : ids_of_job) {
+    Active& a = active_.at(id);
+    for (uint64_t other : ids_of_job)
+      if (other != id) a.siblings.push_back(other);
+  }
+  job->open_choices = req.n;
   Event started{Event::Kind::kStarted};
   started.prompt_tokens = static_cast<int32_t>(n_prompt);
-  job.output.push(std::move(started));
+  job->output.push(std::move(started));
+}
 
-  bool first = true;
-  auto on_text = [&](std::string_view piece) {
-    beat();
-    // stop_ too: a job popped just before the drain deadline (current_ not yet set when
-    // drain_and_stop looked) must still end at its next token.
-    if (job.cancelled.load() || stop_.load()) return false;
-    if (first) {
-      metrics_->observe_ttft(
-          std::chrono::duration<double>(SteadyClock::now() - job.enqueued_at).count());
-      first = false;
-    }
-    Event ev{Event::Kind::kText};
-    ev.text.assign(piece);
-    job.output.push(std::move(ev));
-    return !job.cancelled.load();
-  };
-  GenerationParams params = req.params;
-  params.on_prompt_progress = [this](int64_t) { beat(); };  // long prefills are not stalls
-  auto r = engine_->generate_from_tokens(std::move(*ids), params, on_text);
+LogprobEntry EngineLoop::logprob_entry(const TokenLogprob& lp) const {
+  LogprobEntry e{engine_->token_bytes(lp.token), lp.logprob, {}};
+  for (const auto& [tok, v] : lp.top) e.top.push_back({engine_->token_bytes(tok), v});
+  return e;
+}
+
+void EngineLoop::on_done(uint64_t id, Expected<GenerationResult> r) {
+  auto it = active_.find(id);
+  if (it == active_.end()) return;
+  Active a = std::move(it->second);
+  active_.erase(it);
+  Job& job = *a.job;
   if (!r) {
     const bool bad_input = r.status().code() == ErrorCode::kInvalidArgument;
-    fail_job(job, {bad_input ? 400 : 500, r.status().message(),
-                   bad_input ? "invalid_request_error" : "server_error", "", ""});
-    return;
+    Event ev{Event::Kind::kError};
+    ev.error = {bad_input ? 400 : 500, r.status().message(),
+                bad_input ? "invalid_request_error" : "server_error", "", ""};
+    job.output.push(std::move(ev));
+    for (uint64_t other : a.siblings) engine_->cancel(other);  // the request has failed
+  } else {
+    const auto now = SteadyClock::now();
+    if (!job.ttft_observed) {
+      job.ttft_observed = true;
+      metrics_->observe_ttft(std::chrono::duration<double>(now - job.enqueued_at).count());
+    }
+    if (!a.first_text && r->generated_tokens > 1)
+      metrics_->observe_tpot(std::chrono::duration<double>(now - a.first_text_at).count() /
+                             (r->generated_tokens - 1));
+    metrics_->add_tokens(a.index == 0 ? r->prompt_tokens : 0, r->generated_tokens);
+    Event done{Event::Kind::kDone};
+    done.index = a.index;
+    done.prompt_tokens = r->prompt_tokens;
+    done.generated_tokens = r->generated_tokens;
+    done.finish = r->finish_reason;
+    done.logprobs = std::move(a.pending_logprobs);
+    job.output.push(std::move(done));
   }
-  if (first)
-    metrics_->observe_ttft(
-        std::chrono::duration<double>(SteadyClock::now() - job.enqueued_at).count());
-  metrics_->add_tokens(r->prompt_tokens, r->generated_tokens);
-  Event done{Event::Kind::kDone};
-  done.prompt_tokens = r->prompt_tokens;
-  done.generated_tokens = r->generated_tokens;
-  done.finish = r->finish_reason;
-  job.output.push(std::move(done));
-  job.output.close();
+  if (--job.open_choices == 0) {
+    job.output.close();
+    queue_.finished();
+  }
+  beat();
 }
 
 }  // namespace tessera::server

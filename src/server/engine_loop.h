@@ -1,5 +1,6 @@
 // The engine side of `tessera serve`: a bounded request queue, per-request output channels and
-// the engine loop thread that owns the Engine (DESIGN.md section 3, docs/design/serving.md).
+// the engine loop thread that owns the Engine and runs continuous batching (DESIGN.md section 3,
+// docs/design/serving.md).
 //
 //   EngineLoop loop(std::move(engine), {.max_queue = 16}, &metrics);
 //   loop.start();
@@ -12,8 +13,9 @@
 //  * I/O thread -> engine thread: the shared_ptr<Job> through RequestQueue (mutex + condvar).
 //  * engine thread -> I/O thread: Events through Job::output (mutex + condvar), closed exactly once
 //    by the engine thread after the final kDone or kError event.
-//  * I/O thread -> engine thread: Job::cancelled (atomic), checked before a job starts and on
-//    every generated token; a set flag makes on_text return false, which ends generate().
+//  * I/O thread -> engine thread: Job::cancelled (atomic), checked before a job starts, before
+//    every engine step (Engine::cancel: the request ends and frees its KV blocks within one
+//    step) and on every generated token.
 #pragma once
 
 #include <atomic>
@@ -21,6 +23,8 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <map>
+#include <utility>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -35,11 +39,21 @@ namespace tessera::server {
 
 using SteadyClock = std::chrono::steady_clock;
 
+// One generated token's log-probability with its most likely alternatives (token texts are
+// the tokens' bytes: possibly part of a UTF-8 character).
+struct LogprobEntry {
+  std::string token;
+  float logprob = 0;
+  std::vector<std::pair<std::string, float>> top;
+};
+
 struct Event {
   enum class Kind { kStarted, kText, kDone, kError };
   explicit Event(Kind k) : kind(k) {}
   Kind kind;
+  int32_t index = 0;                            // choice (n > 1): kText, kDone
   std::string text;                             // kText
+  std::vector<LogprobEntry> logprobs;           // kText, kDone: tokens since the last event
   int32_t prompt_tokens = 0;                    // kStarted, kDone
   int32_t generated_tokens = 0;                 // kDone
   FinishReason finish = FinishReason::kLength;  // kDone
@@ -71,16 +85,21 @@ struct Job {
   std::atomic<bool> cancelled{false};
   SteadyClock::time_point enqueued_at = SteadyClock::now();
   uint64_t sequence = 0;  // admission order, for FIFO within a priority level
+  // Engine thread only: choices still generating (the channel closes when this reaches 0) and
+  // whether TTFT was observed for this job.
+  int32_t open_choices = 0;
+  bool ttft_observed = false;
 };
 
 enum class Admission { kAccepted, kQueueFull, kDraining };
 
-// Bounded priority queue of admitted jobs. A batching scheduler replaces the consumer side
-// (pop one job at a time) with "pop as many as fit the KV cache"; producers do not change.
+// Bounded priority queue of admitted jobs (by count and by queued prompt bytes, a cheap bound
+// on queued tokens taken before tokenization). The engine loop pops jobs while the engine has
+// room; what waits here is what the engine has not started.
 class RequestQueue {
  public:
-  explicit RequestQueue(size_t capacity, Metrics* metrics)
-      : capacity_(capacity), metrics_(metrics) {}
+  explicit RequestQueue(size_t capacity, Metrics* metrics, size_t max_queued_bytes = 64 << 20)
+      : capacity_(capacity), max_queued_bytes_(max_queued_bytes), metrics_(metrics) {}
   Admission push(std::shared_ptr<Job> job);  // never blocks: full -> kQueueFull at once
   // Waits up to `timeout` for a job; null on timeout or when closed and empty.
   std::shared_ptr<Job> pop(std::chrono::milliseconds timeout);
@@ -94,7 +113,8 @@ class RequestQueue {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::vector<std::shared_ptr<Job>> jobs_;  // small: linear scan for the best priority
-  size_t capacity_;
+  size_t capacity_, max_queued_bytes_;
+  size_t queued_bytes_ = 0;
   uint64_t next_sequence_ = 0;
   size_t in_flight_ = 0;  // incremented by pop() under mu_, so idle() never misses a popped job
   bool closed_ = false;
@@ -103,11 +123,15 @@ class RequestQueue {
 
 struct EngineLoopOptions {
   size_t max_queue = 16;
+  size_t max_queued_bytes = 64 << 20;  // prompt text waiting in the queue
 };
 
 class EngineLoop {
  public:
-  EngineLoop(std::unique_ptr<Engine> engine, EngineLoopOptions opt, Metrics* metrics);
+  // max_running: the engine's batch limit (EngineOptions::max_running): jobs stay in the bounded
+  // queue until the engine has room.
+  EngineLoop(std::unique_ptr<Engine> engine, EngineLoopOptions opt, Metrics* metrics,
+             int64_t max_running = 64);
   ~EngineLoop();
 
   void start();
@@ -123,17 +147,28 @@ class EngineLoop {
   const ModelSummary& summary() const { return summary_; }
 
  private:
+  struct Active {  // one choice of a job
+    std::shared_ptr<Job> job;
+    int32_t index = 0;
+    std::vector<uint64_t> siblings;  // engine ids of the job's other choices
+    bool first_text = true;
+    SteadyClock::time_point first_text_at{};
+    std::vector<LogprobEntry> pending_logprobs;  // tokens whose text is not out yet
+  };
   void run();
-  void process(Job& job);
+  void admit(std::shared_ptr<Job> job);
+  void on_done(uint64_t id, Expected<GenerationResult> r);
+  LogprobEntry logprob_entry(const TokenLogprob& lp) const;
+  void publish_stats();
   void beat();
 
   std::unique_ptr<Engine> engine_;  // touched only by the loop thread after start()
   ModelSummary summary_;            // copied at construction: read by I/O threads
+  int64_t max_running_;
   Metrics* metrics_;
   RequestQueue queue_;
   std::thread thread_;
-  std::mutex current_mu_;
-  std::shared_ptr<Job> current_;  // the running job, so a drain timeout can cancel it
+  std::map<uint64_t, Active> active_;  // engine request id -> job; loop thread only
   std::atomic<bool> stop_{false}, draining_{false};
   std::atomic<int64_t> heartbeat_ns_{0};
 };

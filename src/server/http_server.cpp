@@ -18,6 +18,7 @@
 #include <ctime>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <optional>
 #include <thread>
 
 namespace tessera::server {
@@ -318,19 +319,67 @@ json chunk_json(const CompletionRequest& req, const std::string& id, int64_t cre
           {"model", req.model}};
 }
 
-json choice_delta(const CompletionRequest& req, const std::string& text, const char* finish,
-                  bool with_role) {
-  json choice = {{"index", 0}, {"finish_reason", finish ? json(finish) : json(nullptr)}};
+json token_bytes_json(const std::string& t) {
+  json bytes = json::array();
+  for (unsigned char ch : t) bytes.push_back(static_cast<int>(ch));
+  return bytes;
+}
+
+// Accumulates one choice's logprobs in the endpoint's format: chat {"content": [...]} or the
+// legacy completions {"tokens", "token_logprobs", "top_logprobs", "text_offset"}.
+class LogprobsJson {
+ public:
+  explicit LogprobsJson(Endpoint e) : chat_(e == Endpoint::kChat) {
+    if (chat_) {
+      j_ = {{"content", json::array()}};
+    } else {
+      j_ = {{"tokens", json::array()},
+            {"token_logprobs", json::array()},
+            {"top_logprobs", json::array()},
+            {"text_offset", json::array()}};
+    }
+  }
+  void add(const std::vector<LogprobEntry>& entries) {
+    for (const LogprobEntry& e : entries) {
+      if (chat_) {
+        json top = json::array();
+        for (const auto& [t, v] : e.top)
+          top.push_back({{"token", t}, {"logprob", v}, {"bytes", token_bytes_json(t)}});
+        j_["content"].push_back({{"token", e.token},
+                                 {"logprob", e.logprob},
+                                 {"bytes", token_bytes_json(e.token)},
+                                 {"top_logprobs", top}});
+      } else {
+        json top = json::object();
+        for (const auto& [t, v] : e.top) top[t] = v;
+        j_["tokens"].push_back(e.token);
+        j_["token_logprobs"].push_back(e.logprob);
+        j_["top_logprobs"].push_back(top);
+        j_["text_offset"].push_back(offset_);
+      }
+      offset_ += static_cast<int64_t>(e.token.size());
+    }
+  }
+  const json& get() const { return j_; }
+
+ private:
+  bool chat_;
+  json j_;
+  int64_t offset_ = 0;  // legacy text_offset: bytes of text before each token
+};
+
+json choice_delta(const CompletionRequest& req, int32_t index, const std::string& text,
+                  const char* finish, bool with_role, json logprobs = nullptr) {
+  json choice = {{"index", index}, {"finish_reason", finish ? json(finish) : json(nullptr)}};
   if (req.endpoint == Endpoint::kChat) {
     json delta = json::object();
     if (with_role) delta["role"] = "assistant";
     if (!text.empty() || with_role) delta["content"] = text;
     choice["delta"] = delta;
-    choice["logprobs"] = nullptr;
   } else {
     choice["text"] = text;
-    choice["logprobs"] = nullptr;
   }
+  choice["logprobs"] = std::move(logprobs);
   return choice;
 }
 
@@ -360,32 +409,63 @@ bool stream_job(Conn& c, Job& job, bool keep_alive, bool chunked, std::deque<Eve
     return !ec;
   };
   auto sse = [](const json& j) { return "data: " + dump(j) + "\n\n"; };
+  const bool with_logprobs = req.params.logprobs >= 0;
+  // Logprobs of the tokens behind this event's text, in the endpoint's format (offsets are per
+  // choice, so each choice keeps its accumulator).
+  std::vector<LogprobsJson> lp_state(static_cast<size_t>(req.n), LogprobsJson(req.endpoint));
+  auto event_logprobs = [&](const Event& ev) -> json {
+    if (!with_logprobs) return nullptr;
+    LogprobsJson& acc = lp_state[static_cast<size_t>(ev.index)];
+    // The legacy format's text offsets continue across chunks: add to the accumulator and
+    // send only this event's slice.
+    const size_t before = acc.get().contains("content") ? acc.get()["content"].size()
+                                                         : acc.get()["tokens"].size();
+    acc.add(ev.logprobs);
+    json slice = acc.get();
+    for (auto& [k, v] : slice.items()) {
+      json part = json::array();
+      for (size_t i = before; i < v.size(); ++i) part.push_back(v[i]);
+      v = std::move(part);
+    }
+    return slice;
+  };
   bool ok = !ec;
   if (ok && req.endpoint == Endpoint::kChat) {
     json j = chunk_json(req, id, created);
-    j["choices"] = json::array({choice_delta(req, "", nullptr, true)});
+    j["choices"] = json::array();
+    for (int32_t i = 0; i < req.n; ++i) j["choices"].push_back(choice_delta(req, i, "", nullptr, true));
     ok = send(sse(j));
   }
+  int32_t choices_done = 0;
+  int64_t prompt_tokens = 0, generated_tokens = 0;
+  bool any_cancelled = false;
   for (;;) {
     std::string out;
     bool done = false;
     for (Event& ev : events) {
+      if (done) break;
       json j = chunk_json(req, id, created);
       if (ev.kind == Event::Kind::kText) {
-        j["choices"] = json::array({choice_delta(req, ev.text, nullptr, false)});
+        j["choices"] = json::array({choice_delta(req, ev.index, ev.text, nullptr, false,
+                                                 event_logprobs(ev))});
         out += sse(j);
       } else if (ev.kind == Event::Kind::kDone) {
-        j["choices"] = json::array({choice_delta(req, "", finish_name(ev.finish), false)});
+        json lp = ev.logprobs.empty() ? json(nullptr) : event_logprobs(ev);
+        j["choices"] =
+            json::array({choice_delta(req, ev.index, "", finish_name(ev.finish), false, lp)});
         out += sse(j);
+        prompt_tokens = ev.prompt_tokens;
+        generated_tokens += ev.generated_tokens;
+        any_cancelled |= ev.finish == FinishReason::kCancelled;
+        if (++choices_done < req.n) continue;
         if (req.include_usage) {
           json u = chunk_json(req, id, created);
           u["choices"] = json::array();
-          u["usage"] = usage_json(ev.prompt_tokens, ev.generated_tokens);
+          u["usage"] = usage_json(prompt_tokens, generated_tokens);
           out += sse(u);
         }
         out += "data: [DONE]\n\n";
-        c.metrics->count_request(ev.finish == FinishReason::kCancelled ? Outcome::kCancelled
-                                                                       : Outcome::kSuccess);
+        c.metrics->count_request(any_cancelled ? Outcome::kCancelled : Outcome::kSuccess);
         done = true;
       } else if (ev.kind == Event::Kind::kError) {  // failed after the 200 was committed
         out += "data: " + error_body(ev.error) + "\n\ndata: [DONE]\n\n";
@@ -441,7 +521,15 @@ bool handle_completion(Conn& c, const Request& req, Endpoint endpoint, bool keep
   // Wait for the engine's verdict (started or error) before committing to a status code, and
   // watch the socket: a client that hangs up cancels its job.
   std::deque<Event> events;
-  std::string text;
+  struct Choice {
+    std::string text;
+    FinishReason finish = FinishReason::kLength;
+    std::optional<LogprobsJson> logprobs;
+    bool done = false;
+  };
+  std::vector<Choice> choices(static_cast<size_t>(job->request.n));
+  int32_t choices_done = 0;
+  int64_t prompt_tokens = 0, generated_tokens = 0;
   for (;;) {
     const ChannelState st = job->output.wait(&events, Ms(50));
     while (!events.empty() && events.front().kind == Event::Kind::kStarted) {
@@ -453,24 +541,41 @@ bool handle_completion(Conn& c, const Request& req, Endpoint endpoint, bool keep
         c.metrics->count_request(outcome_for_status(ev.error.http_status));
         return send_error(c, ev.error, keep_alive);
       }
-      if (ev.kind == Event::Kind::kText) text += ev.text;
+      Choice& ch = choices[static_cast<size_t>(ev.index)];
+      if (job->request.params.logprobs >= 0) {
+        if (!ch.logprobs) ch.logprobs.emplace(endpoint);
+        ch.logprobs->add(ev.logprobs);
+      }
+      if (ev.kind == Event::Kind::kText) ch.text += ev.text;
       if (ev.kind == Event::Kind::kDone) {
+        ch.finish = ev.finish;
+        ch.done = true;
+        prompt_tokens = ev.prompt_tokens;
+        generated_tokens += ev.generated_tokens;
+        if (++choices_done < job->request.n) continue;
         const CompletionRequest& r = job->request;
         const bool chat = endpoint == Endpoint::kChat;
-        json choice = {
-            {"index", 0}, {"finish_reason", finish_name(ev.finish)}, {"logprobs", nullptr}};
-        if (chat)
-          choice["message"] = {{"role", "assistant"}, {"content", text}};
-        else
-          choice["text"] = text;
+        json out_choices = json::array();
+        bool any_cancelled = false;
+        for (size_t i = 0; i < choices.size(); ++i) {
+          const Choice& x = choices[i];
+          any_cancelled |= x.finish == FinishReason::kCancelled;
+          json choice = {{"index", i},
+                         {"finish_reason", finish_name(x.finish)},
+                         {"logprobs", x.logprobs ? x.logprobs->get() : json(nullptr)}};
+          if (chat)
+            choice["message"] = {{"role", "assistant"}, {"content", x.text}};
+          else
+            choice["text"] = x.text;
+          out_choices.push_back(std::move(choice));
+        }
         json body = {{"id", random_id(chat ? "chatcmpl-" : "cmpl-")},
                      {"object", chat ? "chat.completion" : "text_completion"},
                      {"created", static_cast<int64_t>(std::time(nullptr))},
                      {"model", r.model},
-                     {"choices", json::array({choice})},
-                     {"usage", usage_json(ev.prompt_tokens, ev.generated_tokens)}};
-        c.metrics->count_request(ev.finish == FinishReason::kCancelled ? Outcome::kCancelled
-                                                                       : Outcome::kSuccess);
+                     {"choices", std::move(out_choices)},
+                     {"usage", usage_json(prompt_tokens, generated_tokens)}};
+        c.metrics->count_request(any_cancelled ? Outcome::kCancelled : Outcome::kSuccess);
         return send_response(c, http::status::ok, dump(body), "application/json", keep_alive);
       }
     }

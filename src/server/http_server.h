@@ -34,7 +34,7 @@ struct ServerOptions {
   size_t max_body_bytes = 1 << 20;                 // over: 413
   std::chrono::milliseconds read_timeout{10000};   // to read one whole request (or idle keep-alive)
   std::chrono::milliseconds write_timeout{30000};  // per write to a slow reader
-  size_t max_connections = 64;                     // over: 503 and close
+  size_t max_connections = 512;                    // over: 503 and close
   std::chrono::milliseconds drain_timeout{10000};  // SIGTERM: finish accepted work for this long
   ParseOptions parse;                              // model id, context length, limits
 };

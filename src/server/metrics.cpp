@@ -24,12 +24,31 @@ const char* outcome_name(Outcome o) {
   return "unknown";
 }
 
-void Metrics::observe_ttft(double seconds) {
+void Histogram::observe(double seconds) {
   size_t i = 0;
-  while (i < kTtftBuckets.size() && seconds > kTtftBuckets[i]) ++i;
-  ttft_buckets_[i].fetch_add(1);  // stored per bucket; render() accumulates
-  ttft_count_.fetch_add(1);
-  ttft_sum_us_.fetch_add(static_cast<uint64_t>(seconds < 0 ? 0 : seconds * 1e6));
+  while (i < kBuckets.size() && seconds > kBuckets[i]) ++i;
+  buckets_[i].fetch_add(1);  // stored per bucket; render() accumulates
+  count_.fetch_add(1);
+  sum_us_.fetch_add(static_cast<uint64_t>(seconds < 0 ? 0 : seconds * 1e6));
+}
+
+void Histogram::render(const char* name, std::string& out) const {
+  char line[256];
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i <= kBuckets.size(); ++i) {
+    cumulative += buckets_[i].load();
+    if (i < kBuckets.size()) {
+      std::snprintf(line, sizeof line, "%s_bucket{le=\"%g\"} %llu\n", name, kBuckets[i],
+                    static_cast<unsigned long long>(cumulative));
+    } else {
+      std::snprintf(line, sizeof line, "%s_bucket{le=\"+Inf\"} %llu\n", name,
+                    static_cast<unsigned long long>(cumulative));
+    }
+    out += line;
+  }
+  std::snprintf(line, sizeof line, "%s_sum %.6f\n%s_count %llu\n", name, sum_us_.load() / 1e6,
+                name, static_cast<unsigned long long>(count_.load()));
+  out += line;
 }
 
 std::string Metrics::render() const {
@@ -39,38 +58,42 @@ std::string Metrics::render() const {
     std::snprintf(line, sizeof line, fmt, args...);
     out += line;
   };
+  auto gauge = [&](const char* name, const char* help, const char* type, int64_t v) {
+    add("# HELP %s %s\n# TYPE %s %s\n%s %lld\n", name, help, name, type, name,
+        static_cast<long long>(v));
+  };
   out += "# HELP tessera_requests_total Completion and API requests by outcome.\n";
   out += "# TYPE tessera_requests_total counter\n";
   for (int i = 0; i < static_cast<int>(Outcome::kCount); ++i)
     add("tessera_requests_total{outcome=\"%s\"} %llu\n", outcome_name(static_cast<Outcome>(i)),
         static_cast<unsigned long long>(requests_[i].load()));
-  out += "# HELP tessera_prompt_tokens_total Prompt tokens processed.\n";
-  out += "# TYPE tessera_prompt_tokens_total counter\n";
-  add("tessera_prompt_tokens_total %llu\n", static_cast<unsigned long long>(prompt_tokens_.load()));
-  out += "# HELP tessera_generated_tokens_total Tokens generated.\n";
-  out += "# TYPE tessera_generated_tokens_total counter\n";
-  add("tessera_generated_tokens_total %llu\n",
-      static_cast<unsigned long long>(generated_tokens_.load()));
-  out += "# HELP tessera_queue_depth Requests waiting for the engine.\n";
-  out += "# TYPE tessera_queue_depth gauge\n";
-  add("tessera_queue_depth %lld\n", static_cast<long long>(queue_depth.load()));
-  out += "# HELP tessera_requests_running Requests the engine is generating for.\n";
-  out += "# TYPE tessera_requests_running gauge\n";
-  add("tessera_requests_running %lld\n", static_cast<long long>(running.load()));
+  gauge("tessera_prompt_tokens_total", "Prompt tokens processed.", "counter",
+        static_cast<int64_t>(prompt_tokens_.load()));
+  gauge("tessera_generated_tokens_total", "Tokens generated.", "counter",
+        static_cast<int64_t>(generated_tokens_.load()));
+  gauge("tessera_queue_depth", "Requests waiting in the server queue.", "gauge",
+        queue_depth.load());
+  gauge("tessera_requests_running", "Sequences in the engine's running batch.", "gauge",
+        running.load());
+  gauge("tessera_requests_waiting", "Sequences the engine holds but is not running (preempted).",
+        "gauge", engine_waiting.load());
+  gauge("tessera_kv_blocks_used", "KV-cache blocks referenced by sequences.", "gauge",
+        kv_blocks_used.load());
+  gauge("tessera_kv_blocks_free", "KV-cache blocks available (free or evictable cached).",
+        "gauge", kv_blocks_free.load());
+  gauge("tessera_kv_blocks_cached", "KV-cache blocks held by the prefix cache.", "gauge",
+        kv_blocks_cached.load());
+  gauge("tessera_preemptions_total", "Sequences preempted (recomputed later).", "counter",
+        preemptions.load());
+  gauge("tessera_prefix_cache_hit_tokens_total", "Prompt tokens served from the prefix cache.",
+        "counter", prefix_hit_tokens.load());
   out += "# HELP tessera_time_to_first_token_seconds Enqueue to first generated text.\n";
   out += "# TYPE tessera_time_to_first_token_seconds histogram\n";
-  uint64_t cumulative = 0;
-  for (size_t i = 0; i < kTtftBuckets.size(); ++i) {
-    cumulative += ttft_buckets_[i].load();
-    add("tessera_time_to_first_token_seconds_bucket{le=\"%g\"} %llu\n", kTtftBuckets[i],
-        static_cast<unsigned long long>(cumulative));
-  }
-  cumulative += ttft_buckets_[kTtftBuckets.size()].load();
-  add("tessera_time_to_first_token_seconds_bucket{le=\"+Inf\"} %llu\n",
-      static_cast<unsigned long long>(cumulative));
-  add("tessera_time_to_first_token_seconds_sum %.6f\n", ttft_sum_us_.load() / 1e6);
-  add("tessera_time_to_first_token_seconds_count %llu\n",
-      static_cast<unsigned long long>(ttft_count_.load()));
+  ttft_.render("tessera_time_to_first_token_seconds", out);
+  out += "# HELP tessera_time_per_output_token_seconds Mean gap between output tokens after the "
+         "first, per request.\n";
+  out += "# TYPE tessera_time_per_output_token_seconds histogram\n";
+  tpot_.render("tessera_time_per_output_token_seconds", out);
   return out;
 }
 

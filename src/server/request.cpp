@@ -319,8 +319,12 @@ ParseResult parse_completion_request(std::string_view body, Endpoint endpoint,
   if (auto v = f.boolean("ignore_eos")) p.ignore_eos = *v;
   parse_stop(f, opt, &req);
 
-  if (auto v = f.integer("n", 1, 128); v && *v > opt.max_n)
-    f.fail("n > " + std::to_string(opt.max_n) + " is not supported yet", "n", "unsupported");
+  if (auto v = f.integer("n", 1, 128)) {
+    if (*v > opt.max_n)
+      f.fail("n must be at most " + std::to_string(opt.max_n), "n", "unsupported");
+    else
+      req.n = static_cast<int32_t>(*v);
+  }
   if (auto v = f.integer("priority", -1000000, 1000000); v && opt.allow_priority)
     req.priority = static_cast<int32_t>(*v);
   if (auto v = f.boolean("stream")) req.stream = *v;
@@ -336,12 +340,14 @@ ParseResult parse_completion_request(std::string_view body, Endpoint endpoint,
     }
   }
   if (endpoint == Endpoint::kChat) {
-    if (auto v = f.boolean("logprobs"); v && *v)
-      f.fail("'logprobs' is not supported yet", "logprobs", "unsupported");
-    if (f.get("top_logprobs"))
-      f.fail("'top_logprobs' is not supported yet", "top_logprobs", "unsupported");
+    // Chat: logprobs (bool) turns them on; top_logprobs 0..20 alternatives (needs logprobs).
+    const bool on = f.boolean("logprobs").value_or(false);
+    const auto top = f.integer("top_logprobs", 0, 20);
+    if (top && !on) f.fail("'top_logprobs' requires 'logprobs': true", "top_logprobs");
+    if (on) p.logprobs = static_cast<int32_t>(top.value_or(0));
   } else {
-    if (f.get("logprobs")) f.fail("'logprobs' is not supported yet", "logprobs", "unsupported");
+    // Completions (legacy): logprobs is the number of alternatives, 0..5 as OpenAI allows.
+    if (auto v = f.integer("logprobs", 0, 5)) p.logprobs = static_cast<int32_t>(*v);
     if (auto v = f.boolean("echo"); v && *v)
       f.fail("'echo' is not supported yet", "echo", "unsupported");
     if (f.get("suffix")) f.fail("'suffix' is not supported", "suffix", "unsupported");

@@ -37,7 +37,7 @@ enum class Endpoint { kChat, kCompletion };
 struct ParseOptions {
   std::string model_id;           // the only model name accepted in "model"
   int32_t context_length = 4096;  // max_tokens above this is rejected
-  int32_t max_n = 1;              // n > max_n: 400 (n > 1 is not implemented yet)
+  int32_t max_n = 16;             // n > max_n: 400
   int32_t max_stop = 4;           // OpenAI's limit on stop sequences
   size_t max_stop_bytes = 256;
   size_t max_messages = 256;
@@ -56,6 +56,7 @@ struct CompletionRequest {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   int32_t priority = 0;        // lower runs earlier (vLLM convention); FIFO within a level
+  int32_t n = 1;               // choices; each samples with seed + index
 };
 
 using ParseResult = std::variant<CompletionRequest, ApiError>;

@@ -97,13 +97,16 @@ TEST(llama_hf, HalfSplitOnHfRowsEqualsInterleavedOnPermutedRows) {
   auto m_wrong = llama_create(c_gguf, hf);  // unpermuted rows with interleaved RoPE: wrong
 
   const int64_t n = 23;
-  std::vector<int32_t> ids(n), pos(n);
-  for (int64_t i = 0; i < n; ++i) ids[i] = static_cast<int32_t>((i * 37 + 5) % c.vocab), pos[i] = i;
+  std::vector<int32_t> ids(n);
+  for (int64_t i = 0; i < n; ++i) ids[i] = static_cast<int32_t>((i * 37 + 5) % c.vocab);
+  const std::vector<int32_t> blocks = {2, 0, 1};  // 3 blocks of 8 rows, deliberately shuffled
+  const SeqChunk chunk{.start = 0, .n_tokens = static_cast<int32_t>(n), .blocks = blocks,
+                       .logits = true};
   ThreadPool pool(2);
   auto run = [&](CausalLm& m) {
-    KvCache cache = m.make_kv_cache(c.context_length, DType::kF32);
+    KvCache cache = m.make_kv_cache(/*n_blocks=*/3, /*block_size=*/8, DType::kF32);
     std::vector<float> logits(n * c.vocab, std::nanf(""));
-    m.forward(ids.data(), pos.data(), n, cache, logits.data(), true, pool);
+    m.forward(ids, {&chunk, 1}, cache, logits.data(), /*all_logits=*/true, pool);
     return logits;
   };
   const auto a = run(*m_hf), b = run(*m_gguf), w = run(*m_wrong);

@@ -1,6 +1,9 @@
 // CPU LLM layer ops against the naive references over hostile shapes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <random>
+
 #include "backend/cpu/thread_pool.h"
 #include "core/error.h"
 #include "core/half.h"
@@ -95,8 +98,48 @@ INSTANTIATE_TEST_SUITE_P(
                       RopeCase{2, 4, 66, 34, ref::RopeLayout::kInterleaved, true, 0.5f}));
 
 struct AttnCase {
-  int64_t rows, heads, kv_heads, head_dim, capacity, first_pos;
+  int64_t rows, heads, kv_heads, head_dim, capacity, first_pos, block_size;
 };
+
+// Copies logical cache rows [capacity, kv_heads, head_dim] into a paged cache whose blocks are
+// a shuffled subset of a larger pool (unused rows keep random garbage the op must not read).
+struct PagedKv {
+  std::vector<int32_t> table;
+  Tensor k, v;
+};
+PagedKv make_paged(const std::vector<float>& k, const std::vector<float>& v, const AttnCase& c,
+                   DType dtype) {
+  const int64_t bs = c.block_size, row = c.kv_heads * c.head_dim;
+  const int64_t used = (c.capacity + bs - 1) / bs, pool_blocks = used + 3;
+  std::vector<int32_t> ids(pool_blocks);
+  for (int64_t i = 0; i < pool_blocks; ++i) ids[i] = static_cast<int32_t>(i);
+  std::mt19937 rng(11);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  PagedKv p{std::vector<int32_t>(ids.begin(), ids.begin() + used),
+            Tensor::empty(dtype, {pool_blocks * bs, c.kv_heads, c.head_dim}),
+            Tensor::empty(dtype, {pool_blocks * bs, c.kv_heads, c.head_dim})};
+  auto garbage = random_floats(pool_blocks * bs * row, 99, -50.f, 50.f);
+  for (int64_t i = 0; i < pool_blocks * bs * row; ++i) {
+    if (dtype == DType::kF16) {
+      p.k.data<uint16_t>()[i] = p.v.data<uint16_t>()[i] = f32_to_f16(garbage[i]);
+    } else {
+      p.k.data<float>()[i] = p.v.data<float>()[i] = garbage[i];
+    }
+  }
+  for (int64_t t = 0; t < c.capacity; ++t) {
+    const int64_t dst = (int64_t{p.table[t / bs]} * bs + t % bs) * row;
+    for (int64_t e = 0; e < row; ++e) {
+      if (dtype == DType::kF16) {
+        p.k.data<uint16_t>()[dst + e] = f32_to_f16(k[t * row + e]);
+        p.v.data<uint16_t>()[dst + e] = f32_to_f16(v[t * row + e]);
+      } else {
+        p.k.data<float>()[dst + e] = k[t * row + e];
+        p.v.data<float>()[dst + e] = v[t * row + e];
+      }
+    }
+  }
+  return p;
+}
 
 class AttentionTest : public ::testing::TestWithParam<std::tuple<AttnCase, DType>> {};
 
@@ -111,29 +154,22 @@ TEST_P(AttentionTest, MatchesReference) {
   const float scale = 1.f / std::sqrt(static_cast<float>(c.head_dim));
   ThreadPool pool(3);
   Tensor tq = from_vec(q, {c.rows, c.heads, c.head_dim});
-  Tensor tk = Tensor::empty(kv_dtype, {c.capacity, c.kv_heads, c.head_dim});
-  Tensor tv = Tensor::empty(kv_dtype, {c.capacity, c.kv_heads, c.head_dim});
-  std::vector<float> q_ref = q;
   if (kv_dtype == DType::kF16) {
     // The op contract: f16 K/V; q and the probabilities are rounded to f16 for the products
     // (ref::attention's f16_products). The reference sees exactly the cached values.
-    for (size_t i = 0; i < k.size(); ++i) {
-      tk.data<uint16_t>()[i] = f32_to_f16(k[i]);
-      k[i] = f16_to_f32(tk.data<uint16_t>()[i]);
-      tv.data<uint16_t>()[i] = f32_to_f16(v[i]);
-      v[i] = f16_to_f32(tv.data<uint16_t>()[i]);
-    }
-  } else {
-    std::copy(k.begin(), k.end(), tk.data<float>());
-    std::copy(v.begin(), v.end(), tv.data<float>());
+    for (auto* vec : {&k, &v})
+      for (float& e : *vec) e = f16_to_f32(f32_to_f16(e));
   }
+  PagedKv paged = make_paged(k, v, c, kv_dtype);
   std::vector<float> want(q.size());
-  ref::attention(q_ref.data(), pos.data(), c.rows, c.heads, k.data(), v.data(), n_kv, c.kv_heads,
+  ref::attention(q.data(), pos.data(), c.rows, c.heads, k.data(), v.data(), n_kv, c.kv_heads,
                  c.head_dim, scale, want.data(), kv_dtype == DType::kF16);
   Tensor out = from_vec(std::vector<float>(q.size(), kPoison), {c.rows, c.heads, c.head_dim});
   Tensor scratch = Tensor::empty(DType::kF32, {static_cast<int64_t>(cpu::attention_workspace_floats(
                                                   n_kv, c.heads, c.kv_heads, c.head_dim, pool.size()))});
-  ops::attention(tq, pos.data(), tk, tv, n_kv, scale, out, scratch, pool);
+  std::vector<const int32_t*> tables(c.rows, paged.table.data());
+  ops::attention(tq, pos.data(), {tables.data(), c.block_size}, paged.k, paged.v, scale, out,
+                 scratch, pool);
   // f16 probabilities computed in f32 may round to the neighbouring f16 of the f64 reference's
   // at ties: still far inside DESIGN's fp16 bound (1e-5).
   EXPECT_LE(test::nmse(to_vec(out), want), kv_dtype == DType::kF16 ? 1e-8 : 1e-10);
@@ -142,17 +178,66 @@ TEST_P(AttentionTest, MatchesReference) {
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, AttentionTest,
-    ::testing::Combine(::testing::Values(AttnCase{1, 1, 1, 1, 1, 0}, AttnCase{1, 9, 3, 64, 300, 250},
-                                         AttnCase{13, 9, 3, 64, 13, 0}, AttnCase{5, 8, 8, 17, 40, 11},
-                                         AttnCase{4, 6, 1, 128, 1031, 1000}, AttnCase{7, 4, 2, 3, 9, 2}),
+    ::testing::Combine(::testing::Values(AttnCase{1, 1, 1, 1, 1, 0, 1},
+                                         AttnCase{1, 9, 3, 64, 300, 250, 16},
+                                         AttnCase{13, 9, 3, 64, 13, 0, 4},
+                                         AttnCase{5, 8, 8, 17, 40, 11, 7},
+                                         AttnCase{4, 6, 1, 128, 1031, 1000, 16},
+                                         AttnCase{7, 4, 2, 3, 9, 2, 32}),
                        ::testing::Values(DType::kF32, DType::kF16)));
+
+// Rows of different sequences in one call: each row must equal the same row computed alone
+// (bit for bit), whatever shares the call.
+TEST(Attention, BatchedRowsEqualRowsAlone) {
+  const AttnCase a{3, 6, 2, 32, 50, 47, 8}, b{1, 6, 2, 32, 20, 19, 8};
+  auto qa = random_floats(a.rows * a.heads * a.head_dim, 1), qb = random_floats(b.heads * b.head_dim, 2);
+  auto ka = random_floats(a.capacity * 64, 3), va = random_floats(a.capacity * 64, 4);
+  auto kb = random_floats(b.capacity * 64, 5), vb = random_floats(b.capacity * 64, 6);
+  // One shared pool: a's blocks then b's (b's table offset past a's).
+  AttnCase both = a;
+  both.capacity = 56 + 24;  // 7 blocks of a + 3 of b
+  std::vector<float> k(both.capacity * 64, 0.5f), v(both.capacity * 64, -0.5f);
+  std::copy(ka.begin(), ka.end(), k.begin());
+  std::copy(va.begin(), va.end(), v.begin());
+  std::copy(kb.begin(), kb.end(), k.begin() + 56 * 64);
+  std::copy(vb.begin(), vb.end(), v.begin() + 56 * 64);
+  PagedKv p = make_paged(k, v, both, DType::kF16);
+  std::vector<int32_t> ta(p.table.begin(), p.table.begin() + 7), tb(p.table.begin() + 7, p.table.end());
+  ThreadPool pool(2);
+  Tensor scratch = Tensor::empty(DType::kF32, {1 << 16});
+  auto run = [&](std::vector<float> q, std::vector<int32_t> pos, std::vector<const int32_t*> tables) {
+    const int64_t rows = static_cast<int64_t>(pos.size());
+    Tensor tq = from_vec(q, {rows, 6, 32});
+    Tensor out = from_vec(std::vector<float>(q.size(), kPoison), {rows, 6, 32});
+    ops::attention(tq, pos.data(), {tables.data(), 8}, p.k, p.v, 0.2f, out, scratch, pool);
+    return to_vec(out);
+  };
+  std::vector<float> q_both = qa;
+  q_both.insert(q_both.end(), qb.begin(), qb.end());
+  auto batched = run(q_both, {47, 48, 49, 19}, {ta.data(), ta.data(), ta.data(), tb.data()});
+  auto alone_a = run(qa, {47, 48, 49}, {ta.data(), ta.data(), ta.data()});
+  auto alone_b = run(qb, {19}, {tb.data()});
+  alone_a.insert(alone_a.end(), alone_b.begin(), alone_b.end());
+  ASSERT_EQ(batched.size(), alone_a.size());
+  for (size_t i = 0; i < batched.size(); ++i) ASSERT_EQ(batched[i], alone_a[i]) << "element " << i;
+}
 
 TEST(Attention, RejectsBadGrouping) {
   ThreadPool pool(1);
   Tensor q = Tensor::empty(DType::kF32, {1, 5, 8}), k = Tensor::empty(DType::kF32, {4, 2, 8});
   Tensor out = Tensor::empty(DType::kF32, {1, 5, 8}), s = Tensor::empty(DType::kF32, {64});
-  int32_t pos = 0;
-  EXPECT_THROW(ops::attention(q, &pos, k, k, 1, 1.f, out, s, pool), Error);
+  int32_t pos = 0, block = 0;
+  const int32_t* table = &block;
+  EXPECT_THROW(ops::attention(q, &pos, {&table, 4}, k, k, 1.f, out, s, pool), Error);
+}
+
+TEST(Attention, RejectsBlockOutsideCache) {
+  ThreadPool pool(1);
+  Tensor q = Tensor::empty(DType::kF32, {1, 2, 8}), k = Tensor::empty(DType::kF32, {8, 2, 8});
+  Tensor out = Tensor::empty(DType::kF32, {1, 2, 8}), s = Tensor::empty(DType::kF32, {256});
+  int32_t pos = 5, blocks[2] = {0, 2};  // the cache has blocks 0 and 1 only
+  const int32_t* table = blocks;
+  EXPECT_THROW(ops::attention(q, &pos, {&table, 4}, k, k, 1.f, out, s, pool), Error);
 }
 
 TEST(Swiglu, MatchesReference) {

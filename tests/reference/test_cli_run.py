@@ -129,3 +129,20 @@ def test_chat_content_cannot_inject_control_tokens(tessera_bin, model_path, llam
         len(llm.tokenize(hostile.encode(), add_bos=False, special=True))
     assert want != parsed  # the attack text would tokenize differently if parsed as control
     assert f"prompt: {want} tokens" in r.stderr, r.stderr
+
+
+def test_bench_reports_every_result_against_its_floor(tessera_bin, model_path, tmp_path):
+    out = tmp_path / "bench.md"
+    r = run_tessera(tessera_bin, "bench", "-m", model_path, "--prefill", "16", "--batch", "2",
+                    "--batch-gen", "3", "--decode-tokens", "3", "--out", out)
+    report = out.read_text()
+    assert report == r.stdout
+    assert "copy bandwidth" in report and "GFLOP/s" in report
+    rows = [line for line in report.splitlines() if line.startswith("| ") and line.rstrip().endswith("% |")]
+    names = [row.split("|")[1].strip() for row in rows]
+    assert names == ["decode, batch 1 (ms/token)", "prefill 16 (tokens/s)", "decode, batch 2 (tokens/s)"]
+    for row in rows:
+        measured, floor, pct = (c.strip() for c in row.split("|")[2:5])
+        assert float(measured) > 0 and float(floor) > 0 and float(pct.rstrip("%")) > 0
+    bad = run_tessera(tessera_bin, "bench", "--batch", "0", check=False)
+    assert bad.returncode == 2 and "invalid --batch" in bad.stderr

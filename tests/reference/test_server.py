@@ -4,6 +4,7 @@ validation (400s in the OpenAI error shape), limits (413/431/429), API keys, cli
 Prometheus metrics and a clean SIGTERM drain."""
 import http.client
 import json
+import math
 import os
 import re
 import signal
@@ -81,7 +82,9 @@ def server(tessera_bin, model_path):
     with tempfile.NamedTemporaryFile("w", suffix=".keys", delete=False) as f:
         f.write("# test keys\n\nother-key\n" + API_KEY + "\n")
         key_file = f.name
-    s = Server(tessera_bin, model_path, "--api-key-file", key_file, "--max-queue", "1", "--read-timeout", "1")
+    # One running sequence: the queue tests below need a request that waits behind another.
+    s = Server(tessera_bin, model_path, "--api-key-file", key_file, "--max-queue", "1", "--read-timeout", "1",
+               "--max-running", "1")
     yield s
     s.stop()
     os.unlink(key_file)
@@ -270,13 +273,14 @@ def _bad_bodies(model):
         ("/v1/chat/completions", {**chat, "max_tokens": 10**30}, "max_tokens"),
         ("/v1/chat/completions", {**chat, "max_tokens": CTX + 1}, "max_tokens"),
         ("/v1/chat/completions", {**chat, "seed": "x"}, "seed"),
-        ("/v1/chat/completions", {**chat, "n": 2}, "n"),
+        ("/v1/chat/completions", {**chat, "n": 17}, "n"),
         ("/v1/chat/completions", {**chat, "n": 10**6}, "n"),
         ("/v1/chat/completions", {**chat, "stop": ["a", "b", "c", "d", "e"]}, "stop"),
         ("/v1/chat/completions", {**chat, "stop": [""]}, "stop"),
         ("/v1/chat/completions", {**chat, "stop": [1]}, "stop"),
         ("/v1/chat/completions", {**chat, "stop": big}, "stop"),
-        ("/v1/chat/completions", {**chat, "logprobs": True}, "logprobs"),
+        ("/v1/chat/completions", {**chat, "top_logprobs": 2}, "top_logprobs"),
+        ("/v1/chat/completions", {**chat, "logprobs": True, "top_logprobs": 21}, "top_logprobs"),
         ("/v1/chat/completions", {**chat, "stream": "yes"}, "stream"),
         ("/v1/chat/completions", {**chat, "stream_options": {"include_usage": True}}, "stream_options"),
         ("/v1/chat/completions", {**chat, "priority": "high"}, "priority"),
@@ -285,7 +289,7 @@ def _bad_bodies(model):
         ("/v1/completions", {**comp, "prompt": [1, 2, 3]}, "prompt"),
         ("/v1/completions", {**comp, "prompt": ["a", "b"]}, "prompt"),
         ("/v1/completions", {**comp, "prompt": ""}, "prompt"),
-        ("/v1/completions", {**comp, "logprobs": 2}, "logprobs"),
+        ("/v1/completions", {**comp, "logprobs": 6}, "logprobs"),
     ]
 
 
@@ -508,3 +512,75 @@ def test_stream_never_splits_utf8(server):
     assert "\ufffd" not in whole.rstrip("\ufffd")
     assert all("\ufffd" not in p for p in pieces[:-2]), pieces
     assert any(ord(ch) > 0x7F for ch in whole), whole  # the check exercised multi-byte text
+
+
+def test_n_choices_each_equal_a_single_request_with_seed_plus_index(server):
+    base = {"model": server.model_id, "prompt": "A list of animals:", "max_tokens": 12,
+            "temperature": 0.9, "seed": 41}
+    r = post_json(server, "/v1/completions", {**base, "n": 3})
+    assert [c["index"] for c in r["choices"]] == [0, 1, 2]
+    for i, c in enumerate(r["choices"]):
+        alone = post_json(server, "/v1/completions", {**base, "seed": 41 + i})
+        assert c["text"] == alone["choices"][0]["text"]
+        assert c["finish_reason"] == alone["choices"][0]["finish_reason"]
+    assert len({c["text"] for c in r["choices"]}) > 1  # different seeds, different samples
+    assert r["usage"]["completion_tokens"] <= 36 and r["usage"]["prompt_tokens"] > 0
+    # Streaming: every choice ends with its own finish_reason, usage sums the choices.
+    events = stream(server, "/v1/chat/completions",
+                    {"model": server.model_id, "messages": [{"role": "user", "content": "Hi"}],
+                     "max_tokens": 5, "n": 2, "stream": True, "stream_options": {"include_usage": True}})
+    assert events[-1] == "[DONE]"
+    finished = {c["index"] for e in events[:-1] for c in e["choices"] if c["finish_reason"]}
+    assert finished == {0, 1}
+    assert events[-2]["usage"]["completion_tokens"] <= 10
+
+
+def _logsumexp(xs):
+    m = max(xs)
+    return m + math.log(sum(math.exp(x - m) for x in xs))
+
+
+def test_completion_logprobs_match_llama_cpp(server, model_path, llama_cpp):
+    body = {"model": server.model_id, "prompt": "The capital of France is", "max_tokens": 6,
+            "temperature": 0, "logprobs": 3}
+    r = post_json(server, "/v1/completions", body)
+    lp = r["choices"][0]["logprobs"]
+    assert len(lp["tokens"]) == len(lp["token_logprobs"]) == len(lp["top_logprobs"]) == 6
+    assert "".join(lp["tokens"]) == r["choices"][0]["text"]
+    assert lp["text_offset"][0] == 0
+    for tok, v, top in zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"]):
+        assert v <= 0 and len(top) == 3
+        assert abs(max(top.values()) - v) < 1e-5  # greedy picks the most likely token
+    # Independent reference: llama.cpp's log-softmax of the same positions.
+    llm = llama_cpp.Llama(model_path=model_path, n_ctx=256, logits_all=True, verbose=False)
+    ids = llm.tokenize(body["prompt"].encode())
+    gen = []
+    for i in range(3):
+        llm.reset()
+        llm.eval(ids + gen)
+        row = [float(x) for x in llm.scores[len(ids) + len(gen) - 1]]
+        lse = _logsumexp(row)
+        best = max(range(len(row)), key=row.__getitem__)
+        want = row[best] - lse
+        assert abs(lp["token_logprobs"][i] - want) < 0.15, (i, lp["token_logprobs"][i], want)
+        assert llm.detokenize([best]).decode("utf-8", "replace") == lp["tokens"][i]
+        gen.append(best)
+
+
+def test_chat_logprobs_shape(server):
+    r = post_json(server, "/v1/chat/completions",
+                  {"model": server.model_id, "messages": [{"role": "user", "content": "Say hi"}],
+                   "max_tokens": 4, "logprobs": True, "top_logprobs": 2})
+    content = r["choices"][0]["logprobs"]["content"]
+    assert 1 <= len(content) <= 4
+    for e in content:
+        assert e["logprob"] <= 0 and bytes(e["bytes"]).decode("utf-8", "replace") == e["token"]
+        assert len(e["top_logprobs"]) == 2
+        assert e["top_logprobs"][0]["logprob"] >= e["top_logprobs"][1]["logprob"]
+    # Streamed logprobs arrive with the text they belong to.
+    events = stream(server, "/v1/chat/completions",
+                    {"model": server.model_id, "messages": [{"role": "user", "content": "Say hi"}],
+                     "max_tokens": 4, "logprobs": True, "stream": True})
+    streamed = [e for ev in events[:-1] for c in ev["choices"] if c.get("logprobs")
+                for e in c["logprobs"]["content"]]
+    assert [e["token"] for e in streamed] == [e["token"] for e in content]

@@ -118,8 +118,14 @@ TEST(ServerMetrics, PrometheusText) {
             std::string::npos);
   EXPECT_NE(text.find("tessera_time_to_first_token_seconds_bucket{le=\"0.05\"} 1\n"),
             std::string::npos);
-  EXPECT_NE(text.find("tessera_time_to_first_token_seconds_bucket{le=\"30\"} 1\n"),
+  EXPECT_NE(text.find("tessera_time_to_first_token_seconds_bucket{le=\"60\"} 1\n"),
             std::string::npos);
+  m.observe_tpot(0.02);
+  m.kv_blocks_used = 7;
+  const std::string more = m.render();
+  EXPECT_NE(more.find("tessera_time_per_output_token_seconds_bucket{le=\"0.025\"} 1\n"),
+            std::string::npos);
+  EXPECT_NE(more.find("tessera_kv_blocks_used 7\n"), std::string::npos);
   EXPECT_NE(text.find("tessera_time_to_first_token_seconds_bucket{le=\"+Inf\"} 2\n"),
             std::string::npos);
   EXPECT_NE(text.find("tessera_time_to_first_token_seconds_count 2\n"), std::string::npos);

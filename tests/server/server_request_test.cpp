@@ -124,7 +124,7 @@ TEST(ServerRequest, RejectsWithParam) {
       {{{"max_tokens", 129}}, "max_tokens"},
       {{{"max_tokens", 18446744073709551615ull}}, "max_tokens"},
       {{{"max_completion_tokens", -4}}, "max_completion_tokens"},
-      {{{"n", 2}}, "n"},
+      {{{"n", 17}}, "n"},  // over ParseOptions::max_n
       {{{"n", 0}}, "n"},
       {{{"stop", {"a", "b", "c", "d", "e"}}}, "stop"},
       {{{"stop", {""}}}, "stop"},
@@ -133,8 +133,9 @@ TEST(ServerRequest, RejectsWithParam) {
       {{{"seed", 1.5}}, "seed"},
       {{{"stream", 1}}, "stream"},
       {{{"stream_options", {{"include_usage", true}}}}, "stream_options"},
-      {{{"logprobs", true}}, "logprobs"},
-      {{{"top_logprobs", 2}}, "top_logprobs"},
+      {{{"logprobs", 1}}, "logprobs"},
+      {{{"top_logprobs", 2}}, "top_logprobs"},  // needs logprobs: true
+      {{{"logprobs", true}, {"top_logprobs", 21}}, "top_logprobs"},
       {{{"priority", "x"}}, "priority"},
       {{{"no_repeat_ngram_size", 100}}, "no_repeat_ngram_size"},
       {{{"model", "other"}}, "model"},
@@ -162,7 +163,8 @@ TEST(ServerRequest, CompletionRejects) {
       {{"model", "m"}, {"prompt", ""}},
       {{"model", "m"}, {"prompt", {1, 2}}},
       {{"model", "m"}, {"prompt", {"a", "b"}}},
-      {{"model", "m"}, {"prompt", "x"}, {"logprobs", 1}},
+      {{"model", "m"}, {"prompt", "x"}, {"logprobs", 6}},
+      {{"model", "m"}, {"prompt", "x"}, {"logprobs", true}},
       {{"model", "m"}, {"prompt", "x"}, {"echo", true}},
       {{"model", "m"}, {"prompt", "x"}, {"best_of", 3}},
   };

@@ -2,6 +2,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -19,7 +20,8 @@ namespace {
 const char* kUsage =
     "usage: tessera serve [-m MODEL.gguf|HF_DIR] [--host H] [--port P] [--api-key-file F]\n"
     "                     [--model-name NAME] [--ctx N] [--threads N] [--max-queue N]\n"
-    "                     [--allow-priority]\n"
+    "                     [--allow-priority] [--kv-cache-tokens N] [--max-running N]\n"
+    "                     [--max-step-tokens N] [--no-prefix-cache]\n"
     "                     [--max-connections N] [--drain-timeout SECONDS] [--read-timeout SECONDS]\n"
     "Serves POST /v1/chat/completions, POST /v1/completions, GET /v1/models, /health, /ready,\n"
     "/metrics. --port 0 picks a free port; the chosen address is printed to stderr.\n";
@@ -89,6 +91,13 @@ int cmd_serve(int argc, char** argv) {
   num("ctx", 16, 1 << 20, [&](long n) { eo.context_length = static_cast<int32_t>(n); });
   num("threads", 1, 1024, [&](long n) { eo.threads = static_cast<int32_t>(n); });
   num("max-queue", 1, 1 << 16, [&](long n) { lo.max_queue = static_cast<size_t>(n); });
+  // Continuous batching: the KV cache all sequences share (default: 4 full contexts' worth,
+  // at least 16k tokens), the batch size and the per-step token budget (chunked prefill).
+  eo.kv_cache_tokens = -1;
+  num("kv-cache-tokens", 16, 1L << 30, [&](long n) { eo.kv_cache_tokens = n; });
+  num("max-running", 1, 4096, [&](long n) { eo.max_running = static_cast<int32_t>(n); });
+  num("max-step-tokens", 1, 1 << 16, [&](long n) { eo.max_step_tokens = static_cast<int32_t>(n); });
+  eo.prefix_caching = !args.flag("no-prefix-cache");
   num("max-connections", 1, 1 << 16, [&](long n) { so.max_connections = static_cast<size_t>(n); });
   num("drain-timeout", 0, 3600, [&](long n) { so.drain_timeout = std::chrono::seconds(n); });
   num("read-timeout", 1, 3600, [&](long n) { so.read_timeout = std::chrono::seconds(n); });
@@ -111,6 +120,10 @@ int cmd_serve(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
 
+  if (eo.kv_cache_tokens < 0) {
+    const int64_t ctx = eo.context_length > 0 ? eo.context_length : 4096;
+    eo.kv_cache_tokens = std::max<int64_t>(16384, 4 * ctx);
+  }
   auto engine = Engine::load(model, eo);
   if (!engine) {
     std::fprintf(stderr, "tessera serve: cannot load %s: %s\n", model.c_str(),
@@ -120,7 +133,8 @@ int cmd_serve(int argc, char** argv) {
   server::Metrics metrics;
   so.parse.model_id = model_name.empty() ? model_id_from_path(model) : model_name;
   so.parse.context_length = static_cast<int32_t>((*engine)->summary().context_length);
-  server::EngineLoop loop(std::move(*engine), lo, &metrics);
+  const EngineStats kv = (*engine)->stats();
+  server::EngineLoop loop(std::move(*engine), lo, &metrics, eo.max_running);
   server::HttpServer http(so, &loop, &metrics);
   if (auto st = http.listen(); !st.ok()) {
     std::fprintf(stderr, "tessera serve: %s\n", st.message().c_str());
@@ -133,8 +147,12 @@ int cmd_serve(int argc, char** argv) {
     std::fprintf(stderr, "tessera serve: signal %d, draining\n", sig);
     http.request_stop();
   }).detach();
-  std::fprintf(stderr, "tessera serve: model %s (context %d) listening on http://%s:%u\n",
-               so.parse.model_id.c_str(), so.parse.context_length, so.host.c_str(),
+  std::fprintf(stderr,
+               "tessera serve: model %s (context %d, KV cache %lld tokens in %lld blocks, batch "
+               "%d) listening on http://%s:%u\n",
+               so.parse.model_id.c_str(), so.parse.context_length,
+               static_cast<long long>(kv.kv_blocks_total * kv.kv_block_size),
+               static_cast<long long>(kv.kv_blocks_total), eo.max_running, so.host.c_str(),
                static_cast<unsigned>(http.port()));
   http.run();
   std::fprintf(stderr, "tessera serve: stopped\n");

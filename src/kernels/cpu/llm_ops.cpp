@@ -63,6 +63,7 @@ void rope(float* x, const int32_t* positions, int64_t rows, int64_t n_heads, int
 
 size_t attention_workspace_floats(int64_t n_kv, int64_t n_heads, int64_t n_kv_heads,
                                   int64_t head_dim, int n_threads) {
+  n_kv = std::max<int64_t>(n_kv, 1);
   const int64_t group = n_heads / n_kv_heads;
   // per thread: group score rows, group rounded queries, two converted K/V rows
   const int64_t per_thread = group * n_kv + group * head_dim + 2 * head_dim;
@@ -78,20 +79,28 @@ inline const float* kv_row(const uint16_t* p, int64_t n, float* tmp) {
 }  // namespace
 
 template <class KV>
-void attention(const float* q, const int32_t* q_pos, int64_t rows, int64_t n_heads,
-               const KV* k, const KV* v, int64_t kv_row_stride, int64_t n_kv,
-               int64_t n_kv_heads, int64_t head_dim, float scale, float* out, float* workspace,
-               ThreadPool& pool) {
+void attention(const float* q, const int32_t* q_pos, const KvPages& pages, int64_t rows,
+               int64_t n_heads, const KV* k, const KV* v, int64_t n_kv_heads, int64_t head_dim,
+               float scale, float* out, float* workspace, ThreadPool& pool) {
   const int64_t group = n_heads / n_kv_heads;
-  const int64_t per_thread = group * n_kv + group * head_dim + 2 * head_dim;
+  const int64_t row_stride = n_kv_heads * head_dim;
+  int64_t max_len = 1;
+  for (int64_t r = 0; r < rows; ++r) max_len = std::max<int64_t>(max_len, q_pos[r] + 1);
+  const int64_t per_thread = group * max_len + group * head_dim + 2 * head_dim;
+  const int64_t bs = pages.block_size;
   pool.parallel_for(rows * n_kv_heads, [&](int64_t begin, int64_t end, int thread) {
-    float* scores = workspace + thread * per_thread;  // group x n_kv
-    float* qg = scores + group * n_kv;                 // group x head_dim
+    float* scores = workspace + thread * per_thread;  // group x max_len
+    float* qg = scores + group * max_len;              // group x head_dim
     float* k_tmp = qg + group * head_dim;
     float* v_tmp = k_tmp + head_dim;
     for (int64_t job = begin; job < end; ++job) {
       const int64_t r = job / n_kv_heads, kh = job % n_kv_heads;
-      const int64_t len = std::min<int64_t>(q_pos[r], n_kv - 1) + 1;
+      const int64_t len = int64_t{q_pos[r]} + 1;
+      const int32_t* table = pages.tables[r];
+      // Cache row of position t: its block's first row + the offset inside the block.
+      auto kv_offset = [&](int64_t t) {
+        return (int64_t{table[t / bs]} * bs + t % bs) * row_stride + kh * head_dim;
+      };
       for (int64_t g = 0; g < group; ++g) {
         const float* src = q + (r * n_heads + kh * group + g) * head_dim;
         for (int64_t i = 0; i < head_dim; ++i)
@@ -99,16 +108,16 @@ void attention(const float* q, const int32_t* q_pos, int64_t rows, int64_t n_hea
               std::is_same_v<KV, uint16_t> ? f16_to_f32(f32_to_f16(src[i])) : src[i];
       }
       for (int64_t t = 0; t < len; ++t) {
-        const float* kt = kv_row(k + t * kv_row_stride + kh * head_dim, head_dim, k_tmp);
+        const float* kt = kv_row(k + kv_offset(t), head_dim, k_tmp);
         for (int64_t g = 0; g < group; ++g) {
           const float* qh = qg + g * head_dim;
           float dot = 0;
           for (int64_t i = 0; i < head_dim; ++i) dot += qh[i] * kt[i];
-          scores[g * n_kv + t] = dot * scale;
+          scores[g * max_len + t] = dot * scale;
         }
       }
       for (int64_t g = 0; g < group; ++g) {
-        float* s = scores + g * n_kv;
+        float* s = scores + g * max_len;
         float mx = -INFINITY;
         for (int64_t t = 0; t < len; ++t) mx = std::max(mx, s[t]);
         float sum = 0;
@@ -123,9 +132,9 @@ void attention(const float* q, const int32_t* q_pos, int64_t rows, int64_t n_hea
         std::fill(o, o + head_dim, 0.f);
       }
       for (int64_t t = 0; t < len; ++t) {
-        const float* vt = kv_row(v + t * kv_row_stride + kh * head_dim, head_dim, v_tmp);
+        const float* vt = kv_row(v + kv_offset(t), head_dim, v_tmp);
         for (int64_t g = 0; g < group; ++g) {
-          const float wt = scores[g * n_kv + t];
+          const float wt = scores[g * max_len + t];
           float* o = out + (r * n_heads + kh * group + g) * head_dim;
           for (int64_t i = 0; i < head_dim; ++i) o[i] += wt * vt[i];
         }
@@ -134,12 +143,12 @@ void attention(const float* q, const int32_t* q_pos, int64_t rows, int64_t n_hea
   });
 }
 
-template void attention<float>(const float*, const int32_t*, int64_t, int64_t, const float*,
-                               const float*, int64_t, int64_t, int64_t, int64_t, float, float*,
+template void attention<float>(const float*, const int32_t*, const KvPages&, int64_t, int64_t,
+                               const float*, const float*, int64_t, int64_t, float, float*,
                                float*, ThreadPool&);
-template void attention<uint16_t>(const float*, const int32_t*, int64_t, int64_t,
-                                  const uint16_t*, const uint16_t*, int64_t, int64_t, int64_t,
-                                  int64_t, float, float*, float*, ThreadPool&);
+template void attention<uint16_t>(const float*, const int32_t*, const KvPages&, int64_t, int64_t,
+                                  const uint16_t*, const uint16_t*, int64_t, int64_t, float,
+                                  float*, float*, ThreadPool&);
 
 void swiglu(const float* gate, const float* up, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.f + std::exp(-gate[i])) * up[i];

@@ -22,19 +22,30 @@ void add_rms_norm(float* residual, const float* x, const float* w, float eps, in
 void rope(float* x, const int32_t* positions, int64_t rows, int64_t n_heads, int64_t head_dim,
           const RopeParams& p);
 
-// Floats of scratch attention needs per call.
+// Where each query row's keys and values live in a paged KV cache: the cache holds rows of
+// [n_kv_heads, head_dim] grouped in blocks of block_size rows; row r of the queries belongs to a
+// sequence whose position t is cache row tables[r][t / block_size] * block_size + t % block_size.
+struct KvPages {
+  const int32_t* const* tables;  // per query row: its sequence's block table
+  int64_t block_size;
+};
+
+// Floats of scratch attention needs per call; n_kv = the longest key range (max q_pos + 1).
 size_t attention_workspace_floats(int64_t n_kv, int64_t n_heads, int64_t n_kv_heads,
                                   int64_t head_dim, int n_threads);
+// Causal attention of each query row (at position q_pos[r]) over positions [0, q_pos[r]] of its
+// sequence. Rows of different sequences may share a call (continuous batching); each row's
+// result depends only on its own query and keys, computed in a fixed order, so a sequence gets
+// the same bits alone or in any batch.
 // K/V elements are f32, or f16 (KV = uint16_t). With f16 K/V both products take 16-bit inputs
 // as ggml's f16 attention (llama.cpp's default) and flash-attention GPU kernels do: q is rounded
 // to f16 for QK, and the normalized probabilities to f16 for PV; accumulation stays f32.
-// k, v rows (one per position) are strided by kv_row_stride elements. Each job handles one
-// (query row, kv head) pair so K/V rows are loaded once for the whole query-head group.
+// Each job handles one (query row, kv head) pair so K/V rows are loaded once for the whole
+// query-head group.
 template <class KV>
-void attention(const float* q, const int32_t* q_pos, int64_t rows, int64_t n_heads,
-               const KV* k, const KV* v, int64_t kv_row_stride, int64_t n_kv,
-               int64_t n_kv_heads, int64_t head_dim, float scale, float* out, float* workspace,
-               ThreadPool& pool);
+void attention(const float* q, const int32_t* q_pos, const KvPages& pages, int64_t rows,
+               int64_t n_heads, const KV* k, const KV* v, int64_t n_kv_heads, int64_t head_dim,
+               float scale, float* out, float* workspace, ThreadPool& pool);
 void swiglu(const float* gate, const float* up, int64_t n, float* out);
 
 }  // namespace tessera::cpu

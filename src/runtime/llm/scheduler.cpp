@@ -1,0 +1,201 @@
+#include "runtime/llm/scheduler.h"
+
+#include <algorithm>
+#include <string>
+
+#include "core/error.h"
+
+namespace tessera::runtime {
+
+namespace {
+// Better first: lower priority value, then older.
+bool runs_before(const Sequence* a, const Sequence* b) {
+  if (a->priority != b->priority) return a->priority < b->priority;
+  return a->arrival < b->arrival;
+}
+int64_t blocks_for(int64_t tokens, int64_t block_size) {
+  return (tokens + block_size - 1) / block_size;
+}
+}  // namespace
+
+Sequence* Scheduler::add(std::unique_ptr<Sequence> seq) {
+  TESSERA_CHECK_ARG(seq && !seq->tokens.empty(), "scheduler: empty sequence");
+  TESSERA_CHECK_ARG(blocks_for(static_cast<int64_t>(seq->tokens.size()), blocks_.block_size()) <=
+                        blocks_.total(),
+                    "scheduler: a sequence of " + std::to_string(seq->tokens.size()) +
+                        " tokens can never fit the KV cache");
+  seq->arrival = next_arrival_++;
+  seq->running = false;
+  seq->n_cached = 0;
+  seq->n_published = 0;
+  seq->blocks.clear();
+  seqs_.push_back(std::move(seq));
+  return seqs_.back().get();
+}
+
+Sequence* Scheduler::get(uint64_t id) {
+  for (auto& s : seqs_)
+    if (s->id == id) return s.get();
+  return nullptr;
+}
+
+void Scheduler::finish(uint64_t id) {
+  auto it = std::find_if(seqs_.begin(), seqs_.end(), [&](const auto& s) { return s->id == id; });
+  if (it == seqs_.end()) return;
+  blocks_.release_all((*it)->blocks);
+  seqs_.erase(it);
+}
+
+std::vector<Sequence*> Scheduler::ordered(bool running) {
+  std::vector<Sequence*> out;
+  for (auto& s : seqs_)
+    if (s->running == running) out.push_back(s.get());
+  std::sort(out.begin(), out.end(), runs_before);
+  return out;
+}
+
+void Scheduler::preempt(Sequence& s) {
+  blocks_.release_all(s.blocks);
+  s.blocks.clear();
+  s.n_cached = 0;
+  s.n_published = 0;
+  s.running = false;
+  ++s.preemptions;
+  ++preemptions_;
+}
+
+// The running sequence that should give way: the worst priority, the youngest among equals.
+// With `inclusive` its priority may equal `priority` (or be better: the caller itself is then
+// the worst and gives way); otherwise it must be strictly worse.
+Sequence* Scheduler::pick_victim(int32_t priority, bool inclusive) {
+  Sequence* victim = nullptr;
+  for (auto& s : seqs_) {
+    if (!s->running) continue;
+    if (!victim || runs_before(victim, s.get())) victim = s.get();
+  }
+  if (!victim) return nullptr;
+  if (!inclusive && victim->priority <= priority) return nullptr;
+  return victim;
+}
+
+std::vector<Scheduler::Chunk> Scheduler::schedule() {
+  std::vector<Chunk> plan;
+  int64_t budget = opt_.max_step_tokens;
+  const int64_t bs = blocks_.block_size();
+  std::vector<Sequence*> preempted_now;
+
+  auto drop_from_plan = [&](Sequence* s) {
+    auto it = std::find_if(plan.begin(), plan.end(), [&](const Chunk& c) { return c.seq == s; });
+    if (it != plan.end()) {
+      budget += it->n_tokens;
+      plan.erase(it);
+    }
+  };
+  auto give_way = [&](Sequence* victim) {
+    drop_from_plan(victim);
+    preempt(*victim);
+    preempted_now.push_back(victim);
+  };
+  auto in_plan = [&](const Sequence* s) {
+    return std::any_of(plan.begin(), plan.end(), [&](const Chunk& c) { return c.seq == s; });
+  };
+  // Blocks for s's next n tokens; a running s that cannot get them preempts the worst running
+  // sequence (possibly itself). False when s itself gave way.
+  auto grow_running = [&](Sequence* s, int64_t n) {
+    const int64_t want = blocks_for(s->n_cached + n, bs);
+    while (static_cast<int64_t>(s->blocks.size()) < want) {
+      const int32_t b = blocks_.allocate();
+      if (b >= 0) {
+        s->blocks.push_back(b);
+        continue;
+      }
+      Sequence* victim = pick_victim(s->priority, /*inclusive=*/true);
+      give_way(victim);
+      if (victim == s) return false;
+    }
+    return true;
+  };
+
+  // 1. Decodes of running sequences: one token each.
+  for (Sequence* s : ordered(true)) {
+    if (!s->running || budget <= 0) continue;
+    if (static_cast<int64_t>(s->tokens.size()) - s->n_cached != 1) continue;
+    if (!grow_running(s, 1)) continue;
+    plan.push_back({s, s->n_cached, 1, true});
+    --budget;
+  }
+
+  // 2. Prefill chunks of running sequences and admissions, in priority order.
+  std::vector<Sequence*> rest;
+  for (auto& s : seqs_)
+    if (!s->running || static_cast<int64_t>(s->tokens.size()) - s->n_cached > 1)
+      rest.push_back(s.get());
+  std::sort(rest.begin(), rest.end(), runs_before);
+  for (Sequence* s : rest) {
+    if (budget <= 0) break;
+    if (std::find(preempted_now.begin(), preempted_now.end(), s) != preempted_now.end()) continue;
+    if (s->running) {
+      if (in_plan(s)) continue;
+      const int64_t n = std::min<int64_t>(static_cast<int64_t>(s->tokens.size()) - s->n_cached,
+                                          budget);
+      if (!grow_running(s, n)) continue;
+      plan.push_back({s, s->n_cached, n, s->n_cached + n == static_cast<int64_t>(s->tokens.size())});
+      budget -= n;
+      continue;
+    }
+    // Admission of a waiting sequence, with its longest cached prefix (the last token is always
+    // computed: its logits are needed).
+    const int64_t len = static_cast<int64_t>(s->tokens.size());
+    std::vector<int32_t> shared = blocks_.match_prefix(s->tokens, (len - 1) / bs);
+    const int64_t cached = static_cast<int64_t>(shared.size()) * bs;
+    const int64_t n = std::min(len - cached, budget);
+    const int64_t fresh = blocks_for(cached + n, bs) - static_cast<int64_t>(shared.size());
+    int64_t running_count = 0;
+    for (auto& r : seqs_) running_count += r->running ? 1 : 0;
+    // Make room by preempting strictly lower-priority work; never overtake equals.
+    while (blocks_.available() < fresh || running_count >= opt_.max_running) {
+      Sequence* victim = pick_victim(s->priority, /*inclusive=*/false);
+      if (!victim) break;
+      give_way(victim);
+      --running_count;
+    }
+    if (blocks_.available() < fresh || running_count >= opt_.max_running) {
+      blocks_.release_all(shared);
+      break;
+    }
+    s->blocks = std::move(shared);
+    s->n_cached = cached;
+    s->n_published = static_cast<int64_t>(s->blocks.size());
+    s->prefix_hit_tokens += cached;
+    prefix_hit_tokens_ += cached;
+    for (int64_t i = 0; i < fresh; ++i) s->blocks.push_back(blocks_.allocate());
+    s->running = true;
+    plan.push_back({s, s->n_cached, n, s->n_cached + n == len});
+    budget -= n;
+  }
+  return plan;
+}
+
+void Scheduler::computed(std::span<const Chunk> plan) {
+  const int64_t bs = blocks_.block_size();
+  for (const Chunk& c : plan) {
+    Sequence& s = *c.seq;
+    s.n_cached = c.start + c.n_tokens;
+    while ((s.n_published + 1) * bs <= s.n_cached) {
+      const int64_t i = s.n_published;
+      blocks_.publish(s.blocks[i], i > 0 ? s.blocks[i - 1] : -1,
+                      std::span<const int32_t>(s.tokens).subspan(i * bs, bs));
+      ++s.n_published;
+    }
+  }
+}
+
+SchedulerStats Scheduler::stats() const {
+  SchedulerStats st;
+  for (auto& s : seqs_) (s->running ? st.running : st.waiting) += 1;
+  st.preemptions = preemptions_;
+  st.prefix_hit_tokens = prefix_hit_tokens_;
+  return st;
+}
+
+}  // namespace tessera::runtime

@@ -1,0 +1,235 @@
+// `tessera bench`: how close the engine runs a model to this machine's hardware limits.
+// Measures the ceilings first (copy bandwidth, FMA rate), then batch-1 decode, prefill and
+// batched decode through the same Engine API the server uses, and prints every result with its
+// floor (DESIGN.md section 5). Writes a Markdown report (default out/tessera_bench.md).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_features.h"
+#include "backend/cpu/thread_pool.h"
+#include "command.h"
+#include "kernels/cpu/ceilings.h"
+#include "tessera/engine.h"
+
+namespace tessera::cli {
+namespace {
+
+const char* kUsage =
+    "usage: tessera bench [-m MODEL.gguf] [--threads N] [--decode-tokens N] [--prefill N,N..]\n"
+    "                     [--batch N,N..] [--batch-gen N] [--json] [--out FILE.md]\n"
+    "Prints batch-1 decode ms/token, prefill tokens/s and batched decode tokens/s, each as a\n"
+    "percentage of its floor (weights + KV bytes at the measured copy bandwidth; FLOPs at the\n"
+    "measured FMA rate). Defaults: --decode-tokens 64 --prefill 512,2048 --batch 16,64,128\n"
+    "--batch-gen 16 --out out/tessera_bench.md\n";
+
+using Clock = std::chrono::steady_clock;
+
+std::vector<int> parse_list(const std::string& s, bool* ok) {
+  std::vector<int> out;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    char* end = nullptr;
+    const long v = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end || v < 1 || v > (1 << 20)) {
+      *ok = false;
+      return {};
+    }
+    out.push_back(static_cast<int>(v));
+  }
+  *ok = !out.empty();
+  return out;
+}
+
+std::vector<int32_t> random_prompt(int n, int64_t vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> pick(100, static_cast<int32_t>(vocab) - 100);
+  std::vector<int32_t> ids(n);
+  for (int32_t& t : ids) t = pick(rng);
+  return ids;
+}
+
+struct Row {
+  std::string what, value, floor, pct;
+  double ratio = 0;  // floor / measured time (fraction of speed of light)
+};
+
+// Runs `prompts` to `max_tokens` each with continuous batching; returns wall seconds.
+double run_batch(Engine& e, const std::vector<std::vector<int32_t>>& prompts, int max_tokens) {
+  GenerationParams p;
+  p.max_tokens = max_tokens;
+  p.ignore_eos = true;
+  int done = 0;
+  const auto t = Clock::now();
+  for (const auto& ids : prompts) {
+    auto id = e.submit(ids, p, {.on_text = {}, .on_done = [&](Expected<GenerationResult>) { ++done; }});
+    if (!id) throw std::runtime_error(id.status().to_string());
+  }
+  while (e.step()) {
+  }
+  if (done != static_cast<int>(prompts.size())) throw std::runtime_error("bench: requests lost");
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+int cmd_bench(int argc, char** argv) {
+  Args args(argc, argv);
+  if (args.flag("help") || args.flag("h")) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  std::string model = default_model_path(), v, bad, out_path = "out/tessera_bench.md";
+  args.value("m", &model);
+  args.value("model", &model);
+  args.value("out", &out_path);
+  const bool json = args.flag("json");
+  int threads = 0, decode_tokens = 64, batch_gen = 16;
+  std::vector<int> prefill = {512, 2048}, batches = {16, 64, 128};
+  auto int_arg = [&](const char* name, int lo, int hi, int* dst) {
+    if (!args.value(name, &v)) return;
+    char* end = nullptr;
+    const long n = std::strtol(v.c_str(), &end, 10);
+    if (v.empty() || *end || n < lo || n > hi) bad = std::string("invalid --") + name + " " + v;
+    else *dst = static_cast<int>(n);
+  };
+  int_arg("threads", 1, 1024, &threads);
+  int_arg("decode-tokens", 2, 1 << 16, &decode_tokens);
+  int_arg("batch-gen", 2, 1 << 16, &batch_gen);
+  for (auto [name, dst] : {std::pair{"prefill", &prefill}, std::pair{"batch", &batches}}) {
+    if (!args.value(name, &v)) continue;
+    bool ok = true;
+    *dst = parse_list(v, &ok);
+    if (!ok) bad = std::string("invalid --") + name + " " + v;
+  }
+  if (auto pos = args.positionals(&bad); bad.empty() && !pos.empty()) bad = "unexpected " + pos[0];
+  if (!bad.empty()) {
+    std::fprintf(stderr, "tessera bench: %s\n%s", bad.c_str(), kUsage);
+    return 2;
+  }
+
+  ThreadPool own(threads > 0 ? threads : default_thread_pool().size());
+  std::fprintf(stderr, "bench: measuring ceilings (%d threads, %s)...\n", own.size(),
+               cpu_features_string().c_str());
+  const double bw = cpu::measure_copy_bandwidth(own) * 1e9;  // bytes/s
+  const double fma = cpu::measure_fma_peak(own) * 1e9;       // FLOP/s
+
+  const int max_prefill = *std::max_element(prefill.begin(), prefill.end());
+  const int max_batch = *std::max_element(batches.begin(), batches.end());
+  EngineOptions eo;
+  eo.threads = own.size();
+  eo.context_length = std::max(max_prefill + 8, 32 + std::max(decode_tokens, batch_gen) + 8);
+  eo.kv_cache_tokens = static_cast<int64_t>(max_batch) * (32 + batch_gen + 16);
+  eo.max_running = max_batch;
+  eo.prefix_caching = false;  // every run computes its prompts
+  auto engine = Engine::load(model, eo);
+  if (!engine) {
+    std::fprintf(stderr, "tessera bench: %s\n", engine.status().to_string().c_str());
+    return 1;
+  }
+  Engine& e = **engine;
+  const ModelSummary& s = e.summary();
+  const double W = static_cast<double>(s.decode_weight_bytes);
+  const double kv_tok = static_cast<double>(s.kv_bytes_per_token);
+  std::vector<Row> rows;
+  char buf[160];
+  auto fmt = [&](const char* f, double x) {
+    std::snprintf(buf, sizeof buf, f, x);
+    return std::string(buf);
+  };
+  auto pct = [&](double r) { return fmt("%.1f%%", 100 * r); };
+  try {
+    // Warm-up (page in weights, size buffers).
+    run_batch(e, {random_prompt(32, s.vocab, 1)}, 4);
+
+    std::fprintf(stderr, "bench: batch-1 decode...\n");
+    {
+      GenerationParams p;
+      p.max_tokens = decode_tokens;
+      p.ignore_eos = true;
+      auto r = e.generate_from_tokens(random_prompt(16, s.vocab, 2), p);
+      if (!r) throw std::runtime_error(r.status().to_string());
+      const double ms = r->generation_seconds / (r->generated_tokens - 1) * 1e3;
+      const double mean_ctx = 16 + decode_tokens / 2.0;
+      const double floor_ms = (W + kv_tok * mean_ctx) / bw * 1e3;
+      rows.push_back({"decode, batch 1 (ms/token)", fmt("%.2f", ms), fmt("%.2f", floor_ms),
+                      pct(floor_ms / ms), floor_ms / ms});
+    }
+    for (int n : prefill) {
+      std::fprintf(stderr, "bench: prefill %d...\n", n);
+      GenerationParams p;
+      p.max_tokens = 1;
+      auto r = e.generate_from_tokens(random_prompt(n, s.vocab, 3 + n), p);
+      if (!r) throw std::runtime_error(r.status().to_string());
+      const double tps = n / r->prompt_seconds;
+      const double flops = static_cast<double>(s.matmul_flops_per_token) * n +
+                           2.0 * n * n * static_cast<double>(s.d_model * s.n_layers);
+      const double floor_s = flops / fma;
+      rows.push_back({"prefill " + std::to_string(n) + " (tokens/s)", fmt("%.0f", tps),
+                      fmt("%.0f", n / floor_s), pct(floor_s / r->prompt_seconds),
+                      floor_s / r->prompt_seconds});
+    }
+    for (int b : batches) {
+      std::fprintf(stderr, "bench: batched decode, %d sequences...\n", b);
+      std::vector<std::vector<int32_t>> first, second;
+      for (int i = 0; i < b; ++i) {
+        first.push_back(random_prompt(32, s.vocab, 1000 + i));
+        second.push_back(random_prompt(32, s.vocab, 5000 + i));
+      }
+      // Decode time = (prefill + G tokens) - (prefill + 1 token), on different prompts.
+      const double t1 = run_batch(e, first, 1);
+      const double tg = run_batch(e, second, batch_gen);
+      const double decode_s = std::max(1e-9, tg - t1);
+      const double tps = b * (batch_gen - 1) / decode_s;
+      const double mean_ctx = 32 + batch_gen / 2.0;
+      const double step_floor_s = (W + b * kv_tok * mean_ctx) / bw;
+      const double floor_tps = b / step_floor_s;
+      rows.push_back({"decode, batch " + std::to_string(b) + " (tokens/s)", fmt("%.0f", tps),
+                      fmt("%.0f", floor_tps), pct(tps / floor_tps), tps / floor_tps});
+    }
+  } catch (const std::exception& ex) {
+    std::fprintf(stderr, "tessera bench: %s\n", ex.what());
+    return 1;
+  }
+
+  std::ostringstream md;
+  md << "# tessera bench\n\nmodel: " << model << " (" << s.architecture << ", " << s.n_layers
+     << " layers, d " << s.d_model << ")\n\n"
+     << "ceilings: copy bandwidth " << fmt("%.1f", bw / 1e9) << " GB/s, f32 FMA "
+     << fmt("%.1f", fma / 1e9) << " GFLOP/s (" << own.size() << " threads, "
+     << cpu_features_string() << ")\n"
+     << "weights read per decode step: " << fmt("%.1f", W / 1e6) << " MB; KV cache "
+     << s.kv_bytes_per_token << " B/token\n\n"
+     << "| benchmark | measured | floor | % of speed of light |\n|---|---|---|---|\n";
+  for (const Row& r : rows)
+    md << "| " << r.what << " | " << r.value << " | " << r.floor << " | " << r.pct << " |\n";
+  md << "\nFloors: decode = (weights + KV bytes read) / copy bandwidth; prefill = matmul and "
+        "attention FLOPs / FMA rate (an f32 ceiling: integer-dot kernels can exceed it).\n";
+  if (json) {
+    std::printf("{\"copy_gbs\": %.2f, \"fma_gflops\": %.2f, \"results\": [", bw / 1e9, fma / 1e9);
+    for (size_t i = 0; i < rows.size(); ++i)
+      std::printf("%s{\"name\": \"%s\", \"measured\": %s, \"floor\": %s, \"fraction\": %.4f}",
+                  i ? ", " : "", rows[i].what.c_str(), rows[i].value.c_str(),
+                  rows[i].floor.c_str(), rows[i].ratio);
+    std::printf("]}\n");
+  } else {
+    std::fputs(md.str().c_str(), stdout);
+  }
+  if (!out_path.empty()) {
+    std::error_code ec;
+    const auto parent = std::filesystem::path(out_path).parent_path();
+    if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+    std::ofstream(out_path) << md.str();
+    std::fprintf(stderr, "bench: report written to %s\n", out_path.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+TESSERA_CLI_COMMAND("bench", "benchmark a model against this machine's speed of light", cmd_bench);
+}  // namespace tessera::cli
