@@ -18,7 +18,10 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/stream.h"
+#include "kernels/cuda/act_quant.h"
 #include "kernels/cuda/decode_attention.h"
+#include "kernels/cuda/fill_random.h"
+#include "kernels/cuda/launch.h"
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/gemv.h"
 #include "kernels/cuda/rope_kv.h"
@@ -124,11 +127,16 @@ double time_graph(const std::function<void(int, cudaStream_t)>& launch, int sets
   return t[t.size() / 2];
 }
 
-void row(const std::string& name, const std::string& shape, double bytes, double flops, double us) {
+// us: launches serialized (PDL off); us_pdl (< 0: not measured): with PDL, as in a decode step.
+void row(const std::string& name, const std::string& shape, double bytes, double flops, double us,
+         double us_pdl = -1) {
   const double gbs = bytes / us * 1e-3;
   const double floor_bw = bytes / (g_copy_gbs * 1e3), floor_fl = flops / (g_ffma_tflops * 1e6);
-  std::printf("| %-22s | %-26s | %9.2f | %8.2f | %7.0f | %5.1f%% | %8.2f | %7.2f |\n", name.c_str(),
-              shape.c_str(), bytes / 1e6, us, gbs, 100.0 * gbs / g_copy_gbs, floor_bw, floor_fl);
+  char pdl[64] = "-";
+  if (us_pdl > 0)
+    std::snprintf(pdl, sizeof pdl, "%.2f (%.1f%%)", us_pdl, 100.0 * floor_bw / us_pdl);
+  std::printf("| %-22s | %-26s | %9.2f | %8.2f | %7.0f | %5.1f%% | %8.2f | %7.2f | %-16s |\n", name.c_str(),
+              shape.c_str(), bytes / 1e6, us, gbs, 100.0 * gbs / g_copy_gbs, floor_bw, floor_fl, pdl);
 }
 
 void measure_ceilings(cudaStream_t s) {
@@ -181,63 +189,111 @@ int main() {
   std::printf("device: %s, %d SMs, L2 %.0f MB\n", prop.name, prop.multiProcessorCount, g_l2 / 1e6);
   std::printf("measured copy bandwidth (D2D 2 GiB, read+write): %.0f GB/s\n", g_copy_gbs);
   std::printf("measured FP32 FFMA rate: %.1f TFLOP/s\n\n", g_ffma_tflops);
-  std::printf("| %-22s | %-26s | %9s | %8s | %7s | %6s | %8s | %7s |\n", "kernel", "shape", "MB moved",
-              "time us", "GB/s", "% copy", "floor us", "FMA us");
-  std::printf("|%s|%s|%s|%s|%s|%s|%s|%s|\n", std::string(24, '-').c_str(), std::string(28, '-').c_str(),
+  std::printf("| %-22s | %-26s | %9s | %8s | %7s | %6s | %8s | %7s | %-16s |\n", "kernel", "shape", "MB moved",
+              "time us", "GB/s", "% copy", "floor us", "FMA us", "PDL us (% floor)");
+  std::printf("|%s|%s|%s|%s|%s|%s|%s|%s|%s|\n", std::string(24, '-').c_str(), std::string(28, '-').c_str(),
               std::string(11, '-').c_str(), std::string(10, '-').c_str(), std::string(9, '-').c_str(),
-              std::string(8, '-').c_str(), std::string(10, '-').c_str(), std::string(9, '-').c_str());
+              std::string(8, '-').c_str(), std::string(10, '-').c_str(), std::string(9, '-').c_str(),
+              std::string(18, '-').c_str());
 
-  // --- GEMVs (bf16 activations) on the Llama-3-8B projection shapes: y[n] = W[n][k] x[k].
-  const std::pair<int64_t, int64_t> shapes[] = {{4096, 4096}, {14336, 4096}, {4096, 14336}};
-  for (auto [n, k] : shapes) {
+  // --- GEMVs on the Llama-3-8B projection shapes: y[n] = W[n][k] x[k]. Quantized weights take
+  // int8-quantized activations (qx + meta, made once per set by quantize_act); bf16 weights bf16 x.
+  // Timed without PDL (each launch waits for the previous one: the kernel alone) and with PDL
+  // (the next launch's weight prefetch overlaps this one's tail, as inside a decode step).
+  const std::pair<int64_t, int64_t> shapes[] = {{4096, 4096}, {6144, 4096}, {14336, 4096}, {4096, 14336}};
+  std::vector<std::string> rows_note;
+  const DType types[] = {DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ4_K, DType::kQ6_K};
+  for (auto [n_, k_] : shapes) {
+    const int64_t n = n_, k = k_;  // plain copies: lambdas below capture them
     const std::string shape = std::to_string(n) + "x" + std::to_string(k);
-    const double act = 2.0 * (k + n), flops = 2.0 * n * k;
-    {
-      const double bytes = n * k + n * k / 16.0 + act;  // int8 + f16 scale per 32
+    const double flops = 2.0 * n * k;
+    for (DType t : types) {
+      const bool quant = t != DType::kBF16;
+      const double wbytes = static_cast<double>(n) * *dtype_row_bytes(t, k);
+      const double act = (quant ? k + k / 32.0 * 8 : 2.0 * k) + 2.0 * n;
+      const double bytes = wbytes + act;
       const int sets = rotation_sets(static_cast<size_t>(bytes));
-      std::vector<int8_t*> qs;
-      std::vector<uint16_t*> sc;
+      std::vector<void*> w;
       std::vector<bf16*> x, y;
+      std::vector<int8_t*> qx;
+      std::vector<cuda::ActQ8Meta*> xm;
       for (int i = 0; i < sets; ++i) {
-        qs.push_back(rand_bytes<int8_t>(n * k, 100 + i));
-        sc.push_back(reinterpret_cast<uint16_t*>(rand_buf<__half>(n * k / 32, 200 + i, 1e-3f, 2e-2f)));
         x.push_back(rand_buf<bf16>(k, 300 + i));
         y.push_back(pool.alloc<bf16>(n));
+        if (quant) {
+          w.push_back(pool.alloc<uint8_t>(cuda::gemv_quant_layout(t, n, k).bytes));
+          cuda::fill_random_quant(t, w.back(), n, k, cuda::dummy_quant_scale(t, k), 100 + i, nullptr);
+          qx.push_back(pool.alloc<int8_t>(k));
+          xm.push_back(pool.alloc<cuda::ActQ8Meta>(k / 32));
+          cuda::quantize_act<bf16>(x.back(), k, qx.back(), xm.back(), nullptr);
+        } else {
+          w.push_back(rand_buf<bf16>(n * k, 700 + i, -0.02f, 0.02f));
+        }
       }
-      const double us = time_graph([&](int i, cudaStream_t s) {
-        cuda::gemv_q8_0<bf16>(qs[i], sc[i], x[i], n, k, y[i], s); }, sets, stream);
-      row("gemv_q8_0", shape, bytes, flops, us);
+      auto launch = [&](int i, cudaStream_t s) {
+        if (quant) cuda::gemv_quant<bf16>(t, w[i], n, k, qx[i], xm[i], y[i], s);
+        else cuda::gemv_bf16<bf16>(static_cast<const uint16_t*>(w[i]), x[i], n, k, y[i], s);
+      };
+      cuda::set_pdl_enabled(false);
+      const double us = time_graph(launch, sets, stream);
+      cuda::set_gemv_rows_per_warp(4);
+      const double us4 = time_graph(launch, sets, stream);
+      cuda::set_gemv_rows_per_warp(2);
+      const double us2 = time_graph(launch, sets, stream);
+      cuda::set_gemv_rows_per_warp(0);
+      cuda::set_pdl_enabled(true);
+      const double us_pdl = time_graph(launch, sets, stream);
+      row("gemv_" + std::string(dtype_name(t)), shape, bytes, flops, us, us_pdl);
+      rows_note.push_back("gemv_" + std::string(dtype_name(t)) + " " + shape + ": rows/warp 4: " +
+                          std::to_string(us4) + " us, 2: " + std::to_string(us2) + " us");
     }
-    {
-      const double bytes = n * k / 2.0 + n * k / 16.0 + act;
-      const int sets = rotation_sets(static_cast<size_t>(bytes));
-      std::vector<uint8_t*> qs;
-      std::vector<uint16_t*> sc;
-      std::vector<bf16*> x, y;
-      for (int i = 0; i < sets; ++i) {
-        qs.push_back(rand_bytes<uint8_t>(n * k / 2, 400 + i));
-        sc.push_back(reinterpret_cast<uint16_t*>(rand_buf<__half>(n * k / 32, 500 + i, 1e-3f, 2e-2f)));
-        x.push_back(rand_buf<bf16>(k, 600 + i));
-        y.push_back(pool.alloc<bf16>(n));
+  }
+  // QKV projection with RoPE + KV write fused in (6144 x 4096; llama3-8b heads).
+  for (const auto& s : rows_note) std::printf("  (PDL off, forced) %s\n", s.c_str());
+  for (DType t : types) {
+    const int64_t n = 6144, k = 4096, H0 = 32, KV0 = 8, HD0 = 128, ctx = 1024;
+    const bool quant = t != DType::kBF16;
+    const double bytes = static_cast<double>(n) * *dtype_row_bytes(t, k) + (quant ? k * 1.25 : 2.0 * k) + 2.0 * n;
+    const int sets = rotation_sets(static_cast<size_t>(bytes));
+    std::vector<void*> w;
+    std::vector<bf16*> x, q;
+    std::vector<int8_t*> qx;
+    std::vector<cuda::ActQ8Meta*> xm;
+    std::vector<__half*> kc, vc;
+    int32_t* pos = pool.alloc<int32_t>(1);
+    fill_i32<<<1, 32>>>(pos, 1, 1000);
+    int64_t* crow = pool.alloc<int64_t>(1);
+    TESSERA_CUDA_CHECK(cudaMemset(crow, 0, sizeof(int64_t)));
+    const auto f = cuda::rope_inv_freq(HD0, 500000.f, 1.f, nullptr);
+    double* freq = pool.alloc<double>(f.size());
+    TESSERA_CUDA_CHECK(cudaMemcpy(freq, f.data(), f.size() * sizeof(double), cudaMemcpyHostToDevice));
+    for (int i = 0; i < sets; ++i) {
+      x.push_back(rand_buf<bf16>(k, 300 + i));
+      q.push_back(pool.alloc<bf16>(H0 * HD0));
+      kc.push_back(pool.alloc<__half>(ctx * KV0 * HD0));
+      vc.push_back(pool.alloc<__half>(ctx * KV0 * HD0));
+      if (quant) {
+        w.push_back(pool.alloc<uint8_t>(cuda::gemv_quant_layout(t, n, k).bytes));
+        cuda::fill_random_quant(t, w.back(), n, k, cuda::dummy_quant_scale(t, k), 100 + i, nullptr);
+        qx.push_back(pool.alloc<int8_t>(k));
+        xm.push_back(pool.alloc<cuda::ActQ8Meta>(k / 32));
+        cuda::quantize_act<bf16>(x.back(), k, qx.back(), xm.back(), nullptr);
+      } else {
+        w.push_back(rand_buf<bf16>(n * k, 700 + i, -0.02f, 0.02f));
       }
-      const double us = time_graph([&](int i, cudaStream_t s) {
-        cuda::gemv_q4_0<bf16>(qs[i], sc[i], x[i], n, k, y[i], s); }, sets, stream);
-      row("gemv_q4_0", shape, bytes, flops, us);
     }
-    {
-      const double bytes = 2.0 * n * k + act;
-      const int sets = rotation_sets(static_cast<size_t>(bytes));
-      std::vector<uint16_t*> w;
-      std::vector<bf16*> x, y;
-      for (int i = 0; i < sets; ++i) {
-        w.push_back(reinterpret_cast<uint16_t*>(rand_buf<bf16>(n * k, 700 + i)));
-        x.push_back(rand_buf<bf16>(k, 800 + i));
-        y.push_back(pool.alloc<bf16>(n));
-      }
-      const double us = time_graph([&](int i, cudaStream_t s) {
-        cuda::gemv_bf16<bf16>(w[i], x[i], n, k, y[i], s); }, sets, stream);
-      row("gemv_bf16", shape, bytes, flops, us);
-    }
+    auto launch = [&](int i, cudaStream_t s) {
+      cuda::QkvRope r;
+      r.q_rows = H0 * HD0; r.kv_rows = KV0 * HD0; r.head_dim = HD0; r.n_rot = HD0;
+      r.inv_freq = freq; r.pos = pos; r.cache_row = crow; r.k_cache = kc[i]; r.v_cache = vc[i];
+      if (quant) cuda::gemv_quant_qkv_rope<bf16>(t, w[i], k, qx[i], xm[i], q[i], r, s);
+      else cuda::gemv_bf16_qkv_rope<bf16>(static_cast<const uint16_t*>(w[i]), k, x[i], q[i], r, s);
+    };
+    cuda::set_pdl_enabled(false);
+    const double us = time_graph(launch, sets, stream);
+    cuda::set_pdl_enabled(true);
+    const double us_pdl = time_graph(launch, sets, stream);
+    row("qkv_rope_" + std::string(dtype_name(t)), "6144x4096 +RoPE+KV", bytes, 2.0 * n * k, us, us_pdl);
   }
 
   // --- Decode attention, batch 1: 32 heads / 8 kv heads / head_dim 128, f16 KV.
@@ -260,11 +316,15 @@ int main() {
       ws.push_back(pool.alloc<uint8_t>(ws_bytes));
       o.push_back(pool.alloc<bf16>(H * HD));
     }
-    const double us = time_graph([&](int i, cudaStream_t s) {
+    auto launch = [&](int i, cudaStream_t s) {
       cuda::decode_attention<bf16>(q[i], kc[i], vc[i], lens, 1, ctx, H, KVH, HD,
-                                   0.08838834764831845f, ws[i], ws_bytes, o[i], s); }, sets, stream);
+                                   0.08838834764831845f, ws[i], ws_bytes, o[i], s); };
+    cuda::set_pdl_enabled(false);
+    const double us = time_graph(launch, sets, stream);
+    cuda::set_pdl_enabled(true);
+    const double us_pdl = time_graph(launch, sets, stream);
     row("decode_attention", "ctx " + std::to_string(ctx) + " splits " +
-        std::to_string(cuda::decode_attention_splits(1, KVH, ctx)), bytes, flops, us);
+        std::to_string(cuda::decode_attention_splits(1, KVH, ctx)), bytes, flops, us, us_pdl);
   }
 
   // --- Small per-token kernels (latency-bound by design; shown for the step budget).
@@ -280,6 +340,32 @@ int main() {
     const double us = time_graph([&](int i, cudaStream_t s) {
       cuda::swiglu<bf16>(g[i], u[i], n, o[i], s); }, sets, stream);
     row("swiglu", "14336", 6.0 * n, 4.0 * n, us);
+    int8_t* qx = pool.alloc<int8_t>(n);
+    auto* xm = pool.alloc<cuda::ActQ8Meta>(n / 32);
+    auto launch = [&](int i, cudaStream_t s) {
+      cuda::swiglu_quant<bf16>(g[i], u[i], n, nullptr, qx, xm, s); };
+    cuda::set_pdl_enabled(false);
+    const double us2 = time_graph(launch, sets, stream);
+    cuda::set_pdl_enabled(true);
+    row("swiglu_quant", "14336", 4.0 * n + 1.25 * n, 4.0 * n, us2, time_graph(launch, sets, stream));
+  }
+  {
+    const int64_t d = 4096;
+    const int sets = 64;
+    std::vector<bf16*> x, dl;
+    float* w = rand_buf<float>(d, 1250, 0.9f, 1.1f);
+    for (int i = 0; i < sets; ++i) {
+      x.push_back(rand_buf<bf16>(d, 1260 + i));
+      dl.push_back(rand_buf<bf16>(d, 1360 + i, -0.01f, 0.01f));
+    }
+    int8_t* qx = pool.alloc<int8_t>(d);
+    auto* xm = pool.alloc<cuda::ActQ8Meta>(d / 32);
+    auto launch = [&](int i, cudaStream_t s) {
+      cuda::rms_norm_quant<bf16>(x[i], dl[i], w, 1e-5f, d, nullptr, qx, xm, s); };
+    cuda::set_pdl_enabled(false);
+    const double us = time_graph(launch, sets, stream);
+    cuda::set_pdl_enabled(true);
+    row("add_rms_norm_quant", "4096", 6.0 * d + 4.0 * d + 1.25 * d, 4.0 * d, us, time_graph(launch, sets, stream));
   }
   {
     const int64_t ctx = 4096;

@@ -1,6 +1,9 @@
 // Batch-1 decode of a Llama-3-8B-shaped model (dummy weights generated on the device) for bf16,
-// Q8_0 and Q4_0 projection weights: one CUDA graph per step, timed over ~100 replays against
-// the bandwidth floor.
+// Q8_0, Q4_0, Q4_K (and, when named on the command line, Q4_1 / Q6_K) projection weights: one
+// CUDA graph per step, timed over ~100 replays against the bandwidth floor.
+// Usage: llama_decode_bench [bf16|q8_0|q4_0|q4_1|q4_k|q6_k ...]   (default: bf16 q8_0 q4_0 q4_k)
+// Besides the tables it prints one "RESULT type=... ms=..." line per type for scripts
+// (bench/cuda/peer_llama_cpp.sh).
 //
 // Floor: a decode step must read every weight byte (7 projection matrices x 32 layers, the
 // output head, norms, one embedding row) and the KV rows 0..p of every layer once. The copy
@@ -14,10 +17,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <vector>
 
 #include "backend/cuda/cuda_check.h"
 #include "kernels/cuda/fill_random.h"
+#include "kernels/cuda/gemv.h"
+#include "kernels/cuda/launch.h"
 #include "models/cuda/llama_decode.h"
 
 using namespace tessera;
@@ -88,13 +94,12 @@ float time_parts(LlamaDecodeRunner& r, unsigned parts, int32_t tok, int32_t pos,
 
 struct Row {
   const char* type;
-  double weight_gb, kv_mb, floor_ms, graph_ms, b2b_ms, eager_ms;
-  double peer_ms, peer_floor_ms;
+  double weight_gb, kv_mb, floor_ms, graph_ms, b2b_ms, eager_ms, nopdl_ms, rows4_ms;
   double gemv_ms, gemv_floor_ms, others_ms;
   int32_t last_token;
 };
 
-Row bench(DecodeWeightType t, double bw_gbs, double peer_ms, double peer_floor) {
+Row bench(DecodeWeightType t, double bw_gbs) {
   const int64_t ctx = 512, replays = 100;
   const auto cfg = LlamaDecodeConfig::llama3_8b(t, 1024);
   DummyLlamaWeights dummy(cfg, 2026, nullptr);
@@ -152,6 +157,12 @@ Row bench(DecodeWeightType t, double bw_gbs, double peer_ms, double peer_floor) 
   for (auto& e : ev) cudaEventDestroy(e);
   const float gemv_ms = time_parts(r, LlamaDecodeRunner::kGemvs, tok0, ctx, static_cast<int>(replays));
   const float others_ms = time_parts(r, LlamaDecodeRunner::kOthers, tok0, ctx, static_cast<int>(replays));
+  set_pdl_enabled(false);  // the same full step captured without programmatic dependent launch
+  const float nopdl_ms = time_parts(r, LlamaDecodeRunner::kAll, tok0, ctx, static_cast<int>(replays));
+  set_pdl_enabled(true);
+  set_gemv_rows_per_warp(4);  // and with 4 rows per warp in every GEMV (no automatic 2)
+  const float rows4_ms = time_parts(r, LlamaDecodeRunner::kAll, tok0, ctx, static_cast<int>(replays));
+  set_gemv_rows_per_warp(0);
 
   double kv = 0;
   for (int64_t p = ctx; p < ctx + replays; ++p) kv += static_cast<double>(r.kv_bytes_read(p));
@@ -165,8 +176,8 @@ Row bench(DecodeWeightType t, double bw_gbs, double peer_ms, double peer_floor) 
   row.graph_ms = median(per);
   row.b2b_ms = total / replays;
   row.eager_ms = eager / eager_steps;
-  row.peer_ms = peer_ms;
-  row.peer_floor_ms = peer_floor;
+  row.nopdl_ms = nopdl_ms;
+  row.rows4_ms = rows4_ms;
   row.last_token = last;
   row.gemv_ms = gemv_ms;
   row.gemv_floor_ms = wbytes / (bw_gbs * 1e9) * 1e3;
@@ -176,36 +187,49 @@ Row bench(DecodeWeightType t, double bw_gbs, double peer_ms, double peer_floor) 
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  std::vector<DecodeWeightType> types;
+  const DecodeWeightType all[] = {DecodeWeightType::kBF16, DecodeWeightType::kQ8_0, DecodeWeightType::kQ4_0,
+                                  DecodeWeightType::kQ4_1, DecodeWeightType::kQ4_K, DecodeWeightType::kQ6_K};
+  for (int a = 1; a < argc; ++a) {
+    bool found = false;
+    for (auto t : all)
+      if (std::strcmp(argv[a], weight_type_name(t)) == 0) types.push_back(t), found = true;
+    if (!found) {
+      std::fprintf(stderr, "unknown weight type '%s' (bf16 q8_0 q4_0 q4_1 q4_k q6_k)\n", argv[a]);
+      return 2;
+    }
+  }
+  if (types.empty())
+    types = {DecodeWeightType::kBF16, DecodeWeightType::kQ8_0, DecodeWeightType::kQ4_0, DecodeWeightType::kQ4_K};
   cudaDeviceProp prop;
   TESSERA_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   const double bw = copy_bandwidth_gbs();
   std::printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
   std::printf("copy bandwidth (2 GiB D2D, read + write bytes / time, median of 10): %.0f GB/s\n", bw);
   std::printf("model: llama3-8b shape (32 x 4096, 32/8 heads x 128, ff 14336, vocab 128256), dummy "
-              "weights, bf16 activations, f16 KV, batch 1, context 512 -> 611 over 100 replays\n");
+              "weights, bf16 activations (int8 GEMV inputs for quantized weights), f16 KV, batch 1, "
+              "context 512 -> 611 over 100 replays\n");
   std::vector<Row> rows;
-  rows.push_back(bench(DecodeWeightType::kBF16, bw, 4.78, 3.6));
-  rows.push_back(bench(DecodeWeightType::kQ8_0, bw, 3.93, 1.9));
-  rows.push_back(bench(DecodeWeightType::kQ4_0, bw, 3.02, 1.1));
+  for (auto t : types) rows.push_back(bench(t, bw));
   std::printf("\n| weights | weight GB/tok | KV MB/tok | floor ms | graph ms/tok (median) | back-to-back ms/tok "
-              "| %% of floor | eager ms/tok | tok/s | issue's llama.cpp figure ms | issue's floor ms |\n");
+              "| %% of floor | tok/s | graph without PDL ms | graph, GEMVs 4 rows/warp ms | eager ms/tok |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const auto& r : rows)
-    std::printf("| %s | %.3f | %.1f | %.3f | %.3f | %.3f | %.1f%% | %.3f | %.0f | %.2f%s | %.1f |\n",
-                r.type, r.weight_gb, r.kv_mb, r.floor_ms, r.graph_ms, r.b2b_ms,
-                100.0 * r.floor_ms / r.graph_ms, r.eager_ms, 1e3 / r.b2b_ms, r.peer_ms,
-                r.type[0] == 'b' ? " (F16)" : "", r.peer_floor_ms);
+    std::printf("| %s | %.3f | %.1f | %.3f | %.3f | %.3f | %.1f%% | %.0f | %.3f | %.3f | %.3f |\n", r.type,
+                r.weight_gb, r.kv_mb, r.floor_ms, r.graph_ms, r.b2b_ms, 100.0 * r.floor_ms / r.graph_ms,
+                1e3 / r.b2b_ms, r.nopdl_ms, r.rows4_ms, r.eager_ms);
   std::printf("\nbreakdown (graphs holding only part of a step, median of 100 replays):\n");
-  std::printf("| weights | GEMVs only ms (129 kernels) | weight floor ms | GEMV %% of floor | everything else ms "
-              "(norms, RoPE+KV, attention, SwiGLU, argmax; 198 nodes) | sum ms | full step ms |\n");
+  std::printf("| weights | GEMVs only ms (129 kernels, QKV with RoPE+KV write) | weight floor ms | GEMV %% of floor "
+              "| everything else ms (norms, attention, SwiGLU, argmax) | sum ms | full step ms |\n");
   std::printf("|---|---|---|---|---|---|---|\n");
   for (const auto& r : rows)
     std::printf("| %s | %.3f | %.3f | %.1f%% | %.3f | %.3f | %.3f |\n", r.type, r.gemv_ms,
                 r.gemv_floor_ms, 100.0 * r.gemv_floor_ms / r.gemv_ms, r.others_ms,
                 r.gemv_ms + r.others_ms, r.graph_ms);
-  std::printf("\n%% of floor = floor / graph median. The llama.cpp columns are the figures quoted in "
-              "the issue for the same GPU kind, not measured in this run (llama.cpp cannot be run "
-              "on the device machine now).\n");
+  std::printf("\n%% of floor = floor / graph median.\n");
+  for (const auto& r : rows)
+    std::printf("RESULT type=%s ms=%.4f floor_ms=%.4f tok_s=%.1f\n", r.type, r.graph_ms, r.floor_ms,
+                1e3 / r.graph_ms);
   return 0;
 }

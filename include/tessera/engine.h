@@ -38,6 +38,10 @@ struct EngineOptions {
   int32_t max_step_tokens = 512;  // tokens per forward step (decodes + prefill chunks)
   int32_t max_running = 64;       // sequences batched together
   bool prefix_caching = true;     // reuse cached KV blocks of equal prompt prefixes
+  std::string device = "cpu";     // cpu | cuda (a build with the CUDA backend, one GPU)
+  // Random weights of a named architecture (llama3-8b, qwen2.5-7b, ...) for benchmarks; the
+  // file still supplies the tokenizer. Needs device cuda.
+  std::string dummy;
 };
 
 struct GenerationParams {
@@ -92,10 +96,10 @@ struct Message {
 struct RequestCallbacks {
   // Text pieces as produced (complete UTF-8, stop strings held back); false cancels.
   std::function<bool(std::string_view)> on_text;
-  // With params.logprobs >= 0: each generated token's entry, before the text it produces.
-  std::function<void(const TokenLogprob&)> on_logprob;
   // Exactly once: the result, or the error that ended this request (others are unaffected).
   std::function<void(Expected<GenerationResult>)> on_done;
+  // With params.logprobs >= 0: each generated token's entry, before the text it produces.
+  std::function<void(const TokenLogprob&)> on_logprob;
 };
 
 struct EngineStats {

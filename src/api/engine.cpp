@@ -12,6 +12,9 @@
 #include "formats/gguf.h"
 #include "formats/hf_checkpoint.h"
 #include "models/registry.h"
+#ifdef TESSERA_HAVE_CUDA
+#include "models/cuda/llama_cuda.h"
+#endif
 #include "runtime/llm/kv_block_manager.h"
 #include "runtime/llm/sampler.h"
 #include "runtime/llm/scheduler.h"
@@ -144,6 +147,7 @@ struct Engine::Impl {
   std::vector<int32_t> step_tokens;
   std::vector<models::SeqChunk> step_chunks;
   std::vector<float> step_logits, raw_logits;
+  std::vector<int32_t> step_ids;
   ModelSummary summary;
   double load_seconds = 0;
 
@@ -222,7 +226,9 @@ bool Engine::Impl::accept_token(uint64_t id, Request& r, runtime::Sequence& seq,
   seq.tokens.push_back(tok);
   r.result.tokens.push_back(tok);
   ++r.result.generated_tokens;
-  if (!emit(r, r.stops.push(r.decoder.push(tok)))) {
+  // Dummy models may have a larger vocabulary than the tokenizer: such ids carry no text.
+  const std::string piece = tok < tokenizer->n_vocab() ? r.decoder.push(tok) : std::string();
+  if (!emit(r, r.stops.push(piece))) {
     finish(id, FinishReason::kCancelled);
     return true;
   }
@@ -261,9 +267,24 @@ bool Engine::Impl::step() {
     n_logits += c.logits ? 1 : 0;
   }
   const int64_t vocab = model->config().vocab;
-  step_logits.resize(static_cast<size_t>(n_logits * vocab));
+  // Plain greedy requests (no penalties, no n-gram blocking, no logprobs) can take the argmax on
+  // the device, so no logits cross to the host.
+  bool device_greedy = n_logits > 0;
+  for (const auto& c : plan) {
+    if (!c.logits) continue;
+    const GenerationParams& p = requests.at(c.seq->id)->params;
+    device_greedy &= p.temperature <= 0 && p.repetition_penalty == 1.f &&
+                     p.presence_penalty == 0 && p.frequency_penalty == 0 &&
+                     p.no_repeat_ngram == 0 && p.logprobs < 0;
+  }
+  step_ids.resize(static_cast<size_t>(n_logits));
   try {
-    model->forward(step_tokens, step_chunks, *cache, step_logits.data(), false, *pool);
+    if (!device_greedy ||
+        !model->forward_argmax(step_tokens, step_chunks, *cache, step_ids.data(), *pool)) {
+      device_greedy = false;
+      step_logits.resize(static_cast<size_t>(n_logits * vocab));
+      model->forward(step_tokens, step_chunks, *cache, step_logits.data(), false, *pool);
+    }
   } catch (...) {
     // Nothing tells which sequence caused it: every request of this step fails, others go on.
     const Status st = current_exception_status();
@@ -277,7 +298,8 @@ bool Engine::Impl::step() {
   for (const auto& c : plan) done_chunks.push_back({c.seq->id, c.logits});
   int64_t row = 0;
   for (const auto& [id, has_logits] : done_chunks) {
-    float* lg = has_logits ? step_logits.data() + row++ * vocab : nullptr;
+    const int64_t my_row = has_logits ? row++ : -1;
+    float* lg = has_logits && !device_greedy ? step_logits.data() + my_row * vocab : nullptr;
     auto it = requests.find(id);
     runtime::Sequence* seq = scheduler->get(id);
     if (it == requests.end() || !seq) continue;
@@ -299,7 +321,9 @@ bool Engine::Impl::step() {
         // Of the raw logits: the sampler edits the row in place (penalties, masking).
         raw_logits.assign(lg, lg + vocab);
       }
-      const int32_t tok = r.sampler.sample({lg, static_cast<size_t>(vocab)}, seq->tokens);
+      const int32_t tok = device_greedy
+                              ? step_ids[my_row]
+                              : r.sampler.sample({lg, static_cast<size_t>(vocab)}, seq->tokens);
       if (r.params.logprobs >= 0) {
         lp = token_logprob(raw_logits, tok, r.params.logprobs);
         r.result.logprobs.push_back(*lp);
@@ -316,6 +340,38 @@ bool Engine::Impl::step() {
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Engine::~Engine() = default;
 
+// Replaces the CPU model by the device's (or the dummy) model that EngineOptions ask for.
+Status place_model(Engine::Impl& im, const EngineOptions& opt) {
+  if (opt.device != "cpu" && opt.device != "cuda")
+    return Status(ErrorCode::kInvalidArgument, "unknown device '" + opt.device + "' (cpu, cuda)");
+  if (!opt.dummy.empty() && opt.device != "cuda")
+    return Status(ErrorCode::kInvalidArgument, "dummy weights need the cuda device");
+  if (opt.device == "cpu") return Status();
+  if (!im.file && opt.dummy.empty())
+    return Status(ErrorCode::kUnsupported,
+                  "the CUDA engine loads GGUF files; Hugging Face checkpoints run on the CPU");
+  if (opt.kv_cache_f32)
+    return Status(ErrorCode::kInvalidArgument, "the CUDA KV cache is f16 (drop --kv-f32)");
+#ifdef TESSERA_HAVE_CUDA
+  try {
+    if (opt.dummy.empty()) {
+      im.model = models::cuda_llama_create(*im.file);
+    } else {
+      // The tokenizer comes from the file; the vocabulary covers both.
+      const int64_t vocab = std::max<int64_t>(models::dummy_config(opt.dummy).vocab,
+                                              im.tokenizer->n_vocab());
+      im.model = models::cuda_llama_create_dummy(opt.dummy, vocab);
+    }
+  } catch (...) {
+    return current_exception_status();
+  }
+  return Status();
+#else
+  return Status(ErrorCode::kUnsupported,
+                "this build has no CUDA backend (configure with -DTESSERA_CUDA=ON)");
+#endif
+}
+
 Expected<std::unique_ptr<Engine>> Engine::load(const std::string& path, const EngineOptions& opt) {
   const auto t0 = Clock::now();
   auto impl = std::make_unique<Impl>();
@@ -329,6 +385,7 @@ Expected<std::unique_ptr<Engine>> Engine::load(const std::string& path, const En
   impl->file = std::move(loaded->gguf);
   impl->model = std::move(loaded->model);
   impl->tokenizer = std::move(loaded->tokenizer);
+  if (Status st = place_model(*impl, opt); !st.ok()) return st;
   auto chat = ChatTemplate::from_template_text(
       loaded->chat_template ? std::optional<std::string_view>(*loaded->chat_template)
                             : std::nullopt,
@@ -364,7 +421,7 @@ Expected<std::unique_ptr<Engine>> Engine::load(const std::string& path, const En
                                                  .max_running = opt.max_running});
     auto& s = impl->summary;
     s.architecture = c.architecture;
-    s.name = loaded->name;
+    s.name = opt.dummy.empty() ? loaded->name : "dummy-" + opt.dummy;
     s.n_layers = c.n_layers;
     s.d_model = c.d_model;
     s.n_heads = c.n_heads;
@@ -443,7 +500,8 @@ Expected<GenerationResult> Engine::generate_from_tokens(
   std::optional<Expected<GenerationResult>> out;
   auto id = submit(std::move(prompt_ids), params,
                    {.on_text = on_text,
-                    .on_done = [&](Expected<GenerationResult> r) { out.emplace(std::move(r)); }});
+                    .on_done = [&](Expected<GenerationResult> r) { out.emplace(std::move(r)); },
+                    .on_logprob = {}});
   if (!id) return id.status();
   while (!out && step()) {
   }

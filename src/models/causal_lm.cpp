@@ -17,6 +17,14 @@ KvCache::KvCache(int64_t n_layers, int64_t n_blocks, int64_t block_size, int64_t
   }
 }
 
+KvCache::KvCache(std::vector<Tensor> k, std::vector<Tensor> v, int64_t block_size)
+    : n_blocks_(0), block_size_(block_size), k_(std::move(k)), v_(std::move(v)) {
+  TESSERA_CHECK_ARG(!k_.empty() && k_.size() == v_.size() && block_size >= 1 &&
+                        k_[0].ndim() == 3 && k_[0].dim(0) % block_size == 0,
+                    "KV cache: bad layer tensors");
+  n_blocks_ = k_[0].dim(0) / block_size;
+}
+
 KvCache CausalLm::make_kv_cache(int64_t n_blocks, int64_t block_size, DType dtype) const {
   const LlmConfig& c = config();
   return KvCache(c.n_layers, n_blocks, block_size, c.n_kv_heads, c.head_dim, dtype);

@@ -41,6 +41,9 @@ class KvCache {
  public:
   KvCache(int64_t n_layers, int64_t n_blocks, int64_t block_size, int64_t n_kv_heads,
           int64_t head_dim, DType dtype = DType::kF16);
+  // From per-layer tensors of [n_blocks * block_size, n_kv_heads, head_dim] made elsewhere
+  // (e.g. device memory of a GPU model).
+  KvCache(std::vector<Tensor> k, std::vector<Tensor> v, int64_t block_size);
   int64_t n_blocks() const { return n_blocks_; }
   int64_t block_size() const { return block_size_; }
   DType dtype() const { return k_.front().dtype(); }
@@ -68,7 +71,9 @@ class CausalLm {
  public:
   virtual ~CausalLm() = default;
   virtual const LlmConfig& config() const = 0;
-  KvCache make_kv_cache(int64_t n_blocks, int64_t block_size, DType dtype = DType::kF16) const;
+  // Host memory by default; a GPU model puts its cache in device memory.
+  virtual KvCache make_kv_cache(int64_t n_blocks, int64_t block_size,
+                                DType dtype = DType::kF16) const;
   // For speed-of-light estimates: weight bytes one decode step reads (every matrix and vector
   // used per token, not the embedding table) and the parameters of the matrix products
   // (2 FLOPs each per token).
@@ -80,6 +85,13 @@ class CausalLm {
   // whatever else shares the call (row-wise kernels with a fixed reduction order).
   virtual void forward(std::span<const int32_t> tokens, std::span<const SeqChunk> chunks,
                        KvCache& cache, float* logits, bool all_logits, ThreadPool& pool) = 0;
+  // Greedy decoding without moving logits: like forward(), but writes the argmax token (the
+  // smallest index among equal maxima) of each logits row to ids. False when the model has no
+  // such path (the caller then uses forward() and samples on the host).
+  virtual bool forward_argmax(std::span<const int32_t> tokens, std::span<const SeqChunk> chunks,
+                              KvCache& cache, int32_t* ids, ThreadPool& pool) {
+    return false;
+  }
 };
 
 }  // namespace tessera::models

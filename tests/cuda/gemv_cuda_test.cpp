@@ -1,15 +1,23 @@
-// CUDA weight-only GEMV (Q8_0, Q4_0 repacked; bf16) against ref::matmul on the GGUF blocks.
+// CUDA weight-only GEMVs against ref::matmul on the original GGUF blocks: the integer-dot
+// quantized GEMVs (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K, repacked) with int8-quantized activations
+// (reference: ref::quantize_act_q8 then ref::dequantize_act_q8), bf16 weights, and the QKV
+// variants with RoPE + KV-cache write fused into the epilogue (reference: ref::matmul, ref::rope,
+// rounding to T / f16).
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <random>
-#include <type_traits>
 #include <string>
 #include <vector>
 
+#include "core/half.h"
 #include "cuda/cuda_test_util.h"
 #include "formats/quant_blocks.h"
+#include "kernels/cuda/act_quant.h"
 #include "kernels/cuda/gemv.h"
+#include "kernels/ref/act_quant.h"
 #include "kernels/ref/dequant.h"
+#include "kernels/ref/llm_ops.h"
 #include "support/test_util.h"
 
 namespace tessera {
@@ -20,94 +28,129 @@ class GemvCuda : public ::testing::Test {};
 using Types = ::testing::Types<__half, __nv_bfloat16>;
 TYPED_TEST_SUITE(GemvCuda, Types);
 
-// Random GGUF blocks (random scales and quants: every bit pattern a file could hold).
-template <class Block>
-std::vector<Block> random_blocks(int64_t n, int64_t k, uint64_t seed) {
-  std::vector<Block> b(n * k / 32);
+const DType kQuantTypes[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ4_K, DType::kQ6_K};
+
+bool is_k(DType t) { return t == DType::kQ4_K || t == DType::kQ6_K; }
+
+// Random GGUF blocks: every quant bit pattern, finite f16 scales of both signs (a file could
+// hold any of these), Q4_K / Q6_K sub-block scales random too.
+std::vector<uint8_t> random_blocks(DType t, int64_t n, int64_t k, uint64_t seed) {
+  const int64_t bytes = n * *dtype_row_bytes(t, k);
+  std::vector<uint8_t> b(static_cast<size_t>(bytes));
   std::mt19937 rng(static_cast<uint32_t>(seed));
-  for (auto& blk : b) {
-    blk.d = f32_to_f16((rng() % 2 ? 1.f : -1.f) * (0.001f + 0.02f * (rng() % 1000) / 1000.f));
-    for (auto& q : blk.qs) q = static_cast<std::remove_reference_t<decltype(q)>>(rng());
+  for (auto& v : b) v = static_cast<uint8_t>(rng());
+  auto f16 = [&](float mag) {
+    return f32_to_f16((rng() % 2 ? 1.f : -1.f) * mag * (0.5f + (rng() % 1000) / 1000.f));
+  };
+  const int64_t bsz = dtype_info(t).block_bytes, nb = bytes / bsz;
+  for (int64_t i = 0; i < nb; ++i) {
+    uint8_t* p = b.data() + i * bsz;
+    uint16_t h[2];
+    switch (t) {
+      case DType::kQ8_0: case DType::kQ4_0: h[0] = f16(0.02f); std::memcpy(p, h, 2); break;
+      case DType::kQ4_1: h[0] = f16(0.02f); h[1] = f16(0.1f); std::memcpy(p, h, 4); break;
+      case DType::kQ4_K: h[0] = f16(0.002f); h[1] = f16(0.002f); std::memcpy(p, h, 4); break;
+      case DType::kQ6_K: h[0] = f16(0.0005f); std::memcpy(p + 208, h, 2); break;
+      default: break;
+    }
   }
   return b;
 }
 
-const std::vector<std::pair<int64_t, int64_t>> kQuantShapes = {
-    {1, 32}, {7, 96}, {17, 4128}, {131, 4096}, {4099, 1056}, {3, 14336}, {40, 4000}};
-
-TEST(GemvRepack, RepackedRowsDequantizeToTheSameValues) {  // host only
-  const int64_t n = 5, k = 160;
-  auto q8 = random_blocks<quant::BlockQ8_0>(n, k, 1);
-  auto q4 = random_blocks<quant::BlockQ4_0>(n, k, 2);
-  std::vector<int8_t> qs8(n * k);
-  std::vector<uint8_t> qs4(n * k / 2);
-  std::vector<uint16_t> sc8(n * k / 32), sc4(n * k / 32);
-  cuda::repack_q8_0(q8.data(), n, k, qs8.data(), sc8.data());
-  cuda::repack_q4_0(q4.data(), n, k, qs4.data(), sc4.data());
-  std::vector<float> r8(k), r4(k);
-  for (int64_t r = 0; r < n; ++r) {
-    ref::dequantize_row(DType::kQ8_0, q8.data() + r * k / 32, r8.data(), k);
-    ref::dequantize_row(DType::kQ4_0, q4.data() + r * k / 32, r4.data(), k);
-    for (int64_t j = 0; j < k; ++j) {
-      const float d8 = f16_to_f32(sc8[r * k / 32 + j / 32]), d4 = f16_to_f32(sc4[r * k / 32 + j / 32]);
-      ASSERT_EQ(d8 * qs8[r * k + j], r8[j]) << "q8 row " << r << " col " << j;
-      const uint8_t byte = qs4[r * k / 2 + (j / 32) * 16 + (j % 32) % 16];
-      const int nib = (j % 32) < 16 ? (byte & 0xF) : (byte >> 4);
-      ASSERT_EQ(d4 * (nib - 8), r4[j]) << "q4 row " << r << " col " << j;
-    }
-  }
+// Activation quantization reference: the GEMV's input as the GPU sees it.
+std::vector<float> quantized(const std::vector<float>& x) {
+  std::vector<int8_t> q(x.size());
+  std::vector<float> d(x.size() / 32), out(x.size());
+  ref::quantize_act_q8(x.data(), static_cast<int64_t>(x.size()), q.data(), d.data());
+  ref::dequantize_act_q8(q.data(), d.data(), static_cast<int64_t>(x.size()), out.data());
+  return out;
 }
 
+struct DevQuant {  // x on the device, quantized there
+  test::DevBuf<int8_t> qx;
+  test::DevBuf<cuda::ActQ8Meta> meta;
+  template <class T>
+  DevQuant(const test::DevBuf<T>& x, int64_t k) : qx(k), meta(k / 32) {
+    cuda::quantize_act<T>(x.get(), k, qx.get(), meta.get(), nullptr);
+    test::check_launch();
+  }
+};
+
 template <class T>
-void check(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
+void check(const std::vector<float>& got, const std::vector<float>& want, double bound,
+           const std::string& what) {
   ASSERT_TRUE(test::all_written(got)) << what;
-  EXPECT_LE(test::nmse(got, want), test::Dt<T>::nmse) << what;
+  EXPECT_LE(test::nmse(got, want), bound) << what;
+}
+
+TEST(GemvRepack, RoundTripIsExactForEveryType) {  // host only
+  for (DType t : kQuantTypes) {
+    const int64_t n = 3, k = is_k(t) ? 512 : 160;
+    const auto b = random_blocks(t, n, k, 1 + static_cast<int>(t));
+    std::vector<uint8_t> packed(cuda::gemv_quant_layout(t, n, k).bytes), back(b.size());
+    cuda::repack_quant(t, b.data(), n, k, packed.data());
+    cuda::unrepack_quant(t, packed.data(), n, k, back.data());
+    EXPECT_EQ(back, b) << dtype_name(t);
+  }
+  EXPECT_THROW(cuda::gemv_quant_layout(DType::kQ4_K, 2, 160), Error);
+  EXPECT_THROW(cuda::gemv_quant_layout(DType::kQ5_0, 2, 160), Error);
+}
+
+TEST(GemvRepack, Q4_0LayoutIsTheDocumentedOne) {  // host only: spot-check one documented layout
+  const int64_t n = 2, k = 64;
+  const auto b = random_blocks(DType::kQ4_0, n, k, 9);
+  std::vector<uint8_t> packed(cuda::gemv_quant_layout(DType::kQ4_0, n, k).bytes);
+  cuda::repack_quant(DType::kQ4_0, b.data(), n, k, packed.data());
+  const auto L = cuda::gemv_quant_layout(DType::kQ4_0, n, k);
+  std::vector<float> row(k);
+  for (int64_t r = 0; r < n; ++r) {
+    ref::dequantize_row(DType::kQ4_0, b.data() + r * 36, row.data(), k);
+    for (int64_t j = 0; j < k; ++j) {
+      uint16_t d;
+      std::memcpy(&d, packed.data() + L.scales + 2 * (r * k / 32 + j / 32), 2);
+      const uint8_t byte = packed[L.qs + r * k / 2 + (j / 32) * 16 + (j % 16)];
+      const int nib = (j % 32) < 16 ? (byte & 0xF) : (byte >> 4);
+      ASSERT_EQ(f16_to_f32(d) * (nib - 8), row[j]) << "row " << r << " col " << j;
+    }
+  }
 }
 
 TYPED_TEST(GemvCuda, QuantMatchesReference) {
   TESSERA_SKIP_WITHOUT_GPU();
   using T = TypeParam;
-  for (auto [n, k] : kQuantShapes) {
-    const std::string what = "n=" + std::to_string(n) + " k=" + std::to_string(k);
-    auto x = test::random_floats(k, 3);
-    auto hx = test::to_device_type<T>(x);
-    test::DevBuf<T> dx(hx), y(n);
-    std::vector<float> want(n);
-    {  // Q8_0
-      auto blocks = random_blocks<quant::BlockQ8_0>(n, k, 10 + n);
-      std::vector<int8_t> qs(n * k);
-      std::vector<uint16_t> sc(n * k / 32);
-      cuda::repack_q8_0(blocks.data(), n, k, qs.data(), sc.data());
-      test::DevBuf<int8_t> dqs(qs);
-      test::DevBuf<uint16_t> dsc(sc);
+  const std::vector<std::pair<int64_t, int64_t>> shapes32 = {
+      {1, 32}, {7, 96}, {17, 4128}, {131, 4096}, {4099, 1056}, {3, 14336}, {40, 4000}};
+  const std::vector<std::pair<int64_t, int64_t>> shapes256 = {
+      {1, 256}, {7, 768}, {17, 4352}, {131, 4096}, {4099, 1024}, {3, 14336}, {40, 3840}};
+  for (DType t : kQuantTypes) {
+    for (auto [n, k] : is_k(t) ? shapes256 : shapes32) {
+      const std::string what = std::string(dtype_name(t)) + " n=" + std::to_string(n) + " k=" + std::to_string(k);
+      auto x = test::random_floats(k, 3 + n);
+      auto hx = test::to_device_type<T>(x);  // x now holds the T-rounded values
+      test::DevBuf<T> dx(hx), y(n);
+      DevQuant q(dx, k);
+      const auto blocks = random_blocks(t, n, k, 10 * n + static_cast<int>(t));
+      std::vector<uint8_t> packed(cuda::gemv_quant_layout(t, n, k).bytes);
+      cuda::repack_quant(t, blocks.data(), n, k, packed.data());
+      test::DevBuf<uint8_t> dw(packed);
       y.poison();
-      cuda::gemv_q8_0<T>(dqs.get(), dsc.get(), dx.get(), n, k, y.get(), nullptr);
+      cuda::gemv_quant<T>(t, dw.get(), n, k, q.qx.get(), q.meta.get(), y.get(), nullptr);
       test::check_launch();
-      ref::matmul(DType::kQ8_0, blocks.data(), n, k, x.data(), 1, want.data());
-      check<T>(test::to_f32(y.download()), want, "q8_0 " + what);
-    }
-    {  // Q4_0
-      auto blocks = random_blocks<quant::BlockQ4_0>(n, k, 20 + n);
-      std::vector<uint8_t> qs(n * k / 2);
-      std::vector<uint16_t> sc(n * k / 32);
-      cuda::repack_q4_0(blocks.data(), n, k, qs.data(), sc.data());
-      test::DevBuf<uint8_t> dqs(qs);
-      test::DevBuf<uint16_t> dsc(sc);
-      y.poison();
-      cuda::gemv_q4_0<T>(dqs.get(), dsc.get(), dx.get(), n, k, y.get(), nullptr);
-      test::check_launch();
-      ref::matmul(DType::kQ4_0, blocks.data(), n, k, x.data(), 1, want.data());
-      check<T>(test::to_f32(y.download()), want, "q4_0 " + what);
+      std::vector<float> want(n);
+      const auto xq = quantized(x);
+      ref::matmul(t, blocks.data(), n, k, xq.data(), 1, want.data());
+      check<T>(test::to_f32(y.download()), want, test::Dt<T>::nmse, what);
     }
   }
-  EXPECT_THROW(cuda::gemv_q8_0<T>(nullptr, nullptr, nullptr, 4, 33, nullptr, nullptr), Error);
+  EXPECT_THROW(cuda::gemv_quant<T>(DType::kQ8_0, nullptr, 4, 33, nullptr, nullptr, nullptr, nullptr), Error);
+  EXPECT_THROW(cuda::gemv_quant<T>(DType::kQ4_K, nullptr, 4, 4000, nullptr, nullptr, nullptr, nullptr), Error);
 }
 
 TYPED_TEST(GemvCuda, Bf16MatchesReference) {
   TESSERA_SKIP_WITHOUT_GPU();
   using T = TypeParam;
   for (auto [n, k] : std::vector<std::pair<int64_t, int64_t>>{
-           {1, 1}, {5, 13}, {33, 4096}, {17, 1001}, {64, 14336}, {4099, 8}, {2, 4103}}) {
+           {1, 1}, {5, 13}, {33, 4096}, {17, 1001}, {64, 14336}, {4099, 8}, {2, 4103}, {3, 60000}}) {
     auto x = test::random_floats(k, 4), wf = test::random_floats(n * k, 5);
     auto hx = test::to_device_type<T>(x);
     std::vector<uint16_t> w(n * k);
@@ -119,8 +162,94 @@ TYPED_TEST(GemvCuda, Bf16MatchesReference) {
     test::check_launch();
     std::vector<float> want(n);
     ref::matmul(DType::kBF16, w.data(), n, k, x.data(), 1, want.data());
-    check<T>(test::to_f32(y.download()), want, "bf16 n=" + std::to_string(n) + " k=" + std::to_string(k));
+    check<T>(test::to_f32(y.download()), want, test::Dt<T>::nmse,
+             "bf16 n=" + std::to_string(n) + " k=" + std::to_string(k));
   }
+}
+
+// QKV with RoPE + cache write in the epilogue, for bf16 and every quant type.
+template <class T>
+void qkv_case(DType t, int64_t n_heads, int64_t n_kv, int64_t hd, int64_t n_rot, int64_t k,
+              int32_t pos, int64_t crow, uint64_t seed) {
+  const std::string what = std::string(dtype_name(t)) + " heads " + std::to_string(n_heads) + "/" +
+                           std::to_string(n_kv) + "x" + std::to_string(hd) + " rot " +
+                           std::to_string(n_rot) + " pos " + std::to_string(pos);
+  const int64_t qr = n_heads * hd, kvr = n_kv * hd, n = qr + 2 * kvr, max_rows = crow + 3;
+  auto x = test::random_floats(k, seed);
+  auto hx = test::to_device_type<T>(x);
+  test::DevBuf<T> dx(hx), q(qr);
+  std::vector<float> all(n);
+  std::vector<uint8_t> host_w;
+  test::DevBuf<int8_t> qx(k);
+  test::DevBuf<cuda::ActQ8Meta> meta(k / 32);
+  if (t == DType::kBF16) {
+    auto wf = test::random_floats(n * k, seed + 1);
+    host_w.resize(n * k * 2);
+    for (int64_t i = 0; i < n * k; ++i) {
+      const uint16_t b = f32_to_bf16(wf[i]);
+      std::memcpy(host_w.data() + 2 * i, &b, 2);
+    }
+    ref::matmul(t, host_w.data(), n, k, x.data(), 1, all.data());
+  } else {
+    const auto blocks = random_blocks(t, n, k, seed + 2);
+    host_w.resize(cuda::gemv_quant_layout(t, n, k).bytes);
+    cuda::repack_quant(t, blocks.data(), n, k, host_w.data());
+    cuda::quantize_act<T>(dx.get(), k, qx.get(), meta.get(), nullptr);
+    const auto xq = quantized(x);
+    ref::matmul(t, blocks.data(), n, k, xq.data(), 1, all.data());
+  }
+  test::DevBuf<uint8_t> dw(host_w);
+  const auto freq = cuda::rope_inv_freq(n_rot, 500000.f, 1.f, nullptr);
+  test::DevBuf<double> dfreq(freq);
+  test::DevBuf<int32_t> dpos(std::vector<int32_t>{pos});
+  test::DevBuf<int64_t> drow(std::vector<int64_t>{crow});
+  test::DevBuf<__half> kc(max_rows * kvr), vc(max_rows * kvr);
+  kc.poison();
+  vc.poison();
+  q.poison();
+  cuda::QkvRope r;
+  r.q_rows = qr; r.kv_rows = kvr; r.head_dim = hd; r.n_rot = n_rot; r.inv_freq = dfreq.get();
+  r.pos = dpos.get(); r.cache_row = drow.get(); r.k_cache = kc.get(); r.v_cache = vc.get();
+  if (t == DType::kBF16)
+    cuda::gemv_bf16_qkv_rope<T>(reinterpret_cast<const uint16_t*>(dw.get()), k, dx.get(), q.get(), r, nullptr);
+  else
+    cuda::gemv_quant_qkv_rope<T>(t, dw.get(), k, qx.get(), meta.get(), q.get(), r, nullptr);
+  test::check_launch();
+  // Reference: rotate the f32 projection, then round (q to T, k and v to f16).
+  std::vector<float> wq(all.begin(), all.begin() + qr), wk(all.begin() + qr, all.begin() + qr + kvr),
+      wv(all.begin() + qr + kvr, all.end());
+  ref::RopeParams rp;
+  rp.layout = ref::RopeLayout::kInterleaved;
+  rp.n_rot = n_rot;
+  rp.theta_base = 500000.f;
+  ref::rope(wq.data(), &pos, 1, n_heads, hd, rp);
+  ref::rope(wk.data(), &pos, 1, n_kv, hd, rp);
+  check<T>(test::to_f32(q.download()), test::round_to<T>(wq), test::Dt<T>::nmse, "q " + what);
+  const auto kh = test::to_f32(kc.download()), vh = test::to_f32(vc.download());
+  std::vector<float> krow(kh.begin() + crow * kvr, kh.begin() + (crow + 1) * kvr),
+      vrow(vh.begin() + crow * kvr, vh.begin() + (crow + 1) * kvr);
+  check<__half>(krow, test::round_to<__half>(wk), 1e-5, "k " + what);
+  check<__half>(vrow, test::round_to<__half>(wv), 1e-5, "v " + what);
+  for (int64_t rr = 0; rr < max_rows; ++rr) {  // no stray writes to other cache rows
+    if (rr == crow) continue;
+    for (int64_t i = 0; i < kvr; ++i) {
+      ASSERT_TRUE(std::isnan(kh[rr * kvr + i])) << "k row " << rr << " written: " << what;
+      ASSERT_TRUE(std::isnan(vh[rr * kvr + i])) << "v row " << rr << " written: " << what;
+    }
+  }
+}
+
+TYPED_TEST(GemvCuda, QkvRopeMatchesReference) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  for (DType t : {DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ4_K, DType::kQ6_K}) {
+    qkv_case<T>(t, 32, 8, 128, 128, 4096, 31999, 5, 11);  // Llama-3-8B shape, large position
+    qkv_case<T>(t, 4, 2, 64, 32, 512, 7, 0, 12);          // partial rotation
+    qkv_case<T>(t, 2, 1, 4, 4, 256, 0, 2, 13);            // tiny heads, position 0
+  }
+  cuda::QkvRope bad;
+  bad.q_rows = 6; bad.kv_rows = 4; bad.head_dim = 2; bad.n_rot = 2;
+  EXPECT_THROW(cuda::gemv_quant_qkv_rope<T>(DType::kQ8_0, nullptr, 32, nullptr, nullptr, nullptr, bad, nullptr), Error);
 }
 
 }  // namespace

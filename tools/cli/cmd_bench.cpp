@@ -16,6 +16,9 @@
 #include "backend/cpu/thread_pool.h"
 #include "command.h"
 #include "kernels/cpu/ceilings.h"
+#ifdef TESSERA_HAVE_CUDA
+#include "backend/cuda/ceilings.h"
+#endif
 #include "tessera/engine.h"
 
 namespace tessera::cli {
@@ -24,6 +27,7 @@ namespace {
 const char* kUsage =
     "usage: tessera bench [-m MODEL.gguf] [--threads N] [--decode-tokens N] [--prefill N,N..]\n"
     "                     [--batch N,N..] [--batch-gen N] [--json] [--out FILE.md]\n"
+    "                     [--device cpu|cuda] [--dummy ARCH]\n"
     "Prints batch-1 decode ms/token, prefill tokens/s and batched decode tokens/s, each as a\n"
     "percentage of its floor (weights + KV bytes at the measured copy bandwidth; FLOPs at the\n"
     "measured FMA rate). Defaults: --decode-tokens 64 --prefill 512,2048 --batch 16,64,128\n"
@@ -69,7 +73,7 @@ double run_batch(Engine& e, const std::vector<std::vector<int32_t>>& prompts, in
   int done = 0;
   const auto t = Clock::now();
   for (const auto& ids : prompts) {
-    auto id = e.submit(ids, p, {.on_text = {}, .on_done = [&](Expected<GenerationResult>) { ++done; }});
+    auto id = e.submit(ids, p, {.on_text = {}, .on_done = [&](Expected<GenerationResult>) { ++done; }, .on_logprob = {}});
     if (!id) throw std::runtime_error(id.status().to_string());
   }
   while (e.step()) {
@@ -89,6 +93,9 @@ int cmd_bench(int argc, char** argv) {
   args.value("model", &model);
   args.value("out", &out_path);
   const bool json = args.flag("json");
+  std::string device = "cpu", dummy;
+  args.value("device", &device);
+  args.value("dummy", &dummy);
   int threads = 0, decode_tokens = 64, batch_gen = 16;
   std::vector<int> prefill = {512, 2048}, batches = {16, 64, 128};
   auto int_arg = [&](const char* name, int lo, int hi, int* dst) {
@@ -114,10 +121,27 @@ int cmd_bench(int argc, char** argv) {
   }
 
   ThreadPool own(threads > 0 ? threads : default_thread_pool().size());
-  std::fprintf(stderr, "bench: measuring ceilings (%d threads, %s)...\n", own.size(),
-               cpu_features_string().c_str());
-  const double bw = cpu::measure_copy_bandwidth(own) * 1e9;  // bytes/s
-  const double fma = cpu::measure_fma_peak(own) * 1e9;       // FLOP/s
+  double bw = 0, fma = 0;  // bytes/s; FLOP/s of the matrix ceiling
+  std::string hw, peak_name;
+  if (device == "cuda") {
+#ifdef TESSERA_HAVE_CUDA
+    std::fprintf(stderr, "bench: measuring GPU ceilings...\n");
+    bw = cuda::measure_copy_bandwidth_gbs() * 1e9;
+    fma = cuda::measure_bf16_gemm_tflops() * 1e12;
+    hw = "CUDA device 0";
+    peak_name = "bf16 GEMM (cuBLASLt 8192^3)";
+#else
+    std::fprintf(stderr, "tessera bench: this build has no CUDA backend\n");
+    return 1;
+#endif
+  } else {
+    std::fprintf(stderr, "bench: measuring ceilings (%d threads, %s)...\n", own.size(),
+                 cpu_features_string().c_str());
+    bw = cpu::measure_copy_bandwidth(own) * 1e9;
+    fma = cpu::measure_fma_peak(own) * 1e9;
+    hw = std::to_string(own.size()) + " threads, " + cpu_features_string();
+    peak_name = "f32 FMA";
+  }
 
   const int max_prefill = *std::max_element(prefill.begin(), prefill.end());
   const int max_batch = *std::max_element(batches.begin(), batches.end());
@@ -127,6 +151,8 @@ int cmd_bench(int argc, char** argv) {
   eo.kv_cache_tokens = static_cast<int64_t>(max_batch) * (32 + batch_gen + 16);
   eo.max_running = max_batch;
   eo.prefix_caching = false;  // every run computes its prompts
+  eo.device = device;
+  eo.dummy = dummy;
   auto engine = Engine::load(model, eo);
   if (!engine) {
     std::fprintf(stderr, "tessera bench: %s\n", engine.status().to_string().c_str());
@@ -198,18 +224,19 @@ int cmd_bench(int argc, char** argv) {
   }
 
   std::ostringstream md;
-  md << "# tessera bench\n\nmodel: " << model << " (" << s.architecture << ", " << s.n_layers
+  md << "# tessera bench\n\nmodel: " << model << (dummy.empty() ? "" : " (dummy " + dummy + " weights)")
+     << " on " << device << " (" << s.architecture << ", " << s.n_layers
      << " layers, d " << s.d_model << ")\n\n"
-     << "ceilings: copy bandwidth " << fmt("%.1f", bw / 1e9) << " GB/s, f32 FMA "
-     << fmt("%.1f", fma / 1e9) << " GFLOP/s (" << own.size() << " threads, "
-     << cpu_features_string() << ")\n"
+     << "ceilings: copy bandwidth " << fmt("%.1f", bw / 1e9) << " GB/s, " << peak_name << " "
+     << fmt("%.1f", fma / 1e9) << " GFLOP/s (" << hw << ")\n"
      << "weights read per decode step: " << fmt("%.1f", W / 1e6) << " MB; KV cache "
      << s.kv_bytes_per_token << " B/token\n\n"
      << "| benchmark | measured | floor | % of speed of light |\n|---|---|---|---|\n";
   for (const Row& r : rows)
     md << "| " << r.what << " | " << r.value << " | " << r.floor << " | " << r.pct << " |\n";
   md << "\nFloors: decode = (weights + KV bytes read) / copy bandwidth; prefill = matmul and "
-        "attention FLOPs / FMA rate (an f32 ceiling: integer-dot kernels can exceed it).\n";
+        "attention FLOPs / the matrix ceiling (on CPUs an f32 FMA ceiling, which integer-dot "
+        "kernels can exceed).\n";
   if (json) {
     std::printf("{\"copy_gbs\": %.2f, \"fma_gflops\": %.2f, \"results\": [", bw / 1e9, fma / 1e9);
     for (size_t i = 0; i < rows.size(); ++i)

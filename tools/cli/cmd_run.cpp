@@ -14,7 +14,8 @@ const char* kUsage =
     "                   [--top-k K] [--top-p P] [--min-p M] [--seed S] [--repeat-penalty R]\n"
     "                   [--presence-penalty X] [--frequency-penalty X] [--repeat-last-n N]\n"
     "                   [--no-repeat-ngram N] [--stop STR]... [--ctx N] [--threads N]\n"
-    "                   [--kv-f32] [--ignore-eos] [--no-bos] [--print-token-ids] PROMPT\n";
+    "                   [--kv-f32] [--ignore-eos] [--no-bos] [--print-token-ids]\n"
+    "                   [--device cpu|cuda] [--dummy ARCH] PROMPT\n";
 
 bool parse_number(const std::string& s, double* out) {
   char* end = nullptr;
@@ -62,6 +63,8 @@ int cmd_run(int argc, char** argv) {
   p.stop = args.values("stop");
   p.ignore_eos = args.flag("ignore-eos");
   eo.kv_cache_f32 = args.flag("kv-f32");
+  args.value("device", &eo.device);
+  args.value("dummy", &eo.dummy);
   if (args.flag("no-bos")) p.add_bos = false;
   std::vector<std::string> pos = args.positionals(&bad);
   if (bad.empty() && pos.size() != 1) bad = "expected exactly one PROMPT argument";

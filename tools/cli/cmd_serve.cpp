@@ -21,7 +21,8 @@ const char* kUsage =
     "usage: tessera serve [-m MODEL.gguf|HF_DIR] [--host H] [--port P] [--api-key-file F]\n"
     "                     [--model-name NAME] [--ctx N] [--threads N] [--max-queue N]\n"
     "                     [--allow-priority] [--kv-cache-tokens N] [--max-running N]\n"
-    "                     [--max-step-tokens N] [--no-prefix-cache]\n"
+    "                     [--max-step-tokens N] [--no-prefix-cache] [--device cpu|cuda]\n"
+    "                     [--dummy ARCH]\n"
     "                     [--max-connections N] [--drain-timeout SECONDS] [--read-timeout SECONDS]\n"
     "Serves POST /v1/chat/completions, POST /v1/completions, GET /v1/models, /health, /ready,\n"
     "/metrics. --port 0 picks a free port; the chosen address is printed to stderr.\n";
@@ -98,6 +99,8 @@ int cmd_serve(int argc, char** argv) {
   num("max-running", 1, 4096, [&](long n) { eo.max_running = static_cast<int32_t>(n); });
   num("max-step-tokens", 1, 1 << 16, [&](long n) { eo.max_step_tokens = static_cast<int32_t>(n); });
   eo.prefix_caching = !args.flag("no-prefix-cache");
+  args.value("device", &eo.device);
+  args.value("dummy", &eo.dummy);
   num("max-connections", 1, 1 << 16, [&](long n) { so.max_connections = static_cast<size_t>(n); });
   num("drain-timeout", 0, 3600, [&](long n) { so.drain_timeout = std::chrono::seconds(n); });
   num("read-timeout", 1, 3600, [&](long n) { so.read_timeout = std::chrono::seconds(n); });

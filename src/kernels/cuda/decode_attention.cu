@@ -3,7 +3,9 @@
 #include <string>
 
 #include "core/error.h"
+#include "kernels/cuda/act_quant.cuh"
 #include "kernels/cuda/convert.cuh"
+#include "kernels/cuda/launch.cuh"
 
 namespace tessera::cuda {
 namespace {
@@ -32,6 +34,8 @@ split_kernel(const T* q, const __half* k_cache, const __half* v_cache, const int
              int64_t max_ctx, int n_heads, int n_kv_heads, float scale_log2, int chunk,
              int n_splits, float* ws_acc, float2* ws_ml) {
   constexpr int LPR = HD / 8, RPW = 32 / LPR, NG = kWarps * RPW;
+  pdl_wait();  // q and the KV row written by the previous kernel
+  pdl_trigger();
   const int split = blockIdx.x, kvh = blockIdx.y, seq = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int grp_in_warp = lane / LPR, l = lane % LPR, grp = warp * RPW + grp_in_warp;
@@ -174,23 +178,33 @@ split_kernel(const T* q, const __half* k_cache, const __half* v_cache, const int
   }
 }
 
-// One block per (seq, head), HD threads: out = sum_s w_s acc_s / sum_s w_s l_s.
+// One block per (seq, head), HD threads: out = sum_s w_s acc_s / sum_s w_s l_s; optionally
+// quantized for the next GEMV (HD % 32 == 0: each warp holds one 32-element block).
 template <class T, int HD>
-__global__ void combine_kernel(const float* ws_acc, const float2* ws_ml, int n_splits, T* out) {
+__global__ void combine_kernel(const float* ws_acc, const float2* ws_ml, int n_splits, T* out,
+                               int8_t* qx, ActQ8Meta* meta) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t sh = blockIdx.x;
   const int d = threadIdx.x;
+  // Unrolled, unconditional loads (every split wrote its partial, empty ones as max = -inf,
+  // acc = sum = 0): the loop's loads go out together instead of one round trip per split.
   float M = -INFINITY;
+#pragma unroll 8
   for (int s = 0; s < n_splits; ++s) M = fmaxf(M, ws_ml[sh * n_splits + s].x);
   float o = 0.f, L = 0.f;
   if (M != -INFINITY)
+#pragma unroll 8
     for (int s = 0; s < n_splits; ++s) {
       const float2 ml = ws_ml[sh * n_splits + s];
-      if (ml.x == -INFINITY) continue;
-      const float w = exp2f(ml.x - M);
-      o = fmaf(w, ws_acc[(sh * n_splits + s) * HD + d], o);
+      const float a = ws_acc[(sh * n_splits + s) * HD + d];
+      const float w = ml.x == -INFINITY ? 0.f : exp2f(ml.x - M);
+      o = fmaf(w, a, o);
       L = fmaf(w, ml.y, L);
     }
-  out[sh * HD + d] = from_f32<T>(L > 0.f ? o / L : 0.f);
+  const T r = from_f32<T>(L > 0.f ? o / L : 0.f);
+  out[sh * HD + d] = r;
+  if (qx) quantize_block_warp(to_f32(r), sh * HD + d, qx, meta);
 }
 
 int sm_count() {
@@ -215,26 +229,26 @@ int chunk_len(int64_t n_seq, int64_t n_kv_heads, int64_t max_ctx) {
 template <class T, int HD, int G>
 void launch(const T* q, const __half* k, const __half* v, const int32_t* lens, int64_t n_seq,
             int64_t max_ctx, int64_t n_heads, int64_t n_kv_heads, float scale, int chunk,
-            int n_splits, float* ws_acc, float2* ws_ml, T* out, cudaStream_t s) {
+            int n_splits, float* ws_acc, float2* ws_ml, T* out, int8_t* qx, ActQ8Meta* meta,
+            cudaStream_t s) {
   const dim3 grid(n_splits, static_cast<unsigned>(n_kv_heads), static_cast<unsigned>(n_seq));
-  split_kernel<T, HD, G><<<grid, kThreads, 0, s>>>(q, k, v, lens, max_ctx, static_cast<int>(n_heads),
-                                                  static_cast<int>(n_kv_heads),
-                                                  scale * 1.4426950408889634f, chunk, n_splits,
-                                                  ws_acc, ws_ml);
-  combine_kernel<T, HD><<<static_cast<unsigned>(n_seq * n_heads), HD, 0, s>>>(ws_acc, ws_ml,
-                                                                            n_splits, out);
+  launch_kernel(split_kernel<T, HD, G>, grid, kThreads, 0, s, q, k, v, lens, max_ctx,
+                static_cast<int>(n_heads), static_cast<int>(n_kv_heads),
+                scale * 1.4426950408889634f, chunk, n_splits, ws_acc, ws_ml);
+  launch_kernel(combine_kernel<T, HD>, static_cast<unsigned>(n_seq * n_heads), HD, 0, s, ws_acc,
+                ws_ml, n_splits, out, qx, meta);
 }
 
 template <class T, int HD>
 void dispatch_group(int64_t group, const T* q, const __half* k, const __half* v,
                     const int32_t* lens, int64_t n_seq, int64_t max_ctx, int64_t n_heads,
                     int64_t n_kv_heads, float scale, int chunk, int n_splits, float* ws_acc,
-                    float2* ws_ml, T* out, cudaStream_t s) {
+                    float2* ws_ml, T* out, int8_t* qx, ActQ8Meta* meta, cudaStream_t s) {
   switch (group) {
-    case 1: return launch<T, HD, 1>(q, k, v, lens, n_seq, max_ctx, n_heads, n_kv_heads, scale, chunk, n_splits, ws_acc, ws_ml, out, s);
-    case 2: return launch<T, HD, 2>(q, k, v, lens, n_seq, max_ctx, n_heads, n_kv_heads, scale, chunk, n_splits, ws_acc, ws_ml, out, s);
-    case 4: return launch<T, HD, 4>(q, k, v, lens, n_seq, max_ctx, n_heads, n_kv_heads, scale, chunk, n_splits, ws_acc, ws_ml, out, s);
-    case 8: return launch<T, HD, 8>(q, k, v, lens, n_seq, max_ctx, n_heads, n_kv_heads, scale, chunk, n_splits, ws_acc, ws_ml, out, s);
+    case 1: return launch<T, HD, 1>(q, k, v, lens, n_seq, max_ctx, n_heads, n_kv_heads, scale, chunk, n_splits, ws_acc, ws_ml, out, qx, meta, s);
+    case 2: return launch<T, HD, 2>(q, k, v, lens, n_seq, max_ctx, n_heads, n_kv_heads, scale, chunk, n_splits, ws_acc, ws_ml, out, qx, meta, s);
+    case 4: return launch<T, HD, 4>(q, k, v, lens, n_seq, max_ctx, n_heads, n_kv_heads, scale, chunk, n_splits, ws_acc, ws_ml, out, qx, meta, s);
+    case 8: return launch<T, HD, 8>(q, k, v, lens, n_seq, max_ctx, n_heads, n_kv_heads, scale, chunk, n_splits, ws_acc, ws_ml, out, qx, meta, s);
     default: break;
   }
   throw_error(ErrorCode::kUnsupported,
@@ -260,7 +274,8 @@ template <class T>
 void decode_attention(const T* q, const __half* k_cache, const __half* v_cache,
                       const int32_t* seq_lens, int64_t n_seq, int64_t max_ctx, int64_t n_heads,
                       int64_t n_kv_heads, int64_t head_dim, float scale, void* workspace,
-                      size_t workspace_bytes, T* out, cudaStream_t stream) {
+                      size_t workspace_bytes, T* out, cudaStream_t stream, int8_t* qx,
+                      ActQ8Meta* meta) {
   TESSERA_CHECK_ARG(n_kv_heads > 0 && n_heads % n_kv_heads == 0,
                     "cuda::decode_attention: n_heads must be a multiple of n_kv_heads");
   TESSERA_CHECK_ARG(max_ctx > 0 && max_ctx < (int64_t{1} << 31),
@@ -278,10 +293,10 @@ void decode_attention(const T* q, const __half* k_cache, const __half* v_cache,
   const int64_t group = n_heads / n_kv_heads;
   if (head_dim == 128)
     return dispatch_group<T, 128>(group, q, k_cache, v_cache, seq_lens, n_seq, max_ctx, n_heads,
-                                  n_kv_heads, scale, chunk, n_splits, ws_acc, ws_ml, out, stream);
+                                  n_kv_heads, scale, chunk, n_splits, ws_acc, ws_ml, out, qx, meta, stream);
   if (head_dim == 64)
     return dispatch_group<T, 64>(group, q, k_cache, v_cache, seq_lens, n_seq, max_ctx, n_heads,
-                                 n_kv_heads, scale, chunk, n_splits, ws_acc, ws_ml, out, stream);
+                                 n_kv_heads, scale, chunk, n_splits, ws_acc, ws_ml, out, qx, meta, stream);
   throw_error(ErrorCode::kUnsupported,
               "cuda::decode_attention: head_dim " + std::to_string(head_dim) + " not in {64,128}");
 }
@@ -289,7 +304,7 @@ void decode_attention(const T* q, const __half* k_cache, const __half* v_cache,
 #define TESSERA_INSTANTIATE(T)                                                                  \
   template void decode_attention<T>(const T*, const __half*, const __half*, const int32_t*,     \
                                     int64_t, int64_t, int64_t, int64_t, int64_t, float, void*,  \
-                                    size_t, T*, cudaStream_t);
+                                    size_t, T*, cudaStream_t, int8_t*, ActQ8Meta*);
 TESSERA_INSTANTIATE(__half)
 TESSERA_INSTANTIATE(__nv_bfloat16)
 #undef TESSERA_INSTANTIATE

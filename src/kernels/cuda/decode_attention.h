@@ -13,6 +13,9 @@
 // and a combine kernel merges the splits. The split count depends only on max_ctx and the
 // device, so the workspace size is fixed per (batch bucket, max_ctx) and graphs stay valid.
 //
+// With qx / qmeta non-null, out is also quantized for the next GEMV (act_quant.h; the combine
+// kernel does it, so out's reference rounded to T then ref::quantize_act_q8). Launches with PDL.
+//
 // Numerics: q is rounded to f16 before the QK product (the f16-KV contract of
 // ref::attention(..., f16_products=true)); probabilities stay f32 (the reference rounds the
 // normalized ones to f16, which an online softmax cannot see; the difference is within nMSE).
@@ -23,6 +26,8 @@
 
 #include <cstddef>
 #include <cstdint>
+
+#include "kernels/cuda/act_quant.h"
 
 namespace tessera::cuda {
 
@@ -35,6 +40,7 @@ template <class T>
 void decode_attention(const T* q, const __half* k_cache, const __half* v_cache,
                       const int32_t* seq_lens, int64_t n_seq, int64_t max_ctx, int64_t n_heads,
                       int64_t n_kv_heads, int64_t head_dim, float scale, void* workspace,
-                      size_t workspace_bytes, T* out, cudaStream_t stream);
+                      size_t workspace_bytes, T* out, cudaStream_t stream, int8_t* qx = nullptr,
+                      ActQ8Meta* qmeta = nullptr);
 
 }  // namespace tessera::cuda

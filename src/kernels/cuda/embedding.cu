@@ -70,6 +70,8 @@ void embedding_gather(DType table_type, const void* table, int64_t n_vocab, int6
                                            std::string(dtype_info(table_type).name));
 }
 
+template void embedding_gather<float>(DType, const void*, int64_t, int64_t, const int32_t*, int64_t,
+                                      float*, cudaStream_t);
 template void embedding_gather<__half>(DType, const void*, int64_t, int64_t, const int32_t*, int64_t,
                                        __half*, cudaStream_t);
 template void embedding_gather<__nv_bfloat16>(DType, const void*, int64_t, int64_t, const int32_t*,

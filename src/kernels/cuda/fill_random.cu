@@ -3,7 +3,10 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cmath>
+
 #include "backend/cuda/cuda_check.h"
+#include "kernels/cuda/gemv.h"
 
 namespace tessera::cuda {
 namespace {
@@ -41,12 +44,43 @@ __global__ void fill_bytes_kernel(uint64_t* p, int64_t n_words, uint64_t seed) {
     p[i] = hash(seed, i);
 }
 
-__global__ void fill_scales_kernel(uint16_t* p, int64_t n, float scale, uint64_t seed) {
+// Offset formats get centered blocks, as quantizers produce (value = d q + m with m ~ -7.5 d for
+// Q4_1; Q4_K d sc q - dmin mn with dmin = 2 d, mn ~ 3.75 sc, sc 0..15): random-sign offsets
+// would give every block a large mean, a model far more sensitive to rounding than real ones.
+__global__ void q4_1_meta_kernel(uint32_t* dm, int64_t n, float scale, uint64_t seed) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{blockDim.x} * gridDim.x) {
     const uint64_t h = hash(seed, i);
     const float mag = scale * (0.5f + unit(h));
-    p[i] = __half_as_ushort(__float2half_rn((h & 1) ? -mag : mag));
+    const float d = (h & 1) ? -mag : mag;
+    const float m = -7.5f * d * (0.9f + 0.2f * unit(hash(seed ^ 0x77, i)));
+    dm[i] = uint32_t{__half_as_ushort(__float2half_rn(d))} |
+            uint32_t{__half_as_ushort(__float2half_rn(m))} << 16;
+  }
+}
+__global__ void q4_k_meta_kernel(uint32_t* dm, uint16_t* scmn, int64_t n_super, float scale,
+                                 uint64_t seed) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n_super;
+       i += int64_t{blockDim.x} * gridDim.x) {
+    const uint64_t h = hash(seed, i);
+    const float d = scale * (0.5f + unit(h));
+    dm[i] = uint32_t{__half_as_ushort(__float2half_rn(d))} |
+            uint32_t{__half_as_ushort(__float2half_rn(2.f * d))} << 16;
+    const uint64_t g = hash(seed ^ 0x99, i);
+    for (int j = 0; j < 8; ++j) {
+      const int sc = static_cast<int>((g >> (8 * j)) & 15);
+      const int mn = min(63, static_cast<int>(3.75f * sc + 0.5f) + static_cast<int>((g >> (8 * j + 4)) & 1));
+      scmn[i * 8 + j] = static_cast<uint16_t>(sc | mn << 8);
+    }
+  }
+}
+
+__global__ void fill_scales_kernel(uint16_t* p, int64_t n, int64_t stride, float scale, uint64_t seed) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{blockDim.x} * gridDim.x) {
+    const uint64_t h = hash(seed, i);
+    const float mag = scale * (0.5f + unit(h));
+    p[i * stride] = __half_as_ushort(__float2half_rn((h & 1) ? -mag : mag));
   }
 }
 
@@ -63,16 +97,6 @@ void launch_uniform(void* p, int64_t n, float lo, float hi, uint64_t seed, cudaS
   TESSERA_CUDA_CHECK(cudaGetLastError());
 }
 
-void fill_quant(void* qs, int64_t qs_bytes, uint16_t* scales, int64_t n_scales, float scale,
-                uint64_t seed, cudaStream_t s) {
-  // qs_bytes is a multiple of 16 (k % 32 == 0), so whole 8-byte words cover it.
-  const int64_t words = qs_bytes / 8;
-  fill_bytes_kernel<<<grid_for(words), kThreads, 0, s>>>(static_cast<uint64_t*>(qs), words, seed);
-  TESSERA_CUDA_CHECK(cudaGetLastError());
-  fill_scales_kernel<<<grid_for(n_scales), kThreads, 0, s>>>(scales, n_scales, scale, seed ^ 0x5ca1eull);
-  TESSERA_CUDA_CHECK(cudaGetLastError());
-}
-
 }  // namespace
 
 void fill_uniform_f32(float* p, int64_t n, float lo, float hi, uint64_t seed, cudaStream_t s) {
@@ -84,13 +108,52 @@ void fill_uniform_bf16(uint16_t* p, int64_t n, float lo, float hi, uint64_t seed
 void fill_uniform_f16(uint16_t* p, int64_t n, float lo, float hi, uint64_t seed, cudaStream_t s) {
   launch_uniform<Kind::kF16>(p, n, lo, hi, seed, s);
 }
-void fill_random_q8_0(int8_t* qs, uint16_t* scales, int64_t n, int64_t k, float scale,
-                      uint64_t seed, cudaStream_t s) {
-  fill_quant(qs, n * k, scales, n * k / 32, scale, seed, s);
+void fill_random_quant(DType t, void* packed, int64_t n, int64_t k, float scale, uint64_t seed,
+                       cudaStream_t s) {
+  const GemvQuantLayout L = gemv_quant_layout(t, n, k);
+  auto* base = static_cast<uint8_t*>(packed);
+  // Everything random first (quants, Q4_K packed scale bytes, Q6_K int8 scales), then the f16
+  // fields get finite values of the intended magnitude.
+  const int64_t words = static_cast<int64_t>(L.bytes / 8);  // sections are 256-byte aligned
+  fill_bytes_kernel<<<grid_for(words), kThreads, 0, s>>>(static_cast<uint64_t*>(packed), words, seed);
+  TESSERA_CUDA_CHECK(cudaGetLastError());
+  const int64_t e = n * k;
+  auto f16s = [&](size_t off, int64_t count, int64_t stride, float sc, uint64_t sd) {
+    if (count <= 0) return;
+    fill_scales_kernel<<<grid_for(count), kThreads, 0, s>>>(reinterpret_cast<uint16_t*>(base + off),
+                                                            count, stride, sc, seed ^ sd);
+    TESSERA_CUDA_CHECK(cudaGetLastError());
+  };
+  switch (t) {
+    case DType::kQ8_0: case DType::kQ4_0: f16s(L.scales, e / 32, 1, scale, 0x5ca1e); break;
+    case DType::kQ4_1:  // u32 (d | m << 16)
+      q4_1_meta_kernel<<<grid_for(e / 32), kThreads, 0, s>>>(reinterpret_cast<uint32_t*>(base + L.scales),
+                                                              e / 32, scale, seed ^ 0x5ca1e);
+      TESSERA_CUDA_CHECK(cudaGetLastError());
+      break;
+    case DType::kQ4_K:  // u16 (sc | mn << 8) per 32; u32 (d | dmin << 16) per 256
+      q4_k_meta_kernel<<<grid_for(e / 256), kThreads, 0, s>>>(
+          reinterpret_cast<uint32_t*>(base + L.d), reinterpret_cast<uint16_t*>(base + L.scales),
+          e / 256, scale, seed ^ 0x5ca1e);
+      TESSERA_CUDA_CHECK(cudaGetLastError());
+      break;
+    case DType::kQ6_K: f16s(L.d, e / 256, 1, scale, 0x5ca1e); break;
+    default: break;
+  }
 }
-void fill_random_q4_0(uint8_t* qs, uint16_t* scales, int64_t n, int64_t k, float scale,
-                      uint64_t seed, cudaStream_t s) {
-  fill_quant(qs, n * k / 2, scales, n * k / 32, scale, seed, s);
+
+float dummy_quant_scale(DType t, int64_t k) {
+  // Element rms per unit scale: Q8_0 int8 ~74; Q4_0 (n - 8) ~4.6; Q4_1 d (n - 7.5) ~4.6;
+  // Q4_K sc (q - 7.5) with sc 0..15 ~ 8.8 * 4.6 ~ 40; Q6_K |sc| ~74 x (q - 32) ~18.5 ~ 1370.
+  const float rk = 1.f / std::sqrt(static_cast<float>(k));
+  switch (t) {
+    case DType::kQ8_0: return rk / 77.f;
+    case DType::kQ4_0: return rk / 4.83f;
+    case DType::kQ4_1: return rk / 4.83f;
+    case DType::kQ4_K: return rk / 40.f;
+    case DType::kQ6_K: return rk / 1370.f;
+    default: return rk;
+  }
 }
 
 }  // namespace tessera::cuda

@@ -1,53 +1,23 @@
 #include "kernels/cuda/gemv.h"
 
-#include <cstring>
+#include <atomic>
 #include <string>
 
 #include "backend/cuda/cuda_check.h"
 #include "core/error.h"
-#include "formats/quant_blocks.h"
 #include "kernels/cuda/convert.cuh"
+#include "kernels/cuda/launch.cuh"
 
 namespace tessera::cuda {
-using namespace tessera::quant;
-
-void repack_q8_0(const void* blocks, int64_t n, int64_t k, int8_t* qs, uint16_t* scales) {
-  TESSERA_CHECK_ARG(k % kQK == 0, "repack_q8_0: k must be a multiple of 32");
-  const auto* b = static_cast<const BlockQ8_0*>(blocks);
-  const int64_t nb = k / kQK;
-  for (int64_t r = 0; r < n; ++r)
-    for (int64_t j = 0; j < nb; ++j) {
-      const BlockQ8_0& blk = b[r * nb + j];
-      scales[r * nb + j] = blk.d;
-      std::memcpy(qs + r * k + j * kQK, blk.qs, kQK);
-    }
-}
-
-void repack_q4_0(const void* blocks, int64_t n, int64_t k, uint8_t* qs, uint16_t* scales) {
-  TESSERA_CHECK_ARG(k % kQK == 0, "repack_q4_0: k must be a multiple of 32");
-  const auto* b = static_cast<const BlockQ4_0*>(blocks);
-  const int64_t nb = k / kQK;
-  for (int64_t r = 0; r < n; ++r)
-    for (int64_t j = 0; j < nb; ++j) {
-      const BlockQ4_0& blk = b[r * nb + j];
-      scales[r * nb + j] = blk.d;
-      std::memcpy(qs + r * (k / 2) + j * (kQK / 2), blk.qs, kQK / 2);
-    }
-}
-
 namespace {
 using namespace detail;
 
-constexpr int kWarps = 4, kThreads = kWarps * 32;
-constexpr int kRows = 4;    // rows per warp: each x chunk, loaded once into registers, feeds 4 rows
-constexpr int kUnroll = 4;  // 16-byte weight loads per lane per row in flight
+std::atomic<int> g_rows_per_warp{0};
 
-// Stage x as f32 in shared memory once per block.
-template <class T>
-__device__ void stage_x(const T* x, int64_t k, float* xs) {
-  for (int64_t i = threadIdx.x; i < k; i += kThreads) xs[i] = to_f32(x[i]);
-  __syncthreads();
-}
+constexpr int kWarps = 4, kThreads = kWarps * 32;
+// Rows per warp R: each x chunk, loaded once into registers, feeds R rows. R = 2 when n / 4 row
+// groups would leave over 30% of the resident warps idle (n = 4096: about half), else the
+// format's kLargeNRows (measured on H200, docs/design/cuda_kernels.md: 4, but 2 for Q8_0).
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
@@ -55,81 +25,207 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-// Format policies. A chunk is one lane's 16-byte weight load; load_x fetches the chunk's x
-// values (and what the dot needs of them) from shared memory ONCE for all kRows rows: with x
-// re-read per row, shared-memory bandwidth (4-8 bytes of f32 x per weight byte) was the limit.
-// Integer -> float without I2F (quarter rate on Hopper): PRMT the byte into a float's mantissa
-// under a fixed exponent, so the value is an exact affine function of the integer.
+__device__ __forceinline__ int dp4a(uint32_t a, uint32_t b, int c) {
+  return __dp4a(static_cast<int>(a), static_cast<int>(b), c);
+}
+
+// ---------------------------------------------------------------- activations
+
+struct QIn {  // quantized activations (act_quant.h)
+  const int8_t* qx;
+  const ActQ8Meta* meta;
+};
+// NQ 16-byte pieces of quantized x (16 elements each) and the meta of their 32-block.
+template <int NQ>
+struct XQ {
+  uint4 q[NQ];
+  float d;
+  int slo, shi;
+};
+template <int NQ>
+__device__ __forceinline__ XQ<NQ> load_xq(const QIn& in, int64_t c) {
+  XQ<NQ> x;
+  const uint4* p = reinterpret_cast<const uint4*>(in.qx) + c * NQ;
+#pragma unroll
+  for (int i = 0; i < NQ; ++i) x.q[i] = __ldg(p + i);
+  const int2 m = __ldg(reinterpret_cast<const int2*>(in.meta) + c * NQ / 2);
+  x.d = __int_as_float(m.x);
+  x.slo = static_cast<int16_t>(m.y & 0xFFFF);
+  x.shi = m.y >> 16;
+  return x;
+}
+
+// Low / high nibbles of a 16-byte chunk in Q4_0 order dotted with elements 0..15 / 16..31.
+__device__ __forceinline__ int dot_nibbles(const uint4& w, const uint4& xa, const uint4& xb) {
+  const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
+  const uint32_t a[4] = {xa.x, xa.y, xa.z, xa.w}, b[4] = {xb.x, xb.y, xb.z, xb.w};
+  int s = 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    s = dp4a(ws[i] & 0x0F0F0F0Fu, a[i], s);
+    s = dp4a((ws[i] >> 4) & 0x0F0F0F0Fu, b[i], s);
+  }
+  return s;
+}
+
+// ---------------------------------------------------------------- formats
+// Each format: kElems per chunk, kUnroll chunks per lane in flight per row, Mat (the pointers),
+// Row (one row's pointers), W (one chunk of one row), load(), and dot() -> float partial.
+
 struct Q8Fmt {
-  static constexpr int kElems = 16;  // half a Q8_0 block
-  static constexpr int kChunksPerScale = 2;
-  struct X { float v[16]; };
-  __device__ static void load_x(const float* xc, X& x) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float4 f = reinterpret_cast<const float4*>(xc)[i];
-      x.v[4 * i] = f.x; x.v[4 * i + 1] = f.y; x.v[4 * i + 2] = f.z; x.v[4 * i + 3] = f.w;
-    }
+  static constexpr int kLargeNRows = 2;  // measured: 2 rows/warp faster at n = 14336 too
+  static constexpr int kElems = 16, kUnroll = 4;
+  using In = QIn;
+  using X = XQ<1>;
+  struct Mat { const uint8_t* base; GemvQuantLayout L; int64_t n, k; };
+  struct Row { const uint4* q; const uint16_t* s; };
+  struct W { uint4 q; uint32_t s; };
+  __device__ static Row row(const Mat& m, int64_t r) {
+    return {reinterpret_cast<const uint4*>(m.base + m.L.qs + r * m.k),
+            reinterpret_cast<const uint16_t*>(m.base + m.L.scales) + r * (m.k / 32)};
   }
-  __device__ static float dot(const uint4& w, const X& x, float scale) {
-    // q ^ 0x80 = q + 128 as a byte; 0x4B0000bb is 2^23 + b, so one FADD gives q exactly.
-    const uint32_t ws[4] = {w.x ^ 0x80808080u, w.y ^ 0x80808080u, w.z ^ 0x80808080u,
-                            w.w ^ 0x80808080u};
-    float s = 0.f;
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int b = 0; b < 4; ++b)
-        s = fmaf(__uint_as_float(__byte_perm(ws[i], 0x4B000000u, 0x7540u | b)) - 8388736.f,
-                 x.v[4 * i + b], s);
-    return s * scale;
+  __device__ static W load(const Row& r, int64_t c) { return {__ldcs(r.q + c), __ldg(r.s + c / 2)}; }
+  __device__ static X load_x(const In& in, int64_t c) { return load_xq<1>(in, c); }
+  __device__ static float dot(const W& w, const X& x, int64_t) {
+    int s = dp4a(w.q.x, x.q[0].x, 0);
+    s = dp4a(w.q.y, x.q[0].y, s);
+    s = dp4a(w.q.z, x.q[0].z, s);
+    s = dp4a(w.q.w, x.q[0].w, s);
+    return f16_bits_to_f32(static_cast<uint16_t>(w.s)) * x.d * static_cast<float>(s);
   }
 };
-struct Q4Fmt {
-  static constexpr int kElems = 32;  // one Q4_0 block's 16 quant bytes
-  static constexpr int kChunksPerScale = 1;
-  struct X { float v[32]; float sum; };
-  __device__ static void load_x(const float* xc, X& x) {
-    float s = 0.f;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const float4 f = reinterpret_cast<const float4*>(xc)[i];
-      x.v[4 * i] = f.x; x.v[4 * i + 1] = f.y; x.v[4 * i + 2] = f.z; x.v[4 * i + 3] = f.w;
-      s += (f.x + f.y) + (f.z + f.w);
-    }
-    x.sum = s;
+
+struct Q4_0Fmt {
+  static constexpr int kLargeNRows = 4;
+  static constexpr int kElems = 32, kUnroll = 4;
+  using In = QIn;
+  using X = XQ<2>;
+  struct Mat { const uint8_t* base; GemvQuantLayout L; int64_t n, k; };
+  struct Row { const uint4* q; const uint16_t* s; };
+  struct W { uint4 q; uint32_t s; };
+  __device__ static Row row(const Mat& m, int64_t r) {
+    return {reinterpret_cast<const uint4*>(m.base + m.L.qs + r * (m.k / 2)),
+            reinterpret_cast<const uint16_t*>(m.base + m.L.scales) + r * (m.k / 32)};
   }
-  __device__ static float dot(const uint4& w, const X& x, float scale) {
-    // A nibble n in byte 2 under exponent byte 0x3F is the float 0.5 + n/256 (one PRMT, no
-    // FADD). sum (n-8) x = 256 * sum (0.5 + n/256) x - 136 * sum x; sum x is per chunk, shared
-    // by all rows. The cancellation costs ~2^-19 relative, far inside the f32-accumulate budget.
-    const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
-    float s = 0.f;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const uint32_t lo = ws[i] & 0x0F0F0F0Fu, hi = (ws[i] >> 4) & 0x0F0F0F0Fu;
-#pragma unroll
-      for (int b = 0; b < 4; ++b) {  // byte b of word i: elements 4i+b (lo) and 16+4i+b (hi)
-        s = fmaf(__uint_as_float(__byte_perm(lo, 0x3F000000u, 0x7044u | (b << 8))), x.v[4 * i + b], s);
-        s = fmaf(__uint_as_float(__byte_perm(hi, 0x3F000000u, 0x7044u | (b << 8))), x.v[16 + 4 * i + b], s);
-      }
-    }
-    return fmaf(256.f, s, -136.f * x.sum) * scale;
+  __device__ static W load(const Row& r, int64_t c) { return {__ldcs(r.q + c), __ldg(r.s + c)}; }
+  __device__ static X load_x(const In& in, int64_t c) { return load_xq<2>(in, c); }
+  __device__ static float dot(const W& w, const X& x, int64_t) {
+    const int s = dot_nibbles(w.q, x.q[0], x.q[1]) - 8 * (x.slo + x.shi);
+    return f16_bits_to_f32(static_cast<uint16_t>(w.s)) * x.d * static_cast<float>(s);
   }
 };
+
+struct Q4_1Fmt {
+  static constexpr int kLargeNRows = 4;
+  static constexpr int kElems = 32, kUnroll = 4;
+  using In = QIn;
+  using X = XQ<2>;
+  struct Mat { const uint8_t* base; GemvQuantLayout L; int64_t n, k; };
+  struct Row { const uint4* q; const uint32_t* s; };
+  struct W { uint4 q; uint32_t s; };
+  __device__ static Row row(const Mat& m, int64_t r) {
+    return {reinterpret_cast<const uint4*>(m.base + m.L.qs + r * (m.k / 2)),
+            reinterpret_cast<const uint32_t*>(m.base + m.L.scales) + r * (m.k / 32)};
+  }
+  __device__ static W load(const Row& r, int64_t c) { return {__ldcs(r.q + c), __ldg(r.s + c)}; }
+  __device__ static X load_x(const In& in, int64_t c) { return load_xq<2>(in, c); }
+  __device__ static float dot(const W& w, const X& x, int64_t) {
+    const int s = dot_nibbles(w.q, x.q[0], x.q[1]);
+    const float d = f16_bits_to_f32(static_cast<uint16_t>(w.s & 0xFFFF));
+    const float m = f16_bits_to_f32(static_cast<uint16_t>(w.s >> 16));
+    return d * x.d * static_cast<float>(s) + m * (x.d * static_cast<float>(x.slo + x.shi));
+  }
+};
+
+struct Q4_KFmt {
+  static constexpr int kLargeNRows = 4;
+  static constexpr int kElems = 32, kUnroll = 2;
+  using In = QIn;
+  using X = XQ<2>;
+  struct Mat { const uint8_t* base; GemvQuantLayout L; int64_t n, k; };
+  struct Row { const uint4* q; const uint16_t* scmn; const uint32_t* dm; };
+  struct W { uint4 q; uint32_t scmn, dm; };
+  __device__ static Row row(const Mat& m, int64_t r) {
+    return {reinterpret_cast<const uint4*>(m.base + m.L.qs + r * (m.k / 2)),
+            reinterpret_cast<const uint16_t*>(m.base + m.L.scales) + r * (m.k / 32),
+            reinterpret_cast<const uint32_t*>(m.base + m.L.d) + r * (m.k / 256)};
+  }
+  __device__ static W load(const Row& r, int64_t c) {
+    return {__ldcs(r.q + c), __ldg(r.scmn + c), __ldg(r.dm + c / 8)};
+  }
+  __device__ static X load_x(const In& in, int64_t c) { return load_xq<2>(in, c); }
+  __device__ static float dot(const W& w, const X& x, int64_t) {
+    const float d = f16_bits_to_f32(static_cast<uint16_t>(w.dm & 0xFFFF));
+    const float dmin = f16_bits_to_f32(static_cast<uint16_t>(w.dm >> 16));
+    const int s = dot_nibbles(w.q, x.q[0], x.q[1]);
+    return (d * static_cast<float>(w.scmn & 0xFF)) * x.d * static_cast<float>(s) -
+           (dmin * static_cast<float>(w.scmn >> 8)) * (x.d * static_cast<float>(x.slo + x.shi));
+  }
+};
+
+struct Q6_KFmt {
+  static constexpr int kLargeNRows = 4;
+  static constexpr int kElems = 32, kUnroll = 2;
+  using In = QIn;
+  using X = XQ<2>;
+  struct Mat { const uint8_t* base; GemvQuantLayout L; int64_t n, k; };
+  struct Row { const uint4* q; const uint2* h; const uint16_t* sc; const uint16_t* d; };
+  struct W { uint4 q; uint2 h; uint32_t sd; };
+  __device__ static Row row(const Mat& m, int64_t r) {
+    return {reinterpret_cast<const uint4*>(m.base + m.L.qs + r * (m.k / 2)),
+            reinterpret_cast<const uint2*>(m.base + m.L.qh + r * (m.k / 4)),
+            reinterpret_cast<const uint16_t*>(m.base + m.L.scales + r * (m.k / 16)),
+            reinterpret_cast<const uint16_t*>(m.base + m.L.d) + r * (m.k / 256)};
+  }
+  __device__ static W load(const Row& r, int64_t c) {
+    return {__ldcs(r.q + c), __ldcs(r.h + c), uint32_t{__ldg(r.sc + c)} | uint32_t{__ldg(r.d + c / 8)} << 16};
+  }
+  __device__ static X load_x(const In& in, int64_t c) { return load_xq<2>(in, c); }
+  __device__ static float dot(const W& w, const X& x, int64_t) {
+    const uint32_t ws[4] = {w.q.x, w.q.y, w.q.z, w.q.w};
+    const uint32_t a[4] = {x.q[0].x, x.q[0].y, x.q[0].z, x.q[0].w};
+    const uint32_t b[4] = {x.q[1].x, x.q[1].y, x.q[1].z, x.q[1].w};
+    int sa = 0, sb = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {  // 6-bit values 0..63: non-negative as signed bytes
+      const uint32_t lo = (ws[i] & 0x0F0F0F0Fu) | (((w.h.x >> (2 * i)) & 0x03030303u) << 4);
+      const uint32_t hi = ((ws[i] >> 4) & 0x0F0F0F0Fu) | (((w.h.y >> (2 * i)) & 0x03030303u) << 4);
+      sa = dp4a(lo, a[i], sa);
+      sb = dp4a(hi, b[i], sb);
+    }
+    const int sca = static_cast<int8_t>(w.sd & 0xFF), scb = static_cast<int8_t>((w.sd >> 8) & 0xFF);
+    const int tot = sca * (sa - 32 * x.slo) + scb * (sb - 32 * x.shi);
+    return f16_bits_to_f32(static_cast<uint16_t>(w.sd >> 16)) * x.d * static_cast<float>(tot);
+  }
+};
+
+template <class T>
 struct Bf16Fmt {
-  static constexpr int kElems = 8;
-  static constexpr int kChunksPerScale = 0;  // no scales
+  static constexpr int kLargeNRows = 4;
+  static constexpr int kElems = 8, kUnroll = 4;
+  struct In { const T* x; };
   struct X { float v[8]; };
-  __device__ static void load_x(const float* xc, X& x) {
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const float4 f = reinterpret_cast<const float4*>(xc)[i];
-      x.v[4 * i] = f.x; x.v[4 * i + 1] = f.y; x.v[4 * i + 2] = f.z; x.v[4 * i + 3] = f.w;
-    }
+  struct Mat { const uint8_t* base; int64_t n, k; };
+  struct Row { const uint4* q; };
+  struct W { uint4 q; };
+  __device__ static Row row(const Mat& m, int64_t r) {
+    return {reinterpret_cast<const uint4*>(m.base + r * m.k * 2)};
   }
-  __device__ static float dot(const uint4& w, const X& x, float) {
-    const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
+  __device__ static W load(const Row& r, int64_t c) { return {__ldcs(r.q + c)}; }
+  __device__ static X load_x(const In& in, int64_t c) {
+    const uint4 raw = __ldg(reinterpret_cast<const uint4*>(in.x) + c);
+    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+    X x;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 p = pair_to_f32<T>(w[i]);
+      x.v[2 * i] = p.x;
+      x.v[2 * i + 1] = p.y;
+    }
+    return x;
+  }
+  __device__ static float dot(const W& w, const X& x, int64_t) {
+    const uint32_t ws[4] = {w.q.x, w.q.y, w.q.z, w.q.w};
     float s = 0.f;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
@@ -141,145 +237,246 @@ struct Bf16Fmt {
   }
 };
 
-// Each warp owns kRows consecutive rows at a time; lanes stride over the rows' 16-byte chunks,
-// so a warp reads 512 contiguous bytes per row per step. Grid = resident blocks only; warps loop
-// over row groups so x is staged once per block.
-template <class Fmt, class T>
+// ---------------------------------------------------------------- epilogues
+// Called by every lane of a warp with the R reduced sums of rows r0 .. r0 + R - 1.
+
+template <class T>
+struct StoreEpi {
+  T* y;
+  template <int R>
+  __device__ void operator()(int64_t r0, const float (&v)[R], int64_t n, int lane) const {
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+      if (lane == r && r0 + r < n) y[r0 + r] = from_f32<T>(v[r]);
+  }
+};
+
+template <class T>
+struct QkvRopeEpi {
+  T* q;
+  QkvRope a;
+  template <int R>
+  __device__ void operator()(int64_t r0, const float (&v)[R], int64_t n, int lane) const {
+    // r0 % R == 0 and the q/k/v boundaries are multiples of 4: a group lies in one of them.
+    const int64_t crow = *a.cache_row;
+    if (r0 >= a.q_rows + a.kv_rows) {  // v rows: no rotation
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+        if (lane == r) a.v_cache[crow * a.kv_rows + (r0 + r - a.q_rows - a.kv_rows)] = __float2half_rn(v[r]);
+      return;
+    }
+    if (lane >= R / 2) return;
+    float x0 = v[0], x1 = v[1];  // lane p rotates the pair (2p, 2p + 1)
+#pragma unroll
+    for (int p = 1; p < R / 2; ++p)
+      if (lane == p) x0 = v[2 * p], x1 = v[2 * p + 1];
+    const int64_t row = r0 + 2 * lane;
+    const bool is_q = row < a.q_rows;
+    const int64_t in_head = (is_q ? row : row - a.q_rows) % a.head_dim;
+    float y0 = x0, y1 = x1;
+    if (in_head < a.n_rot) {
+      double ang = static_cast<double>(*a.pos) * a.inv_freq[in_head / 2];
+      ang -= 6.283185307179586 * rint(ang * 0.15915494309189535);  // |ang| <= pi
+      float sn, cs;
+      sincosf(static_cast<float>(ang), &sn, &cs);
+      y0 = x0 * cs - x1 * sn;
+      y1 = x0 * sn + x1 * cs;
+    }
+    if (is_q) {
+      q[row] = from_f32<T>(y0);
+      q[row + 1] = from_f32<T>(y1);
+    } else {
+      __half* dst = a.k_cache + crow * a.kv_rows + (row - a.q_rows);
+      dst[0] = __float2half_rn(y0);
+      dst[1] = __float2half_rn(y1);
+    }
+  }
+};
+
+// ---------------------------------------------------------------- the kernel
+// Each warp owns kRows consecutive rows at a time; lanes stride over the rows' chunks, so for
+// each row a warp's loads are one contiguous span. The grid is what fits at once (persistent);
+// warps loop over row groups. The first weight loads are issued before pdl_wait(): weights do
+// not depend on the previous kernel, x does.
+template <int kRows, class Fmt, class Epi>
 __global__ void __launch_bounds__(kThreads)
-gemv_kernel(const uint8_t* w, const uint16_t* scales, const T* x, int64_t n, int64_t k, T* y) {
-  extern __shared__ __align__(16) float xs[];  // float4 reads below need 16-byte alignment
-  stage_x(x, k, xs);
+gemv_kernel(typename Fmt::Mat w, typename Fmt::In in, int64_t n, int64_t k, Epi epi) {
+  pdl_trigger();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  constexpr int U = Fmt::kUnroll;
   const int64_t chunks = k / Fmt::kElems;
-  const int64_t row_bytes = k * 16 / Fmt::kElems;  // 16 bytes per chunk
-  const int64_t sc_per_row = k / 32;
+  bool waited = false;
   for (int64_t r0 = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * kRows; r0 < n;
        r0 += static_cast<int64_t>(gridDim.x) * kWarps * kRows) {
+    typename Fmt::Row rows[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)  // rows past n alias row r0 (valid memory), never stored
+      rows[r] = Fmt::row(w, r0 + r < n ? r0 + r : r0);
     float acc[kRows] = {};
-    const uint4* wr[kRows];
-    const uint16_t* sr[kRows];
+    for (int64_t cb = lane; cb < chunks; cb += 32 * U) {
+      typename Fmt::W wv[kRows][U];
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {  // rows past n alias row r0 (valid memory), never stored
-      const int64_t row = r0 + r < n ? r0 + r : r0;
-      wr[r] = reinterpret_cast<const uint4*>(w + row * row_bytes);
-      sr[r] = scales ? scales + row * sc_per_row : nullptr;
-    }
-    for (int64_t cb = lane; cb < chunks; cb += 32 * kUnroll) {
-      // Weights AND scales are loaded up front: a scale load left inside the dot was issued only
-      // after the weights arrived, adding a second memory latency per chunk (measured: Q4_0 at
-      // ~33% of copy bandwidth before this).
-      uint4 wv[kRows][kUnroll];
-      uint16_t sv[kRows][kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u)
+      for (int u = 0; u < U; ++u)
 #pragma unroll
         for (int r = 0; r < kRows; ++r) {
           const int64_t c = cb + u * 32;
-          wv[r][u] = c < chunks ? __ldcs(wr[r] + c) : make_uint4(0, 0, 0, 0);
-          if constexpr (Fmt::kChunksPerScale > 0)
-            sv[r][u] = c < chunks ? __ldg(sr[r] + c / Fmt::kChunksPerScale) : uint16_t{0};
-          else
-            sv[r][u] = 0;
+          if (c < chunks) wv[r][u] = Fmt::load(rows[r], c);
+          else wv[r][u] = typename Fmt::W{};
         }
+      if (!waited) {
+        pdl_wait();
+        waited = true;
+      }
+      typename Fmt::X xv[U];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
+      for (int u = 0; u < U; ++u) {
         const int64_t c = cb + u * 32;
-        if (c < chunks) {
-          typename Fmt::X xr;
-          Fmt::load_x(xs + c * Fmt::kElems, xr);
+        xv[u] = c < chunks ? Fmt::load_x(in, c) : typename Fmt::X{};
+      }
 #pragma unroll
-          for (int r = 0; r < kRows; ++r)
-            acc[r] += Fmt::dot(wv[r][u], xr, f16_bits_to_f32(sv[r][u]));
-        }
+      for (int u = 0; u < U; ++u) {
+        const int64_t c = cb + u * 32;
+        if (c < chunks)
+#pragma unroll
+          for (int r = 0; r < kRows; ++r) acc[r] += Fmt::dot(wv[r][u], xv[u], c);
       }
     }
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      const float v = warp_sum(acc[r]);
-      if (lane == 0 && r0 + r < n) y[r0 + r] = from_f32<T>(v);
+    if (!waited) {  // lanes with no chunk (k < 32 chunks) still order after the predecessor
+      pdl_wait();
+      waited = true;
     }
+    float v[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) v[r] = warp_sum(acc[r]);
+    epi(r0, v, n, lane);
   }
+  if (!waited) pdl_wait();
 }
 
-// Fallback for bf16 rows whose length breaks 16-byte alignment (k % 8 != 0): scalar loads.
+// Fallback for bf16 rows whose length or alignment breaks 16-byte loads: scalar loads.
 template <class T>
 __global__ void __launch_bounds__(kThreads)
 gemv_bf16_scalar_kernel(const uint16_t* w, const T* x, int64_t n, int64_t k, T* y) {
-  extern __shared__ float xs[];
-  stage_x(x, k, xs);
+  pdl_wait();
+  pdl_trigger();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   for (int64_t r = static_cast<int64_t>(blockIdx.x) * kWarps + warp; r < n;
        r += static_cast<int64_t>(gridDim.x) * kWarps) {
     float acc = 0.f;
-    for (int64_t i = lane; i < k; i += 32) acc = fmaf(bf16_bits_to_f32(w[r * k + i]), xs[i], acc);
+    for (int64_t i = lane; i < k; i += 32) acc = fmaf(bf16_bits_to_f32(w[r * k + i]), to_f32(x[i]), acc);
     acc = warp_sum(acc);
     if (lane == 0) y[r] = from_f32<T>(acc);
   }
 }
 
-constexpr int64_t kMaxK = 50000;
-
+// Blocks resident at once on the device (the persistent grid's size).
 template <class Kernel>
-unsigned grid_for(Kernel kernel, size_t smem, int64_t n, int64_t rows_per_block) {
-  if (smem > 48 * 1024)  // opt in to large dynamic shared memory (host-side attribute, no sync)
-    TESSERA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                 static_cast<int>(smem)));
+int64_t resident_blocks(Kernel kernel) {
   int dev = 0, sms = 1, per_sm = 1;
   cudaGetDevice(&dev);
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem);
+  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0);
   if (per_sm < 1) per_sm = 1;
-  const int64_t need = (n + rows_per_block - 1) / rows_per_block;
-  const int64_t resident = static_cast<int64_t>(sms) * per_sm;
+  return static_cast<int64_t>(sms) * per_sm;
+}
+
+template <class Kernel>
+unsigned grid_for(Kernel kernel, int64_t n, int64_t rows_per_block) {
+  const int64_t need = (n + rows_per_block - 1) / rows_per_block, resident = resident_blocks(kernel);
   return static_cast<unsigned>(need < resident ? need : resident);
 }
 
-template <class Fmt, class T>
-void launch_quant(const uint8_t* w, const uint16_t* scales, const T* x, int64_t n, int64_t k, T* y,
-                  cudaStream_t s, const char* name) {
-  TESSERA_CHECK_ARG(k % 32 == 0 && k > 0 && k <= kMaxK,
-                    std::string("cuda::") + name + ": k must be a positive multiple of 32, <= 50000");
+template <class Fmt, class Epi>
+void launch_fmt(typename Fmt::Mat m, typename Fmt::In in, int64_t n, int64_t k, Epi epi,
+                cudaStream_t s) {
   if (n <= 0) return;
-  const size_t smem = static_cast<size_t>(k) * sizeof(float);
-  const unsigned grid = grid_for(gemv_kernel<Fmt, T>, smem, n, kWarps * kRows);
-  gemv_kernel<Fmt, T><<<grid, kThreads, smem, s>>>(w, scales, x, n, k, y);
+  auto* k4 = gemv_kernel<4, Fmt, Epi>;
+  const int force = g_rows_per_warp.load(std::memory_order_relaxed);
+  const bool few_rows = 10 * ((n + 3) / 4) < 7 * resident_blocks(k4) * kWarps;
+  const int rows = force ? force : few_rows ? 2 : Fmt::kLargeNRows;
+  if (rows == 4) {
+    launch_kernel(k4, grid_for(k4, n, kWarps * 4), kThreads, 0, s, m, in, n, k, epi);
+  } else {
+    auto* k2 = gemv_kernel<2, Fmt, Epi>;
+    launch_kernel(k2, grid_for(k2, n, kWarps * 2), kThreads, 0, s, m, in, n, k, epi);
+  }
+}
+
+template <class Epi>
+void launch_quant(DType t, const void* packed, int64_t n, int64_t k, const int8_t* qx,
+                  const ActQ8Meta* xm, Epi epi, cudaStream_t s) {
+  const GemvQuantLayout L = gemv_quant_layout(t, n, k);  // validates type and k
+  const auto* base = static_cast<const uint8_t*>(packed);
+  const QIn in{qx, xm};
+  switch (t) {
+    case DType::kQ8_0: return launch_fmt<Q8Fmt>({base, L, n, k}, in, n, k, epi, s);
+    case DType::kQ4_0: return launch_fmt<Q4_0Fmt>({base, L, n, k}, in, n, k, epi, s);
+    case DType::kQ4_1: return launch_fmt<Q4_1Fmt>({base, L, n, k}, in, n, k, epi, s);
+    case DType::kQ4_K: return launch_fmt<Q4_KFmt>({base, L, n, k}, in, n, k, epi, s);
+    case DType::kQ6_K: return launch_fmt<Q6_KFmt>({base, L, n, k}, in, n, k, epi, s);
+    default: break;
+  }
+  throw_error(ErrorCode::kUnsupported, "cuda::gemv_quant: unsupported weight type");
+}
+
+bool vec_ok(const void* w, const void* x, int64_t k) {
+  return k % 8 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+}
+
+void check_rope(const QkvRope& r) {
+  TESSERA_CHECK_ARG(r.q_rows % 4 == 0 && r.kv_rows % 4 == 0 && r.head_dim % 4 == 0 &&
+                        r.head_dim > 0 && r.n_rot % 2 == 0 && r.n_rot >= 0 && r.n_rot <= r.head_dim &&
+                        r.q_rows % r.head_dim == 0 && r.kv_rows % r.head_dim == 0,
+                    "cuda::gemv_*_qkv_rope: q_rows, kv_rows, head_dim must be multiples of 4 "
+                    "(rows whole heads), n_rot even and <= head_dim");
 }
 
 }  // namespace
 
+void set_gemv_rows_per_warp(int rows) { g_rows_per_warp.store(rows == 2 || rows == 4 ? rows : 0); }
+
 template <class T>
-void gemv_q8_0(const int8_t* qs, const uint16_t* scales, const T* x, int64_t n, int64_t k, T* y,
-               cudaStream_t stream) {
-  launch_quant<Q8Fmt, T>(reinterpret_cast<const uint8_t*>(qs), scales, x, n, k, y, stream, "gemv_q8_0");
+void gemv_quant(DType t, const void* packed, int64_t n, int64_t k, const int8_t* qx,
+                const ActQ8Meta* xm, T* y, cudaStream_t s) {
+  launch_quant(t, packed, n, k, qx, xm, StoreEpi<T>{y}, s);
 }
 
 template <class T>
-void gemv_q4_0(const uint8_t* qs, const uint16_t* scales, const T* x, int64_t n, int64_t k, T* y,
-               cudaStream_t stream) {
-  launch_quant<Q4Fmt, T>(qs, scales, x, n, k, y, stream, "gemv_q4_0");
-}
-
-template <class T>
-void gemv_bf16(const uint16_t* w, const T* x, int64_t n, int64_t k, T* y, cudaStream_t stream) {
-  TESSERA_CHECK_ARG(k > 0 && k <= kMaxK, "cuda::gemv_bf16: k must be in [1, 50000]");
+void gemv_bf16(const uint16_t* w, const T* x, int64_t n, int64_t k, T* y, cudaStream_t s) {
+  TESSERA_CHECK_ARG(k > 0, "cuda::gemv_bf16: k must be positive");
   if (n <= 0) return;
-  const size_t smem = static_cast<size_t>(k) * sizeof(float);
-  if (k % 8 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0) {
-    const unsigned grid = grid_for(gemv_kernel<Bf16Fmt, T>, smem, n, kWarps * kRows);
-    gemv_kernel<Bf16Fmt, T><<<grid, kThreads, smem, stream>>>(
-        reinterpret_cast<const uint8_t*>(w), nullptr, x, n, k, y);
+  if (vec_ok(w, x, k)) {
+    launch_fmt<Bf16Fmt<T>>({reinterpret_cast<const uint8_t*>(w), n, k}, {x}, n, k, StoreEpi<T>{y}, s);
   } else {
-    const unsigned grid = grid_for(gemv_bf16_scalar_kernel<T>, smem, n, kWarps);
-    gemv_bf16_scalar_kernel<T><<<grid, kThreads, smem, stream>>>(w, x, n, k, y);
+    auto* kernel = gemv_bf16_scalar_kernel<T>;
+    launch_kernel(kernel, grid_for(kernel, n, kWarps), kThreads, 0, s, w, x, n, k, y);
   }
 }
 
+template <class T>
+void gemv_quant_qkv_rope(DType t, const void* packed, int64_t k, const int8_t* qx,
+                         const ActQ8Meta* xm, T* q, const QkvRope& r, cudaStream_t s) {
+  check_rope(r);
+  launch_quant(t, packed, r.q_rows + 2 * r.kv_rows, k, qx, xm, QkvRopeEpi<T>{q, r}, s);
+}
+
+template <class T>
+void gemv_bf16_qkv_rope(const uint16_t* w, int64_t k, const T* x, T* q, const QkvRope& r,
+                        cudaStream_t s) {
+  check_rope(r);
+  TESSERA_CHECK_ARG(vec_ok(w, x, k), "cuda::gemv_bf16_qkv_rope: k % 8 and 16-byte alignment needed");
+  const int64_t n = r.q_rows + 2 * r.kv_rows;
+  launch_fmt<Bf16Fmt<T>>({reinterpret_cast<const uint8_t*>(w), n, k}, {x}, n, k, QkvRopeEpi<T>{q, r}, s);
+}
+
 #define TESSERA_INSTANTIATE(T)                                                                   \
-  template void gemv_q8_0<T>(const int8_t*, const uint16_t*, const T*, int64_t, int64_t, T*,      \
-                             cudaStream_t);                                                      \
-  template void gemv_q4_0<T>(const uint8_t*, const uint16_t*, const T*, int64_t, int64_t, T*,     \
-                             cudaStream_t);                                                      \
-  template void gemv_bf16<T>(const uint16_t*, const T*, int64_t, int64_t, T*, cudaStream_t);
+  template void gemv_quant<T>(DType, const void*, int64_t, int64_t, const int8_t*,              \
+                              const ActQ8Meta*, T*, cudaStream_t);                              \
+  template void gemv_bf16<T>(const uint16_t*, const T*, int64_t, int64_t, T*, cudaStream_t);     \
+  template void gemv_quant_qkv_rope<T>(DType, const void*, int64_t, const int8_t*,              \
+                                       const ActQ8Meta*, T*, const QkvRope&, cudaStream_t);     \
+  template void gemv_bf16_qkv_rope<T>(const uint16_t*, int64_t, const T*, T*, const QkvRope&,   \
+                                      cudaStream_t);
 TESSERA_INSTANTIATE(__half)
 TESSERA_INSTANTIATE(__nv_bfloat16)
 #undef TESSERA_INSTANTIATE

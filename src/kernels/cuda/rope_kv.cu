@@ -79,6 +79,7 @@ void rope_kv_write(T* q, const T* k, const T* v, const int32_t* positions, const
   template void rope_kv_write<T>(T*, const T*, const T*, const int32_t*, const int64_t*, int64_t, \
                                  int64_t, int64_t, int64_t, const RopeConfig&, __half*, __half*,  \
                                  cudaStream_t);
+TESSERA_INSTANTIATE(float)
 TESSERA_INSTANTIATE(__half)
 TESSERA_INSTANTIATE(__nv_bfloat16)
 #undef TESSERA_INSTANTIATE

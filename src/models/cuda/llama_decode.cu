@@ -1,18 +1,17 @@
 #include "models/cuda/llama_decode.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "backend/cuda/cuda_check.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "kernels/cuda/act_quant.h"
 #include "kernels/cuda/argmax.h"
 #include "kernels/cuda/decode_attention.h"
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/fill_random.h"
 #include "kernels/cuda/gemv.h"
-#include "kernels/cuda/rms_norm.h"
-#include "kernels/cuda/rope_kv.h"
-#include "kernels/cuda/swiglu.h"
 
 namespace tessera::cuda {
 namespace {
@@ -36,8 +35,23 @@ const char* weight_type_name(DecodeWeightType t) {
     case DecodeWeightType::kBF16: return "bf16";
     case DecodeWeightType::kQ8_0: return "q8_0";
     case DecodeWeightType::kQ4_0: return "q4_0";
+    case DecodeWeightType::kQ4_1: return "q4_1";
+    case DecodeWeightType::kQ4_K: return "q4_k";
+    case DecodeWeightType::kQ6_K: return "q6_k";
   }
   return "?";
+}
+
+DType weight_dtype(DecodeWeightType t) {
+  switch (t) {
+    case DecodeWeightType::kBF16: return DType::kBF16;
+    case DecodeWeightType::kQ8_0: return DType::kQ8_0;
+    case DecodeWeightType::kQ4_0: return DType::kQ4_0;
+    case DecodeWeightType::kQ4_1: return DType::kQ4_1;
+    case DecodeWeightType::kQ4_K: return DType::kQ4_K;
+    case DecodeWeightType::kQ6_K: return DType::kQ6_K;
+  }
+  return DType::kBF16;
 }
 
 LlamaDecodeConfig LlamaDecodeConfig::llama3_8b(DecodeWeightType t, int64_t max_ctx) {
@@ -57,13 +71,7 @@ LlamaDecodeConfig LlamaDecodeConfig::tiny(DecodeWeightType t) {
 }
 
 size_t DeviceMatrix::bytes() const {
-  const size_t e = static_cast<size_t>(n) * static_cast<size_t>(k);
-  switch (type) {
-    case DecodeWeightType::kBF16: return e * 2;
-    case DecodeWeightType::kQ8_0: return e + e / 32 * 2;
-    case DecodeWeightType::kQ4_0: return e / 2 + e / 32 * 2;
-  }
-  return 0;
+  return static_cast<size_t>(n) * static_cast<size_t>(*dtype_row_bytes(weight_dtype(type), k));
 }
 
 size_t LlamaDecodeWeights::bytes_per_token() const {
@@ -88,25 +96,15 @@ DeviceMatrix DummyLlamaWeights::matrix(DecodeWeightType t, int64_t n, int64_t k,
                                        cudaStream_t s) {
   DeviceMatrix m;
   m.type = t; m.n = n; m.k = k;
-  const float rk = 1.f / std::sqrt(static_cast<float>(k));
-  switch (t) {
-    case DecodeWeightType::kBF16: {
-      m.data = alloc(m.bytes());
-      const float a = std::sqrt(3.f) * rk;  // uniform [-a, a]: variance 1/k
-      fill_uniform_bf16(static_cast<uint16_t*>(m.data), n * k, -a, a, seed, s);
-      break;
-    }
-    case DecodeWeightType::kQ8_0:  // int8 std ~74, |scale| in [0.5, 1.5] s (rms ~1.04 s)
-      m.data = alloc(static_cast<size_t>(n) * k);
-      m.scales = static_cast<uint16_t*>(alloc(static_cast<size_t>(n) * k / 32 * 2));
-      fill_random_q8_0(static_cast<int8_t*>(m.data), m.scales, n, k, rk / 77.f, seed, s);
-      break;
-    case DecodeWeightType::kQ4_0:  // nibble - 8 rms ~4.64
-      m.data = alloc(static_cast<size_t>(n) * k / 2);
-      m.scales = static_cast<uint16_t*>(alloc(static_cast<size_t>(n) * k / 32 * 2));
-      fill_random_q4_0(static_cast<uint8_t*>(m.data), m.scales, n, k, rk / 4.83f, seed, s);
-      break;
+  if (t == DecodeWeightType::kBF16) {
+    m.data = alloc(m.bytes());
+    const float a = std::sqrt(3.f / static_cast<float>(k));  // uniform [-a, a]: variance 1/k
+    fill_uniform_bf16(static_cast<uint16_t*>(m.data), n * k, -a, a, seed, s);
+    return m;
   }
+  const DType dt = weight_dtype(t);
+  m.data = alloc(gemv_quant_layout(dt, n, k).bytes);
+  fill_random_quant(dt, m.data, n, k, dummy_quant_scale(dt, k), seed, s);
   return m;
 }
 
@@ -168,13 +166,20 @@ LlamaDecodeRunner::LlamaDecodeRunner(const LlamaDecodeConfig& c, const LlamaDeco
     const int64_t q_dim = c.n_heads * c.head_dim;
     auto act = [&](int64_t n) { return static_cast<bf16*>(dalloc(n * sizeof(bf16))); };
     x_ = act(c.d_model); h_ = act(c.d_model);
-    qkv_ = act(q_dim + 2 * c.n_kv_heads * c.head_dim);
+    q_ = act(q_dim);
     attn_ = act(q_dim); o_ = act(c.d_model);
     gu_ = act(2 * c.d_ff); act_ = act(c.d_ff); down_ = act(c.d_model);
     logits_ = act(c.vocab);
     attn_ws_bytes_ = decode_attention_workspace_bytes(1, c.n_heads, c.n_kv_heads, c.head_dim, c.max_ctx);
     attn_ws_ = dalloc(attn_ws_bytes_);
     argmax_ws_ = dalloc(argmax_workspace_bytes());
+    quant_ = c.wtype != DecodeWeightType::kBF16;
+    const int64_t max_k = std::max({c.d_model, q_dim, c.d_ff});
+    qx_ = static_cast<int8_t*>(dalloc(max_k));
+    xmeta_ = static_cast<ActQ8Meta*>(dalloc(max_k / 32 * sizeof(ActQ8Meta)));
+    const auto f = rope_inv_freq(c.head_dim, c.rope_theta, 1.f, nullptr);
+    inv_freq_ = static_cast<double*>(dalloc(f.size() * sizeof(double)));
+    TESSERA_CUDA_CHECK(cudaMemcpy(inv_freq_, f.data(), f.size() * sizeof(double), cudaMemcpyHostToDevice));
     set_state(0, 0);
   } catch (...) {
     for (void* p : blocks_) cudaFree(p);
@@ -223,59 +228,62 @@ int32_t LlamaDecodeRunner::position() const {
 
 void LlamaDecodeRunner::gemv(const DeviceMatrix& m, const bf16* x, bf16* y) {
   if (!(parts_ & kGemvs)) return;
-  switch (m.type) {
-    case DecodeWeightType::kBF16:
-      gemv_bf16<bf16>(static_cast<const uint16_t*>(m.data), x, m.n, m.k, y, stream_);
-      return;
-    case DecodeWeightType::kQ8_0:
-      gemv_q8_0<bf16>(static_cast<const int8_t*>(m.data), m.scales, x, m.n, m.k, y, stream_);
-      return;
-    case DecodeWeightType::kQ4_0:
-      gemv_q4_0<bf16>(static_cast<const uint8_t*>(m.data), m.scales, x, m.n, m.k, y, stream_);
-      return;
-  }
+  if (m.type == DecodeWeightType::kBF16)
+    gemv_bf16<bf16>(static_cast<const uint16_t*>(m.data), x, m.n, m.k, y, stream_);
+  else
+    gemv_quant<bf16>(weight_dtype(m.type), m.data, m.n, m.k, qx_, xmeta_, y, stream_);
+}
+
+void LlamaDecodeRunner::gemv_qkv(const DeviceMatrix& m, int64_t l) {
+  if (!(parts_ & kGemvs)) return;
+  const auto& c = cfg_;
+  QkvRope r;
+  r.q_rows = c.n_heads * c.head_dim;
+  r.kv_rows = c.n_kv_heads * c.head_dim;
+  r.head_dim = c.head_dim;
+  r.n_rot = c.head_dim;
+  r.inv_freq = inv_freq_;
+  r.pos = state_ + 1;
+  r.cache_row = cache_row_;
+  r.k_cache = k_cache(l);
+  r.v_cache = v_cache(l);
+  if (m.type == DecodeWeightType::kBF16)
+    gemv_bf16_qkv_rope<bf16>(static_cast<const uint16_t*>(m.data), m.k, h_, q_, r, stream_);
+  else
+    gemv_quant_qkv_rope<bf16>(weight_dtype(m.type), m.data, m.k, qx_, xmeta_, q_, r, stream_);
 }
 
 void LlamaDecodeRunner::enqueue_step(unsigned parts) {
   parts_ = parts;
   const bool others = parts & kOthers;
   const auto& c = cfg_;
-  const int64_t q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
   int32_t* token = state_;
-  const int32_t* pos = state_ + 1;
   const int32_t* seq_len = state_ + 2;
-  RopeConfig rope;
-  rope.layout = ref::RopeLayout::kInterleaved;
-  rope.n_rot = c.head_dim;
-  rope.theta_base = c.rope_theta;
   const float scale = 1.f / std::sqrt(static_cast<float>(c.head_dim));
+  // Quantized weights read qx_/xmeta_ (written by the producer kernels); bf16 weights read the
+  // bf16 activations, and then the producers skip quantization.
+  int8_t* qx = quant_ ? qx_ : nullptr;
+  ActQ8Meta* xm = quant_ ? xmeta_ : nullptr;
+  bf16* h = quant_ ? nullptr : h_;
+  bf16* act = quant_ ? nullptr : act_;
 
   if (others) embedding_gather<bf16>(DType::kBF16, w_.tok_embd, c.vocab, c.d_model, token, 1, x_, stream_);
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const auto& L = w_.layers[l];
-    if (!others) {
-      gemv(L.wqkv, h_, qkv_);
-      gemv(L.wo, attn_, o_);
-      gemv(L.w_gate_up, h_, gu_);
-      gemv(L.w_down, act_, down_);
-      continue;
-    }
-    if (l == 0)
-      rms_norm<bf16>(x_, L.attn_norm, c.norm_eps, 1, c.d_model, h_, stream_);
-    else  // x += down of the previous layer, fused with this layer's norm
-      add_rms_norm<bf16>(x_, down_, L.attn_norm, c.norm_eps, 1, c.d_model, h_, stream_);
-    gemv(L.wqkv, h_, qkv_);
-    rope_kv_write<bf16>(qkv_, qkv_ + q_dim, qkv_ + q_dim + kv_dim, pos, cache_row_, 1, c.n_heads,
-                        c.n_kv_heads, c.head_dim, rope, k_cache(l), v_cache(l), stream_);
-    decode_attention<bf16>(qkv_, k_cache(l), v_cache(l), seq_len, 1, c.max_ctx, c.n_heads,
-                           c.n_kv_heads, c.head_dim, scale, attn_ws_, attn_ws_bytes_, attn_, stream_);
+    if (others)  // x += down of the previous layer (none at layer 0), then this layer's norm
+      rms_norm_quant<bf16>(x_, l == 0 ? nullptr : down_, L.attn_norm, c.norm_eps, c.d_model, h, qx, xm, stream_);
+    gemv_qkv(L.wqkv, l);
+    if (others)
+      decode_attention<bf16>(q_, k_cache(l), v_cache(l), seq_len, 1, c.max_ctx, c.n_heads,
+                             c.n_kv_heads, c.head_dim, scale, attn_ws_, attn_ws_bytes_, attn_,
+                             stream_, qx, xm);
     gemv(L.wo, attn_, o_);
-    add_rms_norm<bf16>(x_, o_, L.ffn_norm, c.norm_eps, 1, c.d_model, h_, stream_);
+    if (others) rms_norm_quant<bf16>(x_, o_, L.ffn_norm, c.norm_eps, c.d_model, h, qx, xm, stream_);
     gemv(L.w_gate_up, h_, gu_);
-    swiglu<bf16>(gu_, gu_ + c.d_ff, c.d_ff, act_, stream_);
+    if (others) swiglu_quant<bf16>(gu_, gu_ + c.d_ff, c.d_ff, act, qx, xm, stream_);
     gemv(L.w_down, act_, down_);
   }
-  if (others) add_rms_norm<bf16>(x_, down_, w_.out_norm, c.norm_eps, 1, c.d_model, h_, stream_);
+  if (others) rms_norm_quant<bf16>(x_, down_, w_.out_norm, c.norm_eps, c.d_model, h, qx, xm, stream_);
   gemv(w_.output, h_, logits_);
   parts_ = kAll;
   if (!others) return;

@@ -1,21 +1,25 @@
 // Batch-1 Llama decode step on the GPU, captured once into a CUDA graph and replayed per token.
 //
-// One step (token t at position p, both held in DEVICE memory):
+// One step (token t at position p, both held in DEVICE memory), 9 kernels per layer:
 //   x = embed(t)                                          (bf16 table)
-//   per layer l:  h = norm(x)  [l = 0: rms_norm; else add_rms_norm folds x += down_{l-1}]
-//                 qkv = Wqkv h  (one GEMV, rows q | k | v)
-//                 rope_kv_write(q, k, v) at p into cache row p
-//                 a = attention(q, cache rows [0, p])
-//                 o = Wo a;   x += o; h = norm(x)         (add_rms_norm)
-//                 gu = Wgate_up h (one GEMV, rows gate | up);  s = silu(gate) * up
-//                 down = Wdown s
+//   per layer l:  h = norm(x)  [l > 0 folds x += down_{l-1}]       rms_norm_quant
+//                 q, K/V row p = RoPE(Wqkv h)  (one GEMV, rows q | k | v, RoPE and the f16
+//                                               cache write in its epilogue)   gemv_*_qkv_rope
+//                 a = attention(q, cache rows [0, p])              split + combine
+//                 o = Wo a;   x += o; h = norm(x)                   gemv, rms_norm_quant
+//                 s = silu(gate) * up of gu = Wgate_up h            gemv, swiglu_quant
+//                 down = Wdown s                                    gemv
 //   x += down_last; h = norm(x) (output norm);  logits = Wout h;  t = argmax(logits);  p += 1
 // Activations and the residual stream are bf16; accumulation in every kernel is f32; the KV
-// cache is f16. Only the token id crosses to the host (a 4-byte copy to pinned memory inside
-// the graph). Because t and p advance on the device, the same graph replays for every step.
+// cache is f16. With quantized weights, every GEMV input is also quantized to int8 per
+// 32-element block by the kernel that produces it (norm, attention combine, SwiGLU) and the
+// GEMVs take integer dot products (kernels/cuda/gemv.h). Kernels launch with PDL
+// (kernels/cuda/launch.h), so each one's launch and weight prefetch overlap its predecessor.
+// Only the token id crosses to the host (a 4-byte copy to pinned memory inside the graph).
+// Because t and p advance on the device, the same graph replays for every step.
 //
 // Weights are borrowed (device pointers), so a loader or the dummy-weight generator below can
-// provide them. Projection matrices are bf16 [n][k] or repacked Q8_0 / Q4_0 (kernels/cuda/gemv.h).
+// provide them. Projection matrices are bf16 [n][k] or repacked quants (kernels/cuda/gemv.h).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -27,10 +31,14 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
+#include "kernels/cuda/act_quant.h"
+
 namespace tessera::cuda {
 
-enum class DecodeWeightType { kBF16, kQ8_0, kQ4_0 };
+enum class DecodeWeightType { kBF16, kQ8_0, kQ4_0, kQ4_1, kQ4_K, kQ6_K };
 const char* weight_type_name(DecodeWeightType t);
+DType weight_dtype(DecodeWeightType t);
 
 struct LlamaDecodeConfig {
   int64_t n_layers = 0, d_model = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0, d_ff = 0,
@@ -48,9 +56,8 @@ struct LlamaDecodeConfig {
 struct DeviceMatrix {
   DecodeWeightType type = DecodeWeightType::kBF16;
   int64_t n = 0, k = 0;
-  void* data = nullptr;        // bf16 bits [n][k], or repacked quants
-  uint16_t* scales = nullptr;  // quant types: f16 bits [n][k/32]
-  size_t bytes() const;        // bytes one GEMV reads (data + scales)
+  void* data = nullptr;  // bf16 bits [n][k], or one repacked quant buffer (gemv_quant_layout)
+  size_t bytes() const;  // bytes one GEMV reads (the GGUF size of the matrix)
 };
 
 struct LlamaLayerWeights {
@@ -123,6 +130,7 @@ class LlamaDecodeRunner {
 
  private:
   void gemv(const DeviceMatrix& m, const __nv_bfloat16* x, __nv_bfloat16* y);
+  void gemv_qkv(const DeviceMatrix& m, int64_t layer);
   unsigned parts_ = kAll;
   LlamaDecodeConfig cfg_;
   const LlamaDecodeWeights& w_;
@@ -136,8 +144,12 @@ class LlamaDecodeRunner {
   int64_t* cache_row_ = nullptr;
   int32_t* host_token_ = nullptr;  // pinned
   __half* kv_ = nullptr;           // all layers' K then V
-  __nv_bfloat16 *x_ = nullptr, *h_ = nullptr, *qkv_ = nullptr, *attn_ = nullptr, *o_ = nullptr,
+  __nv_bfloat16 *x_ = nullptr, *h_ = nullptr, *q_ = nullptr, *attn_ = nullptr, *o_ = nullptr,
                 *gu_ = nullptr, *act_ = nullptr, *down_ = nullptr, *logits_ = nullptr;
+  int8_t* qx_ = nullptr;        // quantized GEMV input (quant weights)
+  ActQ8Meta* xmeta_ = nullptr;
+  double* inv_freq_ = nullptr;  // RoPE angle per position of each pair
+  bool quant_ = false;
   void* attn_ws_ = nullptr;
   size_t attn_ws_bytes_ = 0;
   void* argmax_ws_ = nullptr;

@@ -1,0 +1,179 @@
+// Paged attention (kernels/cuda/paged_attention.h) on Llama-3-8B heads (32 query / 8 KV, dim 128,
+// f16 cache in 16-token blocks), as a fraction of ceilings measured at start on this device:
+//  - copy bandwidth (device-to-device cudaMemcpyAsync, read + write bytes) for decode batches,
+//    whose floor is the K/V bytes they must read;
+//  - the mma.sync m16n8k16 f16->f32 rate (a register-only loop of independent MMAs) for prefill,
+//    whose floor is its causal FLOPs (4 * heads * dim * visible pairs).
+// Medians of 20 timed runs after warm-up, CUDA events.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "backend/cuda/cuda_check.h"
+#include "kernels/cuda/paged_attention.h"
+
+using namespace tessera;
+
+namespace {
+
+constexpr int kHeads = 32, kKvHeads = 8, kDim = 128, kBlock = 16;
+
+__global__ void mma_peak_kernel(float* sink, int iters) {
+  uint32_t a[4] = {0x3c003c00u ^ threadIdx.x, 0x3c003c00u, 0x3c003c00u, 0x3c003c00u};
+  uint32_t b0 = 0x3c003c00u, b1 = 0x3c003c00u;
+  float d[8][4] = {};
+  for (int i = 0; i < iters; ++i) {
+#pragma unroll
+    for (int c = 0; c < 8; ++c)
+      asm volatile(
+          "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+          "{%8,%9}, {%0,%1,%2,%3};\n"
+          : "+f"(d[c][0]), "+f"(d[c][1]), "+f"(d[c][2]), "+f"(d[c][3])
+          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+  float s = 0;
+  for (auto& c : d) s += c[0] + c[1] + c[2] + c[3];
+  if (s == 12345.f) *sink = s;
+}
+
+template <class F>
+float median_ms(F&& launch, cudaStream_t s, int reps = 20) {
+  cudaEvent_t a, b;
+  TESSERA_CUDA_CHECK(cudaEventCreate(&a));
+  TESSERA_CUDA_CHECK(cudaEventCreate(&b));
+  for (int i = 0; i < 3; ++i) launch();
+  std::vector<float> ms;
+  for (int i = 0; i < reps; ++i) {
+    TESSERA_CUDA_CHECK(cudaEventRecord(a, s));
+    launch();
+    TESSERA_CUDA_CHECK(cudaEventRecord(b, s));
+    TESSERA_CUDA_CHECK(cudaEventSynchronize(b));
+    float t = 0;
+    TESSERA_CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
+    ms.push_back(t);
+  }
+  std::sort(ms.begin(), ms.end());
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return ms[ms.size() / 2];
+}
+
+struct Batch {
+  std::vector<int32_t> q_pos, tables;
+  std::vector<cuda::PagedAttentionTile> tiles;
+  int64_t rows = 0, max_blocks = 0, kv_bytes = 0;
+  double flops = 0;
+};
+
+// n_seq sequences, each computing `rows_per_seq` rows ending at position ctx - 1.
+Batch make_batch(int n_seq, int ctx, int rows_per_seq, int64_t pool_blocks) {
+  Batch b;
+  b.max_blocks = (ctx + kBlock - 1) / kBlock;
+  std::vector<int32_t> ids(pool_blocks);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), std::mt19937(3));
+  std::vector<cuda::PagedAttentionChunk> chunks;
+  for (int s = 0; s < n_seq; ++s) {
+    for (int64_t i = 0; i < b.max_blocks; ++i) b.tables.push_back(ids[(s * b.max_blocks + i) % pool_blocks]);
+    chunks.push_back({s, static_cast<int32_t>(b.rows), rows_per_seq});
+    for (int r = 0; r < rows_per_seq; ++r) {
+      const int pos = ctx - rows_per_seq + r;
+      b.q_pos.push_back(pos);
+      b.flops += 4.0 * kHeads * kDim * (pos + 1);
+    }
+    b.rows += rows_per_seq;
+    b.kv_bytes += int64_t{ctx} * kKvHeads * kDim * 2 * 2;
+  }
+  b.tiles = cuda::paged_attention_tiles(chunks, kHeads / kKvHeads);
+  return b;
+}
+
+}  // namespace
+
+int main() {
+  cudaStream_t s;
+  TESSERA_CUDA_CHECK(cudaStreamCreate(&s));
+  // Ceilings.
+  const size_t copy_bytes = size_t{2} << 30;
+  void *src, *dst;
+  TESSERA_CUDA_CHECK(cudaMalloc(&src, copy_bytes));
+  TESSERA_CUDA_CHECK(cudaMalloc(&dst, copy_bytes));
+  TESSERA_CUDA_CHECK(cudaMemset(src, 1, copy_bytes));
+  const float copy_ms = median_ms([&] { cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice, s); }, s);
+  const double copy_gbs = 2.0 * copy_bytes / (copy_ms * 1e-3) / 1e9;
+  cudaFree(src);
+  cudaFree(dst);
+  int sms = 0;
+  TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  float* sink;
+  TESSERA_CUDA_CHECK(cudaMalloc(&sink, 4));
+  const int iters = 4096;
+  const float mma_ms = median_ms([&] { mma_peak_kernel<<<sms * 8, 128, 0, s>>>(sink, iters); }, s, 5);
+  const double mma_tflops = double(sms) * 8 * 4 * iters * 8 * (2.0 * 16 * 8 * 16) / (mma_ms * 1e-3) / 1e12;
+  std::printf("ceilings: copy %.0f GB/s (D2D, read+write); mma.sync f16 %.0f TFLOP/s (%d SMs)\n\n",
+              copy_gbs, mma_tflops, sms);
+
+  // One cache pool large enough for the biggest case.
+  const int64_t pool_blocks = 128 * (4096 / kBlock) + 8;
+  const size_t cache_elems = size_t(pool_blocks) * kBlock * kKvHeads * kDim;
+  __half *k, *v;
+  TESSERA_CUDA_CHECK(cudaMalloc(&k, cache_elems * 2));
+  TESSERA_CUDA_CHECK(cudaMalloc(&v, cache_elems * 2));
+  TESSERA_CUDA_CHECK(cudaMemset(k, 0x2e, cache_elems * 2));  // small finite halves
+  TESSERA_CUDA_CHECK(cudaMemset(v, 0x2e, cache_elems * 2));
+
+  std::printf("%-34s %10s %10s %10s %8s\n", "case", "time us", "floor us", "achieved", "% floor");
+  struct Case {
+    const char* name;
+    int n_seq, ctx, rows;
+    bool bandwidth;  // floor from K/V bytes (decode) or FLOPs (prefill)
+  };
+  const Case cases[] = {{"decode 128 seqs x ctx 512", 128, 512, 1, true},
+                        {"decode 32 seqs x ctx 4096", 32, 4096, 1, true},
+                        {"decode 1 seq x ctx 4096", 1, 4096, 1, true},
+                        {"prefill 2048 (causal, 1 seq)", 1, 2048, 2048, false},
+                        {"prefill 16 x 512 (causal)", 16, 512, 512, false}};
+  for (const Case& c : cases) {
+    Batch b = make_batch(c.n_seq, c.ctx, c.rows, pool_blocks);
+    float *q, *out;
+    int32_t *pos, *tables;
+    cuda::PagedAttentionTile* tiles;
+    TESSERA_CUDA_CHECK(cudaMalloc(&q, b.rows * kHeads * kDim * 4));
+    TESSERA_CUDA_CHECK(cudaMalloc(&out, b.rows * kHeads * kDim * 4));
+    TESSERA_CUDA_CHECK(cudaMemset(q, 0, b.rows * kHeads * kDim * 4));
+    TESSERA_CUDA_CHECK(cudaMalloc(&pos, b.q_pos.size() * 4));
+    TESSERA_CUDA_CHECK(cudaMalloc(&tables, b.tables.size() * 4));
+    TESSERA_CUDA_CHECK(cudaMalloc(&tiles, b.tiles.size() * sizeof(cuda::PagedAttentionTile)));
+    TESSERA_CUDA_CHECK(cudaMemcpy(pos, b.q_pos.data(), b.q_pos.size() * 4, cudaMemcpyHostToDevice));
+    TESSERA_CUDA_CHECK(cudaMemcpy(tables, b.tables.data(), b.tables.size() * 4, cudaMemcpyHostToDevice));
+    TESSERA_CUDA_CHECK(cudaMemcpy(tiles, b.tiles.data(), b.tiles.size() * sizeof(cuda::PagedAttentionTile),
+                                  cudaMemcpyHostToDevice));
+    const float ms = median_ms([&] {
+      cuda::paged_attention<float>(q, pos, tiles, static_cast<int64_t>(b.tiles.size()), tables,
+                                   b.max_blocks, kBlock, k, v, kHeads, kKvHeads, kDim, 0.088f, out, s);
+    }, s);
+    TESSERA_CUDA_CHECK(cudaGetLastError());
+    const double floor_us = c.bandwidth ? b.kv_bytes / (copy_gbs * 1e9) * 1e6
+                                        : b.flops / (mma_tflops * 1e12) * 1e6;
+    char achieved[32];
+    if (c.bandwidth)
+      std::snprintf(achieved, sizeof achieved, "%.0f GB/s", b.kv_bytes / (ms * 1e-3) / 1e9);
+    else
+      std::snprintf(achieved, sizeof achieved, "%.0f TF/s", b.flops / (ms * 1e-3) / 1e12);
+    std::printf("%-34s %10.1f %10.1f %10s %7.1f%%\n", c.name, ms * 1e3, floor_us, achieved,
+                100.0 * floor_us / (ms * 1e3));
+    cudaFree(q);
+    cudaFree(out);
+    cudaFree(pos);
+    cudaFree(tables);
+    cudaFree(tiles);
+  }
+  cudaFree(k);
+  cudaFree(v);
+  return 0;
+}

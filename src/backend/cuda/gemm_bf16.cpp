@@ -1,0 +1,78 @@
+#include "backend/cuda/gemm_bf16.h"
+
+#include <string>
+
+#include "backend/cuda/cuda_check.h"
+#include "core/error.h"
+
+namespace tessera::cuda {
+
+namespace {
+void check(cublasStatus_t st, const char* what) {
+  if (st != CUBLAS_STATUS_SUCCESS)
+    throw_error(ErrorCode::kInternal, std::string("cuBLASLt ") + what + " failed: status " +
+                                          std::to_string(static_cast<int>(st)));
+}
+}  // namespace
+
+GemmBf16::GemmBf16(size_t workspace_bytes) : workspace_bytes_(workspace_bytes) {
+  TESSERA_CUDA_CHECK(cudaMalloc(&workspace_, workspace_bytes_));
+}
+
+GemmBf16::~GemmBf16() {
+  for (auto& [key, p] : plans_) {
+    cublasLtMatrixLayoutDestroy(p.a);
+    cublasLtMatrixLayoutDestroy(p.b);
+    cublasLtMatrixLayoutDestroy(p.c);
+    cublasLtMatmulDescDestroy(p.op);
+  }
+  cudaFree(workspace_);
+}
+
+// Column-major view: C (m x n, ld m) = op(A) * B with A = w seen as k x m (ld k), transposed,
+// and B = x seen as k x n (ld k). C is then exactly row-major y[n][m].
+const GemmBf16::Plan& GemmBf16::plan(int64_t n, int64_t m, int64_t k, bool accumulate) {
+  const auto key = std::make_tuple(n, m, k, accumulate);
+  if (auto it = plans_.find(key); it != plans_.end()) return it->second;
+  Plan p;
+  check(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc create");
+  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "transa");
+  check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "transb");
+  check(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16BF, k, m, k), "layout a");
+  check(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_16BF, k, n, k), "layout b");
+  check(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, m, n, m), "layout c");
+  cublasLtMatmulPreference_t pref = nullptr;
+  check(cublasLtMatmulPreferenceCreate(&pref), "preference");
+  check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                             &workspace_bytes_, sizeof workspace_bytes_),
+        "workspace preference");
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle_.get(), p.op, p.a, p.b, p.c,
+                                                           p.c, pref, 1, &result, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
+    cublasLtMatrixLayoutDestroy(p.a);
+    cublasLtMatrixLayoutDestroy(p.b);
+    cublasLtMatrixLayoutDestroy(p.c);
+    cublasLtMatmulDescDestroy(p.op);
+    throw_error(ErrorCode::kUnsupported, "cuBLASLt has no algorithm for a bf16 GEMM of n " +
+                                             std::to_string(n) + " m " + std::to_string(m) +
+                                             " k " + std::to_string(k));
+  }
+  p.algo = result.algo;
+  return plans_.emplace(key, p).first->second;
+}
+
+void GemmBf16::run(const __nv_bfloat16* x, const __nv_bfloat16* w, float* y, int64_t n,
+                   int64_t m, int64_t k, bool accumulate, cudaStream_t stream) {
+  TESSERA_CHECK_ARG(n >= 1 && m >= 1 && k >= 1, "gemm_bf16: empty product");
+  const Plan& p = plan(n, m, k, accumulate);
+  const float alpha = 1.f, beta = accumulate ? 1.f : 0.f;
+  check(cublasLtMatmul(handle_.get(), p.op, &alpha, w, p.a, x, p.b, &beta, y, p.c, y, p.c,
+                       &p.algo, workspace_, workspace_bytes_, stream),
+        "matmul");
+}
+
+}  // namespace tessera::cuda

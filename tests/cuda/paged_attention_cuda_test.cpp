@@ -1,0 +1,155 @@
+// CUDA paged attention for a continuous batch (prefill chunks + decode rows of several
+// sequences in one launch) against ref::attention per sequence (f16 KV contract).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cuda/cuda_test_util.h"
+#include "kernels/cuda/paged_attention.h"
+#include "kernels/ref/llm_ops.h"
+#include "support/test_util.h"
+
+namespace tessera {
+namespace {
+
+struct Chunk {
+  int32_t start, n_rows;  // positions [start, start + n_rows) of one sequence
+};
+
+struct Case {
+  int64_t n_heads, n_kv_heads, head_dim, block_size;
+  std::vector<Chunk> chunks;  // one sequence each
+};
+
+template <class T>
+float to_float(T v) {
+  if constexpr (std::is_same_v<T, float>) {
+    return v;
+  } else {
+    return test::Dt<T>::to(v);
+  }
+}
+template <class T>
+T from_float(float v) {
+  if constexpr (std::is_same_v<T, float>) {
+    return v;
+  } else {
+    return test::Dt<T>::from(v);
+  }
+}
+
+template <class T>
+void run_case(const Case& c, uint64_t seed) {
+  SCOPED_TRACE("heads " + std::to_string(c.n_heads) + "/" + std::to_string(c.n_kv_heads) +
+               " hd " + std::to_string(c.head_dim) + " block " + std::to_string(c.block_size));
+  const int64_t hd = c.head_dim, row = c.n_kv_heads * hd, bs = c.block_size;
+  const int64_t n_seq = static_cast<int64_t>(c.chunks.size());
+  int64_t rows = 0, max_blocks = 1, used_blocks = 0;
+  for (const Chunk& ch : c.chunks) {
+    rows += ch.n_rows;
+    const int64_t nb = (ch.start + ch.n_rows + bs - 1) / bs;
+    max_blocks = std::max(max_blocks, nb);
+    used_blocks += nb;
+  }
+  // A shuffled pool with spare blocks; unused cache rows are NaN, so a stray read poisons the
+  // output.
+  const int64_t pool_blocks = used_blocks + 5;
+  std::vector<int32_t> ids(pool_blocks);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), std::mt19937(static_cast<uint32_t>(seed)));
+  std::vector<int32_t> tables(n_seq * max_blocks, -1);
+  std::vector<__half> hk(pool_blocks * bs * row, __half_raw{0xFFFF}), hv(hk.size(), __half_raw{0xFFFF});
+  auto q = test::random_floats(rows * c.n_heads * hd, seed, -4.f, 4.f);
+  std::vector<T> hq(q.size());
+  for (size_t i = 0; i < q.size(); ++i) {
+    hq[i] = from_float<T>(q[i]);
+    q[i] = to_float(hq[i]);
+  }
+  std::vector<int32_t> q_pos;
+  std::vector<cuda::PagedAttentionChunk> pchunks;
+  std::vector<float> want(q.size());
+  int64_t next_block = 0, row0 = 0;
+  for (int64_t s = 0; s < n_seq; ++s) {
+    const Chunk& ch = c.chunks[s];
+    const int64_t n_kv = ch.start + ch.n_rows, nb = (n_kv + bs - 1) / bs;
+    for (int64_t b = 0; b < nb; ++b) tables[s * max_blocks + b] = ids[next_block++];
+    auto kf = test::random_floats(n_kv * row, seed + 10 + s), vf = test::random_floats(n_kv * row, seed + 50 + s);
+    for (int64_t p = 0; p < n_kv; ++p) {
+      const int64_t dst = (int64_t{tables[s * max_blocks + p / bs]} * bs + p % bs) * row;
+      for (int64_t e = 0; e < row; ++e) {
+        hk[dst + e] = test::Dt<__half>::from(kf[p * row + e]);
+        hv[dst + e] = test::Dt<__half>::from(vf[p * row + e]);
+        kf[p * row + e] = test::Dt<__half>::to(hk[dst + e]);
+        vf[p * row + e] = test::Dt<__half>::to(hv[dst + e]);
+      }
+    }
+    std::vector<int32_t> pos(ch.n_rows);
+    for (int32_t i = 0; i < ch.n_rows; ++i) pos[i] = ch.start + i;
+    q_pos.insert(q_pos.end(), pos.begin(), pos.end());
+    ref::attention(q.data() + row0 * c.n_heads * hd, pos.data(), ch.n_rows, c.n_heads, kf.data(),
+                   vf.data(), n_kv, c.n_kv_heads, hd, 0.125f, want.data() + row0 * c.n_heads * hd,
+                   /*f16_products=*/true);
+    pchunks.push_back({static_cast<int32_t>(s), static_cast<int32_t>(row0), ch.n_rows});
+    row0 += ch.n_rows;
+  }
+  const auto tiles = cuda::paged_attention_tiles(pchunks, c.n_heads / c.n_kv_heads);
+  test::DevBuf<T> dq(hq), dout(q.size());
+  test::DevBuf<int32_t> dpos(q_pos), dtables(tables);
+  test::DevBuf<__half> dk(hk), dv(hv);
+  test::DevBuf<cuda::PagedAttentionTile> dtiles(tiles);
+  dout.poison();
+  cuda::paged_attention<T>(dq.get(), dpos.get(), dtiles.get(), static_cast<int64_t>(tiles.size()),
+                           dtables.get(), max_blocks, bs, dk.get(), dv.get(), c.n_heads,
+                           c.n_kv_heads, hd, 0.125f, dout.get(), nullptr);
+  test::check_launch();
+  const auto got_t = dout.download();
+  std::vector<float> got(got_t.size());
+  for (size_t i = 0; i < got.size(); ++i) got[i] = to_float(got_t[i]);
+  ASSERT_TRUE(test::all_written(got));
+  const double tol = std::is_same_v<T, float> ? 1e-5 : 1e-4;
+  EXPECT_LE(test::nmse(got, want), tol);
+  size_t worst = 0;
+  for (size_t i = 0; i < got.size(); ++i)
+    if (std::abs(got[i] - want[i]) > std::abs(got[worst] - want[worst])) worst = i;
+  EXPECT_LE(std::abs(got[worst] - want[worst]), (std::is_same_v<T, float> ? 1e-2f : 3e-2f))
+      << "index " << worst << " got " << got[worst] << " want " << want[worst];
+}
+
+template <class T>
+class PagedAttentionCuda : public ::testing::Test {};
+using Types = ::testing::Types<float, __nv_bfloat16>;
+TYPED_TEST_SUITE(PagedAttentionCuda, Types);
+
+TYPED_TEST(PagedAttentionCuda, MixedPrefillAndDecodeBatchMatchesReference) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  // A prompt from 0, a decode row deep in its context, a prefill chunk continuing a cached
+  // prefix, a first token, and a long chunk spanning several KV chunks and tiles.
+  const std::vector<Chunk> mixed = {{0, 37}, {300, 1}, {100, 20}, {0, 1}, {5, 150}};
+  run_case<TypeParam>({9, 3, 64, 16, mixed}, 1);    // SmolLM2 (group 3)
+  run_case<TypeParam>({32, 8, 128, 16, mixed}, 2);  // Llama-3-8B (group 4)
+  run_case<TypeParam>({8, 8, 64, 7, mixed}, 3);     // MHA, odd block size
+  run_case<TypeParam>({16, 1, 128, 32, mixed}, 4);  // MQA (group 16: 4 rows per tile)
+}
+
+TYPED_TEST(PagedAttentionCuda, DecodeBatchOfManySequences) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  std::vector<Chunk> decodes;
+  for (int i = 0; i < 40; ++i) decodes.push_back({(i * 37) % 700, 1});
+  run_case<TypeParam>({32, 8, 128, 16, decodes}, 5);
+}
+
+TEST(PagedAttentionCudaArgs, RejectsUnsupportedShapes) {
+  EXPECT_THROW(cuda::paged_attention<float>(nullptr, nullptr, nullptr, 1, nullptr, 1, 16, nullptr,
+                                            nullptr, 8, 3, 64, 1.f, nullptr, nullptr),
+               Error);
+  EXPECT_THROW(cuda::paged_attention<float>(nullptr, nullptr, nullptr, 1, nullptr, 1, 16, nullptr,
+                                            nullptr, 8, 8, 96, 1.f, nullptr, nullptr),
+               Error);
+}
+
+}  // namespace
+}  // namespace tessera
