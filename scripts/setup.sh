@@ -28,7 +28,21 @@ if [ ! -x .venv/bin/python ]; then
   echo "[setup] creating Python venv in .venv" >&2
   python3 -m venv .venv
 fi
-if ! .venv/bin/python -c "import gguf, numpy, pytest, jinja2, sentencepiece, llama_cpp" 2>/dev/null; then
+# PyTorch (for transformers, the reference of the Hugging Face checkpoint tests): the CPU-only
+# build from PyTorch's own index where that index is reachable (~200 MB), else the PyPI build
+# (which pulls the CUDA libraries, several GB, but is the only one a PyPI-only machine can get).
+# Installed before requirements.txt so its torch pin is already satisfied.
+TORCH_VERSION="$(sed -n 's/^torch==//p' requirements.txt)"
+if ! .venv/bin/python -c "import torch" 2>/dev/null; then
+  echo "[setup] installing PyTorch ${TORCH_VERSION}" >&2
+  .venv/bin/python -m pip install -q --upgrade pip >&2
+  if ! .venv/bin/python -m pip install -q --retries 0 --timeout 15 \
+      --index-url https://download.pytorch.org/whl/cpu "torch==${TORCH_VERSION}" >&2 2>/dev/null; then
+    echo "[setup] PyTorch CPU index not reachable; installing torch from PyPI" >&2
+    .venv/bin/python -m pip install -q "torch==${TORCH_VERSION}" >&2
+  fi
+fi
+if ! .venv/bin/python -c "import gguf, numpy, pytest, jinja2, sentencepiece, llama_cpp, tokenizers, safetensors, transformers" 2>/dev/null; then
   echo "[setup] installing Python packages (llama-cpp-python compiles llama.cpp: several minutes)" >&2
   .venv/bin/python -m pip install -q --upgrade pip >&2
   CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" .venv/bin/python -m pip install -q -r requirements.txt >&2

@@ -1,6 +1,8 @@
-// Tessera's public LLM API: load a GGUF model, tokenize, render chat prompts, generate text.
+// Tessera's public LLM API: load a model, tokenize, render chat prompts, generate text.
 //
 //   auto engine = tessera::Engine::load("SmolLM2-135M-Instruct.Q4_1.gguf");
+//   // or a Hugging Face checkpoint folder (config.json, *.safetensors, tokenizer.json):
+//   // auto engine = tessera::Engine::load("models/Qwen2.5-0.5B-Instruct");
 //   if (!engine) { std::cerr << engine.status().to_string(); return 1; }
 //   tessera::GenerationParams p;
 //   p.max_tokens = 64;
@@ -118,7 +120,11 @@ struct ModelSummary {
 
 class Engine {
  public:
-  static Expected<std::unique_ptr<Engine>> load(const std::string& gguf_path,
+  // `path`: a .gguf file, or a Hugging Face checkpoint folder (or its config.json) with
+  // config.json, model.safetensors or model.safetensors.index.json + shards, tokenizer.json
+  // and optionally tokenizer_config.json / generation_config.json / chat_template.jinja
+  // (Llama, Mistral and Qwen2 families; F32, F16 or BF16 weights).
+  static Expected<std::unique_ptr<Engine>> load(const std::string& path,
                                                 const EngineOptions& opt = {});
   ~Engine();
 

@@ -6,9 +6,11 @@
 #include <map>
 #include <optional>
 
+#include "api/model_files.h"
 #include "backend/cpu/thread_pool.h"
 #include "core/error.h"
 #include "formats/gguf.h"
+#include "formats/hf_checkpoint.h"
 #include "models/registry.h"
 #ifdef TESSERA_HAVE_CUDA
 #include "models/cuda/llama_cuda.h"
@@ -56,6 +58,25 @@ Status current_exception_status() {
   } catch (...) {
     return Status(ErrorCode::kInternal, "unknown exception");
   }
+}
+
+// A GGUF file: weights, tokenizer and chat template all come from its metadata.
+Expected<api::LoadedModel> load_gguf(const std::string& path) {
+  api::LoadedModel out;
+  auto file = gguf::File::open(path);
+  if (!file) return file.status();
+  out.gguf = std::move(*file);
+  // The architecture is checked first: an unsupported model should say so, not fail on a
+  // missing tokenizer key.
+  auto model = models::load_causal_lm(*out.gguf);
+  if (!model) return model.status();
+  out.model = std::move(*model);
+  auto tok = Tokenizer::from_gguf(*out.gguf);
+  if (!tok) return tok.status();
+  out.tokenizer = std::move(*tok);
+  if (auto t = out.gguf->get_string("tokenizer.chat_template")) out.chat_template = std::string(*t);
+  out.name = std::string(out.gguf->get_string("general.name").value_or(""));
+  return out;
 }
 
 // log-softmax of `logits` at `tok`, plus the `top` most likely tokens.
@@ -326,6 +347,9 @@ Status place_model(Engine::Impl& im, const EngineOptions& opt) {
   if (!opt.dummy.empty() && opt.device != "cuda")
     return Status(ErrorCode::kInvalidArgument, "dummy weights need the cuda device");
   if (opt.device == "cpu") return Status();
+  if (!im.file && opt.dummy.empty())
+    return Status(ErrorCode::kUnsupported,
+                  "the CUDA engine loads GGUF files; Hugging Face checkpoints run on the CPU");
   if (opt.kv_cache_f32)
     return Status(ErrorCode::kInvalidArgument, "the CUDA KV cache is f16 (drop --kv-f32)");
 #ifdef TESSERA_HAVE_CUDA
@@ -351,20 +375,21 @@ Status place_model(Engine::Impl& im, const EngineOptions& opt) {
 Expected<std::unique_ptr<Engine>> Engine::load(const std::string& path, const EngineOptions& opt) {
   const auto t0 = Clock::now();
   auto impl = std::make_unique<Impl>();
-  auto file = gguf::File::open(path);
-  if (!file) return file.status();
-  impl->file = std::move(*file);
-  // The architecture is checked first: an unsupported model should say so, not fail on a
-  // missing tokenizer key.
-  auto model = models::load_causal_lm(*impl->file);
-  if (!model) return model.status();
-  impl->model = std::move(*model);
-  auto tok = Tokenizer::from_gguf(*impl->file);
-  if (!tok) return tok.status();
-  impl->tokenizer = std::move(*tok);
+  Expected<api::LoadedModel> loaded = Status(ErrorCode::kInternal, "model not loaded");
+  try {
+    loaded = hf::is_checkpoint_path(path) ? api::load_hf_checkpoint(path) : load_gguf(path);
+  } catch (...) {
+    return current_exception_status();
+  }
+  if (!loaded) return loaded.status();
+  impl->file = std::move(loaded->gguf);
+  impl->model = std::move(loaded->model);
+  impl->tokenizer = std::move(loaded->tokenizer);
   if (Status st = place_model(*impl, opt); !st.ok()) return st;
-  auto chat = ChatTemplate::from_template_text(impl->file->get_string("tokenizer.chat_template"),
-                                               *impl->tokenizer);
+  auto chat = ChatTemplate::from_template_text(
+      loaded->chat_template ? std::optional<std::string_view>(*loaded->chat_template)
+                            : std::nullopt,
+      *impl->tokenizer);
   if (chat) {
     impl->chat = *chat;
   } else {
@@ -396,8 +421,7 @@ Expected<std::unique_ptr<Engine>> Engine::load(const std::string& path, const En
                                                  .max_running = opt.max_running});
     auto& s = impl->summary;
     s.architecture = c.architecture;
-    s.name = opt.dummy.empty() ? std::string(impl->file->get_string("general.name").value_or(""))
-                               : "dummy-" + opt.dummy;
+    s.name = opt.dummy.empty() ? loaded->name : "dummy-" + opt.dummy;
     s.n_layers = c.n_layers;
     s.d_model = c.d_model;
     s.n_heads = c.n_heads;

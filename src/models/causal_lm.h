@@ -23,7 +23,7 @@ class ThreadPool;
 namespace tessera::models {
 
 struct LlmConfig {
-  std::string architecture;  // GGUF general.architecture
+  std::string architecture;  // GGUF general.architecture, or HF model_type (llama, mistral, qwen2)
   int64_t n_layers = 0, d_model = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0, d_ff = 0;
   int64_t vocab = 0, context_length = 0;
   float norm_eps = 1e-5f;

@@ -24,39 +24,12 @@ int64_t tensor_bytes(const Tensor& t) {
   return t.rows() * static_cast<int64_t>(dtype_row_bytes(t.dtype(), t.dim(t.ndim() - 1)).value_or(0));
 }
 
-// Views one GGUF tensor as a Tensor of shape {rows, cols} (GGUF dims are innermost-first).
-// The mapping is read-only: weights are never written through these views.
-Tensor weight_view(const gguf::File& f, const std::string& name, int64_t rows, int64_t cols) {
-  const gguf::TensorInfo* t = f.find_tensor(name);
-  if (!t) corrupt("missing tensor '" + name + "'");
-  const int64_t got_cols = t->dims.empty() ? 0 : t->dims[0];
-  int64_t got_rows = 1;
-  for (size_t i = 1; i < t->dims.size(); ++i) got_rows *= t->dims[i];
-  if (got_cols != cols || got_rows != rows)
-    corrupt("tensor '" + name + "' has shape [" + std::to_string(got_cols) + ", " +
-            std::to_string(got_rows) + "] (GGUF order), expected [" + std::to_string(cols) + ", " +
-            std::to_string(rows) + "]");
-  if (!t->dtype)
-    throw_error(ErrorCode::kUnsupported, "tensor '" + name + "' has weight type " +
-                                             std::string(ggml_type_name(t->ggml_type)) +
-                                             ", which Tessera does not implement");
-  // A file may choose general.alignment = 1; plain-typed data used in place must still be
-  // aligned for its element type.
-  const uint8_t* data = f.tensor_data(*t);
-  const int64_t elem_align = dtype_is_quantized(*t->dtype) ? 1 : dtype_info(*t->dtype).block_bytes;
-  if (reinterpret_cast<uintptr_t>(data) % static_cast<uintptr_t>(elem_align) != 0)
-    corrupt("tensor '" + name + "' data is not aligned for " + std::string(dtype_name(*t->dtype)));
-  const int64_t shape[2] = {rows, cols};
-  return Tensor::view(*t->dtype, shape, 2, const_cast<uint8_t*>(data), f.keepalive());
+// Weights by GGUF name from whichever format the source reads (models/weight_source.h).
+Tensor weight_view(const WeightSource& w, const std::string& name, int64_t rows, int64_t cols) {
+  return w.matrix(name, rows, cols);
 }
-
-// Small vectors (norm weights, biases, RoPE factors) are used as f32 whatever their file type.
-Tensor vector_f32(const gguf::File& f, const std::string& name, int64_t n) {
-  Tensor w = weight_view(f, name, 1, n);
-  if (w.dtype() == DType::kF32) return w.reshape({n});
-  Tensor out = Tensor::empty(DType::kF32, {n});
-  cpu::dequantize_row(w.dtype(), w.raw_data(), out.data<float>(), n);
-  return out;
+Tensor vector_f32(const WeightSource& w, const std::string& name, int64_t n) {
+  return weight_vector_f32(w, name, n);
 }
 
 int64_t require_u32(const gguf::File& f, const std::string& key) {
@@ -113,13 +86,13 @@ struct Layer {
 
 class LlamaModel final : public CausalLm {
  public:
-  explicit LlamaModel(const gguf::File& f) : cfg_(read_config(f)) {
+  LlamaModel(LlmConfig cfg, const WeightSource& f) : cfg_(std::move(cfg)) {
     const int64_t d = cfg_.d_model, q_dim = cfg_.n_heads * cfg_.head_dim,
                   kv_dim = cfg_.n_kv_heads * cfg_.head_dim;
     tok_embd_ = weight_view(f, "token_embd.weight", cfg_.vocab, d);
     output_norm_ = vector_f32(f, "output_norm.weight", d);
     output_ = cfg_.tied_embeddings ? tok_embd_ : weight_view(f, "output.weight", cfg_.vocab, d);
-    if (f.find_tensor("rope_freqs.weight")) {
+    if (f.has("rope_freqs.weight")) {
       rope_freqs_ = vector_f32(f, "rope_freqs.weight", cfg_.rope.n_rot / 2);
       cfg_.rope.freq_factors = rope_freqs_.data<float>();
     }
@@ -319,7 +292,11 @@ class LlamaModel final : public CausalLm {
 }  // namespace
 
 std::unique_ptr<CausalLm> llama_create(const gguf::File& file) {
-  return std::make_unique<LlamaModel>(file);
+  return std::make_unique<LlamaModel>(read_config(file), GgufWeights(file));
+}
+
+std::unique_ptr<CausalLm> llama_create(LlmConfig config, const WeightSource& weights) {
+  return std::make_unique<LlamaModel>(std::move(config), weights);
 }
 
 }  // namespace tessera::models

@@ -6,9 +6,12 @@
 
 #include "formats/gguf.h"
 #include "models/causal_lm.h"
+#include "models/weight_source.h"
 
 namespace tessera::models {
 
 std::unique_ptr<CausalLm> llama_create(const gguf::File& file);
+// From a config and weights named as in GGUF (the HF loader maps its names, models/llama_hf.h).
+std::unique_ptr<CausalLm> llama_create(LlmConfig config, const WeightSource& weights);
 
 }  // namespace tessera::models

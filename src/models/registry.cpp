@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "models/llama.h"
+#include "models/llama_hf.h"
 
 namespace tessera::models {
 namespace {
@@ -14,6 +15,17 @@ struct Entry {
 constexpr Entry kEntries[] = {
     {"llama", llama_create},
     {"qwen2", llama_create},
+};
+
+struct HfEntry {
+  const char* model_type;
+  std::unique_ptr<CausalLm> (*create)(const hf::TextConfig&, const safetensors::Checkpoint&);
+};
+
+constexpr HfEntry kHfEntries[] = {
+    {"llama", llama_create_hf},
+    {"mistral", llama_create_hf},
+    {"qwen2", llama_create_hf},
 };
 
 }  // namespace
@@ -39,6 +51,22 @@ Expected<std::unique_ptr<CausalLm>> load_causal_lm(const gguf::File& file) {
   for (const auto& a : supported_architectures()) list += (list.empty() ? "" : ", ") + a;
   return Status(ErrorCode::kUnsupported,
                 "architecture '" + std::string(*arch) + "' is not supported (supported: " + list + ")");
+}
+
+Expected<std::unique_ptr<CausalLm>> load_causal_lm(const hf::TextConfig& config,
+                                                   const safetensors::Checkpoint& checkpoint) {
+  for (const auto& e : kHfEntries) {
+    if (config.model_type != e.model_type) continue;
+    try {
+      return e.create(config, checkpoint);
+    } catch (const Error& err) {
+      return err.status();
+    }
+  }
+  std::string list;
+  for (const auto& e : kHfEntries) list += (list.empty() ? "" : ", ") + std::string(e.model_type);
+  return Status(ErrorCode::kUnsupported, "model_type '" + config.model_type +
+                                             "' is not supported (supported: " + list + ")");
 }
 
 }  // namespace tessera::models

@@ -20,15 +20,24 @@ struct StringHash {
 class BpeTokenizer final : public Tokenizer {
  public:
   Status init(TokenizerConfig& cfg) {
-    const std::string name = cfg.pre.empty() ? "default" : cfg.pre;
-    if (cfg.pre.empty())
-      log_warn(
-          "tokenizer: no tokenizer.ggml.pre; using the 'default' pre-tokenizer "
-          "(tokenization may not match the model's training)");
-    auto pre = PreTokenizer::create(name);
+    std::string name = cfg.pre;
+    Expected<std::unique_ptr<PreTokenizer>> pre = Status(ErrorCode::kInternal, "unset");
+    if (!cfg.pre_regexes.empty()) {
+      if (name.empty()) name = "custom";
+      pre = PreTokenizer::from_regexes(cfg.pre_regexes, name, cfg.ignore_merges.value_or(false));
+    } else {
+      if (name.empty()) {
+        name = "default";
+        log_warn(
+            "tokenizer: no tokenizer.ggml.pre; using the 'default' pre-tokenizer "
+            "(tokenization may not match the model's training)");
+      }
+      pre = PreTokenizer::create(name);
+    }
     if (!pre) return pre.status();
     pre_ = std::move(*pre);
     pre_name_ = name;
+    ignore_merges_ = cfg.ignore_merges.value_or(pre_->ignore_merges());
     add_bos_ = pre_->default_add_bos();
     add_space_prefix_ = false;
     // Rank = position in tokenizer.ggml.merges; the pair is split at the first space after the
@@ -70,7 +79,7 @@ class BpeTokenizer final : public Tokenizer {
       for (size_t i = b; i < e; ++i) utf8::append(bytes, cps[i]);
       word.clear();
       for (unsigned char c : bytes) utf8::append(word, b2u[c]);
-      if (pre_->ignore_merges()) {
+      if (ignore_merges_) {
         if (int32_t id = find_token(word); id >= 0) {
           out.push_back(id);
           continue;
@@ -149,6 +158,7 @@ class BpeTokenizer final : public Tokenizer {
   }
 
   std::unique_ptr<PreTokenizer> pre_;
+  bool ignore_merges_ = false;
   std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> ranks_;
 };
 

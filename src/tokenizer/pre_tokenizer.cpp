@@ -86,23 +86,39 @@ Expected<std::unique_ptr<PreTokenizer>> PreTokenizer::create(std::string_view na
   pre->family_ = fam->family;
   pre->ignore_merges_ = fam->ignore_merges;
   pre->default_add_bos_ = fam->default_add_bos;
-  for (std::string_view rx : fam->regexes) {
-    int err = 0;
-    PCRE2_SIZE err_off = 0;
-    auto* c = new Compiled();
-    pre->regexes_.push_back(c);
-    c->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(rx.data()), rx.size(),
-                            PCRE2_UTF | PCRE2_UCP, &err, &err_off, nullptr);
-    if (!c->code) {
-      PCRE2_UCHAR msg[256];
-      pcre2_get_error_message(err, msg, sizeof msg);
-      return Status(ErrorCode::kInternal, "pre-tokenizer regex failed to compile at " +
-                                              std::to_string(err_off) + ": " +
-                                              reinterpret_cast<const char*>(msg));
-    }
-    pcre2_jit_compile(c->code, PCRE2_JIT_COMPLETE);  // optional speed-up; falls back if absent
-  }
+  for (std::string_view rx : fam->regexes)
+    if (Status s = pre->add_regex(rx); !s.ok()) return Status(ErrorCode::kInternal, s.message());
   return pre;
+}
+
+Expected<std::unique_ptr<PreTokenizer>> PreTokenizer::from_regexes(
+    const std::vector<std::string>& regexes, std::string_view family, bool ignore_merges) {
+  std::unique_ptr<PreTokenizer> pre(new PreTokenizer());
+  pre->family_ = family;
+  pre->ignore_merges_ = ignore_merges;
+  for (const std::string& rx : regexes)
+    if (Status s = pre->add_regex(rx); !s.ok()) return s;
+  return pre;
+}
+
+std::string_view PreTokenizer::gpt2_regex() { return kGpt2; }
+
+Status PreTokenizer::add_regex(std::string_view rx) {
+  int err = 0;
+  PCRE2_SIZE err_off = 0;
+  auto* c = new Compiled();
+  regexes_.push_back(c);
+  c->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(rx.data()), rx.size(),
+                          PCRE2_UTF | PCRE2_UCP, &err, &err_off, nullptr);
+  if (!c->code) {
+    PCRE2_UCHAR msg[256];
+    pcre2_get_error_message(err, msg, sizeof msg);
+    return Status(ErrorCode::kUnsupported,
+                  "pre-tokenizer regex failed to compile at offset " + std::to_string(err_off) +
+                      ": " + reinterpret_cast<const char*>(msg));
+  }
+  pcre2_jit_compile(c->code, PCRE2_JIT_COMPLETE);  // optional speed-up; falls back if absent
+  return Status::ok_status();
 }
 
 std::vector<std::pair<size_t, size_t>> PreTokenizer::split(const std::vector<uint32_t>& cps) const {

@@ -24,6 +24,13 @@ class PreTokenizer {
  public:
   // Unknown names -> kUnsupported naming the supported ones.
   static Expected<std::unique_ptr<PreTokenizer>> create(std::string_view name);
+  // A custom list (Hugging Face tokenizer.json Split/ByteLevel/Digits steps), applied in order
+  // with the same isolate-matches rule. An invalid regex -> kUnsupported naming it.
+  static Expected<std::unique_ptr<PreTokenizer>> from_regexes(const std::vector<std::string>& regexes,
+                                                              std::string_view family,
+                                                              bool ignore_merges);
+  // GPT-2's byte-level regex (what HF's ByteLevel pre-tokenizer applies with use_regex).
+  static std::string_view gpt2_regex();
   ~PreTokenizer();
   PreTokenizer(const PreTokenizer&) = delete;
   PreTokenizer& operator=(const PreTokenizer&) = delete;
@@ -40,6 +47,7 @@ class PreTokenizer {
 
  private:
   PreTokenizer() = default;
+  Status add_regex(std::string_view rx);
   struct Compiled;
   std::vector<Compiled*> regexes_;
   std::string family_;

@@ -88,6 +88,7 @@ Status Tokenizer::init_common(TokenizerConfig& cfg) {
   const bool spm = cfg.kind == TokenizerKind::kSentencePiece;
   auto pick = [&](const std::optional<int32_t>& given, int32_t def, const char* what) {
     if (given && in_range(*given)) return *given;
+    if (cfg.no_default_ids) def = -1;
     if (given) log_warn(std::string("tokenizer: ") + what + " id out of range, using default");
     return in_range(def) ? def : -1;
   };
@@ -109,6 +110,8 @@ Status Tokenizer::init_common(TokenizerConfig& cfg) {
   std::vector<int32_t> eog;
   for (int32_t id : {eos_id_, eot, eom})
     if (id >= 0) eog.push_back(id);
+  for (int32_t id : cfg.extra_eog_ids)
+    if (in_range(id)) eog.push_back(id);
   for (size_t i = 0; i < n; ++i) {
     const std::string_view s = pieces_[i];
     const bool is_eog = listed(kEogNames, s) || listed(kFimEogNames, s);

@@ -49,6 +49,15 @@ struct TokenizerConfig {
   std::string pre;                   // tokenizer.ggml.pre (BPE only); "" -> "default"
   std::optional<int32_t> bos_id, eos_id, unk_id, eot_id, eom_id;
   std::optional<bool> add_bos, add_eos, add_space_prefix;
+  // Hugging Face tokenizer.json (BPE only): when non-empty, these regexes (in order) replace the
+  // `pre` family's list and `pre` is only a display name; ignore_merges overrides the family's.
+  std::vector<std::string> pre_regexes;
+  std::optional<bool> ignore_merges;
+  // Absent special ids mean "none" instead of llama.cpp's per-model defaults (HF files name
+  // every special token they have).
+  bool no_default_ids = false;
+  // Further end-of-generation ids (HF config.json / generation_config.json eos_token_id lists).
+  std::vector<int32_t> extra_eog_ids;
 };
 
 struct EncodeOptions {
@@ -68,6 +77,14 @@ class Tokenizer {
   static Expected<std::unique_ptr<Tokenizer>> from_config(TokenizerConfig config);
   // The config from_gguf would build (exposed for tools and tests).
   static Expected<TokenizerConfig> config_from_gguf(const gguf::File& file);
+  // Hugging Face tokenizer.json (byte-level BPE: model.type "BPE" with a ByteLevel
+  // pre-tokenizer) and, optionally, tokenizer_config.json (add_bos_token/add_eos_token,
+  // bos_token/eos_token). Text in, so tests and fuzzers need no files. Unsupported pipeline
+  // steps -> kUnsupported naming them.
+  static Expected<TokenizerConfig> config_from_hf_json(std::string_view tokenizer_json,
+                                                       std::string_view tokenizer_config_json = {});
+  static Expected<std::unique_ptr<Tokenizer>> from_hf_json(
+      std::string_view tokenizer_json, std::string_view tokenizer_config_json = {});
   virtual ~Tokenizer() = default;
   Tokenizer(const Tokenizer&) = delete;  // token_to_id_ holds views into pieces_
   Tokenizer& operator=(const Tokenizer&) = delete;

@@ -1,4 +1,5 @@
-// `tessera info [MODEL]`: prints a GGUF file's header, metadata and tensor table.
+// `tessera info [MODEL]`: prints a GGUF file's header, metadata and tensor table (a Hugging Face
+// checkpoint folder: cmd_info_hf.cpp).
 //
 // The output is line-oriented so scripts (tests/reference/test_gguf_reader.py) can parse it:
 //   version 3
@@ -15,6 +16,7 @@
 
 #include "command.h"
 #include "formats/gguf.h"
+#include "formats/hf_checkpoint.h"
 
 namespace tessera::cli {
 namespace {
@@ -203,7 +205,8 @@ void print_tokenizer_summary(const gguf::File& f) {
 int cmd_info(int argc, char** argv) {
   Args args(argc, argv);
   if (args.flag("help")) {
-    std::printf("usage: tessera info [MODEL]\n  MODEL defaults to %s\n",
+    std::printf("usage: tessera info [MODEL]\n  MODEL: a .gguf file or a Hugging Face checkpoint "
+                "folder; defaults to %s\n",
                 default_model_path().c_str());
     return 0;
   }
@@ -215,6 +218,7 @@ int cmd_info(int argc, char** argv) {
     return 1;
   }
   const std::string path = pos.empty() ? default_model_path() : pos[0];
+  if (hf::is_checkpoint_path(path)) return info_hf(path);
   auto opened = gguf::File::open(path);
   if (!opened) {
     std::fprintf(stderr, "tessera info: error: %s\n", opened.status().to_string().c_str());

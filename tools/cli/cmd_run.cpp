@@ -10,8 +10,8 @@ namespace tessera::cli {
 namespace {
 
 const char* kUsage =
-    "usage: tessera run [-m MODEL.gguf] [--chat] [--system TEXT] [-n N] [--temp T] [--top-k K]\n"
-    "                   [--top-p P] [--min-p M] [--seed S] [--repeat-penalty R]\n"
+    "usage: tessera run [-m MODEL.gguf|HF_DIR] [--chat] [--system TEXT] [-n N] [--temp T]\n"
+    "                   [--top-k K] [--top-p P] [--min-p M] [--seed S] [--repeat-penalty R]\n"
     "                   [--presence-penalty X] [--frequency-penalty X] [--repeat-last-n N]\n"
     "                   [--no-repeat-ngram N] [--stop STR]... [--ctx N] [--threads N]\n"
     "                   [--kv-f32] [--ignore-eos] [--no-bos] [--print-token-ids]\n"

@@ -18,7 +18,7 @@ namespace tessera::cli {
 namespace {
 
 const char* kUsage =
-    "usage: tessera serve [-m MODEL.gguf] [--host H] [--port P] [--api-key-file F]\n"
+    "usage: tessera serve [-m MODEL.gguf|HF_DIR] [--host H] [--port P] [--api-key-file F]\n"
     "                     [--model-name NAME] [--ctx N] [--threads N] [--max-queue N]\n"
     "                     [--allow-priority] [--kv-cache-tokens N] [--max-running N]\n"
     "                     [--max-step-tokens N] [--no-prefix-cache] [--device cpu|cuda]\n"
@@ -54,7 +54,11 @@ bool read_api_keys(const std::string& path, std::vector<std::string>* keys, std:
   return !keys->empty();
 }
 
-std::string model_id_from_path(const std::string& path) {
+std::string model_id_from_path(std::string path) {
+  // A Hugging Face checkpoint is named by its folder ("dir/", "dir/config.json").
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  if (path == "config.json" || (path.size() > 12 && path.ends_with("/config.json")))
+    path = path.size() > 12 ? path.substr(0, path.size() - 12) : ".";
   std::string name = path.substr(path.find_last_of('/') + 1);
   if (auto dot = name.rfind(".gguf"); dot != std::string::npos && dot + 5 == name.size())
     name.resize(dot);

@@ -1,6 +1,7 @@
 // `tessera template`: renders a conversation with the model's chat template.
 //
 //   tessera template [MODEL] [--no-generation-prompt] --msg ROLE=CONTENT [--msg ...]
+//     MODEL: a .gguf file or a Hugging Face checkpoint folder
 //
 // Prints the prompt exactly as rendered (no newline added), so scripts can compare bytes.
 #include <cstdio>
@@ -8,6 +9,7 @@
 
 #include "command.h"
 #include "formats/gguf.h"
+#include "formats/hf_checkpoint.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -37,19 +39,34 @@ int cmd_template(int argc, char** argv) {
     messages.push_back({m.substr(0, eq), m.substr(eq + 1)});
   }
   const std::string model = pos.empty() ? default_model_path() : pos[0];
-  auto file = gguf::File::open(model);
-  if (!file) {
-    std::fprintf(stderr, "tessera template: %s: %s\n", model.c_str(),
-                 file.status().to_string().c_str());
-    return 1;
-  }
-  auto tok = Tokenizer::from_gguf(**file);
+  auto tok = open_tokenizer(model);
   if (!tok) {
-    std::fprintf(stderr, "tessera template: %s\n", tok.status().to_string().c_str());
+    std::fprintf(stderr, "tessera template: %s: %s\n", model.c_str(),
+                 tok.status().to_string().c_str());
     return 1;
   }
-  auto tmpl =
-      ChatTemplate::from_template_text((*file)->get_string("tokenizer.chat_template"), **tok);
+  // The template text: GGUF metadata, or the checkpoint's chat_template.jinja /
+  // tokenizer_config.json.
+  std::optional<std::string> text;
+  if (hf::is_checkpoint_path(model)) {
+    auto files = hf::locate(model, /*require_weights=*/false);
+    auto t = files ? hf::read_chat_template(*files) : Expected<std::string>(files.status());
+    if (!t) {
+      std::fprintf(stderr, "tessera template: %s\n", t.status().to_string().c_str());
+      return 1;
+    }
+    if (!t->empty()) text = std::move(*t);
+  } else {
+    auto file = gguf::File::open(model);
+    if (!file) {
+      std::fprintf(stderr, "tessera template: %s: %s\n", model.c_str(),
+                   file.status().to_string().c_str());
+      return 1;
+    }
+    if (auto t = (*file)->get_string("tokenizer.chat_template")) text = std::string(*t);
+  }
+  auto tmpl = ChatTemplate::from_template_text(
+      text ? std::optional<std::string_view>(*text) : std::nullopt, **tok);
   if (!tmpl) {
     std::fprintf(stderr, "tessera template: %s\n", tmpl.status().to_string().c_str());
     return 1;

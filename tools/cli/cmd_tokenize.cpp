@@ -1,6 +1,7 @@
 // `tessera tokenize`: shows how a model's tokenizer splits a text.
 //
 //   tessera tokenize [--no-bos] [--no-special] [--ids] [MODEL] TEXT
+//     MODEL: a .gguf file, a Hugging Face checkpoint folder, or a tokenizer.json
 //   tessera tokenize [...] [MODEL] --file PATH       text read from a file, byte-exact
 //   tessera tokenize [...] [MODEL] --batch PATH      machine interface for reference tests
 //
@@ -15,7 +16,6 @@
 #include <string>
 
 #include "command.h"
-#include "formats/gguf.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode_utf8.h"
 
@@ -100,15 +100,10 @@ int cmd_tokenize(int argc, char** argv) {
   if (pos.size() < n_text || pos.size() > n_text + 1 || (from_file && batch)) return usage();
   const std::string model = pos.size() > n_text ? pos[0] : default_model_path();
 
-  auto file = gguf::File::open(model);
-  if (!file) {
-    std::fprintf(stderr, "tessera tokenize: %s: %s\n", model.c_str(),
-                 file.status().to_string().c_str());
-    return 1;
-  }
-  auto tok = Tokenizer::from_gguf(**file);
+  auto tok = open_tokenizer(model);
   if (!tok) {
-    std::fprintf(stderr, "tessera tokenize: %s\n", tok.status().to_string().c_str());
+    std::fprintf(stderr, "tessera tokenize: %s: %s\n", model.c_str(),
+                 tok.status().to_string().c_str());
     return 1;
   }
   const EncodeOptions opt{.add_bos = !no_bos, .parse_special = !no_special};

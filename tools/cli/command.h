@@ -5,9 +5,13 @@
 //   TESSERA_CLI_HIDDEN_COMMAND("dump-tensor", "...", cmd_dump_tensor);  // not in the usage text
 #pragma once
 
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "tessera/status.h"
+#include "tokenizer/tokenizer.h"
 
 namespace tessera::cli {
 
@@ -35,6 +39,13 @@ class Args {
   std::vector<std::string> args_;
   std::vector<bool> used_;
 };
+
+// The tokenizer of a GGUF file, a Hugging Face checkpoint folder (or its config.json), or a
+// tokenizer.json (with tokenizer_config.json beside it when present).
+Expected<std::unique_ptr<Tokenizer>> open_tokenizer(const std::string& path);
+
+// `tessera info` for a Hugging Face checkpoint folder (or its config.json).
+int info_hf(const std::string& path);
 
 // Default model path: $TESSERA_MODEL, else ${XDG_CACHE_HOME:-~/.cache}/tessera/<default file>.
 std::string default_model_path();

@@ -1,0 +1,340 @@
+// Extraction of a TokenizerConfig from a Hugging Face tokenizer.json (+ tokenizer_config.json).
+//
+// Supported pipeline (what Llama-3, Qwen2, GPT-2 and SmolLM tokenizer.json files use):
+//   normalizer     null (NFC is accepted with a warning: input is not normalized, see
+//                  docs/design/hf_checkpoints.md)
+//   pre_tokenizer  ByteLevel, or Sequence of Split(Regex|String, behavior Isolated, invert false),
+//                  Digits and ByteLevel (use_regex adds GPT-2's regex; add_prefix_space false)
+//   model          BPE over byte-level pieces: vocab, merges ("a b" or ["a", "b"]),
+//                  ignore_merges; no dropout, unk/continuing-subword/end-of-word markers or
+//                  byte fallback
+//   added_tokens   special -> control tokens, others -> user-defined tokens
+//   post_processor TemplateProcessing (at most one special token before and one after $A),
+//                  ByteLevel or a Sequence of those: decides BOS/EOS
+// Everything else is kUnsupported naming the step. All sizes and ids are untrusted.
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "formats/file_util.h"
+#include "tokenizer/pre_tokenizer.h"
+#include "tokenizer/tokenizer.h"
+
+namespace tessera {
+namespace {
+
+using json = nlohmann::json;
+using formats::printable;
+
+constexpr int kMaxDepth = 16;             // tokenizer.json nests ~6 levels
+constexpr int64_t kMaxTokenId = 1 << 21;  // 8x the largest real vocabularies (~262k)
+constexpr size_t kMaxRegexBytes = 1 << 16;
+
+[[noreturn]] void corrupt(const std::string& m) {
+  throw_error(ErrorCode::kCorruptData, "tokenizer.json: " + m);
+}
+[[noreturn]] void unsupported(const std::string& m) {
+  throw_error(ErrorCode::kUnsupported, "tokenizer.json: " + m);
+}
+
+json parse_json(std::string_view text, const char* what) {
+  if (formats::json_nesting_depth(text) > kMaxDepth)
+    throw_error(ErrorCode::kCorruptData,
+                std::string(what) + " nests deeper than " + std::to_string(kMaxDepth) + " levels");
+  json j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object())
+    throw_error(ErrorCode::kCorruptData, std::string(what) + " is not a valid JSON object");
+  return j;
+}
+
+const json* member(const json& obj, const char* key) {
+  if (!obj.is_object()) return nullptr;
+  auto it = obj.find(key);
+  return it == obj.end() || it->is_null() ? nullptr : &*it;
+}
+
+std::string type_of(const json& step, const char* what) {
+  const json* t = member(step, "type");
+  if (!t || !t->is_string()) corrupt(std::string(what) + " without a string 'type'");
+  return t->get<std::string>();
+}
+
+bool flag(const json& obj, const char* key, bool def) {
+  const json* v = member(obj, key);
+  if (!v) return def;
+  if (!v->is_boolean()) corrupt(std::string("'") + key + "' is not a boolean");
+  return v->get<bool>();
+}
+
+int32_t token_id(const json& v, const std::string& what) {
+  if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= kMaxTokenId)
+    corrupt(what + " is not a token id in [0, " + std::to_string(kMaxTokenId) + ")");
+  return static_cast<int32_t>(v.get<int64_t>());
+}
+
+// PCRE2 pattern matching the literal text s.
+std::string regex_literal(std::string_view s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (std::string_view("\\^$.|?*+()[]{}").find(static_cast<char>(c)) != std::string_view::npos)
+      out += '\\';
+    out += static_cast<char>(c);
+  }
+  return out;
+}
+
+// One pre-tokenizer step; appends its regexes. Returns true when it was a ByteLevel step.
+bool add_pre_step(const json& step, std::vector<std::string>& regexes) {
+  const std::string type = type_of(step, "pre_tokenizer step");
+  if (type == "ByteLevel") {
+    if (flag(step, "add_prefix_space", false))
+      unsupported("ByteLevel pre-tokenizer with add_prefix_space=true");
+    if (flag(step, "use_regex", true)) regexes.emplace_back(PreTokenizer::gpt2_regex());
+    return true;
+  }
+  if (type == "Split") {
+    const json* pat = member(step, "pattern");
+    const json* behavior = member(step, "behavior");
+    if (!behavior || !behavior->is_string() || behavior->get<std::string>() != "Isolated")
+      unsupported("Split pre-tokenizer behavior other than Isolated");
+    if (flag(step, "invert", false)) unsupported("Split pre-tokenizer with invert=true");
+    const json* rx = pat ? member(*pat, "Regex") : nullptr;
+    const json* str = pat ? member(*pat, "String") : nullptr;
+    if (rx && rx->is_string()) {
+      regexes.push_back(rx->get<std::string>());
+    } else if (str && str->is_string()) {
+      regexes.push_back(regex_literal(str->get<std::string>()));
+    } else {
+      corrupt("Split pre-tokenizer without a Regex or String pattern");
+    }
+    if (regexes.back().empty() || regexes.back().size() > kMaxRegexBytes)
+      corrupt("Split pattern is empty or longer than " + std::to_string(kMaxRegexBytes) + " bytes");
+    return false;
+  }
+  if (type == "Digits") {
+    regexes.emplace_back(flag(step, "individual_digits", false) ? R"(\p{N})" : R"(\p{N}+)");
+    return false;
+  }
+  unsupported("pre-tokenizer '" + printable(type) + "' (supported: ByteLevel, Split, Digits)");
+}
+
+// The special-token text of a tokenizer_config.json entry: "tok" or {"content": "tok", ...}.
+std::optional<std::string> special_text(const json& cfg, const char* key) {
+  const json* v = member(cfg, key);
+  if (!v) return std::nullopt;
+  if (v->is_string()) return v->get<std::string>();
+  if (const json* c = member(*v, "content"); c && c->is_string()) return c->get<std::string>();
+  return std::nullopt;
+}
+
+TokenizerConfig config_from_json(const json& tj, const json* tc) {
+  TokenizerConfig cfg;
+  cfg.kind = TokenizerKind::kBytePairBpe;
+  cfg.no_default_ids = true;
+
+  const json* model = member(tj, "model");
+  if (!model || !model->is_object()) corrupt("missing 'model' object");
+  const std::string mtype = member(*model, "type") ? type_of(*model, "model") : "BPE";
+  if (mtype != "BPE")
+    unsupported("model type '" + printable(mtype) + "' (supported: BPE over byte-level pieces)");
+  if (flag(*model, "byte_fallback", false))
+    unsupported("BPE with byte_fallback (SentencePiece-style tokenizer.json)");
+  for (const char* k : {"unk_token", "continuing_subword_prefix", "end_of_word_suffix"})
+    if (const json* v = member(*model, k); v && !(v->is_string() && v->get<std::string>().empty()))
+      unsupported(std::string("BPE model with ") + k);
+  if (const json* d = member(*model, "dropout"); d && !(d->is_number() && d->get<double>() == 0))
+    unsupported("BPE model with dropout");
+  cfg.ignore_merges = flag(*model, "ignore_merges", false);
+
+  // Vocabulary: token -> id, then added tokens (which may extend it). Gaps become unused
+  // placeholders, as llama.cpp's converter writes them.
+  const json* vocab = member(*model, "vocab");
+  if (!vocab || !vocab->is_object()) corrupt("model.vocab is not an object");
+  std::map<int32_t, std::pair<std::string, int32_t>> by_id;  // id -> (text, token type)
+  for (auto it = vocab->begin(); it != vocab->end(); ++it) {
+    const int32_t id = token_id(it.value(), "vocab entry '" + printable(it.key()) + "'");
+    if (!by_id.emplace(id, std::make_pair(it.key(), int32_t{kTokenNormal})).second)
+      corrupt("two vocab entries share id " + std::to_string(id));
+  }
+  if (const json* added = member(tj, "added_tokens")) {
+    if (!added->is_array()) corrupt("added_tokens is not an array");
+    for (const json& a : *added) {
+      const json* content = member(a, "content");
+      const json* id = member(a, "id");
+      if (!content || !content->is_string() || !id) corrupt("added token without content or id");
+      const int32_t i = token_id(*id, "added token id");
+      const std::string text = content->get<std::string>();
+      if (text.empty()) corrupt("added token " + std::to_string(i) + " has empty content");
+      if (flag(a, "lstrip", false) || flag(a, "rstrip", false) || flag(a, "single_word", false))
+        log_warn("tokenizer.json: added token '" + printable(text) +
+                 "' has lstrip/rstrip/single_word, which Tessera does not model");
+      const int32_t type = flag(a, "special", false) ? kTokenControl : kTokenUserDefined;
+      auto [pos, fresh] = by_id.emplace(i, std::make_pair(text, type));
+      if (!fresh) {
+        if (pos->second.first != text)
+          corrupt("added token '" + printable(text) + "' reuses id " + std::to_string(i) +
+                  " of vocab entry '" + printable(pos->second.first) + "'");
+        pos->second.second = type;
+      }
+    }
+  }
+  if (by_id.empty()) corrupt("empty vocabulary");
+  const int32_t n = by_id.rbegin()->first + 1;
+  cfg.tokens.resize(n);
+  cfg.token_types.assign(n, kTokenUnused);
+  for (int32_t i = 0; i < n; ++i) cfg.tokens[i] = "[PAD" + std::to_string(i) + "]";
+  for (auto& [id, tt] : by_id) {
+    cfg.tokens[id] = std::move(tt.first);
+    cfg.token_types[id] = tt.second;
+  }
+
+  const json* merges = member(*model, "merges");
+  if (merges && !merges->is_array()) corrupt("model.merges is not an array");
+  if (merges) {
+    cfg.merges.reserve(merges->size());
+    for (const json& m : *merges) {
+      if (m.is_string()) {
+        cfg.merges.push_back(m.get<std::string>());
+      } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
+        cfg.merges.push_back(m[0].get<std::string>() + " " + m[1].get<std::string>());
+      } else {
+        corrupt("a merge is neither \"a b\" nor [\"a\", \"b\"]");
+      }
+    }
+  }
+
+  // Normalizer.
+  if (const json* norm = member(tj, "normalizer")) {
+    const std::string t = type_of(*norm, "normalizer");
+    if (t == "NFC") {
+      log_warn(
+          "tokenizer.json: NFC normalizer not applied (text that is not already NFC may "
+          "tokenize differently from Hugging Face tokenizers)");
+    } else {
+      unsupported("normalizer '" + printable(t) + "' (supported: none, NFC)");
+    }
+  }
+
+  // Pre-tokenizer: the regex list; byte-level must be part of it.
+  bool byte_level = false;
+  const json* pre = member(tj, "pre_tokenizer");
+  if (!pre) unsupported("no pre_tokenizer (byte-level BPE needs a ByteLevel step)");
+  if (type_of(*pre, "pre_tokenizer") == "Sequence") {
+    const json* steps = member(*pre, "pretokenizers");
+    if (!steps || !steps->is_array()) corrupt("Sequence pre-tokenizer without a list");
+    for (const json& s : *steps) byte_level |= add_pre_step(s, cfg.pre_regexes);
+  } else {
+    byte_level = add_pre_step(*pre, cfg.pre_regexes);
+  }
+  if (!byte_level) unsupported("pre-tokenizer without a ByteLevel step (not byte-level BPE)");
+  // Splitting nothing is a valid (if unusual) choice: one piece per fragment.
+  if (cfg.pre_regexes.empty()) cfg.pre_regexes.emplace_back(R"([\s\S]+)");
+  cfg.pre = "tokenizer.json";
+
+  // BOS/EOS from the post-processor's single-sequence template.
+  bool add_bos = false, add_eos = false;
+  std::optional<int32_t> bos, eos;
+  auto special_id = [&](const json& pp, const std::string& name) -> std::optional<int32_t> {
+    if (const json* st = member(pp, "special_tokens"))
+      if (const json* e = member(*st, name.c_str()))
+        if (const json* ids = member(*e, "ids"); ids && ids->is_array() && ids->size() == 1)
+          return token_id((*ids)[0], "post_processor id of '" + printable(name) + "'");
+    for (int32_t i = 0; i < n; ++i)
+      if (cfg.tokens[i] == name) return i;
+    corrupt("post_processor names unknown token '" + printable(name) + "'");
+  };
+  auto read_pp = [&](const json& pp) {
+    const std::string t = type_of(pp, "post_processor");
+    if (t == "ByteLevel") return;
+    if (t != "TemplateProcessing")
+      unsupported("post_processor '" + printable(t) +
+                  "' (supported: TemplateProcessing, ByteLevel, Sequence)");
+    const json* single = member(pp, "single");
+    if (!single || !single->is_array()) corrupt("TemplateProcessing without 'single'");
+    bool seen_a = false;
+    for (const json& piece : *single) {
+      if (member(piece, "Sequence")) {
+        seen_a = true;
+        continue;
+      }
+      const json* sp = member(piece, "SpecialToken");
+      const json* id = sp ? member(*sp, "id") : nullptr;
+      if (!id || !id->is_string()) corrupt("TemplateProcessing piece is not a token or $A");
+      const int32_t tid = *special_id(pp, id->get<std::string>());
+      if (seen_a ? add_eos : add_bos)
+        unsupported("TemplateProcessing with more than one special token on a side of $A");
+      (seen_a ? add_eos : add_bos) = true;
+      (seen_a ? eos : bos) = tid;
+    }
+  };
+  if (const json* pp = member(tj, "post_processor")) {
+    if (type_of(*pp, "post_processor") == "Sequence") {
+      const json* list = member(*pp, "processors");
+      if (!list || !list->is_array()) corrupt("Sequence post_processor without 'processors'");
+      for (const json& p : *list) read_pp(p);
+    } else {
+      read_pp(*pp);
+    }
+  }
+
+  // tokenizer_config.json: named BOS/EOS and transformers' add_bos_token/add_eos_token.
+  auto find_text = [&](const std::string& text) -> std::optional<int32_t> {
+    for (int32_t i = 0; i < n; ++i)
+      if (cfg.tokens[i] == text) return i;
+    return std::nullopt;
+  };
+  if (tc) {
+    if (auto t = special_text(*tc, "bos_token")) {
+      if (auto id = find_text(*t)) bos = id;
+    }
+    if (auto t = special_text(*tc, "eos_token")) {
+      if (auto id = find_text(*t)) {
+        // The template's EOS (if any) stays the appended one; the named EOS ends generation.
+        if (!add_eos) eos = id;
+        cfg.extra_eog_ids.push_back(*id);
+      }
+    }
+    if (const json* v = member(*tc, "add_bos_token"); v && v->is_boolean())
+      add_bos = v->get<bool>();
+    if (const json* v = member(*tc, "add_eos_token"); v && v->is_boolean())
+      add_eos = v->get<bool>();
+  }
+  if (add_bos && !bos) corrupt("add_bos_token is set but no BOS token is named");
+  if (add_eos && !eos) corrupt("add_eos_token is set but no EOS token is named");
+  cfg.bos_id = bos;
+  cfg.eos_id = eos;
+  cfg.add_bos = add_bos;
+  cfg.add_eos = add_eos;
+  return cfg;
+}
+
+}  // namespace
+
+Expected<TokenizerConfig> Tokenizer::config_from_hf_json(std::string_view tokenizer_json,
+                                                         std::string_view tokenizer_config_json) {
+  try {
+    const json tj = parse_json(tokenizer_json, "tokenizer.json");
+    json tc;
+    if (!tokenizer_config_json.empty())
+      tc = parse_json(tokenizer_config_json, "tokenizer_config.json");
+    return config_from_json(tj, tc.is_object() ? &tc : nullptr);
+  } catch (const Error& e) {
+    return e.status();
+  } catch (const json::exception& e) {  // a value of an unexpected type slipped through
+    return Status(ErrorCode::kCorruptData, std::string("tokenizer.json: ") + e.what());
+  } catch (const std::bad_alloc&) {
+    return Status(ErrorCode::kOutOfMemory, "out of memory while reading tokenizer.json");
+  }
+}
+
+Expected<std::unique_ptr<Tokenizer>> Tokenizer::from_hf_json(
+    std::string_view tokenizer_json, std::string_view tokenizer_config_json) {
+  auto cfg = config_from_hf_json(tokenizer_json, tokenizer_config_json);
+  if (!cfg) return cfg.status();
+  return from_config(std::move(*cfg));
+}
+
+}  // namespace tessera
