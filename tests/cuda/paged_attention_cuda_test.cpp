@@ -144,10 +144,10 @@ TYPED_TEST(PagedAttentionCuda, DecodeBatchOfManySequences) {
 
 TEST(PagedAttentionCudaArgs, RejectsUnsupportedShapes) {
   EXPECT_THROW(cuda::paged_attention<float>(nullptr, nullptr, nullptr, 1, nullptr, 1, 16, nullptr,
-                                            nullptr, 8, 3, 64, 1.f, nullptr, nullptr),
+                                            nullptr, 8, 3, 64, 1.f, static_cast<float*>(nullptr), nullptr),
                Error);
   EXPECT_THROW(cuda::paged_attention<float>(nullptr, nullptr, nullptr, 1, nullptr, 1, 16, nullptr,
-                                            nullptr, 8, 8, 96, 1.f, nullptr, nullptr),
+                                            nullptr, 8, 8, 96, 1.f, static_cast<float*>(nullptr), nullptr),
                Error);
 }
 

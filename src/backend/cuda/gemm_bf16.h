@@ -30,6 +30,10 @@ class GemmBf16 {
 
   void run(const __nv_bfloat16* x, const __nv_bfloat16* w, float* y, int64_t n, int64_t m,
            int64_t k, bool accumulate, cudaStream_t stream);
+  // Same product rounded to bf16 (no accumulate): halves the output traffic for GEMM results
+  // that only feed another bf16 GEMM (e.g. the fused gate|up projection).
+  void run(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int64_t n,
+           int64_t m, int64_t k, cudaStream_t stream);
 
  private:
   struct Plan {
@@ -37,12 +41,14 @@ class GemmBf16 {
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
     cublasLtMatmulAlgo_t algo{};
   };
-  const Plan& plan(int64_t n, int64_t m, int64_t k, bool accumulate);
+  const Plan& plan(int64_t n, int64_t m, int64_t k, bool accumulate, bool bf16_out);
+  void launch(const Plan& p, const void* x, const void* w, void* y, bool accumulate,
+              cudaStream_t stream);
 
   CublasLtHandle handle_;
   void* workspace_ = nullptr;
   size_t workspace_bytes_;
-  std::map<std::tuple<int64_t, int64_t, int64_t, bool>, Plan> plans_;
+  std::map<std::tuple<int64_t, int64_t, int64_t, bool, bool>, Plan> plans_;
 };
 
 }  // namespace tessera::cuda

@@ -34,14 +34,14 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4],
 
 // Block = (tile, kv head); warp w owns query vectors [16w, 16w + 16) of the tile, vector
 // m = (row m / G of the tile, query head kvh * G + m % G).
-template <class T, int HD>
+template <class T, class O, int HD>
 __global__ void __launch_bounds__(kThreads)
 paged_attention_kernel(const T* __restrict__ q, const int32_t* __restrict__ q_pos,
                        const PagedAttentionTile* __restrict__ tiles,
                        const int32_t* __restrict__ block_tables, int64_t table_stride,
                        int block_size, const __half* __restrict__ k_cache,
                        const __half* __restrict__ v_cache, int n_heads, int n_kv_heads, int group,
-                       float scale_log2, T* __restrict__ out) {
+                       float scale_log2, O* __restrict__ out) {
   // Two stages of K and V chunks (dynamic shared memory, paged_attention_smem_bytes): the next
   // chunk's copies (cp.async) are in flight while this one is computed. After the key loop the
   // same bytes hold the key-split partial results.
@@ -231,12 +231,12 @@ paged_attention_kernel(const T* __restrict__ q, const int32_t* __restrict__ q_po
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       if (!valid[h]) continue;
-      T* dst = out_ptr(vec[h]);
+      O* dst = out_ptr(vec[h]);
       const float inv = 1.f / l_run[h];
 #pragma unroll
       for (int dt = 0; dt < HD / 8; ++dt) {
-        dst[dt * 8 + 2 * t] = from_f32<T>(o[dt][2 * h] * inv);
-        dst[dt * 8 + 2 * t + 1] = from_f32<T>(o[dt][2 * h + 1] * inv);
+        dst[dt * 8 + 2 * t] = from_f32<O>(o[dt][2 * h] * inv);
+        dst[dt * 8 + 2 * t + 1] = from_f32<O>(o[dt][2 * h + 1] * inv);
       }
     }
     return;
@@ -274,17 +274,17 @@ paged_attention_kernel(const T* __restrict__ q, const int32_t* __restrict__ q_po
       l += red_l[w * 16 + r] * f;
       acc += red_o[(w * 16 + r) * HD + dim] * f;
     }
-    out_ptr(r)[dim] = from_f32<T>(acc / l);
+    out_ptr(r)[dim] = from_f32<O>(acc / l);
   }
 }
 
 constexpr size_t smem_bytes(int hd) { return size_t{2} * 2 * kChunk * (hd + kPad) * sizeof(__half); }
 
 // Opts the kernel into more than 48 KB of dynamic shared memory, once per instantiation.
-template <class T, int HD>
+template <class T, class O, int HD>
 void enable_smem() {
   static const cudaError_t status = cudaFuncSetAttribute(
-      paged_attention_kernel<T, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      paged_attention_kernel<T, O, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
       static_cast<int>(smem_bytes(HD)));
   if (status != cudaSuccess)
     throw_error(ErrorCode::kInternal, std::string("paged_attention: cannot reserve shared memory: ") +
@@ -303,11 +303,11 @@ std::vector<PagedAttentionTile> paged_attention_tiles(const std::vector<PagedAtt
   return tiles;
 }
 
-template <class T>
+template <class T, class O>
 void paged_attention(const T* q, const int32_t* q_pos, const PagedAttentionTile* tiles,
                      int64_t n_tiles, const int32_t* block_tables, int64_t table_stride,
                      int64_t block_size, const __half* k_cache, const __half* v_cache,
-                     int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale, T* out,
+                     int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale, O* out,
                      cudaStream_t stream) {
   TESSERA_CHECK_ARG(n_kv_heads > 0 && n_heads % n_kv_heads == 0 && n_heads / n_kv_heads <= 64,
                     "paged_attention: n_heads must be a multiple of n_kv_heads, group <= 64");
@@ -320,15 +320,15 @@ void paged_attention(const T* q, const int32_t* q_pos, const PagedAttentionTile*
   const float scale_log2 = scale * kLog2e;
   switch (head_dim) {
     case 64:
-      enable_smem<T, 64>();
-      paged_attention_kernel<T, 64><<<grid, kThreads, smem_bytes(64), stream>>>(
+      enable_smem<T, O, 64>();
+      paged_attention_kernel<T, O, 64><<<grid, kThreads, smem_bytes(64), stream>>>(
           q, q_pos, tiles, block_tables, table_stride, static_cast<int>(block_size), k_cache,
           v_cache, static_cast<int>(n_heads), static_cast<int>(n_kv_heads), group, scale_log2,
           out);
       return;
     case 128:
-      enable_smem<T, 128>();
-      paged_attention_kernel<T, 128><<<grid, kThreads, smem_bytes(128), stream>>>(
+      enable_smem<T, O, 128>();
+      paged_attention_kernel<T, O, 128><<<grid, kThreads, smem_bytes(128), stream>>>(
           q, q_pos, tiles, block_tables, table_stride, static_cast<int>(block_size), k_cache,
           v_cache, static_cast<int>(n_heads), static_cast<int>(n_kv_heads), group, scale_log2,
           out);
@@ -338,14 +338,14 @@ void paged_attention(const T* q, const int32_t* q_pos, const PagedAttentionTile*
               "paged_attention: head_dim " + std::to_string(head_dim) + " (supported: 64, 128)");
 }
 
-template void paged_attention<float>(const float*, const int32_t*, const PagedAttentionTile*,
-                                     int64_t, const int32_t*, int64_t, int64_t, const __half*,
-                                     const __half*, int64_t, int64_t, int64_t, float, float*,
-                                     cudaStream_t);
-template void paged_attention<__nv_bfloat16>(const __nv_bfloat16*, const int32_t*,
-                                             const PagedAttentionTile*, int64_t, const int32_t*,
-                                             int64_t, int64_t, const __half*, const __half*,
-                                             int64_t, int64_t, int64_t, float, __nv_bfloat16*,
-                                             cudaStream_t);
+#define TESSERA_INSTANTIATE(T, O)                                                              \
+  template void paged_attention<T, O>(const T*, const int32_t*, const PagedAttentionTile*,      \
+                                      int64_t, const int32_t*, int64_t, int64_t, const __half*, \
+                                      const __half*, int64_t, int64_t, int64_t, float, O*,      \
+                                      cudaStream_t);
+TESSERA_INSTANTIATE(float, float)
+TESSERA_INSTANTIATE(float, __nv_bfloat16)
+TESSERA_INSTANTIATE(__nv_bfloat16, __nv_bfloat16)
+#undef TESSERA_INSTANTIATE
 
 }  // namespace tessera::cuda

@@ -1,7 +1,8 @@
 // CUDA attention over a paged f16 KV cache for a continuous batch: prefill chunks and decode
 // rows of many sequences in one launch, with grouped-query heads and causal masking.
 //
-// Layout: q, out: rows x n_heads x head_dim (T = float or __nv_bfloat16). Row r attends to
+// Layout: q, out: rows x n_heads x head_dim (q: T = float or __nv_bfloat16; out: O = T, or
+// __nv_bfloat16 for an f32 q, the input of the next bf16 GEMM). Row r attends to
 // positions [0, q_pos[r]] of its sequence. Sequence s's position p lives in cache row
 // block_tables[s * table_stride + p / block_size] * block_size + p % block_size of k_cache /
 // v_cache (rows of n_kv_heads x head_dim halves, as models::KvCache holds them).
@@ -17,6 +18,7 @@
 // ones; the difference is far inside nMSE 1e-5); everything else is f32.
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -43,11 +45,11 @@ struct PagedAttentionChunk {
 std::vector<PagedAttentionTile> paged_attention_tiles(const std::vector<PagedAttentionChunk>& chunks,
                                                       int64_t group);
 
-template <class T>
+template <class T, class O = T>
 void paged_attention(const T* q, const int32_t* q_pos, const PagedAttentionTile* tiles,
                      int64_t n_tiles, const int32_t* block_tables, int64_t table_stride,
                      int64_t block_size, const __half* k_cache, const __half* v_cache,
-                     int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale, T* out,
+                     int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale, O* out,
                      cudaStream_t stream);
 
 }  // namespace tessera::cuda

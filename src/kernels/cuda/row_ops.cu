@@ -29,6 +29,41 @@ __global__ void gather_rows_kernel(const float* x, const int32_t* rows, int64_t 
     y[i] = __float2bfloat16_rn(x[int64_t{rows[i / d]} * d + i % d]);
 }
 
+__global__ void gather_rows_f32_kernel(const float* x, const int32_t* rows, int64_t n, int64_t d,
+                                       float* y) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x)
+    y[i] = x[int64_t{rows[i / d]} * d + i % d];
+}
+
+// One block per row: sum of squares (f32, warp shuffles + shared partials), then the scaled row.
+__global__ void rms_norm_rows_bf16_kernel(const float* x, const float* w, float eps, int64_t d,
+                                          __nv_bfloat16* y) {
+  const float* xr = x + blockIdx.x * d;
+  float ss = 0.f;
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) ss += xr[i] * xr[i];
+  __shared__ float partial[kThreads / 32];
+  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = ss;
+  __syncthreads();
+  float total = 0.f;
+  for (int i = 0; i < kThreads / 32; ++i) total += partial[i];
+  const float inv = rsqrtf(total / static_cast<float>(d) + eps);
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x)
+    y[blockIdx.x * d + i] = __float2bfloat16_rn(xr[i] * inv * w[i]);
+}
+
+__global__ void swiglu_rows_bf16_kernel(const __nv_bfloat16* gu, int64_t n, int64_t ff,
+                                        __nv_bfloat16* out) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t r = i / ff, c = i % ff;
+    const float g = __bfloat162float(gu[r * 2 * ff + c]);
+    const float u = __bfloat162float(gu[r * 2 * ff + ff + c]);
+    out[i] = __float2bfloat16_rn(g / (1.f + expf(-g)) * u);
+  }
+}
+
 // One block per row; (value, index) pairs reduce to the largest value, smallest index on ties.
 __global__ void argmax_rows_kernel(const float* x, int64_t n, int32_t* ids) {
   const float* row = x + blockIdx.x * n;
@@ -64,6 +99,24 @@ __global__ void argmax_rows_kernel(const float* x, int64_t n, int32_t* ids) {
 
 void argmax_rows(const float* x, int64_t rows, int64_t n, int32_t* ids, cudaStream_t stream) {
   if (rows > 0) argmax_rows_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, n, ids);
+}
+
+void gather_rows_f32(const float* x, const int32_t* rows, int64_t n_rows, int64_t d, float* y,
+                     cudaStream_t stream) {
+  const int64_t n = n_rows * d;
+  if (n > 0) gather_rows_f32_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, rows, n, d, y);
+}
+
+void rms_norm_rows_bf16(const float* x, const float* w, float eps, int64_t rows, int64_t d,
+                        __nv_bfloat16* y, cudaStream_t stream) {
+  if (rows > 0)
+    rms_norm_rows_bf16_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, w, eps, d, y);
+}
+
+void swiglu_rows_bf16(const __nv_bfloat16* gu, int64_t rows, int64_t ff, __nv_bfloat16* out,
+                      cudaStream_t stream) {
+  const int64_t n = rows * ff;
+  if (n > 0) swiglu_rows_bf16_kernel<<<blocks_for(n), kThreads, 0, stream>>>(gu, n, ff, out);
 }
 
 void f32_to_bf16(const float* x, int64_t n, __nv_bfloat16* y, cudaStream_t stream) {

@@ -16,6 +16,15 @@ void add_bias_rows(float* y, const float* b, int64_t rows, int64_t cols, cudaStr
 void gather_rows_bf16(const float* x, const int32_t* rows, int64_t n_rows, int64_t d,
                       __nv_bfloat16* y, cudaStream_t stream);
 
+// y[i] = x[rows[i]] (f32 rows of d elements).
+void gather_rows_f32(const float* x, const int32_t* rows, int64_t n_rows, int64_t d, float* y,
+                     cudaStream_t stream);
+// y = bf16(rms_norm(x) * w) per row of d (f32 statistics), the GEMM input after a norm.
+void rms_norm_rows_bf16(const float* x, const float* w, float eps, int64_t rows, int64_t d,
+                        __nv_bfloat16* y, cudaStream_t stream);
+// out[r][i] = bf16(silu(gu[r][i]) * gu[r][ff + i]): SwiGLU of a fused gate|up GEMM output.
+void swiglu_rows_bf16(const __nv_bfloat16* gu, int64_t rows, int64_t ff, __nv_bfloat16* out,
+                      cudaStream_t stream);
 // ids[r] = the smallest i with x[r][i] maximal, for rows x n f32 logits (NaN never wins).
 void argmax_rows(const float* x, int64_t rows, int64_t n, int32_t* ids, cudaStream_t stream);
 

@@ -44,6 +44,13 @@ class DeviceArena {
     return static_cast<T*>(p);
   }
   size_t bytes() const { return bytes_; }
+  // Frees the `count` most recent allocations (temporaries of the loader).
+  void release_last(int count) {
+    for (int i = 0; i < count && !blocks_.empty(); ++i) {
+      cudaFree(blocks_.back());
+      blocks_.pop_back();
+    }
+  }
 
  private:
   std::vector<void*> blocks_;
@@ -74,8 +81,8 @@ class Grow {
 
 struct Layer {
   float *attn_norm = nullptr, *ffn_norm = nullptr, *bq = nullptr, *bk = nullptr, *bv = nullptr;
-  bf16 *wq = nullptr, *wk = nullptr, *wv = nullptr, *wo = nullptr, *wg = nullptr, *wu = nullptr,
-       *wd = nullptr;
+  bf16 *wq = nullptr, *wk = nullptr, *wv = nullptr, *wo = nullptr, *wd = nullptr;
+  bf16* wgu = nullptr;  // gate rows then up rows: [2 d_ff][d_model], one GEMM
 };
 
 class CudaLlama final : public CausalLm {
@@ -123,8 +130,13 @@ class CudaLlama final : public CausalLm {
         l.bv = vector(f, p + "attn_v.bias", kvd);
       }
       l.ffn_norm = vector(f, p + "ffn_norm.weight", d);
-      l.wg = matrix(f, p + "ffn_gate.weight", ff, d);
-      l.wu = matrix(f, p + "ffn_up.weight", ff, d);
+      l.wgu = arena_.alloc<bf16>(2 * ff * d);
+      bf16* g = matrix(f, p + "ffn_gate.weight", ff, d);
+      bf16* u = matrix(f, p + "ffn_up.weight", ff, d);
+      TESSERA_CUDA_CHECK(cudaMemcpy(l.wgu, g, static_cast<size_t>(ff * d) * 2, cudaMemcpyDeviceToDevice));
+      TESSERA_CUDA_CHECK(cudaMemcpy(l.wgu + ff * d, u, static_cast<size_t>(ff * d) * 2,
+                                    cudaMemcpyDeviceToDevice));
+      arena_.release_last(2);  // the separate copies
       l.wd = matrix(f, p + "ffn_down.weight", d, ff);
     }
     finish_load();
@@ -161,8 +173,7 @@ class CudaLlama final : public CausalLm {
         l.bv = vec(kvd, -0.1f, 0.1f);
       }
       l.ffn_norm = vec(d, 0.9f, 1.1f);
-      l.wg = mat(ff, d);
-      l.wu = mat(ff, d);
+      l.wgu = mat(2 * ff, d);
       l.wd = mat(d, ff);
     }
     TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -249,14 +260,12 @@ class CudaLlama final : public CausalLm {
 
     Bufs b{};
     b.x = residual_.get(n * d);
-    b.normed = normed_.get(n * d);
+    b.normed = normed_.get(std::max<int64_t>(n_logits, 1) * d);
     b.h = h_.get(n * std::max({d, qd, ff}));
+    b.gu = gu_.get(n * 2 * ff);
     b.q = q_.get(n * qd);
     b.k = k_.get(n * kvd);
     b.v = v_.get(n * kvd);
-    b.attn = attn_.get(n * qd);
-    b.gate = gate_.get(n * ff);
-    b.up = up_.get(n * ff);
     b.out = logits_.get(n_logits * V);
     b.tokens = d_tokens;
     b.pos = d_pos;
@@ -309,8 +318,8 @@ class CudaLlama final : public CausalLm {
 
   // Device buffers of one forward call (graphs capture these addresses).
   struct Bufs {
-    float *x, *normed, *q, *k, *v, *attn, *gate, *up, *out;
-    bf16* h;
+    float *x, *normed, *q, *k, *v, *out;
+    bf16 *h, *gu;
     int32_t *tokens, *pos, *tables, *logit_rows;
     int64_t* rows;
     cuda::PagedAttentionTile* tiles;
@@ -327,9 +336,8 @@ class CudaLlama final : public CausalLm {
     const int64_t d = cfg_.d_model, hd = cfg_.head_dim, qd = cfg_.n_heads * hd,
                   kvd = cfg_.n_kv_heads * hd, ff = cfg_.d_ff, V = cfg_.vocab;
     cudaStream_t s = stream_;
-    float *x = b.x, *normed = b.normed, *q = b.q, *k = b.k, *v = b.v, *attn = b.attn,
-          *gate = b.gate, *up = b.up, *out = b.out;
-    bf16* h = b.h;
+    float *x = b.x, *normed = b.normed, *q = b.q, *k = b.k, *v = b.v, *out = b.out;
+    bf16 *h = b.h, *gu = b.gu;
     const int32_t *d_tokens = b.tokens, *d_pos = b.pos, *d_tables = b.tables,
                   *d_logit_rows = b.logit_rows;
     const int64_t* d_rows = b.rows;
@@ -342,8 +350,7 @@ class CudaLlama final : public CausalLm {
       const Layer& l = layers_[li];
       __half* kc = static_cast<__half*>(cache.k(li).raw_data());
       __half* vc = static_cast<__half*>(cache.v(li).raw_data());
-      cuda::rms_norm<float>(x, l.attn_norm, cfg_.norm_eps, n, d, normed, s);
-      cuda::f32_to_bf16(normed, n * d, h, s);
+      cuda::rms_norm_rows_bf16(x, l.attn_norm, cfg_.norm_eps, n, d, h, s);
       gemm_.run(h, l.wq, q, n, qd, d, false, s);
       gemm_.run(h, l.wk, k, n, kvd, d, false, s);
       gemm_.run(h, l.wv, v, n, kvd, d, false, s);
@@ -354,22 +361,19 @@ class CudaLlama final : public CausalLm {
       }
       cuda::rope_kv_write<float>(q, k, v, d_pos, d_rows, n, cfg_.n_heads, cfg_.n_kv_heads, hd,
                                  rope, kc, vc, s);
-      cuda::paged_attention<float>(q, d_pos, d_tiles, static_cast<int64_t>(tiles_.size()),
-                                   d_tables, table_stride_, cache.block_size(), kc, vc,
-                                   cfg_.n_heads, cfg_.n_kv_heads, hd, scale, attn, s);
-      cuda::f32_to_bf16(attn, n * qd, h, s);
+      // Attention writes bf16: it only feeds the output projection.
+      cuda::paged_attention<float, bf16>(q, d_pos, d_tiles, static_cast<int64_t>(tiles_.size()),
+                                         d_tables, table_stride_, cache.block_size(), kc, vc,
+                                         cfg_.n_heads, cfg_.n_kv_heads, hd, scale, h, s);
       gemm_.run(h, l.wo, x, n, d, qd, /*accumulate=*/true, s);  // residual += attention out
-      cuda::rms_norm<float>(x, l.ffn_norm, cfg_.norm_eps, n, d, normed, s);
-      cuda::f32_to_bf16(normed, n * d, h, s);
-      gemm_.run(h, l.wg, gate, n, ff, d, false, s);
-      gemm_.run(h, l.wu, up, n, ff, d, false, s);
-      cuda::swiglu<float>(gate, up, n * ff, gate, s);
-      cuda::f32_to_bf16(gate, n * ff, h, s);
+      cuda::rms_norm_rows_bf16(x, l.ffn_norm, cfg_.norm_eps, n, d, h, s);
+      gemm_.run(h, l.wgu, gu, n, 2 * ff, d, s);  // gate | up, bf16
+      cuda::swiglu_rows_bf16(gu, n, ff, h, s);
       gemm_.run(h, l.wd, x, n, d, ff, /*accumulate=*/true, s);  // residual += MLP out
     }
-    cuda::rms_norm<float>(x, out_norm_, cfg_.norm_eps, n, d, normed, s);
     if (n_logits > 0) {  // a step of prefill chunks only has no logits to compute
-      cuda::gather_rows_bf16(normed, d_logit_rows, n_logits, d, h, s);
+      cuda::gather_rows_f32(x, d_logit_rows, n_logits, d, normed, s);  // only rows that need logits
+      cuda::rms_norm_rows_bf16(normed, out_norm_, cfg_.norm_eps, n_logits, d, h, s);
       gemm_.run(h, output_, out, n_logits, V, d, false, s);
     }
   }
@@ -500,8 +504,8 @@ class CudaLlama final : public CausalLm {
   float* out_norm_ = nullptr;
   float* rope_freqs_ = nullptr;  // device, or null
   std::vector<Layer> layers_;
-  Grow<float> residual_, normed_, q_, k_, v_, attn_, gate_, up_, logits_;
-  Grow<bf16> h_;
+  Grow<float> residual_, normed_, q_, k_, v_, logits_;
+  Grow<bf16> h_, gu_;
   Grow<int32_t> ids_;
   static constexpr int64_t kMaxGraphRows = 512;
   std::map<std::pair<int64_t, int64_t>, cudaGraphExec_t> graphs_;
