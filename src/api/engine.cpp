@@ -544,6 +544,7 @@ EngineStats Engine::stats() const {
   EngineStats st;
   st.running = s.running;
   st.waiting = s.waiting;
+  st.waiting_preempted = s.waiting_preempted;
   st.preemptions = s.preemptions;
   st.prefix_hit_tokens = s.prefix_hit_tokens;
   st.kv_blocks_total = im.blocks->total();

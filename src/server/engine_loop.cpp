@@ -180,10 +180,13 @@ void EngineLoop::run() {
       publish_stats();
       return;
     }
-    // Start queued jobs while the engine has room; wait on the queue only when idle.
+    // Start queued jobs while the batch has room (running + not yet scheduled < max_running) and
+    // no preempted sequence is waiting to be recomputed (those go first); wait on the queue only
+    // when idle. Every job that fits is handed over before the next step, so a burst of
+    // arrivals is admitted together rather than one per step.
     for (;;) {
       const EngineStats st = engine_->stats();
-      if (st.waiting > 0 || st.running >= max_running_) break;
+      if (st.waiting_preempted > 0 || st.running + st.waiting >= max_running_) break;
       auto job = queue_.pop(std::chrono::milliseconds(active_.empty() ? 100 : 0));
       if (!job) break;
       admit(std::move(job));
@@ -308,6 +311,9 @@ void EngineLoop::on_done(uint64_t id, Expected<GenerationResult> r) {
   Active a = std::move(it->second);
   active_.erase(it);
   Job& job = *a.job;
+  // The engine has already released this request: gauges are current before the client can
+  // see its end.
+  publish_stats();
   if (!r) {
     const bool bad_input = r.status().code() == ErrorCode::kInvalidArgument;
     Event ev{Event::Kind::kError};

@@ -423,6 +423,8 @@ def test_queue_full_429_and_disconnect_cancels(server):
     t.join(timeout=20)
     assert results["queued"][0] == 200, results
     assert _wait_for(lambda: metrics(server)['tessera_requests_total{outcome="cancelled"}'] == cancelled0 + 1)
+    # gauges are published by the engine thread after its step: eventually 0
+    assert _wait_for(lambda: metrics(server)["tessera_requests_running"] == 0)
     m = metrics(server)
     assert m["tessera_requests_running"] == 0 and m["tessera_queue_depth"] == 0
     # the abandoned stream stopped long before its 400 tokens (the queued request made 2)

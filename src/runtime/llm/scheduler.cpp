@@ -192,7 +192,10 @@ void Scheduler::computed(std::span<const Chunk> plan) {
 
 SchedulerStats Scheduler::stats() const {
   SchedulerStats st;
-  for (auto& s : seqs_) (s->running ? st.running : st.waiting) += 1;
+  for (auto& s : seqs_) {
+    (s->running ? st.running : st.waiting) += 1;
+    if (!s->running && s->preemptions > 0) ++st.waiting_preempted;
+  }
   st.preemptions = preemptions_;
   st.prefix_hit_tokens = prefix_hit_tokens_;
   return st;

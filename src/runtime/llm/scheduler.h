@@ -54,6 +54,7 @@ struct SchedulerOptions {
 
 struct SchedulerStats {
   int64_t running = 0, waiting = 0, preemptions = 0, prefix_hit_tokens = 0;
+  int64_t waiting_preempted = 0;  // waiting sequences that had run before (recompute pending)
 };
 
 class Scheduler {
