@@ -104,6 +104,7 @@ struct RequestCallbacks {
 
 struct EngineStats {
   int64_t running = 0, waiting = 0;
+  int64_t waiting_preempted = 0;  // of the waiting: preempted sequences awaiting recompute
   int64_t kv_blocks_total = 0, kv_blocks_used = 0, kv_blocks_cached = 0, kv_block_size = 0;
   int64_t preemptions = 0, prefix_hit_tokens = 0;
 };
