@@ -46,7 +46,8 @@ def encode_weight(rng, rows, cols, qtype):
 
 
 def write_tiny_model(path, source_model, arch, wtype, *, n_layers=2, d=256, n_heads=8, n_kv=2,
-                     d_ff=512, bias=False, rope_freqs=False, linear_scale=None, tied=True, seed=0):
+                     d_ff=512, bias=False, rope_freqs=False, linear_scale=None, tied=True, seed=0,
+                     ffn_norm=(0.8, 1.2)):
     rng = np.random.default_rng(seed)
     src = GGUFReader(source_model)
     vocab = len(src.fields["tokenizer.ggml.tokens"].data)
@@ -104,7 +105,7 @@ def write_tiny_model(path, source_model, arch, wtype, *, n_layers=2, d=256, n_he
             add_vec(p + "attn_k.bias", n_kv * hd, -0.5, 0.5)
             add_vec(p + "attn_v.bias", n_kv * hd, -0.5, 0.5)
         add(p + "attn_output.weight", d, n_heads * hd)
-        add_vec(p + "ffn_norm.weight", d)
+        add_vec(p + "ffn_norm.weight", d, *ffn_norm)
         add(p + "ffn_gate.weight", d_ff, d)
         add(p + "ffn_up.weight", d_ff, d)
         add(p + "ffn_down.weight", d, d_ff)
