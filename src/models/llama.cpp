@@ -144,7 +144,7 @@ class LlamaModel final : public CausalLm {
     const int64_t hd = cfg_.head_dim;
     const float scale = 1.f / std::sqrt(static_cast<float>(hd));
     const int32_t* positions = positions_.data();
-    const ops::KvPages pages{row_tables_.data(), cache.block_size()};
+    const ops::KvPages pages{row_tables_.data(), cache.block_size(), multi_row_.data()};
 
     ops::embedding(tok_embd_, tokens.data(), n, a.residual);
     for (int64_t li = 0; li < cfg_.n_layers; ++li) {
@@ -201,6 +201,7 @@ class LlamaModel final : public CausalLm {
     const int64_t bs = cache.block_size();
     positions_.clear();
     row_tables_.clear();
+    multi_row_.clear();
     cache_rows_.clear();
     logit_rows_.clear();
     max_len_ = 1;
@@ -218,6 +219,9 @@ class LlamaModel final : public CausalLm {
           logit_rows_.push_back(static_cast<int64_t>(positions_.size()));
         positions_.push_back(static_cast<int32_t>(p));
         row_tables_.push_back(c.blocks.data());
+        // f16 attention's float order follows the row's own chunk (several rows: llama.cpp's
+        // prompt order, one row: its decode order), never what else shares the call.
+        multi_row_.push_back(c.n_tokens >= 2 ? 1 : 0);
         cache_rows_.push_back(int64_t{block} * bs + p % bs);
       }
       max_len_ = std::max(max_len_, end);
@@ -285,6 +289,7 @@ class LlamaModel final : public CausalLm {
   // plan_rows() output for the current call
   std::vector<int32_t> positions_;
   std::vector<const int32_t*> row_tables_;
+  std::vector<uint8_t> multi_row_;  // per row: its chunk has >= 2 rows (KvPages::multi_row)
   std::vector<int64_t> cache_rows_, logit_rows_;
   int64_t max_len_ = 1;
 };

@@ -120,8 +120,15 @@ void swiglu(const Tensor& gate, const Tensor& up, Tensor& out) {
   require_cpu_f32("swiglu", "gate", gate);
   require_cpu_f32("swiglu", "up", up);
   require_cpu_f32("swiglu", "out", out);
-  require(gate.numel() == up.numel() && out.numel() == gate.numel(), "swiglu", "shape mismatch");
-  cpu::swiglu(gate.data<float>(), up.data<float>(), gate.numel(), out.data<float>());
+  // Rows matter: the kernel reproduces ggml's per-row split into vector blocks and a tail.
+  const int64_t d = gate.ndim() == 0 ? 1 : gate.dim(-1);
+  require(gate.numel() == up.numel() && out.numel() == gate.numel() &&
+              (up.ndim() == 0 ? 1 : up.dim(-1)) == d && (out.ndim() == 0 ? 1 : out.dim(-1)) == d,
+          "swiglu",
+          "shape mismatch gate" + gate.shape_string() + " up" + up.shape_string() + " out" +
+              out.shape_string());
+  if (gate.numel() == 0) return;
+  cpu::swiglu(gate.data<float>(), up.data<float>(), gate.numel() / d, d, out.data<float>());
 }
 
 }  // namespace tessera::ops

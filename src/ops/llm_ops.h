@@ -24,11 +24,13 @@ void add_rms_norm(Tensor& residual, const Tensor& x, const Tensor& w, float eps,
 void rope(Tensor& x, const int32_t* positions, const RopeParams& p);
 // q: [rows, n_heads, head_dim] f32; k, v: paged caches [n_blocks * block_size, n_kv_heads,
 // head_dim] f32 or f16; pages: each row's block table (cpu::KvPages). Row r attends causally to
-// positions [0, q_pos[r]] of its sequence. With f16 K/V, q is rounded to f16 for the QK product.
+// positions [0, q_pos[r]] of its sequence. With f16 K/V, q is rounded to f16 for the QK product
+// and pages.multi_row picks each row's float order.
 // scratch: f32 workspace of at least cpu::attention_workspace_floats(max q_pos + 1, ...).
 void attention(const Tensor& q, const int32_t* q_pos, const KvPages& pages, const Tensor& k,
                const Tensor& v, float scale, Tensor& out, Tensor& scratch, ThreadPool& pool);
-// out = silu(gate) * up; all the same shape, f32.
+// out = silu(gate) * up; f32, the same element count and innermost dimension (rows of dim(-1)).
+// SiLU has llama.cpp's CPU bits, which depend on the row length (kernels/cpu/silu.h).
 void swiglu(const Tensor& gate, const Tensor& up, Tensor& out);
 
 }  // namespace tessera::ops

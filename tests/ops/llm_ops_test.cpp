@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <random>
 
 #include "backend/cpu/thread_pool.h"
@@ -10,6 +11,7 @@
 #include "kernels/cpu/llm_ops.h"
 #include "kernels/ref/llm_ops.h"
 #include "ops/llm_ops.h"
+#include "ops/quant_test_util.h"
 #include "support/test_util.h"
 
 namespace tessera {
@@ -141,10 +143,12 @@ PagedKv make_paged(const std::vector<float>& k, const std::vector<float>& v, con
   return p;
 }
 
-class AttentionTest : public ::testing::TestWithParam<std::tuple<AttnCase, DType>> {};
+class AttentionTest : public ::testing::TestWithParam<std::tuple<AttnCase, DType, test::Isa>> {};
 
 TEST_P(AttentionTest, MatchesReference) {
-  const auto [c, kv_dtype] = GetParam();
+  const auto [c, kv_dtype, isa] = GetParam();
+  test::IsaScope scope(isa);
+  if (!scope.supported()) GTEST_SKIP() << "host lacks " << test::isa_name(isa);
   const int64_t n_kv = c.first_pos + c.rows;
   auto q = random_floats(c.rows * c.heads * c.head_dim, 6);
   auto k = random_floats(c.capacity * c.kv_heads * c.head_dim, 7, -2.f, 2.f);
@@ -170,10 +174,16 @@ TEST_P(AttentionTest, MatchesReference) {
   std::vector<const int32_t*> tables(c.rows, paged.table.data());
   ops::attention(tq, pos.data(), {tables.data(), c.block_size}, paged.k, paged.v, scale, out,
                  scratch, pool);
-  // f16 probabilities computed in f32 may round to the neighbouring f16 of the f64 reference's
-  // at ties: still far inside DESIGN's fp16 bound (1e-5).
+  // With an f16 cache the kernel follows llama.cpp (attention_f16.h): its exp is ggml's
+  // approximation (~2 ulp), so a probability next to an f16 rounding boundary can round to the
+  // neighbouring f16 of the f64 reference's (one f16 ulp, 2^-11 relative, of one probability):
+  // DESIGN's fp16 elementwise bound, and still far inside its fp16 nMSE bound (1e-5).
   EXPECT_LE(test::nmse(to_vec(out), want), kv_dtype == DType::kF16 ? 1e-8 : 1e-10);
-  EXPECT_TRUE(all_close(to_vec(out), want, 1e-5f, 1e-4f));
+  if (kv_dtype == DType::kF16) {
+    EXPECT_TRUE(all_close(to_vec(out), want, 1e-3f, 1e-3f));
+  } else {
+    EXPECT_TRUE(all_close(to_vec(out), want, 1e-5f, 1e-4f));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -184,7 +194,43 @@ INSTANTIATE_TEST_SUITE_P(
                                          AttnCase{5, 8, 8, 17, 40, 11, 7},
                                          AttnCase{4, 6, 1, 128, 1031, 1000, 16},
                                          AttnCase{7, 4, 2, 3, 9, 2, 32}),
-                       ::testing::Values(DType::kF32, DType::kF16)));
+                       ::testing::Values(DType::kF32, DType::kF16),
+                       ::testing::Values(test::Isa::kScalar, test::Isa::kAvx2)));
+
+// The f16 cache path reproduces llama.cpp's float order on every ISA: the AVX2 jobs must give
+// the portable jobs' bits, for prompt-like calls (several query rows) and single-row decode.
+TEST(Attention, F16IsaPathsGiveIdenticalBits) {
+  for (AttnCase c : {AttnCase{1, 9, 3, 64, 300, 250, 16}, AttnCase{13, 9, 3, 64, 13, 0, 4},
+                     AttnCase{1, 6, 2, 128, 1031, 1000, 16}, AttnCase{3, 4, 4, 48, 100, 70, 7},
+                     AttnCase{1, 4, 1, 80, 70, 69, 32}, AttnCase{2, 2, 1, 96, 5, 0, 1}}) {
+    const int64_t n_kv = c.first_pos + c.rows;
+    auto q = random_floats(c.rows * c.heads * c.head_dim, 16, -2.f, 2.f);
+    auto k = random_floats(c.capacity * c.kv_heads * c.head_dim, 17, -2.f, 2.f);
+    auto v = random_floats(c.capacity * c.kv_heads * c.head_dim, 18, -2.f, 2.f);
+    PagedKv paged = make_paged(k, v, c, DType::kF16);
+    std::vector<const int32_t*> tables(c.rows, paged.table.data());
+    std::vector<int32_t> pos(c.rows);
+    for (int64_t i = 0; i < c.rows; ++i) pos[i] = static_cast<int32_t>(c.first_pos + i);
+    ThreadPool pool(2);
+    Tensor tq = from_vec(q, {c.rows, c.heads, c.head_dim});
+    Tensor scratch =
+        Tensor::empty(DType::kF32, {static_cast<int64_t>(cpu::attention_workspace_floats(
+                                       n_kv, c.heads, c.kv_heads, c.head_dim, pool.size()))});
+    std::vector<float> got[2];
+    for (test::Isa isa : {test::Isa::kScalar, test::Isa::kAvx2}) {
+      test::IsaScope scope(isa);
+      if (!scope.supported()) GTEST_SKIP() << "host lacks avx2";
+      Tensor out = from_vec(std::vector<float>(q.size(), kPoison), {c.rows, c.heads, c.head_dim});
+      ops::attention(tq, pos.data(), {tables.data(), c.block_size}, paged.k, paged.v, 0.125f, out,
+                     scratch, pool);
+      got[isa == test::Isa::kAvx2] = to_vec(out);
+    }
+    for (size_t i = 0; i < q.size(); ++i)
+      ASSERT_EQ(std::bit_cast<uint32_t>(got[0][i]), std::bit_cast<uint32_t>(got[1][i]))
+          << "head_dim " << c.head_dim << " rows " << c.rows << " index " << i << ": scalar "
+          << got[0][i] << ", avx2 " << got[1][i];
+  }
+}
 
 // Rows of different sequences in one call: each row must equal the same row computed alone
 // (bit for bit), whatever shares the call.
@@ -205,18 +251,23 @@ TEST(Attention, BatchedRowsEqualRowsAlone) {
   std::vector<int32_t> ta(p.table.begin(), p.table.begin() + 7), tb(p.table.begin() + 7, p.table.end());
   ThreadPool pool(2);
   Tensor scratch = Tensor::empty(DType::kF32, {1 << 16});
-  auto run = [&](std::vector<float> q, std::vector<int32_t> pos, std::vector<const int32_t*> tables) {
+  auto run = [&](std::vector<float> q, std::vector<int32_t> pos, std::vector<const int32_t*> tables,
+                 const uint8_t* multi_row) {
     const int64_t rows = static_cast<int64_t>(pos.size());
     Tensor tq = from_vec(q, {rows, 6, 32});
     Tensor out = from_vec(std::vector<float>(q.size(), kPoison), {rows, 6, 32});
-    ops::attention(tq, pos.data(), {tables.data(), 8}, p.k, p.v, 0.2f, out, scratch, pool);
+    ops::attention(tq, pos.data(), {tables.data(), 8, multi_row}, p.k, p.v, 0.2f, out, scratch,
+                   pool);
     return to_vec(out);
   };
   std::vector<float> q_both = qa;
   q_both.insert(q_both.end(), qb.begin(), qb.end());
-  auto batched = run(q_both, {47, 48, 49, 19}, {ta.data(), ta.data(), ta.data(), tb.data()});
-  auto alone_a = run(qa, {47, 48, 49}, {ta.data(), ta.data(), ta.data()});
-  auto alone_b = run(qb, {19}, {tb.data()});
+  // The f16 float order is per row: a's rows are a 3-row chunk, b's row its sequence's only one.
+  const uint8_t multi_row[] = {1, 1, 1, 0};
+  auto batched =
+      run(q_both, {47, 48, 49, 19}, {ta.data(), ta.data(), ta.data(), tb.data()}, multi_row);
+  auto alone_a = run(qa, {47, 48, 49}, {ta.data(), ta.data(), ta.data()}, nullptr);
+  auto alone_b = run(qb, {19}, {tb.data()}, nullptr);
   alone_a.insert(alone_a.end(), alone_b.begin(), alone_b.end());
   ASSERT_EQ(batched.size(), alone_a.size());
   for (size_t i = 0; i < batched.size(); ++i) ASSERT_EQ(batched[i], alone_a[i]) << "element " << i;
@@ -240,15 +291,25 @@ TEST(Attention, RejectsBlockOutsideCache) {
   EXPECT_THROW(ops::attention(q, &pos, {&table, 4}, k, k, 1.f, out, s, pool), Error);
 }
 
+// The kernel reproduces ggml's approximate exp (kernels/cpu/silu.h), so it is compared with the
+// libm reference within tolerance; shapes cover the per-row split into 16-blocks and a tail.
 TEST(Swiglu, MatchesReference) {
-  for (int64_t n : {1, 7, 1536, 4099}) {
+  const std::pair<int64_t, int64_t> shapes[] = {{1, 1},    {1, 7},    {3, 37},
+                                                {2, 1536}, {1, 4099}, {5, 200}};
+  for (auto [rows, d] : shapes) {
+    const int64_t n = rows * d;
     auto g = random_floats(n, 9, -6.f, 6.f), u = random_floats(n, 10);
     std::vector<float> want(n);
     ref::swiglu(g.data(), u.data(), n, want.data());
-    Tensor tg = from_vec(g, {n}), tu = from_vec(u, {n}), out = from_vec(std::vector<float>(n, kPoison), {n});
+    Tensor tg = from_vec(g, {rows, d}), tu = from_vec(u, {rows, d});
+    Tensor out = from_vec(std::vector<float>(n, kPoison), {rows, d});
     ops::swiglu(tg, tu, out);
-    EXPECT_TRUE(all_close(to_vec(out), want, 1e-6f, 1e-5f)) << "n=" << n;
+    EXPECT_TRUE(all_close(to_vec(out), want, 1e-6f, 1e-5f)) << rows << "x" << d;
+    ops::swiglu(tg, tu, tg);  // in place, as the model calls it
+    EXPECT_TRUE(all_close(to_vec(tg), to_vec(out), 0.f, 0.f)) << rows << "x" << d;
   }
+  Tensor a = Tensor::empty(DType::kF32, {2, 6}), b = Tensor::empty(DType::kF32, {3, 4});
+  EXPECT_THROW(ops::swiglu(a, b, a), Error);  // same count, different rows
 }
 
 TEST(AddBias, AddsToEveryRow) {

@@ -45,6 +45,12 @@ def llama_cpp():
     return mod
 
 
+def llama_cpp_avx512(llama_cpp):
+    """Whether this llama.cpp is an AVX-512 build: the one whose CPU float operations Tessera
+    reproduces bit for bit (docs/design/llm_cpu_path.md)."""
+    return "AVX512 = 1" in llama_cpp.llama_print_system_info().decode()
+
+
 def run_tessera(binary, *args, check=True, timeout=600):
     """Runs the CLI; returns CompletedProcess with text stdout/stderr (bytes decoded leniently)."""
     proc = subprocess.run([binary, *map(str, args)], capture_output=True, timeout=timeout)

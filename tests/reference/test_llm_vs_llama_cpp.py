@@ -7,7 +7,7 @@ import tempfile
 import numpy as np
 import pytest
 
-from conftest import run_tessera
+from conftest import llama_cpp_avx512, run_tessera
 
 TEXTS = [
     # prose
@@ -39,20 +39,15 @@ TEXTS = [
     "7,500 known varieties of apples grown around the world.<|im_end|>\n",
 ]
 
-# Known gap (issue 2 stays open on it): two prompts diverge where llama.cpp's top-2 margin is
-# 0.19-0.26 logit, above the 0.1 the issue allows. Per-op outputs match llama.cpp to nMSE 1e-14
-# (checked by capturing ggml's intermediates), but ggml's approximate SIMD expf in SiLU differs
-# from libm in the last bit for ~30% of elements, and 8-bit activation quantization turns such
-# last-bit differences into rounding flips that compound over 30 layers. llama.cpp's own
-# token-by-token path diverges from its batched path the same way (margins up to 0.10 on these
-# prompts). Which prompts trip depends on last-bit details, so the marks are not strict.
-KNOWN_DIVERGENT = pytest.mark.xfail(strict=False, reason="last-bit SiLU/exp differences amplified by 8-bit "
-                                    "activation quantization (see comment)")
+# Tessera's CPU path reproduces llama.cpp's float operations bit for bit on this model (SiLU's
+# exp, RMSNorm and RoPE rounding, the Q4_1 dot and f16 attention accumulation orders; see
+# docs/design/llm_cpu_path.md), so every prompt must match: only the output projection's
+# summation order still differs (logits within ~1e-5), which can flip a greedy token only at a
+# near tie (margin < 0.1 is allowed below).
 PROMPTS = [
-    pytest.param("The capital of France is", marks=KNOWN_DIVERGENT),
+    "The capital of France is",
     "Once upon a time, in a small village by the sea,",
-    pytest.param("<|im_start|>user\nWhat is the boiling point of water?<|im_end|>\n<|im_start|>assistant\n",
-                 marks=KNOWN_DIVERGENT),
+    "<|im_start|>user\nWhat is the boiling point of water?<|im_end|>\n<|im_start|>assistant\n",
     "def fibonacci(n):",
     "<|im_start|>user\nWrite a haiku about the moon.<|im_end|>\n<|im_start|>assistant\n",
 ]
@@ -83,10 +78,12 @@ def log_softmax(x):
 
 
 def test_teacher_forced_distributions_match(llama_cpp, llm, tessera_bin, model_path):
-    """Top-1 agreement >= 98% and mean KL(llama.cpp || tessera) <= 0.01 over the corpus. For
-    scale, the same numbers between llama.cpp's own batched and token-by-token paths are printed:
-    8-bit activation quantization turns last-bit differences (e.g. ggml's approximate expf) into
-    rounding flips, so even llama.cpp disagrees with itself at this level."""
+    """Top-1 agreement >= 98% and mean KL(llama.cpp || tessera) <= 0.01 over the corpus; against
+    an AVX-512 build of llama.cpp, whose float operations Tessera reproduces, top-1 100% and mean
+    KL <= 1e-9 (only the output projection's summation order differs). For scale, the same
+    numbers between llama.cpp's own batched and token-by-token paths are printed: 8-bit
+    activation quantization turns last-bit differences into rounding flips, so llama.cpp's two
+    paths disagree at a mean KL of ~0.003."""
     single = llama_cpp.Llama(model_path=model_path, n_ctx=1024, n_batch=1, n_ubatch=1, logits_all=True,
                              verbose=False)
     agree = kls = self_agree = self_kls = 0.0
@@ -114,6 +111,8 @@ def test_teacher_forced_distributions_match(llama_cpp, llm, tessera_bin, model_p
           f"llama.cpp token-by-token: top-1 {self_agree / total:.4f}, mean KL {self_kls / total:.5f}")
     assert agree / total >= 0.98
     assert kls / total <= 0.01
+    if llama_cpp_avx512(llama_cpp):
+        assert agree == total and kls / total <= 1e-9, "the bit-exact CPU path drifted from llama.cpp"
 
 
 def llama_cpp_greedy(llm, prompt_ids, n):
@@ -132,7 +131,7 @@ def llama_cpp_greedy(llm, prompt_ids, n):
 
 
 @pytest.mark.parametrize("prompt", PROMPTS)
-def test_greedy_continuation_matches(llm, tessera_bin, model_path, prompt):
+def test_greedy_continuation_matches(llama_cpp, llm, tessera_bin, model_path, prompt):
     prompt_ids = llm.tokenize(prompt.encode(), add_bos=False, special=True)
     ref_tokens, margins = llama_cpp_greedy(llm, prompt_ids, 64)
     proc = run_tessera(tessera_bin, "run", "-m", model_path, "-n", 64, "--temp", 0, "--ignore-eos",
@@ -143,6 +142,9 @@ def test_greedy_continuation_matches(llm, tessera_bin, model_path, prompt):
     # Both sides continue past end-of-generation tokens (--ignore-eos), so all 64 are compared.
     n = len(ref_tokens)
     first_diff = next((i for i in range(n) if i >= len(got) or got[i] != ref_tokens[i]), None)
+    if first_diff is not None and margins[first_diff] >= 0.1 and not llama_cpp_avx512(llama_cpp):
+        pytest.xfail("llama.cpp here is not an AVX-512 build, whose float operations Tessera reproduces: "
+                     "last-bit differences remain and compound (docs/design/llm_cpu_path.md)")
     if first_diff is not None:
         assert margins[first_diff] < 0.1, (
             f"greedy tokens diverge at step {first_diff} where llama.cpp's top-2 margin is "

@@ -69,10 +69,72 @@ TEST(Scheduler, PreemptsTheYoungestWhenBlocksRunOutAndRecomputesLater) {
   s.finish(1);
   s.finish(2);
   auto plan = step(s);
-  ASSERT_EQ(plan.size(), 1u);
+  // The recompute keeps each position's numerics: the prompt as one multi-row chunk, the token
+  // sampled before preemption as a single row (as its decode step computed it).
+  ASSERT_EQ(plan.size(), 2u);
   EXPECT_EQ(plan[0].seq->id, 3u);
-  EXPECT_EQ(plan[0].n_tokens, 5);  // prompt + the token sampled before preemption
+  EXPECT_EQ(plan[0].start, 0);
+  EXPECT_EQ(plan[0].n_tokens, 4);
+  EXPECT_FALSE(plan[0].logits);
+  EXPECT_EQ(plan[1].seq->id, 3u);
+  EXPECT_EQ(plan[1].start, 4);
+  EXPECT_EQ(plan[1].n_tokens, 1);
+  EXPECT_TRUE(plan[1].logits);
+}
+
+// Prompt positions run in chunks of >= 2 rows: a split never leaves a single prompt token for
+// the next step, and a budget of one token left does not start a prompt chunk.
+TEST(Scheduler, PromptChunksNeverHaveOneRow) {
+  KvBlockManager blocks(64, 4, false);
+  Scheduler s(blocks, {.max_step_tokens = 8, .max_running = 8});
+  s.add(seq(1, 9));
+  auto plan = step(s);
+  ASSERT_EQ(plan.size(), 1u);
+  EXPECT_EQ(plan[0].n_tokens, 7);  // not 8: that would leave one token
+  plan = step(s);
+  ASSERT_EQ(plan.size(), 1u);
+  EXPECT_EQ(plan[0].n_tokens, 2);
   EXPECT_TRUE(plan[0].logits);
+  // 7 decoding sequences leave a budget of 1: a new prompt waits instead of taking 1 token.
+  for (uint64_t i = 2; i <= 7; ++i) s.add(seq(i, 2));
+  step(s);  // admits 2..7 (2 tokens each) after seq 1's decode
+  s.add(seq(8, 5));
+  plan = step(s);  // 7 decodes + 1 token of budget
+  for (const auto& c : plan) EXPECT_NE(c.seq->id, 8u);
+  EXPECT_FALSE(s.get(8)->running);
+  // Once budget is free, seq 8 runs as a whole chunk, and a one-token prompt as one row.
+  s.add(seq(9, 1));
+  for (uint64_t i = 1; i <= 7; ++i) s.finish(i);
+  plan = step(s);
+  ASSERT_EQ(plan.size(), 2u);
+  EXPECT_EQ(plan[0].seq->id, 8u);
+  EXPECT_EQ(plan[0].n_tokens, 5);
+  EXPECT_EQ(plan[1].seq->id, 9u);
+  EXPECT_EQ(plan[1].n_tokens, 1);
+}
+
+// Recomputing generated tokens: one row each, several per step within the budget.
+TEST(Scheduler, RecomputesGeneratedTokensAsSingleRows) {
+  KvBlockManager blocks(64, 4, false);
+  Scheduler s(blocks, {.max_step_tokens = 5, .max_running = 8});
+  auto a = seq(1, 3);
+  a->tokens.insert(a->tokens.end(), {7, 7, 7, 7});  // as if 4 tokens had been generated
+  a->prompt_len = 3;
+  s.add(std::move(a));
+  auto plan = step(s);
+  ASSERT_EQ(plan.size(), 3u);
+  EXPECT_EQ(plan[0].n_tokens, 3);
+  EXPECT_EQ(plan[1].start, 3);
+  EXPECT_EQ(plan[1].n_tokens, 1);
+  EXPECT_EQ(plan[2].start, 4);
+  EXPECT_EQ(plan[2].n_tokens, 1);
+  EXPECT_FALSE(plan[2].logits);
+  plan = step(s);
+  ASSERT_EQ(plan.size(), 2u);
+  EXPECT_EQ(plan[0].start, 5);
+  EXPECT_EQ(plan[1].start, 6);
+  EXPECT_EQ(plan[1].n_tokens, 1);
+  EXPECT_TRUE(plan[1].logits);
 }
 
 TEST(Scheduler, BetterPriorityPreemptsWorseButNotEqual) {
@@ -127,6 +189,35 @@ TEST(Scheduler, SharesCachedPrefixBlocks) {
       EXPECT_EQ(c.n_tokens, 2);
     }
   EXPECT_TRUE(found);
+}
+
+// The prefix cache holds only blocks of prompt positions (multi-row numerics) and always leaves
+// >= 2 prompt tokens to compute, so a hit never changes a sequence's bits.
+TEST(Scheduler, PrefixCacheHoldsPromptBlocksOnly) {
+  KvBlockManager blocks(16, 4, true);
+  Scheduler s(blocks, {.max_step_tokens = 64, .max_running = 8});
+  s.add(seq(1, 6));
+  for (int i = 0; i < 6; ++i) step(s);  // 6 prompt + 6 generated tokens: 3 full blocks
+  EXPECT_EQ(s.get(1)->n_cached, 11);
+  EXPECT_EQ(blocks.cached(), 1);  // block 1 holds generated positions 6, 7: not published
+  auto twin = seq(2, 12);
+  twin->tokens = s.get(1)->tokens;
+  s.add(std::move(twin));
+  step(s);
+  EXPECT_EQ(s.get(2)->prefix_hit_tokens, 4);
+  // A 9-token prompt matching 2 cached blocks reuses one: the second would leave 1 token.
+  s.add(seq(3, 9));
+  step(s);
+  // seq 2's prompt blocks 1, 2 (same tokens as seq 1's private ones) and seq 3's blocks 0, 1
+  EXPECT_EQ(blocks.cached(), 5);
+  auto again = seq(4, 9);
+  again->tokens = s.get(3)->tokens;
+  again->tokens.resize(9);
+  s.add(std::move(again));
+  auto plan = step(s);
+  EXPECT_EQ(s.get(4)->prefix_hit_tokens, 4);
+  for (const auto& c : plan)
+    if (c.seq->id == 4) EXPECT_EQ(c.n_tokens, 5);
 }
 
 TEST(Scheduler, RejectsASequenceLargerThanTheCache) {

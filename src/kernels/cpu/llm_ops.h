@@ -19,6 +19,8 @@ using ref::RopeParams;
 void rms_norm(const float* x, const float* w, float eps, int64_t rows, int64_t d, float* y);
 void add_rms_norm(float* residual, const float* x, const float* w, float eps, int64_t rows,
                   int64_t d, float* y);
+// RMSNorm and RoPE round like ggml's CPU ops (llm_ops.cpp says how), so that the 8-bit
+// activation quantization after them sees llama.cpp's bits.
 void rope(float* x, const int32_t* positions, int64_t rows, int64_t n_heads, int64_t head_dim,
           const RopeParams& p);
 
@@ -28,6 +30,11 @@ void rope(float* x, const int32_t* positions, int64_t rows, int64_t n_heads, int
 struct KvPages {
   const int32_t* const* tables;  // per query row: its sequence's block table
   int64_t block_size;
+  // Per query row, f16 caches only: 1 = the row's sequence has >= 2 rows in this forward call
+  // (llama.cpp's prompt float order), 0 = it is its sequence's only row (decode order). A row's
+  // bits depend on this flag, so a runtime that wants batch-invariant results sets it from the
+  // row's own sequence chunk. nullptr: every row takes the call's order (rows >= 2).
+  const uint8_t* multi_row = nullptr;
 };
 
 // Floats of scratch attention needs per call; n_kv = the longest key range (max q_pos + 1).
@@ -39,13 +46,17 @@ size_t attention_workspace_floats(int64_t n_kv, int64_t n_heads, int64_t n_kv_he
 // the same bits alone or in any batch.
 // K/V elements are f32, or f16 (KV = uint16_t). With f16 K/V both products take 16-bit inputs
 // as ggml's f16 attention (llama.cpp's default) and flash-attention GPU kernels do: q is rounded
-// to f16 for QK, and the normalized probabilities to f16 for PV; accumulation stays f32.
-// Each job handles one (query row, kv head) pair so K/V rows are loaded once for the whole
-// query-head group.
+// to f16 for QK, and the normalized probabilities to f16 for PV; accumulation stays f32, in
+// llama.cpp's float order, which differs between rows computed as part of a multi-row batch and
+// single rows (attention_f16.h; KvPages::multi_row picks it per row). Each job handles one
+// (query row, kv head) pair so K/V rows are loaded once for the whole query-head group.
 template <class KV>
 void attention(const float* q, const int32_t* q_pos, const KvPages& pages, int64_t rows,
                int64_t n_heads, const KV* k, const KV* v, int64_t n_kv_heads, int64_t head_dim,
                float scale, float* out, float* workspace, ThreadPool& pool);
-void swiglu(const float* gate, const float* up, int64_t n, float* out);
+// out = silu(gate) * up for rows x d, with llama.cpp's SiLU bits (see kernels/cpu/silu.h: the
+// row length matters, each row's last d % 16 elements use libm's expf). out may alias gate or up.
+// Defined in silu.cpp.
+void swiglu(const float* gate, const float* up, int64_t rows, int64_t d, float* out);
 
 }  // namespace tessera::cpu

@@ -9,8 +9,9 @@
 // Activation rows are quantized with d = amax / 127 and q = round-to-nearest-even(x * 127 / amax),
 // identically on every ISA, so scalar and SIMD kernels compute the same integer sums.
 //
-// The order of the bytes is the kernel's choice (ActLayout): the AVX2 4/5-bit kernels read two
-// blocks per 256-bit register, so they want the activations of a block pair interleaved.
+// The order of the bytes is the kernel's choice (ActLayout): the AVX2 Q4_0/Q5_0/Q5_1 kernels
+// read two blocks per 256-bit register, so they want the activations of a block pair interleaved
+// (Q4_1 follows llama.cpp's one-block order on the natural layout).
 #pragma once
 
 #include <cstdint>

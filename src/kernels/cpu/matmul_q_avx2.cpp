@@ -7,11 +7,13 @@
 // (weight scales gathered from the strided blocks and converted with F16C at once).
 // 4/5-bit blocks are processed two per 256-bit register: low nibbles of both blocks in one
 // register, high nibbles in another, against activations stored pair-interleaved (ActLayout).
+// Q4_1 instead follows llama.cpp's float order block by block (row_q4_1), for bit-exact logits.
 //
 // Ranges: nibble (<= 31) x int8 (|q| <= 127) pairs sum to <= 7874 per int16 lane, twice that
 // after adding the low and high halves (15748 < 32767); |w| <= 128 x |a| <= 127 pairs sum to
 // 32512 for Q8_0. No saturation.
 #include <algorithm>
+#include <cmath>
 #include <type_traits>
 
 #include "formats/quant_blocks.h"
@@ -216,10 +218,45 @@ TESSERA_HOT_INLINE void row_q8_0(const BlockQ8_0* w, int64_t nb, const ActQ8* ac
   for (int i = 0; i < MR; ++i) out[i] = hsum_ps(acc[i]);
 }
 
+// Q4_1 weights, natural activation layout, in the float order of llama.cpp's x86
+// ggml_vec_dot_q4_1_q8_1 (AVX2 code, also what AVX-512 builds run), so that results carry its
+// bits: per block, 8 lanes of exact 4-element integer sums (elements 4l..4l+3) are converted
+// and accumulated as acc = fma(d_w * d_a, sum, acc); the min term is a scalar fma chain
+// m_w * s_a over the blocks; the end is hsum_ps(acc) + that chain. Bit-exact agreement matters
+// because activation quantization downstream turns last-bit differences into rounding flips
+// (docs/design/llm_cpu_path.md); it costs one convert and one fma per block and row instead of
+// one per 8 blocks.
+template <int MR>
+TESSERA_HOT_INLINE void row_q4_1(const BlockQ4_1* w, int64_t nb, const ActQ8* act, float* out) {
+  __m256 acc[MR];
+  float summs[MR];
+  for (int i = 0; i < MR; ++i) {
+    acc[i] = _mm256_setzero_ps();
+    summs[i] = 0;
+  }
+  const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+  for (int64_t b = 0; b < nb; ++b) {
+    const __m128i q = loadu128(w[b].qs);
+    // bytes 0-15: low nibbles = elements 0-15; bytes 16-31: high nibbles = elements 16-31.
+    const __m256i qx = _mm256_and_si256(
+        _mm256_inserti128_si256(_mm256_castsi128_si256(q), _mm_srli_epi16(q, 4), 1), m4);
+    const float dw = f16_scalar(w[b].d), mw = f16_scalar(w[b].m);
+    for (int i = 0; i < MR; ++i) {
+      const __m256i p =
+          _mm256_madd_epi16(_mm256_maddubs_epi16(qx, loadu256(act[i].qs + b * 32)), ones);
+      acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(act[i].d[b] * dw), _mm256_cvtepi32_ps(p), acc[i]);
+      summs[i] = std::fma(mw, act[i].s[b], summs[i]);
+    }
+  }
+  for (int i = 0; i < MR; ++i) out[i] = hsum_ps(acc[i]) + summs[i];
+}
+
 template <class B, int MR>
 TESSERA_HOT_INLINE void row_any(const B* w, int64_t nb, const ActQ8* act, float* out) {
   if constexpr (std::is_same_v<B, BlockQ8_0>) {
     row_q8_0<MR>(w, nb, act, out);
+  } else if constexpr (std::is_same_v<B, BlockQ4_1>) {
+    row_q4_1<MR>(w, nb, act, out);
   } else {
     row_paired<B, MR>(w, nb, act, out);
   }

@@ -1,5 +1,6 @@
 // Portable matmul kernels: the same integer-dot-product semantics as the AVX2 kernels (exact
 // int32 block sums, then f32 scaling per block), on the natural activation layout.
+#include <cmath>
 #include <cstring>
 #include <type_traits>
 
@@ -19,9 +20,30 @@ inline uint32_t load_u32(const uint8_t* p) {
   return v;
 }
 
+// Q4_1 in the float order of ggml_vec_dot_q4_1_q8_1 on x86, as matmul_q_avx2.cpp computes it
+// (same bits): 8 lanes of 4-element integer sums per block, lane = fma(d_w * d_a, sum, lane);
+// a min-term chain fma(m_w, s_a, .); then the lanes' pairwise sum (hsum_ps's order) + chain.
+float dot_q4_1(const BlockQ4_1* w, const ActQ8& a, int64_t nb) {
+  float lanes[8] = {}, summs = 0;
+  for (int64_t b = 0; b < nb; ++b) {
+    const int8_t* q = a.qs + b * 32;
+    const float d = a.d[b] * f16_to_f32(w[b].d);
+    summs = std::fma(f16_to_f32(w[b].m), a.s[b], summs);
+    for (int l = 0; l < 8; ++l) {
+      int32_t p = 0;
+      for (int e = 4 * l; e < 4 * l + 4; ++e) p += nib(w[b].qs, e) * q[e];
+      lanes[l] = std::fma(d, static_cast<float>(p), lanes[l]);
+    }
+  }
+  float t[4];
+  for (int i = 0; i < 4; ++i) t[i] = lanes[i] + lanes[i + 4];
+  return ((t[0] + t[2]) + (t[1] + t[3])) + summs;
+}
+
 // Legacy blocks: returns sum over blocks of the block dot products.
 template <class Block>
 float dot_legacy(const Block* w, const ActQ8& a, int64_t nb) {
+  if constexpr (std::is_same_v<Block, BlockQ4_1>) return dot_q4_1(w, a, nb);
   float acc = 0;
   for (int64_t b = 0; b < nb; ++b) {
     const Block& blk = w[b];

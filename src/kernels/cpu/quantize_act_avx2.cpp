@@ -86,12 +86,12 @@ ActLayout act_layout_avx2(DType wtype) {
   ActLayout l;
   switch (wtype) {
     case DType::kQ4_0:
-    case DType::kQ4_1:
     case DType::kQ5_0:
     case DType::kQ5_1:
       l.paired = true;
       l.permuted_scales = true;
       return l;
+    case DType::kQ4_1:  // one block per register, in ggml's order (matmul_q_avx2.cpp)
     case DType::kF32:
     case DType::kF16:
     case DType::kBF16:

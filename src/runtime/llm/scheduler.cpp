@@ -16,6 +16,8 @@ bool runs_before(const Sequence* a, const Sequence* b) {
 int64_t blocks_for(int64_t tokens, int64_t block_size) {
   return (tokens + block_size - 1) / block_size;
 }
+// Prompt positions of s that the prefix cache may hold or serve: multi-row prompt chunks only.
+int64_t cacheable_tokens(const Sequence& s) { return s.prompt_len >= 2 ? s.prompt_len : 0; }
 }  // namespace
 
 Sequence* Scheduler::add(std::unique_ptr<Sequence> seq) {
@@ -24,6 +26,8 @@ Sequence* Scheduler::add(std::unique_ptr<Sequence> seq) {
                         blocks_.total(),
                     "scheduler: a sequence of " + std::to_string(seq->tokens.size()) +
                         " tokens can never fit the KV cache");
+  if (seq->prompt_len <= 0 || seq->prompt_len > static_cast<int64_t>(seq->tokens.size()))
+    seq->prompt_len = static_cast<int64_t>(seq->tokens.size());
   seq->arrival = next_arrival_++;
   seq->running = false;
   seq->n_cached = 0;
@@ -85,11 +89,34 @@ std::vector<Scheduler::Chunk> Scheduler::schedule() {
   std::vector<Sequence*> preempted_now;
 
   auto drop_from_plan = [&](Sequence* s) {
-    auto it = std::find_if(plan.begin(), plan.end(), [&](const Chunk& c) { return c.seq == s; });
-    if (it != plan.end()) {
-      budget += it->n_tokens;
-      plan.erase(it);
+    for (const Chunk& c : plan)
+      if (c.seq == s) budget += c.n_tokens;
+    std::erase_if(plan, [&](const Chunk& c) { return c.seq == s; });
+  };
+  // Tokens of s to compute this step from position `from`, within budget b: prompt positions in
+  // one chunk of >= 2 rows (never leaving a single prompt token behind), then, once the prompt
+  // is done, generated positions one row each. {prompt-chunk rows, 1-row chunks}.
+  auto split = [&](const Sequence* s, int64_t from, int64_t b) -> std::pair<int64_t, int64_t> {
+    const int64_t len = static_cast<int64_t>(s->tokens.size());
+    const int64_t prompt_left = std::max<int64_t>(s->prompt_len - from, 0);
+    int64_t n = std::min(prompt_left, b);
+    // A step budget below 3 cannot split every prompt into chunks of >= 2: invariance yields.
+    if (opt_.max_step_tokens >= 3 && s->prompt_len >= 2 && n < prompt_left) {
+      if (prompt_left - n == 1) --n;
+      if (n < 2) n = 0;
     }
+    if (n < prompt_left) return {n, 0};
+    return {n, std::min(len - std::max(from, s->prompt_len), b - n)};
+  };
+  auto add_chunks = [&](Sequence* s, std::pair<int64_t, int64_t> split_n) {
+    const int64_t len = static_cast<int64_t>(s->tokens.size());
+    int64_t pos = s->n_cached;
+    if (split_n.first > 0) {
+      plan.push_back({s, pos, split_n.first, pos + split_n.first == len});
+      pos += split_n.first;
+    }
+    for (int64_t i = 0; i < split_n.second; ++i, ++pos) plan.push_back({s, pos, 1, pos + 1 == len});
+    budget -= split_n.first + split_n.second;
   };
   auto give_way = [&](Sequence* victim) {
     drop_from_plan(victim);
@@ -136,19 +163,27 @@ std::vector<Scheduler::Chunk> Scheduler::schedule() {
     if (std::find(preempted_now.begin(), preempted_now.end(), s) != preempted_now.end()) continue;
     if (s->running) {
       if (in_plan(s)) continue;
-      const int64_t n = std::min<int64_t>(static_cast<int64_t>(s->tokens.size()) - s->n_cached,
-                                          budget);
-      if (!grow_running(s, n)) continue;
-      plan.push_back({s, s->n_cached, n, s->n_cached + n == static_cast<int64_t>(s->tokens.size())});
-      budget -= n;
+      const auto split_n = split(s, s->n_cached, budget);
+      if (split_n.first + split_n.second == 0) continue;  // waits for a bigger budget
+      if (!grow_running(s, split_n.first + split_n.second)) continue;
+      add_chunks(s, split_n);
       continue;
     }
     // Admission of a waiting sequence, with its longest cached prefix (the last token is always
     // computed: its logits are needed).
     const int64_t len = static_cast<int64_t>(s->tokens.size());
-    std::vector<int32_t> shared = blocks_.match_prefix(s->tokens, (len - 1) / bs);
+    // Only blocks of prompt positions are served, leaving >= 2 prompt tokens to compute (one
+    // would be a 1-row chunk: different f16 attention numerics from the sequence alone).
+    const int64_t cacheable = cacheable_tokens(*s);
+    std::vector<int32_t> shared = blocks_.match_prefix(
+        s->tokens, cacheable >= 2 ? std::min((len - 1) / bs, (cacheable - 2) / bs) : 0);
     const int64_t cached = static_cast<int64_t>(shared.size()) * bs;
-    const int64_t n = std::min(len - cached, budget);
+    const auto split_n = split(s, cached, budget);
+    const int64_t n = split_n.first + split_n.second;
+    if (n == 0) {  // the budget left cannot take a valid first chunk: wait a step
+      blocks_.release_all(shared);
+      break;
+    }
     const int64_t fresh = blocks_for(cached + n, bs) - static_cast<int64_t>(shared.size());
     int64_t running_count = 0;
     for (auto& r : seqs_) running_count += r->running ? 1 : 0;
@@ -170,8 +205,7 @@ std::vector<Scheduler::Chunk> Scheduler::schedule() {
     prefix_hit_tokens_ += cached;
     for (int64_t i = 0; i < fresh; ++i) s->blocks.push_back(blocks_.allocate());
     s->running = true;
-    plan.push_back({s, s->n_cached, n, s->n_cached + n == len});
-    budget -= n;
+    add_chunks(s, split_n);
   }
   return plan;
 }
@@ -181,7 +215,9 @@ void Scheduler::computed(std::span<const Chunk> plan) {
   for (const Chunk& c : plan) {
     Sequence& s = *c.seq;
     s.n_cached = c.start + c.n_tokens;
-    while ((s.n_published + 1) * bs <= s.n_cached) {
+    // Blocks holding generated positions stay private (computed as single rows).
+    const int64_t publishable = std::min(s.n_cached, cacheable_tokens(s));
+    while ((s.n_published + 1) * bs <= publishable) {
       const int64_t i = s.n_published;
       blocks_.publish(s.blocks[i], i > 0 ? s.blocks[i - 1] : -1,
                       std::span<const int32_t>(s.tokens).subspan(i * bs, bs));

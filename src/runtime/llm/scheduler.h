@@ -22,6 +22,17 @@
 //     that does not fit may preempt running sequences of strictly worse priority; otherwise
 //     admission stops (no overtaking within a priority level).
 //
+// Batch invariance: the CPU model's f16 attention rounds a row differently when its chunk has
+// one row (llama.cpp's decode order) or several (its prompt order), and later positions see
+// those K/V. So every position is computed the way the sequence alone would compute it:
+//  - prompt positions in chunks of >= 2 rows (unless the prompt is one token): a prompt split by
+//    the budget never leaves exactly one token for later and never runs a 1-token chunk (it
+//    takes one fewer or waits a step); a cached prefix always leaves >= 2 prompt tokens;
+//  - generated positions (>= prompt_len) as 1-row chunks, also when a preempted sequence is
+//    recomputed (several 1-row chunks of one sequence may share a step, in position order);
+//  - the prefix cache only holds and reuses blocks of prompt positions of prompts of >= 2
+//    tokens, computed in multi-row chunks by whichever sequence published them.
+//
 // Not thread-safe: owned by the engine loop thread.
 #pragma once
 
@@ -39,6 +50,7 @@ struct Sequence {
   int32_t priority = 0;   // lower runs first
   uint64_t arrival = 0;   // admission order (set by Scheduler::add)
   std::vector<int32_t> tokens;  // prompt + generated so far
+  int64_t prompt_len = 0;       // the original prompt's tokens (Scheduler::add: 0 = all tokens)
   int64_t n_cached = 0;         // leading tokens whose K/V are in the cache
   int64_t n_published = 0;      // leading full blocks offered to the prefix cache
   std::vector<int32_t> blocks;  // block table
@@ -61,7 +73,7 @@ class Scheduler {
  public:
   struct Chunk {
     Sequence* seq;
-    int64_t start;     // first position computed in this step (= seq->n_cached)
+    int64_t start;     // first position computed (= seq->n_cached, or the previous chunk's end)
     int64_t n_tokens;  // tokens computed in this step
     bool logits;       // the chunk ends at the sequence's last token: its logits are needed
   };
