@@ -1,5 +1,7 @@
 #include "formats/gguf.h"
 
+#include "formats/file_util.h"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -98,24 +100,7 @@ int64_t sign_extend(uint64_t v, uint64_t n) {
   return static_cast<int64_t>((v ^ sign) - sign);
 }
 
-// File-controlled text in messages: printable ASCII only and bounded, so a hostile name cannot
-// flood a log or inject terminal escapes.
-std::string printable(std::string_view s) {
-  constexpr size_t kMax = 96;
-  std::string out;
-  for (size_t i = 0; i < s.size() && i < kMax; ++i) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x20 && c < 0x7f && c != '\\') {
-      out += static_cast<char>(c);
-    } else {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", c);
-      out += buf;
-    }
-  }
-  if (s.size() > kMax) out += "...";
-  return out;
-}
+using formats::printable;  // file-controlled text in messages: bounded, printable
 
 std::string num(uint64_t v) { return std::to_string(v); }
 

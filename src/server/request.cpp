@@ -1,5 +1,7 @@
 #include "server/request.h"
 
+#include "formats/file_util.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -236,29 +238,6 @@ std::string error_body(const ApiError& e) {
               {"param", e.param.empty() ? json(nullptr) : json(truncated(e.param, 128))},
               {"code", e.code.empty() ? json(nullptr) : json(truncated(e.code, 64))}};
   return json{{"error", err}}.dump(-1, ' ', false, json::error_handler_t::replace);
-}
-
-int json_nesting_depth(std::string_view text) {
-  int depth = 0, max_depth = 0;
-  bool in_string = false, escaped = false;
-  for (char c : text) {
-    if (in_string) {
-      if (escaped)
-        escaped = false;
-      else if (c == '\\')
-        escaped = true;
-      else if (c == '"')
-        in_string = false;
-      continue;
-    }
-    if (c == '"')
-      in_string = true;
-    else if (c == '[' || c == '{')
-      max_depth = std::max(max_depth, ++depth);
-    else if (c == ']' || c == '}')
-      --depth;
-  }
-  return max_depth;
 }
 
 ParseResult parse_completion_request(std::string_view body, Endpoint endpoint,

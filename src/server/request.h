@@ -16,6 +16,7 @@
 #include <variant>
 #include <vector>
 
+#include "formats/file_util.h"
 #include "tessera/engine.h"
 
 namespace tessera::server {
@@ -66,6 +67,6 @@ ParseResult parse_completion_request(std::string_view body, Endpoint endpoint,
 
 // Nesting depth of a JSON text (brackets outside strings), checked before the real parse so that
 // a hostile "[[[[..." cannot exhaust the parser.
-int json_nesting_depth(std::string_view text);
+using formats::json_nesting_depth;
 
 }  // namespace tessera::server

@@ -11,16 +11,13 @@
 #include <random>
 #include <string>
 
+#include "support/test_util.h"
 #include "tessera/engine.h"
 
 namespace tessera {
 namespace {
 
-std::string model_path() {
-  if (const char* m = std::getenv("TESSERA_MODEL"); m && *m) return m;
-  const char* home = std::getenv("HOME");
-  return std::string(home ? home : ".") + "/.cache/tessera/SmolLM2-135M-Instruct.Q4_1.gguf";
-}
+std::string model_path() { return test::default_model_path(); }
 
 std::unique_ptr<Engine> load(EngineOptions opt) {
   auto e = Engine::load(model_path(), opt);

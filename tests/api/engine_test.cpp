@@ -1,4 +1,5 @@
 // Engine API behaviour on the default model (skipped where the model is not present).
+#include "support/test_util.h"
 #include "tessera/engine.h"
 
 #include <gtest/gtest.h>
@@ -10,11 +11,7 @@
 namespace tessera {
 namespace {
 
-std::string model_path() {
-  if (const char* m = std::getenv("TESSERA_MODEL"); m && *m) return m;
-  const char* home = std::getenv("HOME");
-  return std::string(home ? home : ".") + "/.cache/tessera/SmolLM2-135M-Instruct.Q4_1.gguf";
-}
+std::string model_path() { return test::default_model_path(); }
 
 class EngineTest : public ::testing::Test {
  protected:

@@ -23,11 +23,7 @@
 namespace tessera {
 namespace {
 
-std::string model_path() {
-  if (const char* m = std::getenv("TESSERA_MODEL"); m && *m) return m;
-  const char* home = std::getenv("HOME");
-  return std::string(home ? home : ".") + "/.cache/tessera/SmolLM2-135M-Instruct.Q4_1.gguf";
-}
+std::string model_path() { return test::default_model_path(); }
 
 #define SKIP_WITHOUT_MODEL() \
   if (!std::filesystem::exists(model_path())) GTEST_SKIP() << "default model not present"

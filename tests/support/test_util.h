@@ -4,12 +4,22 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <cstdint>
 #include <limits>
 #include <random>
 #include <vector>
 
 namespace tessera::test {
+
+// The default model: $TESSERA_MODEL, else the set-up's cache (~/.cache/tessera/...). Tests that
+// need it skip where it is absent.
+inline std::string default_model_path() {
+  if (const char* m = std::getenv("TESSERA_MODEL"); m && *m) return m;
+  const char* home = std::getenv("HOME");
+  return std::string(home ? home : ".") + "/.cache/tessera/SmolLM2-135M-Instruct.Q4_1.gguf";
+}
 
 inline std::vector<float> random_floats(size_t n, uint64_t seed, float lo = -1.f, float hi = 1.f) {
   std::mt19937_64 rng(seed);
