@@ -118,13 +118,16 @@ runtime::SamplingParams sampling_params(const GenerationParams& p) {
 struct Request {
   Request(const GenerationParams& p, const Tokenizer& tok, RequestCallbacks cb)
       : params(p), sampler(sampling_params(p)), stops(p.stop), decoder(tok),
-        callbacks(std::move(cb)) {}
+        callbacks(std::move(cb)),
+        argmax_on_device(runtime::is_plain_argmax(sampling_params(p)) && p.logprobs < 0) {}
   GenerationParams params;
   runtime::Sampler sampler;
   runtime::StopMatcher stops;
   TokenStreamDecoder decoder;
   RequestCallbacks callbacks;
   GenerationResult result;
+  // Its token can be picked on the device (plain greedy, no logprobs): no logits to the host.
+  bool argmax_on_device;
   int64_t max_len = 0;  // prompt + generated tokens allowed (context and max_tokens)
   bool cancelled = false;
   Clock::time_point submitted = Clock::now(), first_token{};
@@ -270,13 +273,8 @@ bool Engine::Impl::step() {
   // Plain greedy requests (no penalties, no n-gram blocking, no logprobs) can take the argmax on
   // the device, so no logits cross to the host.
   bool device_greedy = n_logits > 0;
-  for (const auto& c : plan) {
-    if (!c.logits) continue;
-    const GenerationParams& p = requests.at(c.seq->id)->params;
-    device_greedy &= p.temperature <= 0 && p.repetition_penalty == 1.f &&
-                     p.presence_penalty == 0 && p.frequency_penalty == 0 &&
-                     p.no_repeat_ngram == 0 && p.logprobs < 0;
-  }
+  for (const auto& c : plan)
+    if (c.logits) device_greedy &= requests.at(c.seq->id)->argmax_on_device;
   step_ids.resize(static_cast<size_t>(n_logits));
   try {
     if (!device_greedy ||
@@ -316,18 +314,14 @@ bool Engine::Impl::step() {
         finish(id, FinishReason::kLength);
         continue;
       }
-      std::optional<TokenLogprob> lp;
-      if (r.params.logprobs >= 0) {
-        // Of the raw logits: the sampler edits the row in place (penalties, masking).
-        raw_logits.assign(lg, lg + vocab);
-      }
+      // Logprobs are of the raw logits: the sampler edits the row in place (penalties, masking).
+      if (r.params.logprobs >= 0) raw_logits.assign(lg, lg + vocab);
       const int32_t tok = device_greedy
                               ? step_ids[my_row]
                               : r.sampler.sample({lg, static_cast<size_t>(vocab)}, seq->tokens);
       if (r.params.logprobs >= 0) {
-        lp = token_logprob(raw_logits, tok, r.params.logprobs);
-        r.result.logprobs.push_back(*lp);
-        if (r.callbacks.on_logprob) r.callbacks.on_logprob(*lp);
+        r.result.logprobs.push_back(token_logprob(raw_logits, tok, r.params.logprobs));
+        if (r.callbacks.on_logprob) r.callbacks.on_logprob(r.result.logprobs.back());
       }
       accept_token(id, r, *seq, tok);
     } catch (...) {

@@ -35,14 +35,14 @@ const char* kUsage =
 
 using Clock = std::chrono::steady_clock;
 
+// "512,2048" -> {512, 2048}; empty (with *ok false) on any bad item.
 std::vector<int> parse_list(const std::string& s, bool* ok) {
   std::vector<int> out;
   std::stringstream in(s);
   std::string item;
+  long v = 0;
   while (std::getline(in, item, ',')) {
-    char* end = nullptr;
-    const long v = std::strtol(item.c_str(), &end, 10);
-    if (item.empty() || *end || v < 1 || v > (1 << 20)) {
+    if (!parse_int(item, 1, 1 << 20, &v)) {
       *ok = false;
       return {};
     }
@@ -98,12 +98,11 @@ int cmd_bench(int argc, char** argv) {
   args.value("dummy", &dummy);
   int threads = 0, decode_tokens = 64, batch_gen = 16;
   std::vector<int> prefill = {512, 2048}, batches = {16, 64, 128};
-  auto int_arg = [&](const char* name, int lo, int hi, int* dst) {
+  auto int_arg = [&](const char* name, long lo, long hi, int* dst) {
+    long n = 0;
     if (!args.value(name, &v)) return;
-    char* end = nullptr;
-    const long n = std::strtol(v.c_str(), &end, 10);
-    if (v.empty() || *end || n < lo || n > hi) bad = std::string("invalid --") + name + " " + v;
-    else *dst = static_cast<int>(n);
+    if (parse_int(v, lo, hi, &n)) *dst = static_cast<int>(n);
+    else bad = std::string("invalid --") + name + " " + v;
   };
   int_arg("threads", 1, 1024, &threads);
   int_arg("decode-tokens", 2, 1 << 16, &decode_tokens);

@@ -27,15 +27,6 @@ const char* kUsage =
     "Serves POST /v1/chat/completions, POST /v1/completions, GET /v1/models, /health, /ready,\n"
     "/metrics. --port 0 picks a free port; the chosen address is printed to stderr.\n";
 
-bool parse_int(const std::string& s, long lo, long hi, long* out) {
-  char* end = nullptr;
-  errno = 0;
-  const long v = std::strtol(s.c_str(), &end, 10);
-  if (s.empty() || *end != '\0' || errno != 0 || v < lo || v > hi) return false;
-  *out = v;
-  return true;
-}
-
 // One key per line; blank lines and lines starting with '#' are skipped.
 bool read_api_keys(const std::string& path, std::vector<std::string>* keys, std::string* why) {
   std::ifstream in(path);

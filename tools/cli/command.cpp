@@ -1,5 +1,8 @@
 #include "command.h"
 
+#include <cerrno>
+#include <cstdlib>
+
 #include <cstdlib>
 
 namespace tessera::cli {
@@ -64,6 +67,15 @@ std::vector<std::string> Args::positionals(std::string* error) const {
     out.push_back(args_[i]);
   }
   return out;
+}
+
+bool parse_int(const std::string& s, long lo, long hi, long* out) {
+  char* end = nullptr;
+  errno = 0;
+  const long v = std::strtol(s.c_str(), &end, 10);
+  if (s.empty() || *end != '\0' || errno != 0 || v < lo || v > hi) return false;
+  *out = v;
+  return true;
 }
 
 std::string default_model_path() {

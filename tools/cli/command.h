@@ -47,6 +47,9 @@ Expected<std::unique_ptr<Tokenizer>> open_tokenizer(const std::string& path);
 // `tessera info` for a Hugging Face checkpoint folder (or its config.json).
 int info_hf(const std::string& path);
 
+// A whole decimal number in [lo, hi] (the whole string; no overflow). False otherwise.
+bool parse_int(const std::string& s, long lo, long hi, long* out);
+
 // Default model path: $TESSERA_MODEL, else ${XDG_CACHE_HOME:-~/.cache}/tessera/<default file>.
 std::string default_model_path();
 

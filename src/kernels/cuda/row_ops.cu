@@ -10,23 +10,10 @@ unsigned blocks_for(int64_t n) {
   return static_cast<unsigned>(b < 65535 * 32 ? b : 65535 * 32);
 }
 
-__global__ void f32_to_bf16_kernel(const float* x, int64_t n, __nv_bfloat16* y) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x)
-    y[i] = __float2bfloat16_rn(x[i]);
-}
-
 __global__ void add_bias_kernel(float* y, const float* b, int64_t n, int64_t cols) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x)
     y[i] += b[i % cols];
-}
-
-__global__ void gather_rows_kernel(const float* x, const int32_t* rows, int64_t n, int64_t d,
-                                   __nv_bfloat16* y) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x)
-    y[i] = __float2bfloat16_rn(x[int64_t{rows[i / d]} * d + i % d]);
 }
 
 __global__ void gather_rows_f32_kernel(const float* x, const int32_t* rows, int64_t n, int64_t d,
@@ -119,19 +106,9 @@ void swiglu_rows_bf16(const __nv_bfloat16* gu, int64_t rows, int64_t ff, __nv_bf
   if (n > 0) swiglu_rows_bf16_kernel<<<blocks_for(n), kThreads, 0, stream>>>(gu, n, ff, out);
 }
 
-void f32_to_bf16(const float* x, int64_t n, __nv_bfloat16* y, cudaStream_t stream) {
-  if (n > 0) f32_to_bf16_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, n, y);
-}
-
 void add_bias_rows(float* y, const float* b, int64_t rows, int64_t cols, cudaStream_t stream) {
   const int64_t n = rows * cols;
   if (n > 0) add_bias_kernel<<<blocks_for(n), kThreads, 0, stream>>>(y, b, n, cols);
-}
-
-void gather_rows_bf16(const float* x, const int32_t* rows, int64_t n_rows, int64_t d,
-                      __nv_bfloat16* y, cudaStream_t stream) {
-  const int64_t n = n_rows * d;
-  if (n > 0) gather_rows_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, rows, n, d, y);
 }
 
 }  // namespace tessera::cuda

@@ -27,7 +27,6 @@ void swiglu(const T* gate, const T* up, int64_t n, T* out, cudaStream_t stream) 
       gate, up, n, out);
 }
 
-template void swiglu<float>(const float*, const float*, int64_t, float*, cudaStream_t);
 template void swiglu<__half>(const __half*, const __half*, int64_t, __half*, cudaStream_t);
 template void swiglu<__nv_bfloat16>(const __nv_bfloat16*, const __nv_bfloat16*, int64_t,
                                     __nv_bfloat16*, cudaStream_t);

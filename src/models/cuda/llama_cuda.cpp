@@ -4,9 +4,9 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
-#include <cmath>
 #include <cstring>
 #include <string>
 
@@ -18,11 +18,10 @@
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/fill_random.h"
 #include "kernels/cuda/paged_attention.h"
-#include "kernels/cuda/rms_norm.h"
 #include "kernels/cuda/rope_kv.h"
 #include "kernels/cuda/row_ops.h"
-#include "kernels/cuda/swiglu.h"
 #include "models/llama.h"
+#include "models/weight_source.h"
 
 namespace tessera::models {
 namespace {
@@ -40,21 +39,11 @@ class DeviceArena {
     void* p = nullptr;
     TESSERA_CUDA_CHECK(cudaMalloc(&p, static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(T)));
     blocks_.push_back(p);
-    bytes_ += static_cast<size_t>(n) * sizeof(T);
     return static_cast<T*>(p);
-  }
-  size_t bytes() const { return bytes_; }
-  // Frees the `count` most recent allocations (temporaries of the loader).
-  void release_last(int count) {
-    for (int i = 0; i < count && !blocks_.empty(); ++i) {
-      cudaFree(blocks_.back());
-      blocks_.pop_back();
-    }
   }
 
  private:
   std::vector<void*> blocks_;
-  size_t bytes_ = 0;
 };
 
 // A device buffer that only grows (activations sized for the largest batch seen).
@@ -97,49 +86,45 @@ class CudaLlama final : public CausalLm {
     for (void* p : pinned_) cudaFreeHost(p);
   }
 
-  // Real weights from a GGUF file (names as the GGUF converters write them).
-  void load(const gguf::File& f) {
+  // Real weights, by their GGUF names, through the same source the CPU model loads from (which
+  // checks presence, shape and type).
+  void load(const WeightSource& w) {
     const int64_t d = cfg_.d_model, qd = cfg_.n_heads * cfg_.head_dim,
                   kvd = cfg_.n_kv_heads * cfg_.head_dim, ff = cfg_.d_ff;
-    const gguf::TensorInfo* embd = f.find_tensor("token_embd.weight");
-    TESSERA_CHECK_ARG(embd && embd->dtype, "token_embd.weight missing or of an unsupported type");
-    embd_type_ = *embd->dtype;
+    const Tensor embd = w.matrix("token_embd.weight", cfg_.vocab, d);
+    embd_type_ = embd.dtype();
     if (embd_type_ == DType::kF32 || embd_type_ == DType::kF16 || embd_type_ == DType::kBF16 ||
-        embd_type_ == DType::kQ8_0) {
-      uint8_t* t = arena_.alloc<uint8_t>(static_cast<int64_t>(embd->nbytes));
-      TESSERA_CUDA_CHECK(cudaMemcpy(t, f.tensor_data(*embd), embd->nbytes, cudaMemcpyHostToDevice));
+        embd_type_ == DType::kQ8_0) {  // the gather kernel reads these as stored
+      const size_t bytes = static_cast<size_t>(cfg_.vocab) * *dtype_row_bytes(embd_type_, d);
+      uint8_t* t = arena_.alloc<uint8_t>(static_cast<int64_t>(bytes));
+      TESSERA_CUDA_CHECK(cudaMemcpy(t, embd.raw_data(), bytes, cudaMemcpyHostToDevice));
       embd_ = t;
-    } else {  // other types: a bf16 copy the gather kernel can read
+    } else {  // other types: a bf16 copy
       embd_type_ = DType::kBF16;
-      embd_ = matrix(f, "token_embd.weight", cfg_.vocab, d);
+      embd_ = matrix(embd);
     }
-    output_ = matrix(f, cfg_.tied_embeddings ? "token_embd.weight" : "output.weight", cfg_.vocab, d);
-    out_norm_ = vector(f, "output_norm.weight", d);
-    if (f.find_tensor("rope_freqs.weight")) rope_freqs_ = vector(f, "rope_freqs.weight", cfg_.rope.n_rot / 2);
+    output_ = cfg_.tied_embeddings ? matrix(embd) : matrix(w.matrix("output.weight", cfg_.vocab, d));
+    out_norm_ = vector(w, "output_norm.weight", d);
+    if (w.has("rope_freqs.weight")) rope_freqs_ = vector(w, "rope_freqs.weight", cfg_.rope.n_rot / 2);
     for (int64_t i = 0; i < cfg_.n_layers; ++i) {
       const std::string p = "blk." + std::to_string(i) + ".";
       Layer& l = layers_[i];
-      l.attn_norm = vector(f, p + "attn_norm.weight", d);
-      l.wq = matrix(f, p + "attn_q.weight", qd, d);
-      l.wk = matrix(f, p + "attn_k.weight", kvd, d);
-      l.wv = matrix(f, p + "attn_v.weight", kvd, d);
-      l.wo = matrix(f, p + "attn_output.weight", d, qd);
+      l.attn_norm = vector(w, p + "attn_norm.weight", d);
+      l.wq = matrix(w.matrix(p + "attn_q.weight", qd, d));
+      l.wk = matrix(w.matrix(p + "attn_k.weight", kvd, d));
+      l.wv = matrix(w.matrix(p + "attn_v.weight", kvd, d));
+      l.wo = matrix(w.matrix(p + "attn_output.weight", d, qd));
       if (cfg_.qkv_bias) {
-        l.bq = vector(f, p + "attn_q.bias", qd);
-        l.bk = vector(f, p + "attn_k.bias", kvd);
-        l.bv = vector(f, p + "attn_v.bias", kvd);
+        l.bq = vector(w, p + "attn_q.bias", qd);
+        l.bk = vector(w, p + "attn_k.bias", kvd);
+        l.bv = vector(w, p + "attn_v.bias", kvd);
       }
-      l.ffn_norm = vector(f, p + "ffn_norm.weight", d);
+      l.ffn_norm = vector(w, p + "ffn_norm.weight", d);
       l.wgu = arena_.alloc<bf16>(2 * ff * d);
-      bf16* g = matrix(f, p + "ffn_gate.weight", ff, d);
-      bf16* u = matrix(f, p + "ffn_up.weight", ff, d);
-      TESSERA_CUDA_CHECK(cudaMemcpy(l.wgu, g, static_cast<size_t>(ff * d) * 2, cudaMemcpyDeviceToDevice));
-      TESSERA_CUDA_CHECK(cudaMemcpy(l.wgu + ff * d, u, static_cast<size_t>(ff * d) * 2,
-                                    cudaMemcpyDeviceToDevice));
-      arena_.release_last(2);  // the separate copies
-      l.wd = matrix(f, p + "ffn_down.weight", d, ff);
+      upload_bf16(w.matrix(p + "ffn_gate.weight", ff, d), l.wgu);
+      upload_bf16(w.matrix(p + "ffn_up.weight", ff, d), l.wgu + ff * d);
+      l.wd = matrix(w.matrix(p + "ffn_down.weight", d, ff));
     }
-    finish_load();
   }
 
   // Random weights (uniform, scaled by sqrt(3 / fan-in) so activations keep unit scale).
@@ -177,7 +162,6 @@ class CudaLlama final : public CausalLm {
       l.wd = mat(d, ff);
     }
     TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    finish_load();
   }
 
   const LlmConfig& config() const override { return cfg_; }
@@ -211,7 +195,7 @@ class CudaLlama final : public CausalLm {
                float* logits, bool all_logits, ThreadPool&) override {
     const int64_t n_logits = run(tokens, chunks, cache, all_logits);
     const int64_t V = cfg_.vocab;
-    float* host = pinned<float>(6, n_logits * V);
+    float* host = pinned<float>(kLogits, n_logits * V);
     TESSERA_CUDA_CHECK(cudaMemcpyAsync(host, logits_.get(n_logits * V),
                                        static_cast<size_t>(n_logits * V) * sizeof(float),
                                        cudaMemcpyDeviceToHost, stream_));
@@ -225,7 +209,7 @@ class CudaLlama final : public CausalLm {
     const int64_t n_logits = run(tokens, chunks, cache, false);
     int32_t* d_ids = reinterpret_cast<int32_t*>(ids_.get(std::max<int64_t>(n_logits, 1)));
     cuda::argmax_rows(logits_.get(n_logits * cfg_.vocab), n_logits, cfg_.vocab, d_ids, stream_);
-    int32_t* host = pinned<int32_t>(8, n_logits);
+    int32_t* host = pinned<int32_t>(kIds, n_logits);
     TESSERA_CUDA_CHECK(cudaMemcpyAsync(host, d_ids, static_cast<size_t>(n_logits) * 4,
                                        cudaMemcpyDeviceToHost, stream_));
     TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -251,12 +235,12 @@ class CudaLlama final : public CausalLm {
     cudaStream_t s = stream_;
 
     // Per-step tables to the device (pinned staging, one stream: ordered before the kernels).
-    int32_t* d_tokens = stage(tokens.data(), n, 0);
-    int32_t* d_pos = stage(positions_.data(), n, 1);
-    int64_t* d_rows = stage(cache_rows_.data(), n, 2);
-    cuda::PagedAttentionTile* d_tiles = stage(tiles_.data(), static_cast<int64_t>(tiles_.size()), 3);
-    int32_t* d_tables = stage(tables_.data(), static_cast<int64_t>(tables_.size()), 4);
-    int32_t* d_logit_rows = stage(logit_rows_.data(), n_logits, 5);
+    int32_t* d_tokens = stage(tokens.data(), n, kTokens);
+    int32_t* d_pos = stage(positions_.data(), n, kPositions);
+    int64_t* d_rows = stage(cache_rows_.data(), n, kCacheRows);
+    cuda::PagedAttentionTile* d_tiles = stage(tiles_.data(), static_cast<int64_t>(tiles_.size()), kTiles);
+    int32_t* d_tables = stage(tables_.data(), static_cast<int64_t>(tables_.size()), kTables);
+    int32_t* d_logit_rows = stage(logit_rows_.data(), n_logits, kLogitRows);
 
     Bufs b{};
     b.x = residual_.get(n * d);
@@ -378,46 +362,35 @@ class CudaLlama final : public CausalLm {
     }
   }
 
-  bf16* matrix(const gguf::File& f, const std::string& name, int64_t rows, int64_t cols) {
-    const gguf::TensorInfo* t = f.find_tensor(name);
-    TESSERA_CHECK_ARG(t && t->dtype, "tensor '" + name + "' missing or of an unsupported type");
-    int64_t got_rows = 1;
-    for (size_t i = 1; i < t->dims.size(); ++i) got_rows *= t->dims[i];
-    TESSERA_CHECK_ARG(!t->dims.empty() && t->dims[0] == cols && got_rows == rows,
-                      "tensor '" + name + "' has an unexpected shape");
-    const auto row_bytes = dtype_row_bytes(*t->dtype, cols);
-    TESSERA_CHECK_ARG(row_bytes.has_value(), "tensor '" + name + "': bad row size");
-    const uint8_t* src = f.tensor_data(*t);
+  // A host weight {rows, cols} of any type, dequantized and rounded to bf16 into device dst.
+  static void upload_bf16(const Tensor& t, bf16* dst) {
+    const int64_t rows = t.dim(0), cols = t.dim(1);
+    const int64_t row_bytes = *dtype_row_bytes(t.dtype(), cols);
+    const auto* src = static_cast<const uint8_t*>(t.raw_data());
     std::vector<float> row(cols);
-    uint16_t* host = pinned<uint16_t>(7, rows * cols);
+    std::vector<uint16_t> host(static_cast<size_t>(rows * cols));
     for (int64_t r = 0; r < rows; ++r) {
-      cpu::dequantize_row(*t->dtype, src + r * *row_bytes, row.data(), cols);
+      cpu::dequantize_row(t.dtype(), src + r * row_bytes, row.data(), cols);
       for (int64_t c = 0; c < cols; ++c) host[r * cols + c] = f32_to_bf16(row[c]);
     }
-    bf16* dst = arena_.alloc<bf16>(rows * cols);
-    TESSERA_CUDA_CHECK(cudaMemcpy(dst, host, static_cast<size_t>(rows * cols) * 2, cudaMemcpyHostToDevice));
+    TESSERA_CUDA_CHECK(cudaMemcpy(dst, host.data(), host.size() * 2, cudaMemcpyHostToDevice));
+  }
+  bf16* matrix(const Tensor& t) {
+    bf16* dst = arena_.alloc<bf16>(t.numel());
+    upload_bf16(t, dst);
     return dst;
   }
-
-  float* vector(const gguf::File& f, const std::string& name, int64_t n) {
-    const gguf::TensorInfo* t = f.find_tensor(name);
-    TESSERA_CHECK_ARG(t && t->dtype && t->numel() == n,
-                      "tensor '" + name + "' missing, of an unsupported type or of a wrong size");
-    std::vector<float> host(n);
-    cpu::dequantize_row(*t->dtype, f.tensor_data(*t), host.data(), n);
+  float* vector(const WeightSource& w, const std::string& name, int64_t n) {
+    const Tensor host = weight_vector_f32(w, name, n);
     float* dst = arena_.alloc<float>(n);
-    TESSERA_CUDA_CHECK(cudaMemcpy(dst, host.data(), static_cast<size_t>(n) * 4, cudaMemcpyHostToDevice));
+    TESSERA_CUDA_CHECK(cudaMemcpy(dst, host.data<float>(), static_cast<size_t>(n) * 4,
+                                  cudaMemcpyHostToDevice));
     return dst;
   }
 
-  void finish_load() {
-    // The pinned staging used for weight uploads is no longer needed at this size.
-    if (pinned_.size() > 7 && pinned_[7]) {
-      cudaFreeHost(pinned_[7]);
-      pinned_[7] = nullptr;
-      pinned_cap_[7] = 0;
-    }
-  }
+  // Pinned host buffers: per-step tables staged to the device (with a device twin each), and the
+  // results coming back.
+  enum Slot { kTokens, kPositions, kCacheRows, kTiles, kTables, kLogitRows, kStaged, kLogits = kStaged, kIds };
 
   // Pinned host buffer `slot`, grown to at least n elements of T.
   template <class T>
@@ -512,7 +485,7 @@ class CudaLlama final : public CausalLm {
   std::set<std::pair<int64_t, int64_t>> seen_shapes_;
   Bufs graph_bufs_{};
   const KvCache* graph_cache_ = nullptr;
-  Grow<uint8_t> staged_[6];
+  Grow<uint8_t> staged_[kStaged];
   std::vector<void*> pinned_;
   std::vector<size_t> pinned_cap_;
   // plan() output
@@ -579,7 +552,7 @@ std::unique_ptr<CausalLm> cuda_llama_create(const gguf::File& file) {
   LlmConfig cfg = llama_create(file)->config();
   cfg.rope.freq_factors = nullptr;  // host pointer of the CPU model; the GPU copy is loaded
   auto m = std::make_unique<CudaLlama>(cfg);
-  m->load(file);
+  m->load(GgufWeights(file));
   return m;
 }
 

@@ -7,6 +7,11 @@
 
 namespace tessera::runtime {
 
+bool is_plain_argmax(const SamplingParams& p) {
+  return p.temperature <= 0 && p.repetition_penalty == 1.f && p.presence_penalty == 0 &&
+         p.frequency_penalty == 0 && p.no_repeat_ngram == 0;
+}
+
 std::string sampling_params_error(const SamplingParams& p) {
   auto bad = [](float x) { return !std::isfinite(x); };
   if (bad(p.temperature) || p.temperature < 0 || p.temperature > 100) return "temperature must be in [0, 100]";

@@ -25,6 +25,10 @@ struct SamplingParams {
   uint64_t seed = 0;
 };
 
+// True when sampling is the plain argmax of the logits (greedy, no penalties or n-gram
+// blocking): a device can then pick the token without the logits leaving it.
+bool is_plain_argmax(const SamplingParams& p);
+
 // Validates ranges; returns an empty string when fine, else the problem.
 std::string sampling_params_error(const SamplingParams& p);
 

@@ -169,14 +169,13 @@ std::vector<Scheduler::Chunk> Scheduler::schedule() {
       add_chunks(s, split_n);
       continue;
     }
-    // Admission of a waiting sequence, with its longest cached prefix (the last token is always
-    // computed: its logits are needed).
-    const int64_t len = static_cast<int64_t>(s->tokens.size());
-    // Only blocks of prompt positions are served, leaving >= 2 prompt tokens to compute (one
-    // would be a 1-row chunk: different f16 attention numerics from the sequence alone).
+    // Admission of a waiting sequence, with its longest cached prefix. Only blocks of prompt
+    // positions are served, leaving >= 2 prompt tokens to compute (so the last token, whose logits
+    // are needed, is computed, and never as a 1-row chunk: different f16 attention numerics from
+    // the sequence alone).
     const int64_t cacheable = cacheable_tokens(*s);
-    std::vector<int32_t> shared = blocks_.match_prefix(
-        s->tokens, cacheable >= 2 ? std::min((len - 1) / bs, (cacheable - 2) / bs) : 0);
+    std::vector<int32_t> shared =
+        blocks_.match_prefix(s->tokens, std::max<int64_t>(cacheable - 2, 0) / bs);
     const int64_t cached = static_cast<int64_t>(shared.size()) * bs;
     const auto split_n = split(s, cached, budget);
     const int64_t n = split_n.first + split_n.second;
