@@ -107,6 +107,9 @@ struct EngineStats {
   int64_t waiting_preempted = 0;  // of the waiting: preempted sequences awaiting recompute
   int64_t kv_blocks_total = 0, kv_blocks_used = 0, kv_blocks_cached = 0, kv_block_size = 0;
   int64_t preemptions = 0, prefix_hit_tokens = 0;
+  // The most recent step: tokens computed and sequences in it (a decode-only step of b
+  // sequences has b of each).
+  int64_t last_step_tokens = 0, last_step_sequences = 0;
 };
 
 struct ModelSummary {

@@ -153,6 +153,7 @@ struct Engine::Impl {
   std::vector<int32_t> step_ids;
   ModelSummary summary;
   double load_seconds = 0;
+  int64_t last_step_tokens = 0, last_step_sequences = 0;
 
   Status validate(const std::vector<int32_t>& ids, const GenerationParams& params) const;
   bool step();
@@ -269,6 +270,8 @@ bool Engine::Impl::step() {
                            .logits = c.logits});
     n_logits += c.logits ? 1 : 0;
   }
+  last_step_tokens = static_cast<int64_t>(step_tokens.size());
+  last_step_sequences = static_cast<int64_t>(plan.size());
   const int64_t vocab = model->config().vocab;
   // Plain greedy requests (no penalties, no n-gram blocking, no logprobs) can take the argmax on
   // the device, so no logits cross to the host.
@@ -335,32 +338,32 @@ Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Engine::~Engine() = default;
 
 // Replaces the CPU model by the device's (or the dummy) model that EngineOptions ask for.
-Status place_model(Engine::Impl& im, const EngineOptions& opt) {
+Status place_model(Engine::Impl& im, api::LoadedModel& loaded, const EngineOptions& opt) {
   if (opt.device != "cpu" && opt.device != "cuda")
     return Status(ErrorCode::kInvalidArgument, "unknown device '" + opt.device + "' (cpu, cuda)");
   if (!opt.dummy.empty() && opt.device != "cuda")
     return Status(ErrorCode::kInvalidArgument, "dummy weights need the cuda device");
   if (opt.device == "cpu") return Status();
-  if (!im.file && opt.dummy.empty())
-    return Status(ErrorCode::kUnsupported,
-                  "the CUDA engine loads GGUF files; Hugging Face checkpoints run on the CPU");
   if (opt.kv_cache_f32)
     return Status(ErrorCode::kInvalidArgument, "the CUDA KV cache is f16 (drop --kv-f32)");
 #ifdef TESSERA_HAVE_CUDA
   try {
-    if (opt.dummy.empty()) {
-      im.model = models::cuda_llama_create(*im.file);
-    } else {
+    if (!opt.dummy.empty()) {
       // The tokenizer comes from the file; the vocabulary covers both.
       const int64_t vocab = std::max<int64_t>(models::dummy_config(opt.dummy).vocab,
                                               im.tokenizer->n_vocab());
       im.model = models::cuda_llama_create_dummy(opt.dummy, vocab);
+    } else if (im.file) {
+      im.model = models::cuda_llama_create(*im.file);
+    } else {
+      im.model = models::cuda_llama_create_hf(*loaded.hf_config, *loaded.hf_checkpoint);
     }
   } catch (...) {
     return current_exception_status();
   }
   return Status();
 #else
+  (void)loaded;
   return Status(ErrorCode::kUnsupported,
                 "this build has no CUDA backend (configure with -DTESSERA_CUDA=ON)");
 #endif
@@ -379,7 +382,8 @@ Expected<std::unique_ptr<Engine>> Engine::load(const std::string& path, const En
   impl->file = std::move(loaded->gguf);
   impl->model = std::move(loaded->model);
   impl->tokenizer = std::move(loaded->tokenizer);
-  if (Status st = place_model(*impl, opt); !st.ok()) return st;
+  if (Status st = place_model(*impl, *loaded, opt); !st.ok()) return st;
+  loaded->hf_checkpoint.reset();  // the model's weights hold what they need
   auto chat = ChatTemplate::from_template_text(
       loaded->chat_template ? std::optional<std::string_view>(*loaded->chat_template)
                             : std::nullopt,
@@ -545,6 +549,8 @@ EngineStats Engine::stats() const {
   st.kv_blocks_used = im.blocks->referenced();
   st.kv_blocks_cached = im.blocks->cached();
   st.kv_block_size = im.blocks->block_size();
+  st.last_step_tokens = im.last_step_tokens;
+  st.last_step_sequences = im.last_step_sequences;
   return st;
 }
 

@@ -7,6 +7,8 @@
 #include <string>
 
 #include "formats/gguf.h"
+#include "formats/hf_checkpoint.h"
+#include "formats/safetensors.h"
 #include "models/causal_lm.h"
 #include "tessera/status.h"
 #include "tokenizer/tokenizer.h"
@@ -15,6 +17,9 @@ namespace tessera::api {
 
 struct LoadedModel {
   std::unique_ptr<gguf::File> gguf;  // GGUF only (weights view its mapping)
+  // HF only: the checkpoint and its config, until the device's model is built from them.
+  std::unique_ptr<safetensors::Checkpoint> hf_checkpoint;
+  std::optional<hf::TextConfig> hf_config;
   std::unique_ptr<models::CausalLm> model;
   std::unique_ptr<Tokenizer> tokenizer;
   std::optional<std::string> chat_template;  // nullopt: the model has none

@@ -30,6 +30,8 @@ Expected<LoadedModel> load_hf_checkpoint(const std::string& path) {
   auto model = models::load_causal_lm(*cfg, **ckpt);
   if (!model) return with_path(model.status(), files->dir);
   out.model = std::move(*model);  // its weights keep the mappings alive
+  out.hf_config = *cfg;
+  out.hf_checkpoint = std::move(*ckpt);
 
   if (files->tokenizer.empty())
     return Status(ErrorCode::kNotFound, "'" + files->dir + "' has no tokenizer.json");

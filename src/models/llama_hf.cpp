@@ -61,9 +61,8 @@ std::vector<float> llama3_rope_freq_factors(const hf::TextConfig& c, int64_t n_r
   return out;
 }
 
-std::unique_ptr<CausalLm> llama_create_hf(const hf::TextConfig& h,
-                                          const safetensors::Checkpoint& ckpt) {
-  LlmConfig cfg = llm_config_from_hf(h);
+SafetensorsWeights llama_hf_weights(const hf::TextConfig& h, const LlmConfig& cfg,
+                                    const safetensors::Checkpoint& ckpt) {
   SafetensorsWeights w(ckpt, [](std::string_view name) { return hf::llama_tensor_name(name); });
   if (w.has("blk.0.attn_output.bias"))
     throw_error(ErrorCode::kUnsupported,
@@ -74,6 +73,13 @@ std::unique_ptr<CausalLm> llama_create_hf(const hf::TextConfig& h,
     std::copy(f.begin(), f.end(), t.data<float>());
     w.add_computed("rope_freqs.weight", t);
   }
+  return w;
+}
+
+std::unique_ptr<CausalLm> llama_create_hf(const hf::TextConfig& h,
+                                          const safetensors::Checkpoint& ckpt) {
+  LlmConfig cfg = llm_config_from_hf(h);
+  const SafetensorsWeights w = llama_hf_weights(h, cfg, ckpt);
   return llama_create(std::move(cfg), w);
 }
 

@@ -14,6 +14,7 @@
 #include "formats/hf_checkpoint.h"
 #include "formats/safetensors.h"
 #include "models/causal_lm.h"
+#include "models/weight_source.h"
 
 namespace tessera::models {
 
@@ -26,5 +27,10 @@ std::vector<float> llama3_rope_freq_factors(const hf::TextConfig& c, int64_t n_r
 
 std::unique_ptr<CausalLm> llama_create_hf(const hf::TextConfig& config,
                                           const safetensors::Checkpoint& checkpoint);
+
+// The checkpoint's tensors under GGUF names (+ computed llama3 RoPE factors), for any device's
+// model; throws kUnsupported on weights the Llama family here does not compute with.
+SafetensorsWeights llama_hf_weights(const hf::TextConfig& config, const LlmConfig& cfg,
+                                    const safetensors::Checkpoint& checkpoint);
 
 }  // namespace tessera::models

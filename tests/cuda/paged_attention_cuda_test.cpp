@@ -133,6 +133,7 @@ TYPED_TEST(PagedAttentionCuda, MixedPrefillAndDecodeBatchMatchesReference) {
   run_case<TypeParam>({32, 8, 128, 16, mixed}, 2);  // Llama-3-8B (group 4)
   run_case<TypeParam>({8, 8, 64, 7, mixed}, 3);     // MHA, odd block size
   run_case<TypeParam>({16, 1, 128, 32, mixed}, 4);  // MQA (group 16: 4 rows per tile)
+  run_case<TypeParam>({4, 2, 32, 16, mixed}, 6);    // head_dim 32 (tiny HF test models)
 }
 
 TYPED_TEST(PagedAttentionCuda, DecodeBatchOfManySequences) {

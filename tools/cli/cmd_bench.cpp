@@ -26,12 +26,17 @@ namespace {
 
 const char* kUsage =
     "usage: tessera bench [-m MODEL.gguf] [--threads N] [--decode-tokens N] [--prefill N,N..]\n"
-    "                     [--batch N,N..] [--batch-gen N] [--json] [--out FILE.md]\n"
-    "                     [--device cpu|cuda] [--dummy ARCH]\n"
+    "                     [--batch N,N..] [--batch-gen N] [--batch-ctx N] [--json]\n"
+    "                     [--max-step-tokens N] [--out FILE.md] [--device cpu|cuda]\n"
+    "                     [--dummy ARCH]\n"
     "Prints batch-1 decode ms/token, prefill tokens/s and batched decode tokens/s, each as a\n"
     "percentage of its floor (weights + KV bytes at the measured copy bandwidth; FLOPs at the\n"
-    "measured FMA rate). Defaults: --decode-tokens 64 --prefill 512,2048 --batch 16,64,128\n"
-    "--batch-gen 16 --out out/tessera_bench.md\n";
+    "measured FMA rate). Batched decode: N sequences with --batch-ctx-token prompts each generate\n"
+    "--batch-gen tokens; the rate counts only steps that decode all N together.\n"
+    "Defaults: --decode-tokens 64 --prefill 512,2048 --batch 16,64,128 --batch-gen 16\n"
+    "--batch-ctx 512 on cuda, 32 on cpu; --max-step-tokens max(2048, longest prefill);\n"
+    "--out out/tessera_bench.md\n"
+    "TESSERA_CUDA_PROFILE=1 adds the GPU time of every op per step shape (stderr).\n";
 
 using Clock = std::chrono::steady_clock;
 
@@ -65,8 +70,14 @@ struct Row {
   double ratio = 0;  // floor / measured time (fraction of speed of light)
 };
 
-// Runs `prompts` to `max_tokens` each with continuous batching; returns wall seconds.
-double run_batch(Engine& e, const std::vector<std::vector<int32_t>>& prompts, int max_tokens) {
+struct BatchTiming {
+  double seconds = 0;         // whole run
+  double decode_seconds = 0;  // steps that decoded every prompt's sequence together
+  int64_t decode_steps = 0;
+};
+
+// Runs `prompts` to `max_tokens` each with continuous batching.
+BatchTiming run_batch(Engine& e, const std::vector<std::vector<int32_t>>& prompts, int max_tokens) {
   GenerationParams p;
   p.max_tokens = max_tokens;
   p.ignore_eos = true;
@@ -76,10 +87,19 @@ double run_batch(Engine& e, const std::vector<std::vector<int32_t>>& prompts, in
     auto id = e.submit(ids, p, {.on_text = {}, .on_done = [&](Expected<GenerationResult>) { ++done; }, .on_logprob = {}});
     if (!id) throw std::runtime_error(id.status().to_string());
   }
-  while (e.step()) {
+  BatchTiming r;
+  const int64_t n = static_cast<int64_t>(prompts.size());
+  for (auto s0 = Clock::now();; s0 = Clock::now()) {
+    if (!e.step()) break;
+    const EngineStats st = e.stats();
+    if (st.last_step_tokens == n && st.last_step_sequences == n) {
+      r.decode_seconds += std::chrono::duration<double>(Clock::now() - s0).count();
+      ++r.decode_steps;
+    }
   }
   if (done != static_cast<int>(prompts.size())) throw std::runtime_error("bench: requests lost");
-  return std::chrono::duration<double>(Clock::now() - t).count();
+  r.seconds = std::chrono::duration<double>(Clock::now() - t).count();
+  return r;
 }
 
 int cmd_bench(int argc, char** argv) {
@@ -96,7 +116,7 @@ int cmd_bench(int argc, char** argv) {
   std::string device = "cpu", dummy;
   args.value("device", &device);
   args.value("dummy", &dummy);
-  int threads = 0, decode_tokens = 64, batch_gen = 16;
+  int threads = 0, decode_tokens = 64, batch_gen = 16, batch_ctx = -1, max_step_tokens = -1;
   std::vector<int> prefill = {512, 2048}, batches = {16, 64, 128};
   auto int_arg = [&](const char* name, long lo, long hi, int* dst) {
     long n = 0;
@@ -107,6 +127,8 @@ int cmd_bench(int argc, char** argv) {
   int_arg("threads", 1, 1024, &threads);
   int_arg("decode-tokens", 2, 1 << 16, &decode_tokens);
   int_arg("batch-gen", 2, 1 << 16, &batch_gen);
+  int_arg("batch-ctx", 1, 1 << 20, &batch_ctx);
+  int_arg("max-step-tokens", 1, 1 << 20, &max_step_tokens);
   for (auto [name, dst] : {std::pair{"prefill", &prefill}, std::pair{"batch", &batches}}) {
     if (!args.value(name, &v)) continue;
     bool ok = true;
@@ -142,13 +164,25 @@ int cmd_bench(int argc, char** argv) {
     peak_name = "f32 FMA";
   }
 
+  if (batch_ctx < 0) batch_ctx = device == "cuda" ? 512 : 32;
   const int max_prefill = *std::max_element(prefill.begin(), prefill.end());
   const int max_batch = *std::max_element(batches.begin(), batches.end());
   EngineOptions eo;
   eo.threads = own.size();
-  eo.context_length = std::max(max_prefill + 8, 32 + std::max(decode_tokens, batch_gen) + 8);
-  eo.kv_cache_tokens = static_cast<int64_t>(max_batch) * (32 + batch_gen + 16);
+  // One step takes the longest prefill whole (GEMM efficiency), and at least 2048 tokens.
+  if (max_step_tokens <= 0) max_step_tokens = std::max(max_prefill, 2048);
+  // While later prompts of a batched run are still in prefill, the first ones already decode:
+  // generating batch_gen tokens more than the prefill steps leaves ~batch_gen steps with all b.
+  auto prefill_steps = [&](int b) {
+    return static_cast<int>((static_cast<int64_t>(b) * batch_ctx + max_step_tokens - 1) / max_step_tokens);
+  };
+  const int64_t max_batch_len = batch_ctx + batch_gen + prefill_steps(max_batch) + 16;
+  eo.context_length = static_cast<int32_t>(
+      std::max<int64_t>({max_prefill + 8, 32 + decode_tokens + 8, max_batch_len}));
+  eo.kv_cache_tokens = std::max<int64_t>(static_cast<int64_t>(max_batch) * max_batch_len,
+                                         eo.context_length);
   eo.max_running = max_batch;
+  eo.max_step_tokens = max_step_tokens;
   eo.prefix_caching = false;  // every run computes its prompts
   eo.device = device;
   eo.dummy = dummy;
@@ -189,6 +223,9 @@ int cmd_bench(int argc, char** argv) {
       std::fprintf(stderr, "bench: prefill %d...\n", n);
       GenerationParams p;
       p.max_tokens = 1;
+      // A first run of the same length builds this shape's GEMM plans and loads its kernels.
+      if (auto w = e.generate_from_tokens(random_prompt(n, s.vocab, 7 + n), p); !w)
+        throw std::runtime_error(w.status().to_string());
       auto r = e.generate_from_tokens(random_prompt(n, s.vocab, 3 + n), p);
       if (!r) throw std::runtime_error(r.status().to_string());
       const double tps = n / r->prompt_seconds;
@@ -203,15 +240,16 @@ int cmd_bench(int argc, char** argv) {
       std::fprintf(stderr, "bench: batched decode, %d sequences...\n", b);
       std::vector<std::vector<int32_t>> first, second;
       for (int i = 0; i < b; ++i) {
-        first.push_back(random_prompt(32, s.vocab, 1000 + i));
-        second.push_back(random_prompt(32, s.vocab, 5000 + i));
+        first.push_back(random_prompt(batch_ctx, s.vocab, 1000 + i));
+        second.push_back(random_prompt(batch_ctx, s.vocab, 5000 + i));
       }
-      // Decode time = (prefill + G tokens) - (prefill + 1 token), on different prompts.
-      const double t1 = run_batch(e, first, 1);
-      const double tg = run_batch(e, second, batch_gen);
-      const double decode_s = std::max(1e-9, tg - t1);
-      const double tps = b * (batch_gen - 1) / decode_s;
-      const double mean_ctx = 32 + batch_gen / 2.0;
+      // Only the steps that decode all b sequences together count (not the prefill steps,
+      // nor mixed ones); a first run warms the shapes (graph capture) on other prompts.
+      run_batch(e, first, 4);
+      const BatchTiming tg = run_batch(e, second, batch_gen + prefill_steps(b));
+      if (tg.decode_steps == 0) throw std::runtime_error("bench: no step decoded all sequences");
+      const double tps = static_cast<double>(b) * tg.decode_steps / tg.decode_seconds;
+      const double mean_ctx = batch_ctx + (batch_gen + prefill_steps(b)) / 2.0;
       const double step_floor_s = (W + b * kv_tok * mean_ctx) / bw;
       const double floor_tps = b / step_floor_s;
       rows.push_back({"decode, batch " + std::to_string(b) + " (tokens/s)", fmt("%.0f", tps),
@@ -235,7 +273,9 @@ int cmd_bench(int argc, char** argv) {
     md << "| " << r.what << " | " << r.value << " | " << r.floor << " | " << r.pct << " |\n";
   md << "\nFloors: decode = (weights + KV bytes read) / copy bandwidth; prefill = matmul and "
         "attention FLOPs / the matrix ceiling (on CPUs an f32 FMA ceiling, which integer-dot "
-        "kernels can exceed).\n";
+        "kernels can exceed). Batched decode: "
+     << batch_ctx << "-token prompts, " << batch_gen
+     << " tokens generated each; only steps that decode every sequence together count.\n";
   if (json) {
     std::printf("{\"copy_gbs\": %.2f, \"fma_gflops\": %.2f, \"results\": [", bw / 1e9, fma / 1e9);
     for (size_t i = 0; i < rows.size(); ++i)

@@ -17,9 +17,11 @@ int cmd_score(int argc, char** argv) {
   const bool have_ids = args.value("ids", &ids_text);
   const bool have_out = args.value("out", &out_path);
   const bool kv_f32 = args.flag("kv-f32");
+  std::string device = "cpu";
+  args.value("device", &device);
   auto pos = args.positionals(&err);
   if (!err.empty() || !have_ids || !have_out || !pos.empty()) {
-    std::fprintf(stderr, "usage: tessera score [-m MODEL] [--kv-f32] --ids 1,2,3 --out LOGITS.f32\n%s\n", err.c_str());
+    std::fprintf(stderr, "usage: tessera score [-m MODEL] [--kv-f32] [--device cpu|cuda] --ids 1,2,3 --out LOGITS.f32\n%s\n", err.c_str());
     return 2;
   }
   std::vector<int32_t> ids;
@@ -37,6 +39,7 @@ int cmd_score(int argc, char** argv) {
   EngineOptions eo;
   eo.context_length = static_cast<int32_t>(ids.size()) + 16;
   eo.kv_cache_f32 = kv_f32;
+  eo.device = device;
   auto engine = Engine::load(model, eo);
   if (!engine) {
     std::fprintf(stderr, "tessera score: %s\n", engine.status().to_string().c_str());

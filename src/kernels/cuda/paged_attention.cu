@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <string>
+#include <type_traits>
 
 #include "core/error.h"
 #include "kernels/cuda/convert.cuh"
@@ -34,28 +35,29 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4],
 
 // Block = (tile, kv head); warp w owns query vectors [16w, 16w + 16) of the tile, vector
 // m = (row m / G of the tile, query head kvh * G + m % G).
-template <class T, class O, int HD>
-__global__ void __launch_bounds__(kThreads)
-paged_attention_kernel(const T* __restrict__ q, const int32_t* __restrict__ q_pos,
-                       const PagedAttentionTile* __restrict__ tiles,
-                       const int32_t* __restrict__ block_tables, int64_t table_stride,
-                       int block_size, const __half* __restrict__ k_cache,
-                       const __half* __restrict__ v_cache, int n_heads, int n_kv_heads, int group,
-                       float scale_log2, O* __restrict__ out) {
+// kSplit (decode-like tiles of <= 16 query vectors): every warp takes the same 16 vectors and
+// its own 16 keys of each chunk (keys 16w .. 16w+15); the four partial softmaxes are merged at
+// the end. Otherwise warp w owns vectors 16w .. 16w+15 and all keys. Compile-time, so the
+// decode path computes and exponentiates only its own keys.
+template <class T, class O, int HD, bool kSplit>
+__device__ __forceinline__ void attention_tile(
+    const T* __restrict__ q, const int32_t* __restrict__ q_pos, const PagedAttentionTile tile,
+    const int32_t* __restrict__ block_tables, int64_t table_stride, int block_size,
+    int block_shift, const __half* __restrict__ k_cache, const __half* __restrict__ v_cache,
+    int n_heads, int n_kv_heads, int group, float scale_log2, O* __restrict__ out) {
   // Two stages of K and V chunks (dynamic shared memory, paged_attention_smem_bytes): the next
   // chunk's copies (cp.async) are in flight while this one is computed. After the key loop the
   // same bytes hold the key-split partial results.
   extern __shared__ __align__(16) __half smem[];
   constexpr int kStage = 2 * kChunk * (HD + kPad);  // halves per stage (K then V)
 
-  const PagedAttentionTile tile = tiles[blockIdx.x];
   const int kvh = blockIdx.y;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int n_vec = tile.n_rows * group;
-  // Key split (decode-like tiles of <= 16 query vectors): every warp takes the same 16 vectors
-  // and a quarter of each chunk's keys (keys 16w .. 16w+15); the four partial softmaxes are
-  // merged at the end. Otherwise warp w owns vectors 16w .. 16w+15 and all keys.
-  const bool ksplit = n_vec <= 16;
+  constexpr bool ksplit = kSplit;
+  // Key tiles of 8 this warp computes per chunk, starting at key_base of the chunk.
+  constexpr int kNt = kSplit ? 2 : kChunk / 8;
+  const int key_base = kSplit ? warp * 16 : 0;
   const int vec_base = ksplit ? 0 : warp * 16;
   const int32_t* table = block_tables + static_cast<int64_t>(tile.seq) * table_stride;
 
@@ -110,7 +112,10 @@ paged_attention_kernel(const T* __restrict__ q, const int32_t* __restrict__ q_po
       __half* kd = kdst + r * (HD + kPad) + part * 8;
       __half* vd = vdst + r * (HD + kPad) + part * 8;
       if (p < n_keys) {
-        const int64_t row = static_cast<int64_t>(table[p / block_size]) * block_size + p % block_size;
+        const int64_t row =
+            block_shift >= 0
+                ? (static_cast<int64_t>(table[p >> block_shift]) << block_shift) + (p & (block_size - 1))
+                : static_cast<int64_t>(table[p / block_size]) * block_size + p % block_size;
         const int64_t off = (row * n_kv_heads + kvh) * HD + part * 8;
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(
                          static_cast<uint32_t>(__cvta_generic_to_shared(kd))),
@@ -138,13 +143,12 @@ paged_attention_kernel(const T* __restrict__ q, const int32_t* __restrict__ q_po
     __half(*vs)[HD + kPad] =
         reinterpret_cast<__half(*)[HD + kPad]>(smem + (ci & 1) * kStage + kChunk * (HD + kPad));
 
-    // S = Q K^T for the 64 keys of the chunk: 8 tiles of 8 keys.
-    float s[kChunk / 8][4];
+    // S = Q K^T for this warp's keys of the chunk: kNt tiles of 8 keys from key_base.
+    float s[kNt][4];
 #pragma unroll
-    for (int nt = 0; nt < kChunk / 8; ++nt) {
+    for (int nt = 0; nt < kNt; ++nt) {
       s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
-      if (ksplit && nt / 2 != warp) continue;  // another warp's keys
-      const int key = nt * 8 + g;
+      const int key = key_base + nt * 8 + g;
 #pragma unroll
       for (int kk = 0; kk < HD / 16; ++kk) {
         const uint32_t b0 = *reinterpret_cast<const uint32_t*>(&ks[key][kk * 16 + 2 * t]);
@@ -155,12 +159,11 @@ paged_attention_kernel(const T* __restrict__ q, const int32_t* __restrict__ q_po
     // Causal mask, scale (in log2 units) and the online softmax of rows g and g + 8.
     float m_new[2] = {m_run[0], m_run[1]};
 #pragma unroll
-    for (int nt = 0; nt < kChunk / 8; ++nt) {
+    for (int nt = 0; nt < kNt; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int h = e / 2, key = c0 + nt * 8 + 2 * t + (e % 2);
-        const bool mine = !ksplit || nt / 2 == warp;
-        const float v = mine && key <= pos[h] ? s[nt][e] * scale_log2 : -INFINITY;
+        const int h = e / 2, key = c0 + key_base + nt * 8 + 2 * t + (e % 2);
+        const float v = key <= pos[h] ? s[nt][e] * scale_log2 : -INFINITY;
         s[nt][e] = v;
         m_new[h] = fmaxf(m_new[h], v);
       }
@@ -182,9 +185,9 @@ paged_attention_kernel(const T* __restrict__ q, const int32_t* __restrict__ q_po
       o[i][2] *= alpha[1];
       o[i][3] *= alpha[1];
     }
-    uint32_t pa[kChunk / 16][4];  // P as A fragments of the PV product, per 16 keys
+    uint32_t pa[kNt / 2][4];  // P as A fragments of the PV product, per 16 keys
 #pragma unroll
-    for (int nt = 0; nt < kChunk / 8; ++nt) {
+    for (int nt = 0; nt < kNt; ++nt) {
       float p[4];
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
@@ -198,8 +201,7 @@ paged_attention_kernel(const T* __restrict__ q, const int32_t* __restrict__ q_po
     }
     // O += P V: B(k = key, n = dim) = V[key][dim].
 #pragma unroll
-    for (int kk = 0; kk < kChunk / 16; ++kk) {
-      if (ksplit && kk != warp) continue;
+    for (int kk = 0; kk < kNt / 2; ++kk) {
       const uint32_t a[4] = {pa[kk][0], pa[kk][1], pa[kk][2], pa[kk][3]};
 #pragma unroll
       for (int dt = 0; dt < HD / 8; ++dt) {
@@ -207,7 +209,7 @@ paged_attention_kernel(const T* __restrict__ q, const int32_t* __restrict__ q_po
         // keys kk*16 + 0..15 at dims dt*8..; .trans hands each lane its (2 keys, 1 dim) pairs.
         uint32_t b0, b1;
         const uint32_t addr = static_cast<uint32_t>(
-            __cvta_generic_to_shared(&vs[kk * 16 + (lane % 16)][dt * 8]));
+            __cvta_generic_to_shared(&vs[key_base + kk * 16 + (lane % 16)][dt * 8]));
         asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
                      : "=r"(b0), "=r"(b1)
                      : "r"(addr));
@@ -278,6 +280,25 @@ paged_attention_kernel(const T* __restrict__ q, const int32_t* __restrict__ q_po
   }
 }
 
+template <class T, class O, int HD>
+__global__ void __launch_bounds__(kThreads)
+paged_attention_kernel(const T* __restrict__ q, const int32_t* __restrict__ q_pos,
+                       const PagedAttentionTile* __restrict__ tiles,
+                       const int32_t* __restrict__ block_tables, int64_t table_stride,
+                       int block_size, int block_shift, const __half* __restrict__ k_cache,
+                       const __half* __restrict__ v_cache, int n_heads, int n_kv_heads, int group,
+                       float scale_log2, O* __restrict__ out) {
+  const PagedAttentionTile tile = tiles[blockIdx.x];
+  if (tile.n_rows * group <= 16)
+    attention_tile<T, O, HD, true>(q, q_pos, tile, block_tables, table_stride, block_size,
+                                   block_shift, k_cache, v_cache, n_heads, n_kv_heads, group,
+                                   scale_log2, out);
+  else
+    attention_tile<T, O, HD, false>(q, q_pos, tile, block_tables, table_stride, block_size,
+                                    block_shift, k_cache, v_cache, n_heads, n_kv_heads, group,
+                                    scale_log2, out);
+}
+
 constexpr size_t smem_bytes(int hd) { return size_t{2} * 2 * kChunk * (hd + kPad) * sizeof(__half); }
 
 // Opts the kernel into more than 48 KB of dynamic shared memory, once per instantiation.
@@ -318,24 +339,27 @@ void paged_attention(const T* q, const int32_t* q_pos, const PagedAttentionTile*
   const dim3 grid(static_cast<unsigned>(n_tiles), static_cast<unsigned>(n_kv_heads));
   const int group = static_cast<int>(n_heads / n_kv_heads);
   const float scale_log2 = scale * kLog2e;
+  int block_shift = -1;  // power-of-two block sizes index the table by shifts
+  for (int b = 0; b < 31; ++b)
+    if ((int64_t{1} << b) == block_size) block_shift = b;
+  auto launch = [&](auto hd) {
+    constexpr int HD = decltype(hd)::value;
+    enable_smem<T, O, HD>();
+    paged_attention_kernel<T, O, HD><<<grid, kThreads, smem_bytes(HD), stream>>>(
+        q, q_pos, tiles, block_tables, table_stride, static_cast<int>(block_size), block_shift,
+        k_cache, v_cache, static_cast<int>(n_heads), static_cast<int>(n_kv_heads), group,
+        scale_log2, out);
+  };
   switch (head_dim) {
+    case 32:  // small models (and the tiny test checkpoints)
+      return launch(std::integral_constant<int, 32>{});
     case 64:
-      enable_smem<T, O, 64>();
-      paged_attention_kernel<T, O, 64><<<grid, kThreads, smem_bytes(64), stream>>>(
-          q, q_pos, tiles, block_tables, table_stride, static_cast<int>(block_size), k_cache,
-          v_cache, static_cast<int>(n_heads), static_cast<int>(n_kv_heads), group, scale_log2,
-          out);
-      return;
+      return launch(std::integral_constant<int, 64>{});
     case 128:
-      enable_smem<T, O, 128>();
-      paged_attention_kernel<T, O, 128><<<grid, kThreads, smem_bytes(128), stream>>>(
-          q, q_pos, tiles, block_tables, table_stride, static_cast<int>(block_size), k_cache,
-          v_cache, static_cast<int>(n_heads), static_cast<int>(n_kv_heads), group, scale_log2,
-          out);
-      return;
+      return launch(std::integral_constant<int, 128>{});
   }
   throw_error(ErrorCode::kUnsupported,
-              "paged_attention: head_dim " + std::to_string(head_dim) + " (supported: 64, 128)");
+              "paged_attention: head_dim " + std::to_string(head_dim) + " (supported: 32, 64, 128)");
 }
 
 #define TESSERA_INSTANTIATE(T, O)                                                              \

@@ -11,7 +11,7 @@
 // from the batch's chunks). A block handles (tile, kv head): the tile's rows x the group's query
 // heads (<= 64 query vectors) share every K/V load, and both products run on tensor cores
 // (mma.sync m16n8k16, f16 inputs, f32 accumulation) with an online softmax, flash-attention
-// style. head_dim: 64 or 128; n_heads / n_kv_heads <= 64.
+// style. head_dim: 32, 64 or 128; n_heads / n_kv_heads <= 64.
 //
 // Numerics (the f16-KV contract of ref::attention(..., f16_products=true)): q is rounded to f16
 // before QK; the probabilities fed to PV are f16, unnormalized (the reference rounds normalized

@@ -7,38 +7,43 @@ namespace tessera::cuda {
 namespace {
 using namespace detail;
 
-constexpr int kThreads = 64;
+constexpr int kThreads = 256;
+constexpr int kMaxPairs = 256;  // n_rot / 2 <= 256 (head_dim <= 512)
 
-// Block (row, head): heads [0, n_heads) are q, then n_kv_heads k heads, then one block copies
-// the v row. Spreading heads over blocks matters: each rotated pair costs a double-precision
-// pow + sincos (~hundreds of FP64 instructions), which serialized in one block took ~25 us.
+// One block per row. Every head of a row rotates by the same angles, so the block first forms
+// cos / sin of each rotated pair once (double precision: pow + sincos cost ~hundreds of FP64
+// instructions, which per head and pair dominated the kernel), then rotates the q and k heads
+// and copies the v row to the cache.
 template <class T>
 __global__ void rope_kv_kernel(T* q, const T* k, const T* v, const int32_t* positions,
                                const int64_t* cache_rows, int64_t n_heads, int64_t n_kv_heads,
                                int64_t head_dim, RopeConfig cfg, __half* k_cache, __half* v_cache) {
-  const int64_t r = blockIdx.x, head = blockIdx.y;
+  __shared__ double cs_s[kMaxPairs], sn_s[kMaxPairs];
+  const int64_t r = blockIdx.x;
   const int64_t crow = cache_rows[r];
-  if (head == n_heads + n_kv_heads) {  // the v row
-    const int64_t n_v = n_kv_heads * head_dim;
-    for (int64_t i = threadIdx.x; i < n_v; i += kThreads)
-      v_cache[crow * n_v + i] = __float2half_rn(to_f32(v[r * n_v + i]));
-    return;
-  }
   const double pos = static_cast<double>(positions[r]) * cfg.position_scale;
   const int64_t half_rot = cfg.n_rot / 2, slots = head_dim / 2;
-  const bool is_q = head < n_heads;
-  const int64_t h = is_q ? head : head - n_heads;
-  const T* src = is_q ? q + (r * n_heads + h) * head_dim : k + (r * n_kv_heads + h) * head_dim;
-  for (int64_t j = threadIdx.x; j < slots; j += kThreads) {
+  for (int64_t j = threadIdx.x; j < half_rot; j += kThreads) {
+    double freq = pow(static_cast<double>(cfg.theta_base), -2.0 * j / cfg.n_rot);
+    if (cfg.freq_factors) freq /= cfg.freq_factors[j];
+    sincos(pos * freq, &sn_s[j], &cs_s[j]);
+  }
+  const int64_t n_v = n_kv_heads * head_dim;
+  for (int64_t i = threadIdx.x; i < n_v; i += kThreads)
+    v_cache[crow * n_v + i] = __float2half_rn(to_f32(v[r * n_v + i]));
+  __syncthreads();
+  const int64_t items = (n_heads + n_kv_heads) * slots;
+  for (int64_t it = threadIdx.x; it < items; it += kThreads) {
+    const int64_t head = it / slots, j = it % slots;
+    const bool is_q = head < n_heads;
+    const int64_t h = is_q ? head : head - n_heads;
+    const T* src = is_q ? q + (r * n_heads + h) * head_dim : k + (r * n_kv_heads + h) * head_dim;
     int64_t a, b;
     float y0, y1;
     if (j < half_rot) {
       a = cfg.layout == ref::RopeLayout::kInterleaved ? 2 * j : j;
       b = cfg.layout == ref::RopeLayout::kInterleaved ? 2 * j + 1 : j + half_rot;
-      double freq = pow(static_cast<double>(cfg.theta_base), -2.0 * j / cfg.n_rot);
-      if (cfg.freq_factors) freq /= cfg.freq_factors[j];
-      double sn, cs;
-      sincos(pos * freq, &sn, &cs);
+      const double cs = cs_s[j], sn = sn_s[j];
       const double x0 = to_f32(src[a]), x1 = to_f32(src[b]);
       y0 = static_cast<float>(x0 * cs - x1 * sn);
       y1 = static_cast<float>(x0 * sn + x1 * cs);
@@ -67,11 +72,11 @@ void rope_kv_write(T* q, const T* k, const T* v, const int32_t* positions, const
                    int64_t rows, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
                    const RopeConfig& rope, __half* k_cache, __half* v_cache, cudaStream_t stream) {
   TESSERA_CHECK_ARG(head_dim % 2 == 0 && rope.n_rot % 2 == 0 && rope.n_rot <= head_dim &&
-                        rope.n_rot >= 0,
-                    "cuda::rope_kv_write: head_dim and n_rot must be even, n_rot <= head_dim");
+                        rope.n_rot >= 0 && rope.n_rot / 2 <= kMaxPairs,
+                    "cuda::rope_kv_write: head_dim and n_rot must be even, n_rot <= head_dim, "
+                    "n_rot <= 512");
   if (rows <= 0) return;
-  const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(n_heads + n_kv_heads + 1));
-  rope_kv_kernel<T><<<grid, kThreads, 0, stream>>>(
+  rope_kv_kernel<T><<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
       q, k, v, positions, cache_rows, n_heads, n_kv_heads, head_dim, rope, k_cache, v_cache);
 }
 

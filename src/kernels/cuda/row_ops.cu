@@ -24,11 +24,21 @@ __global__ void gather_rows_f32_kernel(const float* x, const int32_t* rows, int6
 }
 
 // One block per row: sum of squares (f32, warp shuffles + shared partials), then the scaled row.
+// Rows of d % 4 == 0 (16-byte aligned) move as float4 / 4 x bf16; others element by element.
+template <bool kVec>
 __global__ void rms_norm_rows_bf16_kernel(const float* x, const float* w, float eps, int64_t d,
                                           __nv_bfloat16* y) {
   const float* xr = x + blockIdx.x * d;
+  __nv_bfloat16* yr = y + blockIdx.x * d;
   float ss = 0.f;
-  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) ss += xr[i] * xr[i];
+  if constexpr (kVec) {
+    for (int64_t i = threadIdx.x; i < d / 4; i += blockDim.x) {
+      const float4 v = reinterpret_cast<const float4*>(xr)[i];
+      ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    }
+  } else {
+    for (int64_t i = threadIdx.x; i < d; i += blockDim.x) ss += xr[i] * xr[i];
+  }
   __shared__ float partial[kThreads / 32];
   for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
   if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = ss;
@@ -36,18 +46,51 @@ __global__ void rms_norm_rows_bf16_kernel(const float* x, const float* w, float 
   float total = 0.f;
   for (int i = 0; i < kThreads / 32; ++i) total += partial[i];
   const float inv = rsqrtf(total / static_cast<float>(d) + eps);
-  for (int64_t i = threadIdx.x; i < d; i += blockDim.x)
-    y[blockIdx.x * d + i] = __float2bfloat16_rn(xr[i] * inv * w[i]);
+  if constexpr (kVec) {
+    for (int64_t i = threadIdx.x; i < d / 4; i += blockDim.x) {
+      const float4 v = reinterpret_cast<const float4*>(xr)[i];
+      const float4 g = reinterpret_cast<const float4*>(w)[i];
+      __nv_bfloat162 lo = __floats2bfloat162_rn(v.x * inv * g.x, v.y * inv * g.y);
+      __nv_bfloat162 hi = __floats2bfloat162_rn(v.z * inv * g.z, v.w * inv * g.w);
+      uint2 packed;
+      packed.x = *reinterpret_cast<uint32_t*>(&lo);
+      packed.y = *reinterpret_cast<uint32_t*>(&hi);
+      reinterpret_cast<uint2*>(yr)[i] = packed;
+    }
+  } else {
+    for (int64_t i = threadIdx.x; i < d; i += blockDim.x)
+      yr[i] = __float2bfloat16_rn(xr[i] * inv * w[i]);
+  }
 }
 
-__global__ void swiglu_rows_bf16_kernel(const __nv_bfloat16* gu, int64_t n, int64_t ff,
+__device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.f + expf(-g)) * u; }
+
+// Grid (column groups, rows): no 64-bit division per element. kVec: 8 columns per thread as
+// 16-byte loads/stores (ff % 8 == 0, aligned).
+template <bool kVec>
+__global__ void swiglu_rows_bf16_kernel(const __nv_bfloat16* gu, int64_t rows, int64_t ff,
                                         __nv_bfloat16* out) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t r = i / ff, c = i % ff;
-    const float g = __bfloat162float(gu[r * 2 * ff + c]);
-    const float u = __bfloat162float(gu[r * 2 * ff + ff + c]);
-    out[i] = __float2bfloat16_rn(g / (1.f + expf(-g)) * u);
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    const __nv_bfloat16* g = gu + r * 2 * ff;
+    const __nv_bfloat16* u = g + ff;
+    __nv_bfloat16* o = out + r * ff;
+    const int64_t c = (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) * (kVec ? 8 : 1);
+    if (c >= ff) continue;
+    if constexpr (kVec) {
+      const uint4 gv = *reinterpret_cast<const uint4*>(g + c);
+      const uint4 uv = *reinterpret_cast<const uint4*>(u + c);
+      const auto* g2 = reinterpret_cast<const __nv_bfloat162*>(&gv);
+      const auto* u2 = reinterpret_cast<const __nv_bfloat162*>(&uv);
+      uint4 ov;
+      auto* o2 = reinterpret_cast<__nv_bfloat162*>(&ov);
+      for (int i = 0; i < 4; ++i) {
+        const float2 gf = __bfloat1622float2(g2[i]), uf = __bfloat1622float2(u2[i]);
+        o2[i] = __floats2bfloat162_rn(silu_mul(gf.x, uf.x), silu_mul(gf.y, uf.y));
+      }
+      *reinterpret_cast<uint4*>(o + c) = ov;
+    } else {
+      o[c] = __float2bfloat16_rn(silu_mul(__bfloat162float(g[c]), __bfloat162float(u[c])));
+    }
   }
 }
 
@@ -94,16 +137,29 @@ void gather_rows_f32(const float* x, const int32_t* rows, int64_t n_rows, int64_
   if (n > 0) gather_rows_f32_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, rows, n, d, y);
 }
 
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
 void rms_norm_rows_bf16(const float* x, const float* w, float eps, int64_t rows, int64_t d,
                         __nv_bfloat16* y, cudaStream_t stream) {
-  if (rows > 0)
-    rms_norm_rows_bf16_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, w, eps, d, y);
+  if (rows <= 0) return;
+  const unsigned grid = static_cast<unsigned>(rows);
+  if (d % 4 == 0 && aligned16(x) && aligned16(w) && reinterpret_cast<uintptr_t>(y) % 8 == 0)
+    rms_norm_rows_bf16_kernel<true><<<grid, kThreads, 0, stream>>>(x, w, eps, d, y);
+  else
+    rms_norm_rows_bf16_kernel<false><<<grid, kThreads, 0, stream>>>(x, w, eps, d, y);
 }
 
 void swiglu_rows_bf16(const __nv_bfloat16* gu, int64_t rows, int64_t ff, __nv_bfloat16* out,
                       cudaStream_t stream) {
-  const int64_t n = rows * ff;
-  if (n > 0) swiglu_rows_bf16_kernel<<<blocks_for(n), kThreads, 0, stream>>>(gu, n, ff, out);
+  if (rows <= 0 || ff <= 0) return;
+  const bool vec = ff % 8 == 0 && aligned16(gu) && aligned16(out);
+  const int64_t per_block = int64_t{kThreads} * (vec ? 8 : 1);
+  const dim3 grid(static_cast<unsigned>((ff + per_block - 1) / per_block),
+                  static_cast<unsigned>(rows < 65535 ? rows : 65535));
+  if (vec)
+    swiglu_rows_bf16_kernel<true><<<grid, kThreads, 0, stream>>>(gu, rows, ff, out);
+  else
+    swiglu_rows_bf16_kernel<false><<<grid, kThreads, 0, stream>>>(gu, rows, ff, out);
 }
 
 void add_bias_rows(float* y, const float* b, int64_t rows, int64_t cols, cudaStream_t stream) {

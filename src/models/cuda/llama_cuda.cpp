@@ -12,6 +12,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gemm_bf16.h"
+#include "backend/cuda/op_profiler.h"
 #include "core/error.h"
 #include "core/half.h"
 #include "kernels/cpu/matmul.h"
@@ -21,6 +22,7 @@
 #include "kernels/cuda/rope_kv.h"
 #include "kernels/cuda/row_ops.h"
 #include "models/llama.h"
+#include "models/llama_hf.h"
 #include "models/weight_source.h"
 
 namespace tessera::models {
@@ -201,6 +203,7 @@ class CudaLlama final : public CausalLm {
                                        cudaMemcpyDeviceToHost, stream_));
     TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream_));
     TESSERA_CUDA_CHECK(cudaGetLastError());
+    prof_.collect();
     std::memcpy(logits, host, static_cast<size_t>(n_logits * V) * sizeof(float));
   }
 
@@ -214,6 +217,7 @@ class CudaLlama final : public CausalLm {
                                        cudaMemcpyDeviceToHost, stream_));
     TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream_));
     TESSERA_CUDA_CHECK(cudaGetLastError());
+    prof_.collect();
     std::memcpy(ids, host, static_cast<size_t>(n_logits) * 4);
     return true;
   }
@@ -265,6 +269,15 @@ class CudaLlama final : public CausalLm {
     const bool decode_only = !all_logits && n_logits == n && n <= kMaxGraphRows &&
                              std::all_of(chunks.begin(), chunks.end(),
                                          [](const SeqChunk& c) { return c.n_tokens == 1; });
+    if (prof_.enabled()) {  // eager, one phase per step shape
+      int64_t bucket = 1;
+      while (bucket < n) bucket *= 2;
+      prof_.begin(decode_only ? "decode x" + std::to_string(n)
+                              : "prefill/mixed <= " + std::to_string(bucket) + " rows",
+                  s);
+      enqueue(b, n, n_logits, cache);
+      return n_logits;
+    }
     if (decode_only) {
       if (std::memcmp(&b, &graph_bufs_, sizeof b) != 0 || graph_cache_ != &cache) {
         drop_graphs();
@@ -330,14 +343,17 @@ class CudaLlama final : public CausalLm {
                           cfg_.rope.position_scale, rope_freqs_};
     const float scale = 1.f / std::sqrt(static_cast<float>(hd));
     cuda::embedding_gather<float>(embd_type_, embd_, V, d, d_tokens, n, x, s);
+    prof_.mark("embedding");
     for (int64_t li = 0; li < cfg_.n_layers; ++li) {
       const Layer& l = layers_[li];
       __half* kc = static_cast<__half*>(cache.k(li).raw_data());
       __half* vc = static_cast<__half*>(cache.v(li).raw_data());
       cuda::rms_norm_rows_bf16(x, l.attn_norm, cfg_.norm_eps, n, d, h, s);
+      prof_.mark("norm");
       gemm_.run(h, l.wq, q, n, qd, d, false, s);
       gemm_.run(h, l.wk, k, n, kvd, d, false, s);
       gemm_.run(h, l.wv, v, n, kvd, d, false, s);
+      prof_.mark("gemm qkv");
       if (cfg_.qkv_bias) {
         cuda::add_bias_rows(q, l.bq, n, qd, s);
         cuda::add_bias_rows(k, l.bk, n, kvd, s);
@@ -345,20 +361,28 @@ class CudaLlama final : public CausalLm {
       }
       cuda::rope_kv_write<float>(q, k, v, d_pos, d_rows, n, cfg_.n_heads, cfg_.n_kv_heads, hd,
                                  rope, kc, vc, s);
+      prof_.mark("bias + rope + kv write");
       // Attention writes bf16: it only feeds the output projection.
       cuda::paged_attention<float, bf16>(q, d_pos, d_tiles, static_cast<int64_t>(tiles_.size()),
                                          d_tables, table_stride_, cache.block_size(), kc, vc,
                                          cfg_.n_heads, cfg_.n_kv_heads, hd, scale, h, s);
+      prof_.mark("attention");
       gemm_.run(h, l.wo, x, n, d, qd, /*accumulate=*/true, s);  // residual += attention out
+      prof_.mark("gemm o");
       cuda::rms_norm_rows_bf16(x, l.ffn_norm, cfg_.norm_eps, n, d, h, s);
+      prof_.mark("norm");
       gemm_.run(h, l.wgu, gu, n, 2 * ff, d, s);  // gate | up, bf16
+      prof_.mark("gemm gate|up");
       cuda::swiglu_rows_bf16(gu, n, ff, h, s);
+      prof_.mark("swiglu");
       gemm_.run(h, l.wd, x, n, d, ff, /*accumulate=*/true, s);  // residual += MLP out
+      prof_.mark("gemm down");
     }
     if (n_logits > 0) {  // a step of prefill chunks only has no logits to compute
       cuda::gather_rows_f32(x, d_logit_rows, n_logits, d, normed, s);  // only rows that need logits
       cuda::rms_norm_rows_bf16(normed, out_norm_, cfg_.norm_eps, n_logits, d, h, s);
       gemm_.run(h, output_, out, n_logits, V, d, false, s);
+      prof_.mark("output norm + head");
     }
   }
 
@@ -469,6 +493,7 @@ class CudaLlama final : public CausalLm {
 
   LlmConfig cfg_;
   cudaStream_t stream_ = nullptr;
+  cuda::OpProfiler prof_;  // TESSERA_CUDA_PROFILE
   DeviceArena arena_;
   cuda::GemmBf16 gemm_;
   DType embd_type_ = DType::kBF16;
@@ -553,6 +578,15 @@ std::unique_ptr<CausalLm> cuda_llama_create(const gguf::File& file) {
   cfg.rope.freq_factors = nullptr;  // host pointer of the CPU model; the GPU copy is loaded
   auto m = std::make_unique<CudaLlama>(cfg);
   m->load(GgufWeights(file));
+  return m;
+}
+
+std::unique_ptr<CausalLm> cuda_llama_create_hf(const hf::TextConfig& config,
+                                               const safetensors::Checkpoint& checkpoint) {
+  LlmConfig cfg = llm_config_from_hf(config);
+  const SafetensorsWeights w = llama_hf_weights(config, cfg, checkpoint);
+  auto m = std::make_unique<CudaLlama>(cfg);
+  m->load(w);
   return m;
 }
 

@@ -17,11 +17,16 @@
 #include <vector>
 
 #include "formats/gguf.h"
+#include "formats/hf_checkpoint.h"
+#include "formats/safetensors.h"
 #include "models/causal_lm.h"
 
 namespace tessera::models {
 
 std::unique_ptr<CausalLm> cuda_llama_create(const gguf::File& file);
+// A Hugging Face checkpoint (Llama, Mistral, Qwen2 families; weights upcast/rounded to bf16).
+std::unique_ptr<CausalLm> cuda_llama_create_hf(const hf::TextConfig& config,
+                                               const safetensors::Checkpoint& checkpoint);
 
 // Named real architectures for --dummy (random bf16 weights generated on the device).
 std::vector<std::string> dummy_architectures();

@@ -1,0 +1,88 @@
+// The batched model's row kernels (RMSNorm to bf16, SwiGLU of a gate|up row, argmax, row gather,
+// bias) against the references, on both the vector and the element-by-element paths.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "cuda/cuda_test_util.h"
+#include "kernels/cuda/row_ops.h"
+#include "kernels/ref/llm_ops.h"
+#include "support/test_util.h"
+
+namespace tessera {
+namespace {
+
+TEST(RowOpsCuda, RmsNormRowsBf16MatchesReference) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  // 4096 / 576 take the float4 path; 575 and 9 the scalar one; 12288 > one pass of the block.
+  for (int64_t d : {int64_t{4096}, int64_t{576}, int64_t{575}, int64_t{9}, int64_t{12288}}) {
+    const int64_t rows = 37;
+    auto x = test::random_floats(rows * d, 1, -3.f, 3.f), w = test::random_floats(d, 2, 0.5f, 1.5f);
+    test::DevBuf<float> dx(x), dw(w);
+    test::DevBuf<__nv_bfloat16> y(rows * d);
+    y.poison();
+    cuda::rms_norm_rows_bf16(dx.get(), dw.get(), 1e-5f, rows, d, y.get(), nullptr);
+    test::check_launch();
+    std::vector<float> want(rows * d);
+    ref::rms_norm(x.data(), w.data(), 1e-5f, rows, d, want.data());
+    EXPECT_TRUE(test::all_close(test::to_f32(y.download()), test::round_to<__nv_bfloat16>(want),
+                                1e-6f, 1e-2f))
+        << "d " << d;
+  }
+}
+
+TEST(RowOpsCuda, SwigluRowsBf16MatchesReference) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  // 14336 / 8: 16-byte path; 100 and 7: scalar; many rows with a wide ff: 2-D grid.
+  for (auto [rows, ff] : {std::pair<int64_t, int64_t>{3, 14336}, {5, 8}, {4, 100}, {1, 7}, {300, 2056}}) {
+    auto gu = test::random_floats(rows * 2 * ff, 3, -8.f, 8.f);
+    auto hgu = test::to_device_type<__nv_bfloat16>(gu);
+    test::DevBuf<__nv_bfloat16> dgu(hgu), out(rows * ff);
+    out.poison();
+    cuda::swiglu_rows_bf16(dgu.get(), rows, ff, out.get(), nullptr);
+    test::check_launch();
+    std::vector<float> want(rows * ff);
+    for (int64_t r = 0; r < rows; ++r)
+      ref::swiglu(gu.data() + r * 2 * ff, gu.data() + r * 2 * ff + ff, ff, want.data() + r * ff);
+    EXPECT_TRUE(test::all_close(test::to_f32(out.download()), test::round_to<__nv_bfloat16>(want),
+                                1e-6f, 1e-2f))
+        << rows << " x " << ff;
+  }
+}
+
+TEST(RowOpsCuda, ArgmaxGatherAndBias) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  const int64_t rows = 6, n = 1000;
+  auto x = test::random_floats(rows * n, 4);
+  x[1 * n + 17] = 5.f;  // ties: the smaller index wins
+  x[1 * n + 900] = 5.f;
+  x[2 * n + 3] = NAN;  // NaN never wins
+  x[2 * n + 4] = 7.f;
+  test::DevBuf<float> dx(x);
+  test::DevBuf<int32_t> ids(rows);
+  cuda::argmax_rows(dx.get(), rows, n, ids.get(), nullptr);
+  test::check_launch();
+  const auto got = ids.download();
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t best = 0;
+    for (int64_t i = 1; i < n; ++i)
+      if (x[r * n + i] > x[r * n + best] || std::isnan(x[r * n + best])) best = i;
+    EXPECT_EQ(got[r], best) << "row " << r;
+  }
+  std::vector<int32_t> pick = {4, 0, 4};
+  test::DevBuf<int32_t> dpick(pick);
+  test::DevBuf<float> g(3 * n);
+  cuda::gather_rows_f32(dx.get(), dpick.get(), 3, n, g.get(), nullptr);
+  auto b = test::random_floats(n, 5);
+  test::DevBuf<float> db(b);
+  cuda::add_bias_rows(g.get(), db.get(), 3, n, nullptr);
+  test::check_launch();
+  const auto hg = g.download();
+  for (int64_t r = 0; r < 3; ++r)
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(hg[r * n + i], x[pick[r] * n + i] + b[i]) << r << "," << i;
+}
+
+}  // namespace
+}  // namespace tessera
