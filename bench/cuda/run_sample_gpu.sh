@@ -2,7 +2,7 @@
 # Device sampling on one GPU: kernel vs host sampler (+ memcheck, racecheck), engine seeded
 # sampling on dummy models, the kernel microbenchmark.
 set -u
-B=build-carry-sample; out=${OUT:-out}; mkdir -p "$out"
+B=${BIN:-build-carry-sample}; out=${OUT:-out}; mkdir -p "$out"
 d=$(dirname "$(find /usr/local -name 'libcublasLt.so.13*' 2>/dev/null | head -1)")
 export LD_LIBRARY_PATH=$d:${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=name,clocks.sm --format=csv,noheader

@@ -151,6 +151,7 @@ struct Engine::Impl {
   std::vector<SampleRow> sample_rows;  // device sampling: one per logits row, and their lists
   std::vector<SamplePenalty> sample_penalties;
   std::vector<int32_t> sample_banned;
+  bool model_samples = true;  // until forward_sample() says the model cannot
   ModelSummary summary;
   double load_seconds = 0;
 
@@ -273,7 +274,7 @@ bool Engine::Impl::step() {
   // Tokens are sampled on the device (only ids cross to the host) unless a request wants
   // logprobs, which need the logits on the host. The draws are taken once, here: should the model
   // have no device path, the host samples with the same draws.
-  bool on_device = n_logits > 0;
+  bool on_device = model_samples && n_logits > 0;
   for (const auto& c : plan)
     if (c.logits) on_device &= requests.at(c.seq->id)->params.logprobs < 0;
   sample_rows.clear();
@@ -290,6 +291,7 @@ bool Engine::Impl::step() {
     if (!on_device ||
         !model->forward_sample(step_tokens, step_chunks, *cache,
                                {sample_rows, sample_penalties, sample_banned}, step_ids.data(), *pool)) {
+      if (on_device) model_samples = false;  // it returned false: no device path, don't prepare again
       on_device = false;
       step_logits.resize(static_cast<size_t>(n_logits * vocab));
       model->forward(step_tokens, step_chunks, *cache, step_logits.data(), false, *pool);
@@ -327,10 +329,11 @@ bool Engine::Impl::step() {
       }
       // Logprobs are of the raw logits: the sampler edits the row in place (penalties, masking).
       if (r.params.logprobs >= 0) raw_logits.assign(lg, lg + vocab);
-      const std::span<float> row(lg, lg ? static_cast<size_t>(vocab) : 0);
-      const int32_t tok = on_device  ? step_ids[my_row]
-                          : prepared ? r.sampler.sample_with_u(row, seq->tokens, sample_rows[my_row].u)
-                                     : r.sampler.sample(row, seq->tokens);
+      const std::span<float> logits_row(lg, lg ? static_cast<size_t>(vocab) : 0);
+      const int32_t tok =
+          on_device  ? step_ids[my_row]
+          : prepared ? r.sampler.sample_with_u(logits_row, seq->tokens, sample_rows[my_row].u)
+                     : r.sampler.sample(logits_row, seq->tokens);
       if (r.params.logprobs >= 0) {
         r.result.logprobs.push_back(token_logprob(raw_logits, tok, r.params.logprobs));
         if (r.callbacks.on_logprob) r.callbacks.on_logprob(r.result.logprobs.back());
