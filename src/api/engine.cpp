@@ -118,16 +118,13 @@ runtime::SamplingParams sampling_params(const GenerationParams& p) {
 struct Request {
   Request(const GenerationParams& p, const Tokenizer& tok, RequestCallbacks cb)
       : params(p), sampler(sampling_params(p)), stops(p.stop), decoder(tok),
-        callbacks(std::move(cb)),
-        argmax_on_device(runtime::is_plain_argmax(sampling_params(p)) && p.logprobs < 0) {}
+        callbacks(std::move(cb)) {}
   GenerationParams params;
   runtime::Sampler sampler;
   runtime::StopMatcher stops;
   TokenStreamDecoder decoder;
   RequestCallbacks callbacks;
   GenerationResult result;
-  // Its token can be picked on the device (plain greedy, no logprobs): no logits to the host.
-  bool argmax_on_device;
   int64_t max_len = 0;  // prompt + generated tokens allowed (context and max_tokens)
   bool cancelled = false;
   Clock::time_point submitted = Clock::now(), first_token{};
@@ -151,6 +148,10 @@ struct Engine::Impl {
   std::vector<models::SeqChunk> step_chunks;
   std::vector<float> step_logits, raw_logits;
   std::vector<int32_t> step_ids;
+  std::vector<SampleRow> sample_rows;  // device sampling: one per logits row, and their lists
+  std::vector<SamplePenalty> sample_penalties;
+  std::vector<int32_t> sample_banned;
+  bool model_samples = true;  // until forward_sample() says the model cannot
   ModelSummary summary;
   double load_seconds = 0;
   int64_t last_step_tokens = 0, last_step_sequences = 0;
@@ -273,16 +274,28 @@ bool Engine::Impl::step() {
   last_step_tokens = static_cast<int64_t>(step_tokens.size());
   last_step_sequences = static_cast<int64_t>(plan.size());
   const int64_t vocab = model->config().vocab;
-  // Plain greedy requests (no penalties, no n-gram blocking, no logprobs) can take the argmax on
-  // the device, so no logits cross to the host.
-  bool device_greedy = n_logits > 0;
+  // Tokens are sampled on the device (only ids cross to the host) unless a request wants
+  // logprobs, which need the logits on the host. The draws are taken once, here: should the model
+  // have no device path, the host samples with the same draws.
+  bool on_device = model_samples && n_logits > 0;
   for (const auto& c : plan)
-    if (c.logits) device_greedy &= requests.at(c.seq->id)->argmax_on_device;
+    if (c.logits) on_device &= requests.at(c.seq->id)->params.logprobs < 0;
+  sample_rows.clear();
+  sample_penalties.clear();
+  sample_banned.clear();
+  if (on_device)
+    for (const auto& c : plan)
+      if (c.logits)
+        requests.at(c.seq->id)->sampler.prepare_device_row(c.seq->tokens, &sample_rows.emplace_back(),
+                                                           &sample_penalties, &sample_banned);
+  const bool prepared = on_device;
   step_ids.resize(static_cast<size_t>(n_logits));
   try {
-    if (!device_greedy ||
-        !model->forward_argmax(step_tokens, step_chunks, *cache, step_ids.data(), *pool)) {
-      device_greedy = false;
+    if (!on_device ||
+        !model->forward_sample(step_tokens, step_chunks, *cache,
+                               {sample_rows, sample_penalties, sample_banned}, step_ids.data(), *pool)) {
+      if (on_device) model_samples = false;  // it returned false: no device path, don't prepare again
+      on_device = false;
       step_logits.resize(static_cast<size_t>(n_logits * vocab));
       model->forward(step_tokens, step_chunks, *cache, step_logits.data(), false, *pool);
     }
@@ -300,7 +313,7 @@ bool Engine::Impl::step() {
   int64_t row = 0;
   for (const auto& [id, has_logits] : done_chunks) {
     const int64_t my_row = has_logits ? row++ : -1;
-    float* lg = has_logits && !device_greedy ? step_logits.data() + my_row * vocab : nullptr;
+    float* lg = has_logits && !on_device ? step_logits.data() + my_row * vocab : nullptr;
     auto it = requests.find(id);
     runtime::Sequence* seq = scheduler->get(id);
     if (it == requests.end() || !seq) continue;
@@ -319,9 +332,11 @@ bool Engine::Impl::step() {
       }
       // Logprobs are of the raw logits: the sampler edits the row in place (penalties, masking).
       if (r.params.logprobs >= 0) raw_logits.assign(lg, lg + vocab);
-      const int32_t tok = device_greedy
-                              ? step_ids[my_row]
-                              : r.sampler.sample({lg, static_cast<size_t>(vocab)}, seq->tokens);
+      const std::span<float> logits_row(lg, lg ? static_cast<size_t>(vocab) : 0);
+      const int32_t tok =
+          on_device  ? step_ids[my_row]
+          : prepared ? r.sampler.sample_with_u(logits_row, seq->tokens, sample_rows[my_row].u)
+                     : r.sampler.sample(logits_row, seq->tokens);
       if (r.params.logprobs >= 0) {
         r.result.logprobs.push_back(token_logprob(raw_logits, tok, r.params.logprobs));
         if (r.callbacks.on_logprob) r.callbacks.on_logprob(r.result.logprobs.back());

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/sample_row.h"
 #include "core/tensor.h"
 #include "kernels/ref/llm_ops.h"
 
@@ -30,6 +31,14 @@ struct LlmConfig {
   ref::RopeParams rope;
   bool qkv_bias = false;
   bool tied_embeddings = false;
+};
+
+// What forward_sample() samples with: one row per logits row, in order, and their flat lists
+// (runtime::Sampler::prepare_device_row fills them).
+struct SampleBatch {
+  std::span<const SampleRow> rows;
+  std::span<const SamplePenalty> penalties;
+  std::span<const int32_t> banned;
 };
 
 // Paged KV cache storage: per layer, K and V of [n_blocks * block_size, n_kv_heads, head_dim]
@@ -85,11 +94,13 @@ class CausalLm {
   // whatever else shares the call (row-wise kernels with a fixed reduction order).
   virtual void forward(std::span<const int32_t> tokens, std::span<const SeqChunk> chunks,
                        KvCache& cache, float* logits, bool all_logits, ThreadPool& pool) = 0;
-  // Greedy decoding without moving logits: like forward(), but writes the argmax token (the
-  // smallest index among equal maxima) of each logits row to ids. False when the model has no
-  // such path (the caller then uses forward() and samples on the host).
-  virtual bool forward_argmax(std::span<const int32_t> tokens, std::span<const SeqChunk> chunks,
-                              KvCache& cache, int32_t* ids, ThreadPool& pool) {
+  // Sampling without moving logits: like forward(), but samples each logits row on the device
+  // with batch.rows[row] (the host sampler's token for the same draw) and writes the token ids
+  // to ids. False when the model has no such path (the caller then uses forward() and samples
+  // on the host).
+  virtual bool forward_sample(std::span<const int32_t> tokens, std::span<const SeqChunk> chunks,
+                              KvCache& cache, const SampleBatch& batch, int32_t* ids,
+                              ThreadPool& pool) {
     return false;
   }
 };

@@ -170,7 +170,10 @@ TEST_F(LlamaCuda, GraphReplayedDecodeStepsMatchEagerSteps) {
     gpu->forward({&tok, 1}, {&c, 1}, graph_cache, b.data(), /*all_logits=*/false, pool);  // graph
     ASSERT_LE(test::nmse(b, a), 1e-10) << "position " << pos;
     int32_t id = -1;
-    ASSERT_TRUE(gpu->forward_argmax({&tok, 1}, {&c, 1}, argmax_cache, &id, pool));
+    const SampleRow greedy{.temperature = 0.f, .top_k = 0, .top_p = 1.f, .min_p = 0.f,
+                           .repetition_penalty = 1.f, .presence_penalty = 0.f, .frequency_penalty = 0.f,
+                           .n_penalties = 0, .n_banned = 0, .penalty_offset = 0, .banned_offset = 0, .u = 0.0};
+    ASSERT_TRUE(gpu->forward_sample({&tok, 1}, {&c, 1}, argmax_cache, {{&greedy, 1}, {}, {}}, &id, pool));
     tok = static_cast<int32_t>(std::max_element(a.begin(), a.end()) - a.begin());
     ASSERT_EQ(id, tok) << "position " << pos;
   }

@@ -1,5 +1,5 @@
-// The batched model's row kernels (RMSNorm to bf16, SwiGLU of a gate|up row, argmax, row gather,
-// bias) against the references, on both the vector and the element-by-element paths.
+// The batched model's row kernels (RMSNorm to bf16, SwiGLU of a gate|up row, row gather, bias)
+// against the references, on both the vector and the element-by-element paths.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -51,28 +51,15 @@ TEST(RowOpsCuda, SwigluRowsBf16MatchesReference) {
   }
 }
 
-TEST(RowOpsCuda, ArgmaxGatherAndBias) {
+TEST(RowOpsCuda, GatherAndBias) {
   TESSERA_SKIP_WITHOUT_GPU();
   const int64_t rows = 6, n = 1000;
   auto x = test::random_floats(rows * n, 4);
-  x[1 * n + 17] = 5.f;  // ties: the smaller index wins
-  x[1 * n + 900] = 5.f;
-  x[2 * n + 3] = NAN;  // NaN never wins
-  x[2 * n + 4] = 7.f;
   test::DevBuf<float> dx(x);
-  test::DevBuf<int32_t> ids(rows);
-  cuda::argmax_rows(dx.get(), rows, n, ids.get(), nullptr);
-  test::check_launch();
-  const auto got = ids.download();
-  for (int64_t r = 0; r < rows; ++r) {
-    int64_t best = 0;
-    for (int64_t i = 1; i < n; ++i)
-      if (x[r * n + i] > x[r * n + best] || std::isnan(x[r * n + best])) best = i;
-    EXPECT_EQ(got[r], best) << "row " << r;
-  }
   std::vector<int32_t> pick = {4, 0, 4};
   test::DevBuf<int32_t> dpick(pick);
   test::DevBuf<float> g(3 * n);
+  g.poison();
   cuda::gather_rows_f32(dx.get(), dpick.get(), 3, n, g.get(), nullptr);
   auto b = test::random_floats(n, 5);
   test::DevBuf<float> db(b);

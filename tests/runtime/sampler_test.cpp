@@ -121,6 +121,47 @@ TEST(Sampler, NonFiniteLogitsAreNeverSampled) {
   }
 }
 
+// The device path's draws (prepare_device_row, then the same u) follow the request's RNG stream
+// exactly as sample() does, whichever path each token took; the lists match the window.
+TEST(Sampler, DeviceRowsConsumeTheSameDraws) {
+  const SamplingParams p{.temperature = 0.9f, .top_p = 0.95f, .repetition_penalty = 1.2f,
+                         .penalty_last_n = 4, .no_repeat_ngram = 2, .seed = 9};
+  Sampler host(p), mixed(p);
+  std::vector<int32_t> h = {3, 1, 3, 2, 3, 1};
+  std::vector<SampleRow> rows;
+  std::vector<SamplePenalty> pen;
+  std::vector<int32_t> banned;
+  for (int i = 0; i < 41; ++i) {  // the last token (40) takes the device path
+    std::vector<float> l(30), l2;
+    for (int j = 0; j < 30; ++j) l[j] = std::cos(j * 0.37f + i);
+    l2 = l;
+    const int32_t a = host.sample(l, h);
+    int32_t b;
+    if (i % 3 == 0) {
+      b = mixed.sample(l2, h);
+    } else {
+      rows.emplace_back();
+      mixed.prepare_device_row(h, &rows.back(), &pen, &banned);
+      b = mixed.sample_with_u(l2, h, rows.back().u);
+    }
+    ASSERT_EQ(a, b) << "token " << i;
+    h.push_back(a);
+  }
+  // The last row: window {h[-4..]} as (token, count) pairs; bans after the last token.
+  const SampleRow& r = rows.back();
+  std::map<int32_t, int> want;
+  for (size_t i = h.size() - 5; i + 1 < h.size(); ++i) ++want[h[i]];
+  std::map<int32_t, int> got;
+  for (int i = 0; i < r.n_penalties; ++i) got[pen[r.penalty_offset + i].token] += pen[r.penalty_offset + i].count;
+  EXPECT_EQ(got, want);
+  std::vector<int32_t> bans;
+  ngram_banned_tokens(std::span(h).first(h.size() - 1), 2, &bans);
+  EXPECT_EQ(std::vector<int32_t>(banned.begin() + r.banned_offset, banned.begin() + r.banned_offset + r.n_banned), bans);
+  EXPECT_EQ(r.temperature, p.temperature);
+  EXPECT_GE(r.u, 0.0);
+  EXPECT_LT(r.u, 1.0);
+}
+
 TEST(Sampler, ValidatesParams) {
   EXPECT_EQ(sampling_params_error({}), "");
   EXPECT_NE(sampling_params_error({.temperature = NAN}), "");

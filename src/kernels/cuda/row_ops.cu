@@ -94,42 +94,7 @@ __global__ void swiglu_rows_bf16_kernel(const __nv_bfloat16* gu, int64_t rows, i
   }
 }
 
-// One block per row; (value, index) pairs reduce to the largest value, smallest index on ties.
-__global__ void argmax_rows_kernel(const float* x, int64_t n, int32_t* ids) {
-  const float* row = x + blockIdx.x * n;
-  float best = -INFINITY;
-  int32_t best_i = 0x7fffffff;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-    const float v = row[i];
-    if (v > best) {  // NaN compares false: never wins; strict > keeps the first index
-      best = v;
-      best_i = static_cast<int32_t>(i);
-    }
-  }
-  __shared__ float sv[kThreads];
-  __shared__ int32_t si[kThreads];
-  sv[threadIdx.x] = best;
-  si[threadIdx.x] = best_i;
-  __syncthreads();
-  for (int stride = kThreads / 2; stride > 0; stride /= 2) {
-    if (threadIdx.x < stride) {
-      const float ov = sv[threadIdx.x + stride];
-      const int32_t oi = si[threadIdx.x + stride];
-      if (ov > sv[threadIdx.x] || (ov == sv[threadIdx.x] && oi < si[threadIdx.x])) {
-        sv[threadIdx.x] = ov;
-        si[threadIdx.x] = oi;
-      }
-    }
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) ids[blockIdx.x] = si[0] == 0x7fffffff ? 0 : si[0];
-}
-
 }  // namespace
-
-void argmax_rows(const float* x, int64_t rows, int64_t n, int32_t* ids, cudaStream_t stream) {
-  if (rows > 0) argmax_rows_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, n, ids);
-}
 
 void gather_rows_f32(const float* x, const int32_t* rows, int64_t n_rows, int64_t d, float* y,
                      cudaStream_t stream) {

@@ -20,6 +20,7 @@
 #include "kernels/cuda/fill_random.h"
 #include "kernels/cuda/paged_attention.h"
 #include "kernels/cuda/rope_kv.h"
+#include "kernels/cuda/sample.h"
 #include "kernels/cuda/row_ops.h"
 #include "models/llama.h"
 #include "models/llama_hf.h"
@@ -207,11 +208,20 @@ class CudaLlama final : public CausalLm {
     std::memcpy(logits, host, static_cast<size_t>(n_logits * V) * sizeof(float));
   }
 
-  bool forward_argmax(std::span<const int32_t> tokens, std::span<const SeqChunk> chunks,
-                      KvCache& cache, int32_t* ids, ThreadPool&) override {
+  bool forward_sample(std::span<const int32_t> tokens, std::span<const SeqChunk> chunks,
+                      KvCache& cache, const SampleBatch& batch, int32_t* ids, ThreadPool&) override {
     const int64_t n_logits = run(tokens, chunks, cache, false);
-    int32_t* d_ids = reinterpret_cast<int32_t*>(ids_.get(std::max<int64_t>(n_logits, 1)));
-    cuda::argmax_rows(logits_.get(n_logits * cfg_.vocab), n_logits, cfg_.vocab, d_ids, stream_);
+    TESSERA_CHECK_ARG(static_cast<int64_t>(batch.rows.size()) == n_logits,
+                      "forward_sample: one sampling row per logits row");
+    // After the forward pass on the same stream (a replayed graph does not hold these).
+    const SampleRow* d_params = stage(batch.rows.data(), n_logits, kSampleRows);
+    const SamplePenalty* d_pen = stage(batch.penalties.data(),
+                                       static_cast<int64_t>(batch.penalties.size()), kPenalties);
+    const int32_t* d_banned = stage(batch.banned.data(), static_cast<int64_t>(batch.banned.size()), kBanned);
+    int32_t* d_ids = ids_.get(std::max<int64_t>(n_logits, 1));
+    cuda::sample_rows(logits_.get(n_logits * cfg_.vocab), n_logits, cfg_.vocab, d_params, d_pen,
+                      d_banned, d_ids, stream_);
+    prof_.mark("sample");
     int32_t* host = pinned<int32_t>(kIds, n_logits);
     TESSERA_CUDA_CHECK(cudaMemcpyAsync(host, d_ids, static_cast<size_t>(n_logits) * 4,
                                        cudaMemcpyDeviceToHost, stream_));
@@ -414,7 +424,10 @@ class CudaLlama final : public CausalLm {
 
   // Pinned host buffers: per-step tables staged to the device (with a device twin each), and the
   // results coming back.
-  enum Slot { kTokens, kPositions, kCacheRows, kTiles, kTables, kLogitRows, kStaged, kLogits = kStaged, kIds };
+  enum Slot {
+    kTokens, kPositions, kCacheRows, kTiles, kTables, kLogitRows, kSampleRows, kPenalties, kBanned,
+    kStaged, kLogits = kStaged, kIds
+  };
 
   // Pinned host buffer `slot`, grown to at least n elements of T.
   template <class T>

@@ -7,11 +7,6 @@
 
 namespace tessera::runtime {
 
-bool is_plain_argmax(const SamplingParams& p) {
-  return p.temperature <= 0 && p.repetition_penalty == 1.f && p.presence_penalty == 0 &&
-         p.frequency_penalty == 0 && p.no_repeat_ngram == 0;
-}
-
 std::string sampling_params_error(const SamplingParams& p) {
   auto bad = [](float x) { return !std::isfinite(x); };
   if (bad(p.temperature) || p.temperature < 0 || p.temperature > 100) return "temperature must be in [0, 100]";
@@ -46,19 +41,66 @@ void ngram_banned_tokens(std::span<const int32_t> history, int32_t n, std::vecto
   }
 }
 
+bool Sampler::has_penalties() const {
+  return p_.repetition_penalty != 1.f || p_.presence_penalty != 0.f || p_.frequency_penalty != 0.f;
+}
+
+void Sampler::penalty_counts(std::span<const int32_t> history) {
+  counts_.clear();
+  const size_t window = p_.penalty_last_n < 0 ? history.size()
+                                               : std::min<size_t>(history.size(), p_.penalty_last_n);
+  std::unordered_map<int32_t, size_t> at;
+  for (size_t i = history.size() - window; i < history.size(); ++i) {
+    auto [it, fresh] = at.try_emplace(history[i], counts_.size());
+    if (fresh) counts_.push_back({history[i], 0});
+    ++counts_[it->second].count;
+  }
+}
+
+// Uniform in [0, 1): with libstdc++ this times total is bit-for-bit what
+// uniform_real_distribution<double>(0, total) gives for the same engine state.
+double Sampler::draw() { return std::uniform_real_distribution<double>(0.0, 1.0)(rng_); }
+
 int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> history) {
+  return sample_with_u(logits, history, p_.temperature > 0.f ? draw() : 0.0);
+}
+
+void Sampler::prepare_device_row(std::span<const int32_t> history, SampleRow* row,
+                                 std::vector<SamplePenalty>* penalties, std::vector<int32_t>* banned) {
+  *row = SampleRow{.temperature = p_.temperature,
+                   .top_k = p_.top_k,
+                   .top_p = p_.top_p,
+                   .min_p = p_.min_p,
+                   .repetition_penalty = p_.repetition_penalty,
+                   .presence_penalty = p_.presence_penalty,
+                   .frequency_penalty = p_.frequency_penalty,
+                   .n_penalties = 0,
+                   .n_banned = 0,
+                   .penalty_offset = static_cast<int32_t>(penalties->size()),
+                   .banned_offset = static_cast<int32_t>(banned->size()),
+                   .u = p_.temperature > 0.f ? draw() : 0.0};
+  if (has_penalties()) {
+    penalty_counts(history);
+    penalties->insert(penalties->end(), counts_.begin(), counts_.end());
+    row->n_penalties = static_cast<int32_t>(counts_.size());
+  }
+  if (p_.no_repeat_ngram > 0) {
+    ngram_banned_tokens(history, p_.no_repeat_ngram, &banned_);
+    banned->insert(banned->end(), banned_.begin(), banned_.end());
+    row->n_banned = static_cast<int32_t>(banned_.size());
+  }
+}
+
+int32_t Sampler::sample_with_u(std::span<float> logits, std::span<const int32_t> history, double u) {
   const int32_t vocab = static_cast<int32_t>(logits.size());
   // Non-finite logits (corrupt weights, overflow) are never sampled and never poison the
   // normalization: NaN and +inf become -inf.
   for (float& l : logits)
     if (!std::isfinite(l)) l = -INFINITY;
   // Penalties over the recent window (llama.cpp / OpenAI semantics).
-  if (p_.repetition_penalty != 1.f || p_.presence_penalty != 0.f || p_.frequency_penalty != 0.f) {
-    const size_t window = p_.penalty_last_n < 0 ? history.size()
-                                                 : std::min<size_t>(history.size(), p_.penalty_last_n);
-    std::unordered_map<int32_t, int> counts;
-    for (size_t i = history.size() - window; i < history.size(); ++i) ++counts[history[i]];
-    for (const auto& [tok, cnt] : counts) {
+  if (has_penalties()) {
+    penalty_counts(history);
+    for (const auto& [tok, cnt] : counts_) {
       if (tok < 0 || tok >= vocab) continue;
       float& l = logits[tok];
       l = l > 0 ? l / p_.repetition_penalty : l * p_.repetition_penalty;
@@ -66,9 +108,8 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> histor
     }
   }
   if (p_.no_repeat_ngram > 0) {
-    std::vector<int32_t> banned;
-    ngram_banned_tokens(history, p_.no_repeat_ngram, &banned);
-    for (int32_t t : banned)
+    ngram_banned_tokens(history, p_.no_repeat_ngram, &banned_);
+    for (int32_t t : banned_)
       if (t >= 0 && t < vocab) logits[t] = -INFINITY;
   }
   if (p_.temperature <= 0.f) {
@@ -114,8 +155,7 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> histor
   double total = 0;
   for (size_t i = 0; i < keep; ++i)
     total += w[i] = std::exp(static_cast<double>(candidates_[i].first - max_logit) / p_.temperature);
-  std::uniform_real_distribution<double> uni(0.0, total);
-  double r = uni(rng_);
+  double r = u * total;
   for (size_t i = 0; i < keep; ++i) {
     r -= w[i];
     if (r < 0) return candidates_[i].second;

@@ -2,13 +2,21 @@
 // temperature and a seeded RNG. The same seed and history always give the same token.
 //
 //   Sampler s(params);
-//   int32_t tok = s.sample(logits, vocab, history);   // history: prompt + generated ids
+//   int32_t tok = s.sample(logits, history);   // history: prompt + generated ids
+//
+// Device sampling splits sample() in two: the host keeps the request's state and prepares a
+// SampleRow (parameters, the uniform draw, the penalty window as (token, count) pairs, the
+// n-gram bans); the device applies them to its logits row and selects the same token the host
+// would for that draw (kernels/cuda/sample.h).
 #pragma once
 
 #include <cstdint>
 #include <random>
 #include <span>
+#include <string>
 #include <vector>
+
+#include "core/sample_row.h"
 
 namespace tessera::runtime {
 
@@ -25,23 +33,34 @@ struct SamplingParams {
   uint64_t seed = 0;
 };
 
-// True when sampling is the plain argmax of the logits (greedy, no penalties or n-gram
-// blocking): a device can then pick the token without the logits leaving it.
-bool is_plain_argmax(const SamplingParams& p);
-
 // Validates ranges; returns an empty string when fine, else the problem.
 std::string sampling_params_error(const SamplingParams& p);
 
 class Sampler {
  public:
   explicit Sampler(const SamplingParams& p);
-  // `logits` is modified in place (penalties, masking). history = all tokens so far.
+  // `logits` is modified in place (penalties, masking). history = all tokens so far. Takes one
+  // draw from the RNG when temperature > 0 (also when every logit is masked), none otherwise.
   int32_t sample(std::span<float> logits, std::span<const int32_t> history);
+  // sample() with the uniform draw u in [0, 1) given instead of taken from the RNG.
+  int32_t sample_with_u(std::span<float> logits, std::span<const int32_t> history, double u);
+  // The device's half of sample(): row gets the parameters and the draw (taken from the RNG
+  // exactly as sample() takes it); the penalty window's (token, count) pairs and the banned
+  // tokens are appended to the step's flat lists, the row records where.
+  void prepare_device_row(std::span<const int32_t> history, SampleRow* row,
+                          std::vector<SamplePenalty>* penalties, std::vector<int32_t>* banned);
 
  private:
+  double draw();
+  bool has_penalties() const;
+  // (token, occurrences) in the penalty window of history, in first-seen order.
+  void penalty_counts(std::span<const int32_t> history);
+
   SamplingParams p_;
   std::mt19937_64 rng_;
   std::vector<std::pair<float, int32_t>> candidates_;
+  std::vector<SamplePenalty> counts_;
+  std::vector<int32_t> banned_;
 };
 
 // Marks in `banned` (size vocab) every token that would complete an n-gram already present in

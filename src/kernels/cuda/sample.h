@@ -1,0 +1,31 @@
+// CUDA token sampling: one token id per logits row, the same token runtime::Sampler picks on the
+// host for the same row, parameters and uniform draw u (core/sample_row.h).
+//
+// Per row: non-finite -> -inf, the row's penalties, its n-gram bans (written into the row: the
+// logits are modified in place, like the host sampler's), then greedy (argmax, lowest id on
+// ties) or the host's truncations and draw over the order (logit desc, id asc) without sorting:
+// top-k, top-p (first n whose cumulative exp(l - max) >= top_p * sum, in double), min-p (a value
+// threshold), then the first token whose cumulative exp((l - max) / T) exceeds u * total. Each
+// boundary is found by a rank-select: bisection over the ordered (value, id) key space with
+// deterministic block reductions, finished by a sort in shared memory once at most 2048
+// candidates remain. Sums are in double like the host's; they differ from the host's only by
+// summation order, so the token can differ only where u (or top_p) lies within double rounding
+// of a boundary.
+//
+// One block per row; no allocation or synchronization (capturable into a graph). All pointers
+// are device memory; rows[r].penalty_offset / banned_offset index penalties / banned.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/sample_row.h"
+
+namespace tessera::cuda {
+
+void sample_rows(float* logits, int64_t rows, int64_t vocab, const SampleRow* params,
+                 const SamplePenalty* penalties, const int32_t* banned, int32_t* ids,
+                 cudaStream_t stream);
+
+}  // namespace tessera::cuda

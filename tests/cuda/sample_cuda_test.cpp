@@ -1,0 +1,279 @@
+// cuda::sample_rows (kernels/cuda/sample.h) against the host sampler (runtime::Sampler, the
+// oracle) given the same row, parameters and uniform draw: random rows with ties, NaN/inf and
+// fully masked rows, vocabularies of 1000 and 128256, many parameter sets and draws; the
+// penalties and bans written into the row; and the distribution of many draws against the
+// exact renormalized probabilities computed here independently. Skipped without a GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cuda/cuda_test_util.h"
+#include "kernels/cuda/sample.h"
+#include "runtime/llm/sampler.h"
+
+namespace tessera {
+namespace {
+
+using runtime::Sampler;
+using runtime::SamplingParams;
+
+enum class Kind { kUniform, kTies, kNonFinite, kMasked, kPeaked, kEqual };
+const char* kind_name(Kind k) {
+  const char* names[] = {"uniform", "ties", "non-finite", "all-masked", "peaked", "all-equal"};
+  return names[static_cast<int>(k)];
+}
+
+std::vector<float> make_row(Kind kind, int64_t V, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> uni(-1.f, 1.f);
+  std::vector<float> x(V);
+  for (int64_t i = 0; i < V; ++i) {
+    const float r = uni(rng);
+    switch (kind) {
+      case Kind::kUniform: x[i] = 4.f * r; break;
+      case Kind::kTies: x[i] = std::round(r * 8.f) / 4.f; break;  // 17 values: large tie groups
+      case Kind::kNonFinite: {
+        const int m = static_cast<int>(i % 11);
+        x[i] = m == 3 ? NAN : m == 5 ? INFINITY : m == 7 ? -INFINITY : m == 9 ? (r < 0 ? -0.f : 0.f) : 3.f * r;
+        break;
+      }
+      case Kind::kMasked: x[i] = i % 2 ? NAN : -INFINITY; break;
+      case Kind::kPeaked: x[i] = 2.f * r + (i % 997 == 5 ? 9.f + r : 0.f); break;
+      case Kind::kEqual: x[i] = 0.5f; break;
+    }
+  }
+  return x;
+}
+
+// A history with repeats and a repeated n-gram, so penalties and bans have work to do.
+std::vector<int32_t> make_history(int64_t V, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> pool(24);
+  for (auto& t : pool) t = static_cast<int32_t>(rng() % V);
+  std::vector<int32_t> h;
+  for (int i = 0; i < 90; ++i) h.push_back(pool[rng() % pool.size()]);
+  const std::vector<int32_t> pat = {pool[0], pool[1], pool[2], pool[3]};
+  for (int rep = 0; rep < 3; ++rep) {
+    h.insert(h.end(), pat.begin(), pat.end());
+    h.push_back(pool[4 + rep]);
+  }
+  h.insert(h.end(), pat.begin(), pat.begin() + 3);  // ends with a prefix seen before
+  return h;
+}
+
+std::vector<SamplingParams> param_sets() {
+  std::vector<SamplingParams> v;
+  auto add = [&](float t, int32_t k, float p, float mp) {
+    v.push_back({.temperature = t, .top_k = k, .top_p = p, .min_p = mp});
+  };
+  add(0.f, 0, 1.f, 0.f);
+  add(1.f, 0, 1.f, 0.f);
+  add(0.7f, 40, 1.f, 0.f);
+  add(1.2f, 0, 0.9f, 0.f);
+  add(0.8f, 50, 0.7f, 0.05f);
+  add(1.f, 0, 1.f, 0.1f);
+  add(0.5f, 1, 1.f, 0.f);
+  add(1.5f, 3000, 0.35f, 0.f);
+  add(0.05f, 0, 0.95f, 0.f);
+  add(2.f, 0, 1.f, 0.02f);
+  SamplingParams pen{.temperature = 0.f, .repetition_penalty = 1.3f, .presence_penalty = 0.25f,
+                     .frequency_penalty = 0.125f, .penalty_last_n = 64, .no_repeat_ngram = 4};
+  v.push_back(pen);
+  pen.temperature = 0.9f;
+  pen.top_p = 0.9f;
+  pen.penalty_last_n = -1;
+  pen.no_repeat_ngram = 2;
+  v.push_back(pen);
+  pen.top_k = 20;
+  pen.min_p = 0.05f;
+  pen.repetition_penalty = 0.8f;
+  pen.no_repeat_ngram = 1;
+  v.push_back(pen);
+  return v;
+}
+
+struct Case {
+  Kind kind;
+  size_t params;
+  double u;
+  uint64_t seed;
+};
+
+// Device ids for rows built from `cases` (each row prepared by the host sampler, u replaced);
+// `logits` gets the rows after the kernel.
+std::vector<int32_t> run_device(const std::vector<Case>& cases, const std::vector<SamplingParams>& ps,
+                                const std::vector<int32_t>& history, int64_t V,
+                                std::vector<float>* logits) {
+  std::vector<float> all;
+  std::vector<SampleRow> rows(cases.size());
+  std::vector<SamplePenalty> pen;
+  std::vector<int32_t> banned;
+  for (size_t r = 0; r < cases.size(); ++r) {
+    const auto x = make_row(cases[r].kind, V, cases[r].seed);
+    all.insert(all.end(), x.begin(), x.end());
+    Sampler(ps[cases[r].params]).prepare_device_row(history, &rows[r], &pen, &banned);
+    rows[r].u = cases[r].u;
+  }
+  test::DevBuf<float> d_x(all);
+  test::DevBuf<SampleRow> d_rows(rows);
+  test::DevBuf<SamplePenalty> d_pen(std::max<size_t>(pen.size(), 1));
+  test::DevBuf<int32_t> d_banned(std::max<size_t>(banned.size(), 1));
+  if (!pen.empty()) TESSERA_CUDA_CHECK(cudaMemcpy(d_pen.get(), pen.data(), pen.size() * sizeof(SamplePenalty), cudaMemcpyHostToDevice));
+  if (!banned.empty()) TESSERA_CUDA_CHECK(cudaMemcpy(d_banned.get(), banned.data(), banned.size() * 4, cudaMemcpyHostToDevice));
+  test::DevBuf<int32_t> d_ids(cases.size());
+  TESSERA_CUDA_CHECK(cudaMemset(d_ids.get(), 0xFF, cases.size() * 4));  // poison: -1
+  cuda::sample_rows(d_x.get(), static_cast<int64_t>(cases.size()), V, d_rows.get(), d_pen.get(),
+                    d_banned.get(), d_ids.get(), nullptr);
+  test::check_launch();
+  if (logits) *logits = d_x.download();
+  return d_ids.download();
+}
+
+void check_against_host(int64_t V, int n_u, uint64_t seed) {
+  const auto ps = param_sets();
+  const auto history = make_history(V, seed);
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> uni(0.0, 1.0);
+  std::vector<Case> cases;
+  for (Kind k : {Kind::kUniform, Kind::kTies, Kind::kNonFinite, Kind::kMasked, Kind::kPeaked, Kind::kEqual})
+    for (size_t p = 0; p < ps.size(); ++p)
+      for (int j = 0; j < n_u; ++j) {
+        const double u = j == 0 ? 0.0 : j == 1 ? 0.9999999 : uni(rng);
+        cases.push_back({k, p, u, seed * 1000 + static_cast<uint64_t>(k) * 100 + p});
+      }
+  const auto got = run_device(cases, ps, history, V, nullptr);
+  int bad = 0, sampled = 0;
+  for (size_t r = 0; r < cases.size(); ++r) {
+    auto x = make_row(cases[r].kind, V, cases[r].seed);
+    const int32_t want = Sampler(ps[cases[r].params]).sample_with_u(x, history, cases[r].u);
+    sampled += ps[cases[r].params].temperature > 0;
+    if (got[r] != want && ++bad <= 10) {
+      const auto& p = ps[cases[r].params];
+      ADD_FAILURE() << "V " << V << " row " << r << " (" << kind_name(cases[r].kind) << ", T "
+                    << p.temperature << " k " << p.top_k << " p " << p.top_p << " min_p " << p.min_p
+                    << " rep " << p.repetition_penalty << " ngram " << p.no_repeat_ngram << ", u "
+                    << cases[r].u << "): device " << got[r] << " (logit "
+                    << (got[r] >= 0 && got[r] < V ? x[got[r]] : NAN) << "), host " << want
+                    << " (logit " << x[want] << ")";
+    }
+  }
+  std::printf("V %lld: %zu rows (%d sampled), %d differ\n", static_cast<long long>(V), cases.size(),
+              sampled, bad);
+  EXPECT_EQ(bad, 0);
+}
+
+TEST(SampleCuda, SameTokenAsHostSamplerVocab1000) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  check_against_host(1000, 8, 1);
+  check_against_host(1000, 8, 2);
+}
+
+TEST(SampleCuda, SameTokenAsHostSamplerVocab128256) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  check_against_host(128256, 3, 3);
+}
+
+// Penalties and bans land in the row exactly as the host sampler writes them.
+TEST(SampleCuda, PenaltiesAndBansAreExact) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  const int64_t V = 1000;
+  const auto ps = param_sets();
+  const auto history = make_history(V, 7);
+  std::vector<Case> cases;
+  for (size_t p = 0; p < ps.size(); ++p)
+    if (ps[p].no_repeat_ngram > 0) cases.push_back({Kind::kNonFinite, p, 0.5, 70 + p});
+  ASSERT_GE(cases.size(), 3u);
+  std::vector<float> dev;
+  run_device(cases, ps, history, V, &dev);
+  for (size_t r = 0; r < cases.size(); ++r) {
+    auto x = make_row(cases[r].kind, V, cases[r].seed);
+    Sampler(ps[cases[r].params]).sample_with_u(x, history, 0.5);  // edits x in place
+    int touched = 0;
+    for (int32_t t : history) {  // every penalized or banned token is in the history
+      const float d = dev[r * V + t];
+      EXPECT_TRUE(d == x[t]) << "row " << r << " token " << t << ": device " << d << ", host " << x[t];
+      touched += x[t] == -INFINITY;
+    }
+    EXPECT_GT(touched, 0) << "row " << r << ": no ban took effect";
+  }
+}
+
+// Many draws of one row against its exact renormalized distribution (computed here from the
+// definition, not by the sampler): every count within 5 sigma, nothing outside the kept set.
+TEST(SampleCuda, DrawsFollowTheTruncatedDistribution) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  const int64_t V = 1000;
+  const SamplingParams p{.temperature = 0.8f, .top_k = 60, .top_p = 0.9f, .min_p = 0.02f};
+  std::vector<float> x = make_row(Kind::kUniform, V, 11);
+  for (auto& v : x) v *= 0.75f;  // 3 * uniform: many tokens in play
+  std::vector<int32_t> idx(V);
+  std::iota(idx.begin(), idx.end(), 0);
+  std::sort(idx.begin(), idx.end(), [&](int32_t a, int32_t b) { return x[a] != x[b] ? x[a] > x[b] : a < b; });
+  const long double mx = x[idx[0]];
+  size_t keep = p.top_k;
+  long double sum = 0;
+  for (size_t i = 0; i < keep; ++i) sum += std::exp(static_cast<long double>(x[idx[i]]) - mx);
+  long double cum = 0;
+  size_t n = 0;
+  while (n < keep) {
+    cum += std::exp(static_cast<long double>(x[idx[n++]]) - mx) / sum;
+    if (cum >= p.top_p) break;
+  }
+  keep = n;
+  n = 1;
+  while (n < keep && std::exp(static_cast<long double>(x[idx[n]]) - mx) >= p.min_p) ++n;
+  keep = n;
+  std::vector<double> prob(V, 0.0);
+  long double z = 0;
+  for (size_t i = 0; i < keep; ++i) z += std::exp((static_cast<long double>(x[idx[i]]) - mx) / p.temperature);
+  for (size_t i = 0; i < keep; ++i)
+    prob[idx[i]] = static_cast<double>(std::exp((static_cast<long double>(x[idx[i]]) - mx) / p.temperature) / z);
+  ASSERT_GT(keep, 10u);
+  ASSERT_LT(keep, 60u);
+
+  const int rows = 8192, launches = 16;
+  std::vector<float> all;
+  for (int r = 0; r < rows; ++r) all.insert(all.end(), x.begin(), x.end());
+  test::DevBuf<float> d_x(all);  // no penalties: the kernel leaves the rows as they are
+  std::vector<SampleRow> params(rows);
+  std::vector<SamplePenalty> pen;
+  std::vector<int32_t> banned;
+  Sampler s(p);  // the draws: u from its RNG
+  test::DevBuf<SampleRow> d_rows(params.size());
+  test::DevBuf<SamplePenalty> d_pen(1);
+  test::DevBuf<int32_t> d_banned(1), d_ids(rows);
+  std::vector<int64_t> count(V, 0);
+  for (int l = 0; l < launches; ++l) {
+    for (auto& row : params) s.prepare_device_row({}, &row, &pen, &banned);
+    d_rows.upload(params);
+    cuda::sample_rows(d_x.get(), rows, V, d_rows.get(), d_pen.get(), d_banned.get(), d_ids.get(), nullptr);
+    test::check_launch();
+    for (int32_t id : d_ids.download()) {
+      ASSERT_TRUE(id >= 0 && id < V) << id;
+      ++count[id];
+    }
+  }
+  const double N = static_cast<double>(rows) * launches;
+  double max_z = 0, tv = 0;
+  for (int64_t t = 0; t < V; ++t) {
+    const double e = N * prob[t];
+    if (prob[t] == 0) {
+      ASSERT_EQ(count[t], 0) << "token " << t << " is outside the kept set";
+      continue;
+    }
+    const double zt = std::fabs(count[t] - e) / std::sqrt(e * (1 - prob[t]));
+    max_z = std::max(max_z, zt);
+    tv += std::fabs(count[t] / N - prob[t]) / 2;
+    EXPECT_LT(zt, 5.0) << "token " << t << ": " << count[t] << " draws, expected " << e;
+  }
+  std::printf("%zu kept tokens, %.0f draws: max |z| %.2f, total variation %.4f\n", keep, N, max_z, tv);
+}
+
+}  // namespace
+}  // namespace tessera
