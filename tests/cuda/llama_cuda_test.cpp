@@ -111,13 +111,20 @@ TEST_F(LlamaCuda, TeacherForcedDistributionsMatchTheCpuModel) {
   const Agreement a = compare(want, got, gpu->config().vocab);
   std::printf("GPU vs CPU model, %lld teacher-forced positions: top-1 %.1f%%, mean KL %.5f\n",
               static_cast<long long>(n), 100 * a.top1, a.mean_kl);
-  // The GPU runs bf16 weights and GEMM inputs where the CPU runs the file's 4-bit weights with
-  // 8-bit activations: agreement is measured, not bit-exact.
-  EXPECT_GE(a.top1, 0.90);
-  EXPECT_LE(a.mean_kl, 0.05);
-  // Chunked prefill gives the same distributions as one chunk.
+  // The GPU keeps the file's Q4_1 / Q8_0 weights and quantizes activations as the CPU does, so
+  // both take the same integer block sums; what differs is f32 summation order (norms,
+  // attention, the per-block scaling), which can move an activation across an 8-bit rounding
+  // boundary now and then. bf16 weights (before): top-1 96.9 %, mean KL 0.0030.
+  EXPECT_GE(a.top1, 0.98);
+  EXPECT_LE(a.mean_kl, 0.001);
+  // Chunked prefill (7-row chunks take the GEMV, one chunk the tensor-core GEMM: another f32
+  // order) gives the same distributions up to those rounding flips.
   const auto chunked = run_alone(*gpu, gpu_cache, ids_, blocks, 7, pool);
-  EXPECT_LE(test::nmse(chunked, got), 1e-5);
+  const Agreement c = compare(got, chunked, gpu->config().vocab);
+  std::printf("chunks of 7 vs one chunk: top-1 %.1f%%, mean KL %.6f, nMSE %.2e\n", 100 * c.top1,
+              c.mean_kl, test::nmse(chunked, got));
+  EXPECT_GE(c.top1, 0.97);
+  EXPECT_LE(c.mean_kl, 1e-3);
 }
 
 TEST_F(LlamaCuda, SequenceInABatchMatchesItAlone) {
@@ -179,23 +186,39 @@ TEST_F(LlamaCuda, GraphReplayedDecodeStepsMatchEagerSteps) {
 TEST(LlamaCudaDummy, NamedArchitectureRunsAndRejectsUnknownNames) {
   TESSERA_SKIP_WITHOUT_GPU();
   ThreadPool pool(1);
+  auto run = [&](models::CausalLm& m) {
+    auto cache = m.make_kv_cache(8, 16);
+    const std::vector<int32_t> ids = {1, 2, 3, 4, 5};
+    const std::vector<int32_t> blocks = {0};
+    const models::SeqChunk c{0, 5, blocks, true};
+    std::vector<float> logits(m.config().vocab);
+    m.forward(ids, {&c, 1}, cache, logits.data(), false, pool);
+    for (float v : logits) ASSERT_TRUE(std::isfinite(v));
+    EXPECT_GT(*std::max_element(logits.begin(), logits.end()),
+              *std::min_element(logits.begin(), logits.end()));
+  };
   auto m = models::cuda_llama_create_dummy("smollm2-135m");
-  auto cache = m->make_kv_cache(8, 16);
-  const std::vector<int32_t> ids = {1, 2, 3, 4, 5};
-  const std::vector<int32_t> blocks = {0};
-  const models::SeqChunk c{0, 5, blocks, true};
-  std::vector<float> logits(m->config().vocab);
-  m->forward(ids, {&c, 1}, cache, logits.data(), false, pool);
-  for (float v : logits) ASSERT_TRUE(std::isfinite(v));
-  EXPECT_GT(*std::max_element(logits.begin(), logits.end()),
-            *std::min_element(logits.begin(), logits.end()));
+  run(*m);
+  const int64_t bf16_bytes = m->decode_weight_bytes();
   EXPECT_THROW(models::cuda_llama_create_dummy("no-such-model"), Error);
+  // Quantized dummy weights: the decode bytes are the GGUF bytes of the type.
+  for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1}) {
+    auto q = models::cuda_llama_create_dummy("smollm2-135m", 0, t);
+    run(*q);
+    const double ratio = static_cast<double>(q->decode_weight_bytes()) / static_cast<double>(bf16_bytes);
+    EXPECT_NEAR(ratio, *dtype_row_bytes(t, 32) / 64.0, 0.01) << dtype_name(t);
+  }
+  // K types need widths that are multiples of 256 (SmolLM2's 576 is not).
+  EXPECT_THROW(models::cuda_llama_create_dummy("smollm2-135m", 0, DType::kQ4_K), Error);
+  EXPECT_THROW(models::cuda_llama_create_dummy("smollm2-135m", 0, DType::kQ5_0), Error);
+  for (DType t : {DType::kQ4_K, DType::kQ6_K}) {
+    auto q = models::cuda_llama_create_dummy("llama3-8b", 0, t);
+    run(*q);
+  }
 }
 
 // The criterion: greedy text equal, or first different where the CPU's top-2 margin is
-// < 0.1 logit. The bf16 GPU path does not meet it yet (the CPU runs the file's 4-bit weights
-// with 8-bit activations): this test measures the margin at the first difference and fails only
-// on a gross disagreement (margin >= 2, i.e. the GPU picked a clearly worse token).
+// < 0.1 logit (a near tie that f32 summation order may break either way).
 TEST(LlamaCudaEngine, GreedyTextOnGpuFollowsCpu) {
   TESSERA_SKIP_WITHOUT_GPU();
   SKIP_WITHOUT_MODEL();
@@ -229,7 +252,7 @@ TEST(LlamaCudaEngine, GreedyTextOnGpuFollowsCpu) {
     const float margin = last[0] - last[1];
     std::printf("prompt %-30s: first difference at token %zu (CPU %zu tokens), CPU top-2 margin %.3f\n",
                 p, k, a->tokens.size(), margin);
-    EXPECT_LT(margin, 2.0f) << p;
+    EXPECT_LT(margin, 0.1f) << p;
   }
 }
 

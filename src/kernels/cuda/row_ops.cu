@@ -40,13 +40,14 @@ __global__ void rms_norm_rows_bf16_kernel(const float* x, const float* w, float 
     y[blockIdx.x * d + i] = __float2bfloat16_rn(xr[i] * inv * w[i]);
 }
 
-__global__ void swiglu_rows_bf16_kernel(const __nv_bfloat16* gu, int64_t n, int64_t ff,
+template <class T>
+__global__ void swiglu_rows_bf16_kernel(const T* gu, int64_t n, int64_t ff,
                                         __nv_bfloat16* out) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t r = i / ff, c = i % ff;
-    const float g = __bfloat162float(gu[r * 2 * ff + c]);
-    const float u = __bfloat162float(gu[r * 2 * ff + ff + c]);
+    const float g = static_cast<float>(gu[r * 2 * ff + c]);
+    const float u = static_cast<float>(gu[r * 2 * ff + ff + c]);
     out[i] = __float2bfloat16_rn(g / (1.f + expf(-g)) * u);
   }
 }
@@ -102,6 +103,12 @@ void rms_norm_rows_bf16(const float* x, const float* w, float eps, int64_t rows,
 
 void swiglu_rows_bf16(const __nv_bfloat16* gu, int64_t rows, int64_t ff, __nv_bfloat16* out,
                       cudaStream_t stream) {
+  const int64_t n = rows * ff;
+  if (n > 0) swiglu_rows_bf16_kernel<<<blocks_for(n), kThreads, 0, stream>>>(gu, n, ff, out);
+}
+
+void swiglu_rows_f32_bf16(const float* gu, int64_t rows, int64_t ff, __nv_bfloat16* out,
+                          cudaStream_t stream) {
   const int64_t n = rows * ff;
   if (n > 0) swiglu_rows_bf16_kernel<<<blocks_for(n), kThreads, 0, stream>>>(gu, n, ff, out);
 }

@@ -20,6 +20,9 @@ void rms_norm_rows_bf16(const float* x, const float* w, float eps, int64_t rows,
 // out[r][i] = bf16(silu(gu[r][i]) * gu[r][ff + i]): SwiGLU of a fused gate|up GEMM output.
 void swiglu_rows_bf16(const __nv_bfloat16* gu, int64_t rows, int64_t ff, __nv_bfloat16* out,
                       cudaStream_t stream);
+// The same from an f32 gate|up output (a quantized gate|up feeding a bf16 down projection).
+void swiglu_rows_f32_bf16(const float* gu, int64_t rows, int64_t ff, __nv_bfloat16* out,
+                          cudaStream_t stream);
 // ids[r] = the smallest i with x[r][i] maximal, for rows x n f32 logits (NaN never wins).
 void argmax_rows(const float* x, int64_t rows, int64_t n, int32_t* ids, cudaStream_t stream);
 
