@@ -251,7 +251,9 @@ TEST(MmqMatmul, EveryKernelMatchesTheReferenceForEveryType) {
         const auto got = run_gpu(t, blocks, x, c, p, false, {});
         ASSERT_TRUE(test::all_written(got)) << what;
         EXPECT_LE(test::nmse(got, want), bound) << what << " path " << static_cast<int>(p);
-        EXPECT_LE(test::nmse(got, cpu_y), 1e-9) << what << " vs cpu::matmul, path " << static_cast<int>(p);
+        // The CPU's AVX2 Q4_0 kernel sums 8 f32 lanes per block (llama.cpp's order): with
+        // cancellation that is ~1e-7 of the output (measured up to 2.4e-7 at k = 32).
+        EXPECT_LE(test::nmse(got, cpu_y), 1e-6) << what << " vs cpu::matmul, path " << static_cast<int>(p);
       }
       // Accumulating into existing values (the residual adds).
       std::vector<float> y0(c.m * c.n), want_acc(c.m * c.n);

@@ -38,6 +38,9 @@ __device__ __forceinline__ uint32_t q6_lo(uint32_t w, uint32_t h) {
 __device__ __forceinline__ uint32_t q6_hi(uint32_t w, uint32_t h) {
   return mmq_sub_bytes(((w >> 4) & 0x0F0F0F0Fu) | ((h & 0x03030303u) << 4), 0x20202020u);
 }
+// int -> float, exact for |c| < 2^22, in two full-rate ops (IADD + FADD): I2F runs at a quarter
+// of the FP32 rate and was the GEMM epilogue's bottleneck (one per block and output).
+__device__ __forceinline__ float mmq_i2f(int c) { return __int_as_float(c + 0x4B400000) - 12582912.0f; }
 __device__ __forceinline__ float mmq_f16(uint32_t bits) {
   return __half2float(__ushort_as_half(static_cast<unsigned short>(bits & 0xFFFFu)));
 }

@@ -31,7 +31,7 @@ struct Q8_0G {
     s = mmq_dp4a(w.a.z, x.a.z, s); s = mmq_dp4a(w.a.w, x.a.w, s);
     s = mmq_dp4a(w.b.x, x.b.x, s); s = mmq_dp4a(w.b.y, x.b.y, s);
     s = mmq_dp4a(w.b.z, x.b.z, s); s = mmq_dp4a(w.b.w, x.b.w, s);
-    return mmq_f16(w.sc) * x.d * static_cast<float>(s);
+    return mmq_f16(w.sc) * x.d * mmq_i2f(s);  // |s| <= 32 * 127 * 127
   }
 };
 
@@ -64,7 +64,7 @@ struct Q4_0G {
       s = mmq_dp4a(q4_0_lo(ws[i]), a[i], s);
       s = mmq_dp4a(q4_0_hi(ws[i]), b[i], s);
     }
-    return mmq_f16(w.sc) * x.d * static_cast<float>(s);
+    return mmq_f16(w.sc) * x.d * mmq_i2f(s);  // |s| <= 32 * 127 * 127
   }
 };
 
@@ -77,7 +77,7 @@ struct Q4_1G {
   }
   __device__ static float dot(const W& w, const XBlk& x) {
     const int s = dot_u4(w.q, x);
-    return mmq_f16(w.dm) * x.d * static_cast<float>(s) + mmq_f16(w.dm >> 16) * x.s;
+    return mmq_f16(w.dm) * x.d * mmq_i2f(s) + mmq_f16(w.dm >> 16) * x.s;
   }
 };
 
@@ -91,7 +91,7 @@ struct Q4_KG {
   }
   __device__ static float dot(const W& w, const XBlk& x) {
     const int s = dot_u4(w.q, x) * static_cast<int>(w.scmn & 0xFF);
-    return mmq_f16(w.dm) * x.d * static_cast<float>(s) -
+    return mmq_f16(w.dm) * x.d * mmq_i2f(s) -  // |s| <= 63 * 32 * 15 * 127 < 2^22
            mmq_f16(w.dm >> 16) * x.d * (static_cast<float>(w.scmn >> 8) * x.s);
   }
 };

@@ -217,6 +217,13 @@ __global__ void __launch_bounds__(kThreads) mmq_mma_kernel(Args p) {
                               blk * F::kS0;
           sc[h] = F::kS0 == 4 ? *reinterpret_cast<const uint32_t*>(sp) : *reinterpret_cast<const uint16_t*>(sp);
         }
+        // Per-row factors, converted once per block (not per output).
+        float wd[2], wmin[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          wd[h] = mmq_f16(sc[h]);
+          wmin[h] = K == Kind::kQ4_K ? static_cast<float>(sc[h] >> 8) : mmq_f16(sc[h] >> 16);
+        }
         uint32_t a[4];
         const uint8_t* wr0 = sb + S::kWq + r0 * S::kWqStride;
         const uint8_t* wr1 = wr0 + 8 * S::kWqStride;
@@ -257,15 +264,14 @@ __global__ void __launch_bounds__(kThreads) mmq_mma_kernel(Args p) {
             mma_k32(a, b[nt][0], b[nt][1], c);
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
-              const uint32_t s = sc[i / 2];
               const float2 x = xm[nt][i % 2];
               if constexpr (K == Kind::kQ4_K) {
-                isum[mt][nt][i] += static_cast<int>(s & 0xFF) * c[i];
-                fmin[mt][nt][i] += static_cast<float>(s >> 8) * x.y;
-              } else if constexpr (K == Kind::kQ4_1) {
-                acc[mt][nt][i] += mmq_f16(s) * x.x * static_cast<float>(c[i]) + mmq_f16(s >> 16) * x.y;
-              } else {
-                acc[mt][nt][i] += mmq_f16(s) * x.x * static_cast<float>(c[i]);
+                isum[mt][nt][i] += static_cast<int>(sc[i / 2] & 0xFF) * c[i];
+                fmin[mt][nt][i] += wmin[i / 2] * x.y;
+              } else if constexpr (K == Kind::kQ4_1) {  // |c| <= 32 * 15 * 127
+                acc[mt][nt][i] += wd[i / 2] * x.x * mmq_i2f(c[i]) + wmin[i / 2] * x.y;
+              } else {  // |c| <= 32 * 127 * 127
+                acc[mt][nt][i] += wd[i / 2] * x.x * mmq_i2f(c[i]);
               }
             }
           }
@@ -331,6 +337,7 @@ void launch_cfg(const Args& a, cudaStream_t s) {
 
 template <Kind K>
 void launch(const Args& a, cudaStream_t s) {
+  if (a.m <= 16) return launch_cfg<K, 64, 16, 4>(a, s);  // warps 4 x 1: 16 x 16 each
   if (a.m <= 32) return launch_cfg<K, 64, 32, 4>(a, s);  // warps 4 x 1: 16 x 32 each
   return launch_cfg<K, 64, 64, 2>(a, s);                 // warps 2 x 2: 32 x 32 each
 }
