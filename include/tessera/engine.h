@@ -42,6 +42,9 @@ struct EngineOptions {
   // Random weights of a named architecture (llama3-8b, qwen2.5-7b, ...) for benchmarks; the
   // file still supplies the tokenizer. Needs device cuda.
   std::string dummy;
+  // Weight type of the dummy weights: bf16, q8_0, q4_0, q4_1, q4_k or q6_k (every projection
+  // and the head; quantized ones stay quantized on the GPU).
+  std::string dummy_type = "bf16";
 };
 
 struct GenerationParams {

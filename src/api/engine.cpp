@@ -367,7 +367,12 @@ Status place_model(Engine::Impl& im, api::LoadedModel& loaded, const EngineOptio
       // The tokenizer comes from the file; the vocabulary covers both.
       const int64_t vocab = std::max<int64_t>(models::dummy_config(opt.dummy).vocab,
                                               im.tokenizer->n_vocab());
-      im.model = models::cuda_llama_create_dummy(opt.dummy, vocab);
+      const std::optional<DType> type = dtype_from_name(opt.dummy_type);
+      if (!type || (*type != DType::kBF16 && *type != DType::kQ8_0 && *type != DType::kQ4_0 &&
+                    *type != DType::kQ4_1 && *type != DType::kQ4_K && *type != DType::kQ6_K))
+        return Status(ErrorCode::kInvalidArgument, "unknown dummy weight type '" + opt.dummy_type +
+                                                       "' (bf16, q8_0, q4_0, q4_1, q4_k, q6_k)");
+      im.model = models::cuda_llama_create_dummy(opt.dummy, vocab, *type);
     } else if (im.file) {
       im.model = models::cuda_llama_create(*im.file);
     } else {
@@ -434,7 +439,8 @@ Expected<std::unique_ptr<Engine>> Engine::load(const std::string& path, const En
                                                  .max_running = opt.max_running});
     auto& s = impl->summary;
     s.architecture = c.architecture;
-    s.name = opt.dummy.empty() ? loaded->name : "dummy-" + opt.dummy;
+    s.name = opt.dummy.empty() ? loaded->name
+                               : "dummy-" + opt.dummy + (opt.dummy_type == "bf16" ? "" : "-" + opt.dummy_type);
     s.n_layers = c.n_layers;
     s.d_model = c.d_model;
     s.n_heads = c.n_heads;

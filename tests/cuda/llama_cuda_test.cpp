@@ -111,13 +111,24 @@ TEST_F(LlamaCuda, TeacherForcedDistributionsMatchTheCpuModel) {
   const Agreement a = compare(want, got, gpu->config().vocab);
   std::printf("GPU vs CPU model, %lld teacher-forced positions: top-1 %.1f%%, mean KL %.5f\n",
               static_cast<long long>(n), 100 * a.top1, a.mean_kl);
-  // The GPU runs bf16 weights and GEMM inputs where the CPU runs the file's 4-bit weights with
-  // 8-bit activations: agreement is measured, not bit-exact.
-  EXPECT_GE(a.top1, 0.90);
-  EXPECT_LE(a.mean_kl, 0.05);
-  // Chunked prefill gives the same distributions as one chunk.
+  // The GPU keeps the file's Q4_1 / Q8_0 weights and quantizes activations exactly as the CPU
+  // does (same integers for the same inputs), but its norms, attention, RoPE, SiLU and block
+  // sums run in other f32 orders; the 8-bit requantization before every projection turns those
+  // last-bit differences into whole-quantum flips that compound over 30 layers, so agreement
+  // saturates near the int8 noise level: measured (H200) top-1 100.0 % (96.9 % in a build that
+  // differed only in FMA contraction of the block epilogue), mean KL 0.0029 (the bf16 path:
+  // 96.9 %, 0.0030). Bit-exact agreement would need every op in the CPU's float order.
+  EXPECT_GE(a.top1, 0.93);
+  EXPECT_LE(a.mean_kl, 0.006);
+  // Chunked prefill (7-row chunks take the GEMV, one chunk the tensor-core GEMM: another f32
+  // order of the block sums) agrees up to the same rounding flips (measured: top-1 98.5 %,
+  // mean KL 0.0030, nMSE 1.2e-3).
   const auto chunked = run_alone(*gpu, gpu_cache, ids_, blocks, 7, pool);
-  EXPECT_LE(test::nmse(chunked, got), 1e-5);
+  const Agreement c = compare(got, chunked, gpu->config().vocab);
+  std::printf("chunks of 7 vs one chunk: top-1 %.1f%%, mean KL %.6f, nMSE %.2e\n", 100 * c.top1,
+              c.mean_kl, test::nmse(chunked, got));
+  EXPECT_GE(c.top1, 0.9);
+  EXPECT_LE(c.mean_kl, 0.01);
 }
 
 TEST_F(LlamaCuda, SequenceInABatchMatchesItAlone) {
@@ -127,7 +138,12 @@ TEST_F(LlamaCuda, SequenceInABatchMatchesItAlone) {
   auto cache = gpu->make_kv_cache(64, bs);
   const std::vector<int32_t> a(ids_.begin(), ids_.begin() + 40), b(ids_.begin() + 5, ids_.begin() + 30);
   const std::vector<int32_t> blocks_a = {0, 1, 2}, blocks_b = {10, 11}, blocks_c = {20};
-  const auto alone = run_alone(*gpu, cache, a, blocks_a, 64, pool);
+  // a alone: its whole prompt in one call, logits of the last row only (the head then takes the
+  // same kernel as in the batched call below: for quantized weights the kernel, and so the
+  // numerics, depend on the number of logits rows; docs/design/cuda_engine.md).
+  std::vector<float> alone(V);
+  const models::SeqChunk alone_chunk{0, 40, blocks_a, true};
+  gpu->forward(a, {&alone_chunk, 1}, cache, alone.data(), false, pool);
   // b is prefilled first; then one call runs a's whole prompt, b's next token and a 1-token c.
   run_alone(*gpu, cache, b, blocks_b, 64, pool);
   std::vector<int32_t> tokens = a;
@@ -182,23 +198,42 @@ TEST_F(LlamaCuda, GraphReplayedDecodeStepsMatchEagerSteps) {
 TEST(LlamaCudaDummy, NamedArchitectureRunsAndRejectsUnknownNames) {
   TESSERA_SKIP_WITHOUT_GPU();
   ThreadPool pool(1);
+  auto run = [&](models::CausalLm& m) {
+    auto cache = m.make_kv_cache(8, 16);
+    const std::vector<int32_t> ids = {1, 2, 3, 4, 5};
+    const std::vector<int32_t> blocks = {0};
+    const models::SeqChunk c{0, 5, blocks, true};
+    std::vector<float> logits(m.config().vocab);
+    m.forward(ids, {&c, 1}, cache, logits.data(), false, pool);
+    for (float v : logits) ASSERT_TRUE(std::isfinite(v));
+    EXPECT_GT(*std::max_element(logits.begin(), logits.end()),
+              *std::min_element(logits.begin(), logits.end()));
+  };
   auto m = models::cuda_llama_create_dummy("smollm2-135m");
-  auto cache = m->make_kv_cache(8, 16);
-  const std::vector<int32_t> ids = {1, 2, 3, 4, 5};
-  const std::vector<int32_t> blocks = {0};
-  const models::SeqChunk c{0, 5, blocks, true};
-  std::vector<float> logits(m->config().vocab);
-  m->forward(ids, {&c, 1}, cache, logits.data(), false, pool);
-  for (float v : logits) ASSERT_TRUE(std::isfinite(v));
-  EXPECT_GT(*std::max_element(logits.begin(), logits.end()),
-            *std::min_element(logits.begin(), logits.end()));
+  run(*m);
+  const int64_t bf16_bytes = m->decode_weight_bytes();
   EXPECT_THROW(models::cuda_llama_create_dummy("no-such-model"), Error);
+  // Quantized dummy weights: the decode bytes are the GGUF bytes of the type.
+  for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1}) {
+    auto q = models::cuda_llama_create_dummy("smollm2-135m", 0, t);
+    run(*q);
+    const double ratio = static_cast<double>(q->decode_weight_bytes()) / static_cast<double>(bf16_bytes);
+    EXPECT_NEAR(ratio, *dtype_row_bytes(t, 32) / 64.0, 0.01) << dtype_name(t);
+  }
+  // K types need widths that are multiples of 256 (SmolLM2's 576 is not).
+  EXPECT_THROW(models::cuda_llama_create_dummy("smollm2-135m", 0, DType::kQ4_K), Error);
+  EXPECT_THROW(models::cuda_llama_create_dummy("smollm2-135m", 0, DType::kQ5_0), Error);
+  for (DType t : {DType::kQ4_K, DType::kQ6_K}) {
+    auto q = models::cuda_llama_create_dummy("llama3-8b", 0, t);
+    run(*q);
+  }
 }
 
 // The criterion: greedy text equal, or first different where the CPU's top-2 margin is
-// < 0.1 logit. The bf16 GPU path does not meet it yet (the CPU runs the file's 4-bit weights
-// with 8-bit activations): this test measures the margin at the first difference and fails only
-// on a gross disagreement (margin >= 2, i.e. the GPU picked a clearly worse token).
+// < 0.1 logit. Measured with quantized weights (H200): 2 of 5 prompts identical, first
+// differences at margins 0.003 (meets it), 0.160 and 0.334 (do not): the criterion is not met
+// yet (see the teacher-forced test for why). This test prints the margins and fails on a gross
+// disagreement (margin >= 0.5: the GPU picked a clearly worse token).
 TEST(LlamaCudaEngine, GreedyTextOnGpuFollowsCpu) {
   TESSERA_SKIP_WITHOUT_GPU();
   SKIP_WITHOUT_MODEL();
@@ -232,7 +267,7 @@ TEST(LlamaCudaEngine, GreedyTextOnGpuFollowsCpu) {
     const float margin = last[0] - last[1];
     std::printf("prompt %-30s: first difference at token %zu (CPU %zu tokens), CPU top-2 margin %.3f\n",
                 p, k, a->tokens.size(), margin);
-    EXPECT_LT(margin, 2.0f) << p;
+    EXPECT_LT(margin, 0.5f) << p;
   }
 }
 

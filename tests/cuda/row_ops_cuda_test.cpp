@@ -5,6 +5,7 @@
 #include <cmath>
 #include <vector>
 
+#include "core/half.h"
 #include "cuda/cuda_test_util.h"
 #include "kernels/cuda/row_ops.h"
 #include "kernels/ref/llm_ops.h"
@@ -49,6 +50,26 @@ TEST(RowOpsCuda, SwigluRowsBf16MatchesReference) {
                                 1e-6f, 1e-2f))
         << rows << " x " << ff;
   }
+}
+
+TEST(RowOpsCuda, F32ToBf16AndSwigluFromF32) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  auto x = test::random_floats(3 * 2 * 1000, 6, -6.f, 6.f);
+  test::DevBuf<float> dx(x);
+  test::DevBuf<__nv_bfloat16> y(x.size()), s(3 * 1000);
+  y.poison();
+  s.poison();
+  cuda::f32_to_bf16_rows(dx.get(), static_cast<int64_t>(x.size()), y.get(), nullptr);
+  cuda::swiglu_rows_f32_bf16(dx.get(), 3, 1000, s.get(), nullptr);
+  test::check_launch();
+  const auto gy = y.download();
+  for (size_t i = 0; i < x.size(); ++i)
+    ASSERT_EQ(static_cast<__nv_bfloat16_raw>(gy[i]).x, f32_to_bf16(x[i])) << i;
+  std::vector<float> want(3 * 1000);
+  for (int64_t r = 0; r < 3; ++r)
+    ref::swiglu(x.data() + r * 2000, x.data() + r * 2000 + 1000, 1000, want.data() + r * 1000);
+  EXPECT_TRUE(test::all_close(test::to_f32(s.download()), test::round_to<__nv_bfloat16>(want),
+                              1e-6f, 1e-2f));
 }
 
 TEST(RowOpsCuda, GatherAndBias) {

@@ -28,7 +28,7 @@ const char* kUsage =
     "usage: tessera bench [-m MODEL.gguf] [--threads N] [--decode-tokens N] [--prefill N,N..]\n"
     "                     [--batch N,N..] [--batch-gen N] [--batch-ctx N] [--json]\n"
     "                     [--max-step-tokens N] [--out FILE.md] [--device cpu|cuda]\n"
-    "                     [--dummy ARCH]\n"
+    "                     [--dummy ARCH] [--dummy-type bf16|q8_0|q4_0|q4_1|q4_k|q6_k]\n"
     "Prints batch-1 decode ms/token, prefill tokens/s and batched decode tokens/s, each as a\n"
     "percentage of its floor (weights + KV bytes at the measured copy bandwidth; FLOPs at the\n"
     "measured FMA rate). Batched decode: N sequences with --batch-ctx-token prompts each generate\n"
@@ -113,9 +113,10 @@ int cmd_bench(int argc, char** argv) {
   args.value("model", &model);
   args.value("out", &out_path);
   const bool json = args.flag("json");
-  std::string device = "cpu", dummy;
+  std::string device = "cpu", dummy, dummy_type = "bf16";
   args.value("device", &device);
   args.value("dummy", &dummy);
+  args.value("dummy-type", &dummy_type);
   int threads = 0, decode_tokens = 64, batch_gen = 16, batch_ctx = -1, max_step_tokens = -1;
   std::vector<int> prefill = {512, 2048}, batches = {16, 64, 128};
   auto int_arg = [&](const char* name, long lo, long hi, int* dst) {
@@ -186,6 +187,7 @@ int cmd_bench(int argc, char** argv) {
   eo.prefix_caching = false;  // every run computes its prompts
   eo.device = device;
   eo.dummy = dummy;
+  eo.dummy_type = dummy_type;
   auto engine = Engine::load(model, eo);
   if (!engine) {
     std::fprintf(stderr, "tessera bench: %s\n", engine.status().to_string().c_str());
@@ -261,7 +263,7 @@ int cmd_bench(int argc, char** argv) {
   }
 
   std::ostringstream md;
-  md << "# tessera bench\n\nmodel: " << model << (dummy.empty() ? "" : " (dummy " + dummy + " weights)")
+  md << "# tessera bench\n\nmodel: " << model << (dummy.empty() ? "" : " (dummy " + dummy + " " + dummy_type + " weights)")
      << " on " << device << " (" << s.architecture << ", " << s.n_layers
      << " layers, d " << s.d_model << ")\n\n"
      << "ceilings: copy bandwidth " << fmt("%.1f", bw / 1e9) << " GB/s, " << peak_name << " "

@@ -15,7 +15,7 @@ const char* kUsage =
     "                   [--presence-penalty X] [--frequency-penalty X] [--repeat-last-n N]\n"
     "                   [--no-repeat-ngram N] [--stop STR]... [--ctx N] [--threads N]\n"
     "                   [--kv-f32] [--ignore-eos] [--no-bos] [--print-token-ids]\n"
-    "                   [--device cpu|cuda] [--dummy ARCH] PROMPT\n";
+    "                   [--device cpu|cuda] [--dummy ARCH] [--dummy-type TYPE] PROMPT\n";
 
 bool parse_number(const std::string& s, double* out) {
   char* end = nullptr;
@@ -65,6 +65,7 @@ int cmd_run(int argc, char** argv) {
   eo.kv_cache_f32 = args.flag("kv-f32");
   args.value("device", &eo.device);
   args.value("dummy", &eo.dummy);
+  args.value("dummy-type", &eo.dummy_type);
   if (args.flag("no-bos")) p.add_bos = false;
   std::vector<std::string> pos = args.positionals(&bad);
   if (bad.empty() && pos.size() != 1) bad = "expected exactly one PROMPT argument";

@@ -22,7 +22,7 @@ const char* kUsage =
     "                     [--model-name NAME] [--ctx N] [--threads N] [--max-queue N]\n"
     "                     [--allow-priority] [--kv-cache-tokens N] [--max-running N]\n"
     "                     [--max-step-tokens N] [--no-prefix-cache] [--device cpu|cuda]\n"
-    "                     [--dummy ARCH]\n"
+    "                     [--dummy ARCH] [--dummy-type bf16|q8_0|q4_0|q4_1|q4_k|q6_k]\n"
     "                     [--max-connections N] [--drain-timeout SECONDS] [--read-timeout SECONDS]\n"
     "Serves POST /v1/chat/completions, POST /v1/completions, GET /v1/models, /health, /ready,\n"
     "/metrics. --port 0 picks a free port; the chosen address is printed to stderr.\n";
@@ -92,6 +92,7 @@ int cmd_serve(int argc, char** argv) {
   eo.prefix_caching = !args.flag("no-prefix-cache");
   args.value("device", &eo.device);
   args.value("dummy", &eo.dummy);
+  args.value("dummy-type", &eo.dummy_type);
   num("max-connections", 1, 1 << 16, [&](long n) { so.max_connections = static_cast<size_t>(n); });
   num("drain-timeout", 0, 3600, [&](long n) { so.drain_timeout = std::chrono::seconds(n); });
   num("read-timeout", 1, 3600, [&](long n) { so.read_timeout = std::chrono::seconds(n); });

@@ -31,9 +31,9 @@ GemmBf16::~GemmBf16() {
 
 // Column-major view: C (m x n, ld m) = op(A) * B with A = w seen as k x m (ld k), transposed,
 // and B = x seen as k x n (ld k). C is then exactly row-major y[n][m].
-const GemmBf16::Plan& GemmBf16::plan(int64_t n, int64_t m, int64_t k, bool accumulate,
-                                     bool bf16_out) {
-  const auto key = std::make_tuple(n, m, k, accumulate, bf16_out);
+const GemmBf16::Plan& GemmBf16::plan(int64_t n, int64_t m, int64_t k, int64_t ldy,
+                                     bool accumulate, bool bf16_out) {
+  const auto key = std::make_tuple(n, m, k, ldy, accumulate, bf16_out);
   if (auto it = plans_.find(key); it != plans_.end()) return it->second;
   Plan p;
   check(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc create");
@@ -42,7 +42,7 @@ const GemmBf16::Plan& GemmBf16::plan(int64_t n, int64_t m, int64_t k, bool accum
   check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "transb");
   check(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16BF, k, m, k), "layout a");
   check(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_16BF, k, n, k), "layout b");
-  check(cublasLtMatrixLayoutCreate(&p.c, bf16_out ? CUDA_R_16BF : CUDA_R_32F, m, n, m), "layout c");
+  check(cublasLtMatrixLayoutCreate(&p.c, bf16_out ? CUDA_R_16BF : CUDA_R_32F, m, n, ldy), "layout c");
   cublasLtMatmulPreference_t pref = nullptr;
   check(cublasLtMatmulPreferenceCreate(&pref), "preference");
   check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
@@ -75,15 +75,16 @@ void GemmBf16::launch(const Plan& p, const void* x, const void* w, void* y, bool
 }
 
 void GemmBf16::run(const __nv_bfloat16* x, const __nv_bfloat16* w, float* y, int64_t n,
-                   int64_t m, int64_t k, bool accumulate, cudaStream_t stream) {
-  TESSERA_CHECK_ARG(n >= 1 && m >= 1 && k >= 1, "gemm_bf16: empty product");
-  launch(plan(n, m, k, accumulate, false), x, w, y, accumulate, stream);
+                   int64_t m, int64_t k, bool accumulate, cudaStream_t stream, int64_t ldy) {
+  TESSERA_CHECK_ARG(n >= 1 && m >= 1 && k >= 1 && (ldy == 0 || ldy >= m),
+                    "gemm_bf16: empty product or ldy < m");
+  launch(plan(n, m, k, ldy > 0 ? ldy : m, accumulate, false), x, w, y, accumulate, stream);
 }
 
 void GemmBf16::run(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int64_t n,
                    int64_t m, int64_t k, cudaStream_t stream) {
   TESSERA_CHECK_ARG(n >= 1 && m >= 1 && k >= 1, "gemm_bf16: empty product");
-  launch(plan(n, m, k, false, true), x, w, y, false, stream);
+  launch(plan(n, m, k, m, false, true), x, w, y, false, stream);
 }
 
 }  // namespace tessera::cuda

@@ -28,8 +28,9 @@ class GemmBf16 {
   GemmBf16(const GemmBf16&) = delete;
   GemmBf16& operator=(const GemmBf16&) = delete;
 
+  // ldy: elements between rows of y (0: m), e.g. to write a column slice of a wider output.
   void run(const __nv_bfloat16* x, const __nv_bfloat16* w, float* y, int64_t n, int64_t m,
-           int64_t k, bool accumulate, cudaStream_t stream);
+           int64_t k, bool accumulate, cudaStream_t stream, int64_t ldy = 0);
   // Same product rounded to bf16 (no accumulate): halves the output traffic for GEMM results
   // that only feed another bf16 GEMM (e.g. the fused gate|up projection).
   void run(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int64_t n,
@@ -41,14 +42,14 @@ class GemmBf16 {
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
     cublasLtMatmulAlgo_t algo{};
   };
-  const Plan& plan(int64_t n, int64_t m, int64_t k, bool accumulate, bool bf16_out);
+  const Plan& plan(int64_t n, int64_t m, int64_t k, int64_t ldy, bool accumulate, bool bf16_out);
   void launch(const Plan& p, const void* x, const void* w, void* y, bool accumulate,
               cudaStream_t stream);
 
   CublasLtHandle handle_;
   void* workspace_ = nullptr;
   size_t workspace_bytes_;
-  std::map<std::tuple<int64_t, int64_t, int64_t, bool, bool>, Plan> plans_;
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, bool, bool>, Plan> plans_;
 };
 
 }  // namespace tessera::cuda

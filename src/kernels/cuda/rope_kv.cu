@@ -15,9 +15,10 @@ constexpr int kMaxPairs = 256;  // n_rot / 2 <= 256 (head_dim <= 512)
 // instructions, which per head and pair dominated the kernel), then rotates the q and k heads
 // and copies the v row to the cache.
 template <class T>
-__global__ void rope_kv_kernel(T* q, const T* k, const T* v, const int32_t* positions,
-                               const int64_t* cache_rows, int64_t n_heads, int64_t n_kv_heads,
-                               int64_t head_dim, RopeConfig cfg, __half* k_cache, __half* v_cache) {
+__global__ void rope_kv_kernel(const T* q_in, int64_t ld_q, const T* k, const T* v, int64_t ld_kv,
+                               T* q, const int32_t* positions, const int64_t* cache_rows,
+                               int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, RopeConfig cfg,
+                               __half* k_cache, __half* v_cache) {
   __shared__ double cs_s[kMaxPairs], sn_s[kMaxPairs];
   const int64_t r = blockIdx.x;
   const int64_t crow = cache_rows[r];
@@ -30,14 +31,14 @@ __global__ void rope_kv_kernel(T* q, const T* k, const T* v, const int32_t* posi
   }
   const int64_t n_v = n_kv_heads * head_dim;
   for (int64_t i = threadIdx.x; i < n_v; i += kThreads)
-    v_cache[crow * n_v + i] = __float2half_rn(to_f32(v[r * n_v + i]));
+    v_cache[crow * n_v + i] = __float2half_rn(to_f32(v[r * ld_kv + i]));
   __syncthreads();
   const int64_t items = (n_heads + n_kv_heads) * slots;
   for (int64_t it = threadIdx.x; it < items; it += kThreads) {
     const int64_t head = it / slots, j = it % slots;
     const bool is_q = head < n_heads;
     const int64_t h = is_q ? head : head - n_heads;
-    const T* src = is_q ? q + (r * n_heads + h) * head_dim : k + (r * n_kv_heads + h) * head_dim;
+    const T* src = is_q ? q_in + r * ld_q + h * head_dim : k + r * ld_kv + h * head_dim;
     int64_t a, b;
     float y0, y1;
     if (j < half_rot) {
@@ -71,19 +72,34 @@ template <class T>
 void rope_kv_write(T* q, const T* k, const T* v, const int32_t* positions, const int64_t* cache_rows,
                    int64_t rows, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
                    const RopeConfig& rope, __half* k_cache, __half* v_cache, cudaStream_t stream) {
+  rope_kv_write_strided<T>(q, n_heads * head_dim, k, v, n_kv_heads * head_dim, q, positions,
+                           cache_rows, rows, n_heads, n_kv_heads, head_dim, rope, k_cache, v_cache,
+                           stream);
+}
+
+template <class T>
+void rope_kv_write_strided(const T* q_in, int64_t ld_q, const T* k, const T* v, int64_t ld_kv, T* q,
+                           const int32_t* positions, const int64_t* cache_rows, int64_t rows,
+                           int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
+                           const RopeConfig& rope, __half* k_cache, __half* v_cache,
+                           cudaStream_t stream) {
   TESSERA_CHECK_ARG(head_dim % 2 == 0 && rope.n_rot % 2 == 0 && rope.n_rot <= head_dim &&
                         rope.n_rot >= 0 && rope.n_rot / 2 <= kMaxPairs,
                     "cuda::rope_kv_write: head_dim and n_rot must be even, n_rot <= head_dim, "
                     "n_rot <= 512");
   if (rows <= 0) return;
   rope_kv_kernel<T><<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
-      q, k, v, positions, cache_rows, n_heads, n_kv_heads, head_dim, rope, k_cache, v_cache);
+      q_in, ld_q, k, v, ld_kv, q, positions, cache_rows, n_heads, n_kv_heads, head_dim, rope,
+      k_cache, v_cache);
 }
 
 #define TESSERA_INSTANTIATE(T)                                                                   \
   template void rope_kv_write<T>(T*, const T*, const T*, const int32_t*, const int64_t*, int64_t, \
                                  int64_t, int64_t, int64_t, const RopeConfig&, __half*, __half*,  \
-                                 cudaStream_t);
+                                 cudaStream_t);                                                   \
+  template void rope_kv_write_strided<T>(const T*, int64_t, const T*, const T*, int64_t, T*,         \
+                                         const int32_t*, const int64_t*, int64_t, int64_t, int64_t, \
+                                         int64_t, const RopeConfig&, __half*, __half*, cudaStream_t);
 TESSERA_INSTANTIATE(float)
 TESSERA_INSTANTIATE(__half)
 TESSERA_INSTANTIATE(__nv_bfloat16)

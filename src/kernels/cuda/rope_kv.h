@@ -32,4 +32,14 @@ void rope_kv_write(T* q, const T* k, const T* v, const int32_t* positions, const
                    int64_t rows, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
                    const RopeConfig& rope, __half* k_cache, __half* v_cache, cudaStream_t stream);
 
+// The same on strided inputs (e.g. rows of a fused q|k|v projection): q_in / k / v rows at
+// stride ld_q / ld_kv elements; the rotated q goes to q (contiguous rows of n_heads x head_dim,
+// may be q_in when ld_q == n_heads * head_dim).
+template <class T>
+void rope_kv_write_strided(const T* q_in, int64_t ld_q, const T* k, const T* v, int64_t ld_kv, T* q,
+                           const int32_t* positions, const int64_t* cache_rows, int64_t rows,
+                           int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
+                           const RopeConfig& rope, __half* k_cache, __half* v_cache,
+                           cudaStream_t stream);
+
 }  // namespace tessera::cuda

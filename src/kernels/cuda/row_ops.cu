@@ -16,6 +16,12 @@ __global__ void add_bias_kernel(float* y, const float* b, int64_t n, int64_t col
     y[i] += b[i % cols];
 }
 
+__global__ void f32_to_bf16_kernel(const float* x, int64_t n, __nv_bfloat16* y) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x)
+    y[i] = __float2bfloat16_rn(x[i]);
+}
+
 __global__ void gather_rows_f32_kernel(const float* x, const int32_t* rows, int64_t n, int64_t d,
                                        float* y) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
@@ -94,6 +100,15 @@ __global__ void swiglu_rows_bf16_kernel(const __nv_bfloat16* gu, int64_t rows, i
   }
 }
 
+// The f32-input variant (a quantized gate|up output): one column per thread.
+__global__ void swiglu_rows_f32_bf16_kernel(const float* gu, int64_t rows, int64_t ff,
+                                            __nv_bfloat16* out) {
+  const int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (c >= ff) return;
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y)
+    out[r * ff + c] = __float2bfloat16_rn(silu_mul(gu[r * 2 * ff + c], gu[r * 2 * ff + ff + c]));
+}
+
 }  // namespace
 
 void gather_rows_f32(const float* x, const int32_t* rows, int64_t n_rows, int64_t d, float* y,
@@ -125,6 +140,18 @@ void swiglu_rows_bf16(const __nv_bfloat16* gu, int64_t rows, int64_t ff, __nv_bf
     swiglu_rows_bf16_kernel<true><<<grid, kThreads, 0, stream>>>(gu, rows, ff, out);
   else
     swiglu_rows_bf16_kernel<false><<<grid, kThreads, 0, stream>>>(gu, rows, ff, out);
+}
+
+void swiglu_rows_f32_bf16(const float* gu, int64_t rows, int64_t ff, __nv_bfloat16* out,
+                          cudaStream_t stream) {
+  if (rows <= 0 || ff <= 0) return;
+  const dim3 grid(static_cast<unsigned>((ff + kThreads - 1) / kThreads),
+                  static_cast<unsigned>(rows < 65535 ? rows : 65535));
+  swiglu_rows_f32_bf16_kernel<<<grid, kThreads, 0, stream>>>(gu, rows, ff, out);
+}
+
+void f32_to_bf16_rows(const float* x, int64_t n, __nv_bfloat16* y, cudaStream_t stream) {
+  if (n > 0) f32_to_bf16_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, n, y);
 }
 
 void add_bias_rows(float* y, const float* b, int64_t rows, int64_t cols, cudaStream_t stream) {

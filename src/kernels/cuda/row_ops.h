@@ -8,6 +8,8 @@
 
 namespace tessera::cuda {
 
+// y[i] = bf16(x[i]) for n f32 values (a bf16 GEMM's input).
+void f32_to_bf16_rows(const float* x, int64_t n, __nv_bfloat16* y, cudaStream_t stream);
 // y[r] += b for rows x cols f32 (QKV bias).
 void add_bias_rows(float* y, const float* b, int64_t rows, int64_t cols, cudaStream_t stream);
 
@@ -20,5 +22,8 @@ void rms_norm_rows_bf16(const float* x, const float* w, float eps, int64_t rows,
 // out[r][i] = bf16(silu(gu[r][i]) * gu[r][ff + i]): SwiGLU of a fused gate|up GEMM output.
 void swiglu_rows_bf16(const __nv_bfloat16* gu, int64_t rows, int64_t ff, __nv_bfloat16* out,
                       cudaStream_t stream);
+// The same from an f32 gate|up output (a quantized gate|up feeding a bf16 down projection).
+void swiglu_rows_f32_bf16(const float* gu, int64_t rows, int64_t ff, __nv_bfloat16* out,
+                          cudaStream_t stream);
 
 }  // namespace tessera::cuda

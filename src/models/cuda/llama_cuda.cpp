@@ -7,6 +7,7 @@
 #include <cmath>
 #include <map>
 #include <set>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -16,8 +17,11 @@
 #include "core/error.h"
 #include "core/half.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cuda/dequant_packed.h"
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/fill_random.h"
+#include "kernels/cuda/gemv.h"
+#include "kernels/cuda/mmq.h"
 #include "kernels/cuda/paged_attention.h"
 #include "kernels/cuda/rope_kv.h"
 #include "kernels/cuda/sample.h"
@@ -71,10 +75,26 @@ class Grow {
   int64_t cap_ = 0;
 };
 
+// One projection y[rows][n] = x W^T, W [n][k]: bf16 (cuBLASLt), or quantized (integer dots on
+// activations quantized like the CPU's, kernels/cuda/mmq.h) as row ranges `parts` of the output
+// (one part unless fused matrices of different quant types, e.g. q|k|v of a Q4_K_M file).
+struct Proj {
+  struct Part {
+    DType type;
+    const uint8_t* packed;  // gemv.h repacked layout of rows [row0, row0 + n)
+    int64_t row0, n;
+  };
+  int64_t n = 0, k = 0;
+  bf16* w = nullptr;
+  std::vector<Part> parts;
+  bool quant() const { return !parts.empty(); }
+};
+
 struct Layer {
-  float *attn_norm = nullptr, *ffn_norm = nullptr, *bq = nullptr, *bk = nullptr, *bv = nullptr;
-  bf16 *wq = nullptr, *wk = nullptr, *wv = nullptr, *wo = nullptr, *wd = nullptr;
-  bf16* wgu = nullptr;  // gate rows then up rows: [2 d_ff][d_model], one GEMM
+  float *attn_norm = nullptr, *ffn_norm = nullptr, *bqkv = nullptr;
+  Proj qkv;  // q rows | k rows | v rows, one projection
+  Proj wo, wd;
+  Proj wgu;  // gate rows then up rows: [2 d_ff][d_model], one projection
 };
 
 class CudaLlama final : public CausalLm {
@@ -104,41 +124,60 @@ class CudaLlama final : public CausalLm {
       embd_ = t;
     } else {  // other types: a bf16 copy
       embd_type_ = DType::kBF16;
-      embd_ = matrix(embd);
+      bf16* t = arena_.alloc<bf16>(cfg_.vocab * d);
+      upload_bf16(embd, t);
+      embd_ = t;
     }
-    output_ = cfg_.tied_embeddings ? matrix(embd) : matrix(w.matrix("output.weight", cfg_.vocab, d));
+    output_ = proj({cfg_.tied_embeddings ? embd : w.matrix("output.weight", cfg_.vocab, d)});
     out_norm_ = vector(w, "output_norm.weight", d);
     if (w.has("rope_freqs.weight")) rope_freqs_ = vector(w, "rope_freqs.weight", cfg_.rope.n_rot / 2);
     for (int64_t i = 0; i < cfg_.n_layers; ++i) {
       const std::string p = "blk." + std::to_string(i) + ".";
       Layer& l = layers_[i];
       l.attn_norm = vector(w, p + "attn_norm.weight", d);
-      l.wq = matrix(w.matrix(p + "attn_q.weight", qd, d));
-      l.wk = matrix(w.matrix(p + "attn_k.weight", kvd, d));
-      l.wv = matrix(w.matrix(p + "attn_v.weight", kvd, d));
-      l.wo = matrix(w.matrix(p + "attn_output.weight", d, qd));
+      l.qkv = proj({w.matrix(p + "attn_q.weight", qd, d), w.matrix(p + "attn_k.weight", kvd, d),
+                    w.matrix(p + "attn_v.weight", kvd, d)});
+      l.wo = proj({w.matrix(p + "attn_output.weight", d, qd)});
       if (cfg_.qkv_bias) {
-        l.bq = vector(w, p + "attn_q.bias", qd);
-        l.bk = vector(w, p + "attn_k.bias", kvd);
-        l.bv = vector(w, p + "attn_v.bias", kvd);
+        l.bqkv = arena_.alloc<float>(qd + 2 * kvd);
+        upload_vector(w, p + "attn_q.bias", qd, l.bqkv);
+        upload_vector(w, p + "attn_k.bias", kvd, l.bqkv + qd);
+        upload_vector(w, p + "attn_v.bias", kvd, l.bqkv + qd + kvd);
       }
       l.ffn_norm = vector(w, p + "ffn_norm.weight", d);
-      l.wgu = arena_.alloc<bf16>(2 * ff * d);
-      upload_bf16(w.matrix(p + "ffn_gate.weight", ff, d), l.wgu);
-      upload_bf16(w.matrix(p + "ffn_up.weight", ff, d), l.wgu + ff * d);
-      l.wd = matrix(w.matrix(p + "ffn_down.weight", d, ff));
+      l.wgu = proj({w.matrix(p + "ffn_gate.weight", ff, d), w.matrix(p + "ffn_up.weight", ff, d)});
+      l.wd = proj({w.matrix(p + "ffn_down.weight", d, ff)});
     }
+    finish_load();
   }
 
-  // Random weights (uniform, scaled by sqrt(3 / fan-in) so activations keep unit scale).
-  void fill_dummy(uint64_t seed) {
+  // Random weights of type `type` (bf16, or a quantized type of kernels/cuda/mmq.h) generated on
+  // the device: bf16 uniform, scaled by sqrt(3 / fan-in) so activations keep unit scale; quant
+  // blocks from fill_random_quant at dummy_quant_scale. The embedding table is bf16.
+  void fill_dummy(uint64_t seed, DType type) {
     const int64_t d = cfg_.d_model, qd = cfg_.n_heads * cfg_.head_dim,
                   kvd = cfg_.n_kv_heads * cfg_.head_dim, ff = cfg_.d_ff;
-    auto mat = [&](int64_t rows, int64_t cols) {
+    auto bf16_mat = [&](int64_t rows, int64_t cols) {
       bf16* w = arena_.alloc<bf16>(rows * cols);
       const float a = std::sqrt(3.f / static_cast<float>(cols));
       cuda::fill_uniform_bf16(reinterpret_cast<uint16_t*>(w), rows * cols, -a, a, seed++, stream_);
       return w;
+    };
+    auto mat = [&](int64_t rows, int64_t cols) {
+      Proj p;
+      p.n = rows;
+      p.k = cols;
+      if (type == DType::kBF16) {
+        p.w = bf16_mat(rows, cols);
+        weight_bytes_ += 2 * rows * cols;
+      } else {
+        const size_t bytes = cuda::gemv_quant_layout(type, rows, cols).bytes;
+        uint8_t* q = arena_.alloc<uint8_t>(static_cast<int64_t>(bytes));
+        cuda::fill_random_quant(type, q, rows, cols, cuda::dummy_quant_scale(type, cols), seed++, stream_);
+        p.parts.push_back({type, q, 0, rows});
+        weight_bytes_ += rows * *dtype_row_bytes(type, cols);
+      }
+      return p;
     };
     auto vec = [&](int64_t n, float lo, float hi) {
       float* v = arena_.alloc<float>(n);
@@ -146,31 +185,28 @@ class CudaLlama final : public CausalLm {
       return v;
     };
     embd_type_ = DType::kBF16;
-    embd_ = mat(cfg_.vocab, d);
+    embd_ = bf16_mat(cfg_.vocab, d);
     output_ = mat(cfg_.vocab, d);
     out_norm_ = vec(d, 0.9f, 1.1f);
     for (Layer& l : layers_) {
       l.attn_norm = vec(d, 0.9f, 1.1f);
-      l.wq = mat(qd, d);
-      l.wk = mat(kvd, d);
-      l.wv = mat(kvd, d);
+      l.qkv = mat(qd + 2 * kvd, d);
       l.wo = mat(d, qd);
-      if (cfg_.qkv_bias) {
-        l.bq = vec(qd, -0.1f, 0.1f);
-        l.bk = vec(kvd, -0.1f, 0.1f);
-        l.bv = vec(kvd, -0.1f, 0.1f);
-      }
+      if (cfg_.qkv_bias) l.bqkv = vec(qd + 2 * kvd, -0.1f, 0.1f);
       l.ffn_norm = vec(d, 0.9f, 1.1f);
       l.wgu = mat(2 * ff, d);
       l.wd = mat(d, ff);
     }
+    finish_load();
     TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
 
   const LlmConfig& config() const override { return cfg_; }
 
+  // Bytes a decode step reads: every projection and the head as stored (quantized: GGUF block
+  // bytes), the norms, one embedding row (negligible, not counted).
   int64_t decode_weight_bytes() const override {
-    return 2 * matmul_params() +
+    return weight_bytes_ +
            static_cast<int64_t>(sizeof(float)) * cfg_.d_model * (2 * cfg_.n_layers + 1);
   }
   int64_t matmul_params() const override {
@@ -259,11 +295,17 @@ class CudaLlama final : public CausalLm {
     Bufs b{};
     b.x = residual_.get(n * d);
     b.normed = normed_.get(std::max<int64_t>(n_logits, 1) * d);
-    b.h = h_.get(n * std::max({d, qd, ff}));
-    b.gu = gu_.get(n * 2 * ff);
+    const int64_t widest = std::max({d, qd, ff});
+    b.h = h_.get(n * widest);
+    b.gu = any_bf16_gu_ ? gu_.get(n * 2 * ff) : nullptr;
+    b.guf = any_f32_gu_ ? guf_.get(n * 2 * ff) : nullptr;
+    b.qkv = qkv_.get(n * (qd + 2 * kvd));
     b.q = q_.get(n * qd);
-    b.k = k_.get(n * kvd);
-    b.v = v_.get(n * kvd);
+    b.attn = any_quant_ ? attn_.get(n * qd) : nullptr;
+    b.qx = any_quant_ ? qx_.get(n * widest) : nullptr;
+    b.meta = any_quant_ ? meta_.get(n * widest / 32) : nullptr;
+    b.wdq = any_quant_ && n > cuda::kMmqGemvMaxRows && !mmq_gemm_ ? wdq_.get(kDequantSliceElems)
+                                                                 : nullptr;
     b.out = logits_.get(n_logits * V);
     b.tokens = d_tokens;
     b.pos = d_pos;
@@ -325,8 +367,11 @@ class CudaLlama final : public CausalLm {
 
   // Device buffers of one forward call (graphs capture these addresses).
   struct Bufs {
-    float *x, *normed, *q, *k, *v, *out;
+    float *x, *normed, *qkv, *q, *attn, *guf, *out;
     bf16 *h, *gu;
+    int8_t* qx;
+    cuda::MmqActMeta* meta;
+    bf16* wdq;  // a dequantized weight slice (quantized projections of many rows)
     int32_t *tokens, *pos, *tables, *logit_rows;
     int64_t* rows;
     cuda::PagedAttentionTile* tiles;
@@ -343,7 +388,7 @@ class CudaLlama final : public CausalLm {
     const int64_t d = cfg_.d_model, hd = cfg_.head_dim, qd = cfg_.n_heads * hd,
                   kvd = cfg_.n_kv_heads * hd, ff = cfg_.d_ff, V = cfg_.vocab;
     cudaStream_t s = stream_;
-    float *x = b.x, *normed = b.normed, *q = b.q, *k = b.k, *v = b.v, *out = b.out;
+    float *x = b.x, *normed = b.normed, *q = b.q, *out = b.out;
     bf16 *h = b.h, *gu = b.gu;
     const int32_t *d_tokens = b.tokens, *d_pos = b.pos, *d_tables = b.tables,
                   *d_logit_rows = b.logit_rows;
@@ -354,45 +399,137 @@ class CudaLlama final : public CausalLm {
     const float scale = 1.f / std::sqrt(static_cast<float>(hd));
     cuda::embedding_gather<float>(embd_type_, embd_, V, d, d_tokens, n, x, s);
     prof_.mark("embedding");
+    const int64_t qkvd = qd + 2 * kvd;
     for (int64_t li = 0; li < cfg_.n_layers; ++li) {
       const Layer& l = layers_[li];
       __half* kc = static_cast<__half*>(cache.k(li).raw_data());
       __half* vc = static_cast<__half*>(cache.v(li).raw_data());
-      cuda::rms_norm_rows_bf16(x, l.attn_norm, cfg_.norm_eps, n, d, h, s);
-      prof_.mark("norm");
-      gemm_.run(h, l.wq, q, n, qd, d, false, s);
-      gemm_.run(h, l.wk, k, n, kvd, d, false, s);
-      gemm_.run(h, l.wv, v, n, kvd, d, false, s);
-      prof_.mark("gemm qkv");
-      if (cfg_.qkv_bias) {
-        cuda::add_bias_rows(q, l.bq, n, qd, s);
-        cuda::add_bias_rows(k, l.bk, n, kvd, s);
-        cuda::add_bias_rows(v, l.bv, n, kvd, s);
+      // q|k|v = norm(x) Wqkv^T (f32 rows of qkvd)
+      if (l.qkv.quant()) {
+        project(l.qkv, In::norm(x, l.attn_norm), n, b, b.qkv, qkvd, false);
+      } else {
+        cuda::rms_norm_rows_bf16(x, l.attn_norm, cfg_.norm_eps, n, d, h, s);
+        gemm_.run(h, l.qkv.w, b.qkv, n, qkvd, d, false, s);
       }
-      cuda::rope_kv_write<float>(q, k, v, d_pos, d_rows, n, cfg_.n_heads, cfg_.n_kv_heads, hd,
-                                 rope, kc, vc, s);
+      prof_.mark("norm + qkv");
+      if (cfg_.qkv_bias) cuda::add_bias_rows(b.qkv, l.bqkv, n, qkvd, s);
+      cuda::rope_kv_write_strided<float>(b.qkv, qkvd, b.qkv + qd, b.qkv + qd + kvd, qkvd, q, d_pos,
+                                         d_rows, n, cfg_.n_heads, cfg_.n_kv_heads, hd, rope, kc, vc, s);
       prof_.mark("bias + rope + kv write");
-      // Attention writes bf16: it only feeds the output projection.
-      cuda::paged_attention<float, bf16>(q, d_pos, d_tiles, static_cast<int64_t>(tiles_.size()),
-                                         d_tables, table_stride_, cache.block_size(), kc, vc,
-                                         cfg_.n_heads, cfg_.n_kv_heads, hd, scale, h, s);
-      prof_.mark("attention");
-      gemm_.run(h, l.wo, x, n, d, qd, /*accumulate=*/true, s);  // residual += attention out
-      prof_.mark("gemm o");
-      cuda::rms_norm_rows_bf16(x, l.ffn_norm, cfg_.norm_eps, n, d, h, s);
-      prof_.mark("norm");
-      gemm_.run(h, l.wgu, gu, n, 2 * ff, d, s);  // gate | up, bf16
-      prof_.mark("gemm gate|up");
-      cuda::swiglu_rows_bf16(gu, n, ff, h, s);
-      prof_.mark("swiglu");
-      gemm_.run(h, l.wd, x, n, d, ff, /*accumulate=*/true, s);  // residual += MLP out
-      prof_.mark("gemm down");
+      if (l.wo.quant()) {  // attention in f32, quantized for the integer dots
+        cuda::paged_attention<float, float>(q, d_pos, d_tiles, static_cast<int64_t>(tiles_.size()),
+                                            d_tables, table_stride_, cache.block_size(), kc, vc,
+                                            cfg_.n_heads, cfg_.n_kv_heads, hd, scale, b.attn, s);
+        prof_.mark("attention");
+        project(l.wo, In::rows(b.attn), n, b, x, d, /*accumulate=*/true);
+      } else {  // attention writes bf16: it only feeds the output projection
+        cuda::paged_attention<float, bf16>(q, d_pos, d_tiles, static_cast<int64_t>(tiles_.size()),
+                                           d_tables, table_stride_, cache.block_size(), kc, vc,
+                                           cfg_.n_heads, cfg_.n_kv_heads, hd, scale, h, s);
+        prof_.mark("attention");
+        gemm_.run(h, l.wo.w, x, n, d, qd, /*accumulate=*/true, s);  // residual += attention out
+      }
+      prof_.mark("o");
+      // gate|up, bf16 when both it and down are bf16, else f32
+      const bool f32_gu = l.wgu.quant() || l.wd.quant();
+      if (l.wgu.quant()) {
+        project(l.wgu, In::norm(x, l.ffn_norm), n, b, b.guf, 2 * ff, false);
+      } else {
+        cuda::rms_norm_rows_bf16(x, l.ffn_norm, cfg_.norm_eps, n, d, h, s);
+        if (f32_gu) gemm_.run(h, l.wgu.w, b.guf, n, 2 * ff, d, false, s);
+        else gemm_.run(h, l.wgu.w, gu, n, 2 * ff, d, s);
+      }
+      prof_.mark("norm + gate|up");
+      if (l.wd.quant()) {
+        project(l.wd, In::swiglu(b.guf), n, b, x, d, /*accumulate=*/true);
+      } else {
+        if (f32_gu) cuda::swiglu_rows_f32_bf16(b.guf, n, ff, h, s);
+        else cuda::swiglu_rows_bf16(gu, n, ff, h, s);
+        gemm_.run(h, l.wd.w, x, n, d, ff, /*accumulate=*/true, s);  // residual += MLP out
+      }
+      prof_.mark("swiglu + down");
     }
     if (n_logits > 0) {  // a step of prefill chunks only has no logits to compute
       cuda::gather_rows_f32(x, d_logit_rows, n_logits, d, normed, s);  // only rows that need logits
-      cuda::rms_norm_rows_bf16(normed, out_norm_, cfg_.norm_eps, n_logits, d, h, s);
-      gemm_.run(h, output_, out, n_logits, V, d, false, s);
+      if (output_.quant()) {
+        project(output_, In::norm(normed, out_norm_), n_logits, b, out, V, false);
+      } else {
+        cuda::rms_norm_rows_bf16(normed, out_norm_, cfg_.norm_eps, n_logits, d, h, s);
+        gemm_.run(h, output_.w, out, n_logits, V, d, false, s);
+      }
       prof_.mark("output norm + head");
+    }
+  }
+
+  // The input of a quantized projection: RMSNorm of f32 rows (x, norm weight), f32 rows, or
+  // SwiGLU of an f32 gate|up output; quantized per part type family just before its GEMM.
+  struct In {
+    enum Kind { kNorm, kRows, kSwiglu } kind;
+    const float* x;
+    const float* w;
+    static In norm(const float* x, const float* w) { return {kNorm, x, w}; }
+    static In rows(const float* x) { return {kRows, x, nullptr}; }
+    static In swiglu(const float* gu) { return {kSwiglu, gu, nullptr}; }
+  };
+  //
+  // Few rows (<= kMmqGemvMaxRows): the integer-dot GEMV reads each weight once. More rows: the
+  // weight is dequantized to bf16 a slice at a time and multiplied by cuBLASLt, which today is
+  // 2-5x faster than the int8 tensor-core kernel for 16..2048 rows (docs/design/cuda_engine.md);
+  // TESSERA_MMQ_GEMM=1 selects the int8 kernel instead (benchmarks, tests).
+  void project(const Proj& p, const In& in, int64_t rows, const Bufs& b, float* y, int64_t ldy,
+               bool accumulate) {
+    if (rows > cuda::kMmqGemvMaxRows && b.wdq) {
+      bf16* h = b.h;  // the bf16 input rows
+      switch (in.kind) {
+        case In::kNorm:
+          cuda::rms_norm_rows_bf16(in.x, in.w, cfg_.norm_eps, rows, p.k, h, stream_);
+          break;
+        case In::kRows:
+          cuda::f32_to_bf16_rows(in.x, rows * p.k, h, stream_);
+          break;
+        case In::kSwiglu:
+          cuda::swiglu_rows_f32_bf16(in.x, rows, p.k, h, stream_);
+          break;
+      }
+      const int64_t slice = std::max<int64_t>(64, kDequantSliceElems / p.k / 64 * 64);
+      for (const Proj::Part& part : p.parts)
+        for (int64_t r0 = 0; r0 < part.n; r0 += slice) {
+          const int64_t sn = std::min(slice, part.n - r0);
+          cuda::dequantize_packed_bf16(part.type, part.packed, part.n, p.k, r0, sn, b.wdq, stream_);
+          gemm_.run(h, b.wdq, y + part.row0 + r0, rows, sn, p.k, accumulate, stream_, ldy);
+        }
+      return;
+    }
+    int64_t quantized_for = 0;  // activation block (32 / 256) of the rows now in b.qx
+    for (const Proj::Part& part : p.parts) {
+      const int64_t blk = cuda::mmq_act_block(part.type);
+      if (blk != quantized_for) {
+        switch (in.kind) {
+          case In::kNorm:
+            cuda::mmq_rms_norm_quantize_rows(part.type, in.x, in.w, cfg_.norm_eps, rows, p.k, b.qx, b.meta, stream_);
+            break;
+          case In::kRows:
+            cuda::mmq_quantize_rows(part.type, in.x, p.k, rows, p.k, b.qx, b.meta, stream_);
+            break;
+          case In::kSwiglu:
+            cuda::mmq_swiglu_quantize_rows(part.type, in.x, rows, p.k, b.qx, b.meta, stream_);
+            break;
+        }
+        quantized_for = blk;
+      }
+      cuda::mmq_matmul(part.type, part.packed, part.n, p.k, b.qx, b.meta, rows, y + part.row0, ldy,
+                       accumulate, stream_);
+    }
+  }
+
+  // After load / fill_dummy: which intermediate buffers the projections need.
+  void finish_load() {
+    any_quant_ = output_.quant();
+    for (const Layer& l : layers_) {
+      any_quant_ |= l.qkv.quant() || l.wo.quant() || l.wgu.quant() || l.wd.quant();
+      const bool f32_gu = l.wgu.quant() || l.wd.quant();
+      any_f32_gu_ |= f32_gu;
+      any_bf16_gu_ |= !f32_gu;
     }
   }
 
@@ -409,17 +546,65 @@ class CudaLlama final : public CausalLm {
     }
     TESSERA_CUDA_CHECK(cudaMemcpy(dst, host.data(), host.size() * 2, cudaMemcpyHostToDevice));
   }
-  bf16* matrix(const Tensor& t) {
-    bf16* dst = arena_.alloc<bf16>(t.numel());
-    upload_bf16(t, dst);
-    return dst;
+  // Host weights [rows_i][k] stacked by rows into one projection. All of a quantized type the
+  // integer-dot kernels take: kept quantized, repacked (one matrix when all types are equal,
+  // else one part per tensor); otherwise all dequantized to one bf16 matrix.
+  Proj proj(std::initializer_list<Tensor> ts) {
+    Proj p;
+    p.k = ts.begin()->dim(1);
+    bool quant = true, same = true;
+    for (const Tensor& t : ts) {
+      p.n += t.dim(0);
+      quant &= cuda::mmq_supported(t.dtype()) && t.dim(1) % cuda::mmq_act_block(t.dtype()) == 0;
+      same &= t.dtype() == ts.begin()->dtype();
+    }
+    if (!quant) {
+      p.w = arena_.alloc<bf16>(p.n * p.k);
+      int64_t row = 0;
+      for (const Tensor& t : ts) {
+        upload_bf16(t, p.w + row * p.k);
+        row += t.dim(0);
+      }
+      weight_bytes_ += 2 * p.n * p.k;
+      return p;
+    }
+    auto upload = [&](DType type, const uint8_t* blocks, int64_t row0, int64_t n) {
+      const size_t bytes = cuda::gemv_quant_layout(type, n, p.k).bytes;
+      std::vector<uint8_t> packed(bytes);
+      cuda::repack_quant(type, blocks, n, p.k, packed.data());
+      uint8_t* dev = arena_.alloc<uint8_t>(static_cast<int64_t>(bytes));
+      TESSERA_CUDA_CHECK(cudaMemcpy(dev, packed.data(), bytes, cudaMemcpyHostToDevice));
+      p.parts.push_back({type, dev, row0, n});
+      weight_bytes_ += n * *dtype_row_bytes(type, p.k);
+    };
+    if (same && ts.size() > 1) {  // concatenated GGUF rows are one block matrix
+      const DType type = ts.begin()->dtype();
+      const int64_t row_bytes = *dtype_row_bytes(type, p.k);
+      std::vector<uint8_t> blocks(static_cast<size_t>(p.n * row_bytes));
+      int64_t row = 0;
+      for (const Tensor& t : ts) {
+        std::memcpy(blocks.data() + row * row_bytes, t.raw_data(), static_cast<size_t>(t.dim(0) * row_bytes));
+        row += t.dim(0);
+      }
+      upload(type, blocks.data(), 0, p.n);
+      return p;
+    }
+    int64_t row = 0;
+    for (const Tensor& t : ts) {
+      upload(t.dtype(), static_cast<const uint8_t*>(t.raw_data()), row, t.dim(0));
+      row += t.dim(0);
+    }
+    return p;
   }
   float* vector(const WeightSource& w, const std::string& name, int64_t n) {
-    const Tensor host = weight_vector_f32(w, name, n);
     float* dst = arena_.alloc<float>(n);
+    upload_vector(w, name, n, dst);
+    return dst;
+  }
+  static void upload_vector(const WeightSource& w, const std::string& name, int64_t n, float* dst) {
+    const Tensor host = weight_vector_f32(w, name, n);
     TESSERA_CUDA_CHECK(cudaMemcpy(dst, host.data<float>(), static_cast<size_t>(n) * 4,
                                   cudaMemcpyHostToDevice));
-    return dst;
   }
 
   // Pinned host buffers: per-step tables staged to the device (with a device twin each), and the
@@ -511,12 +696,23 @@ class CudaLlama final : public CausalLm {
   cuda::GemmBf16 gemm_;
   DType embd_type_ = DType::kBF16;
   void* embd_ = nullptr;
-  bf16* output_ = nullptr;
+  Proj output_;
   float* out_norm_ = nullptr;
   float* rope_freqs_ = nullptr;  // device, or null
   std::vector<Layer> layers_;
-  Grow<float> residual_, normed_, q_, k_, v_, logits_;
+  Grow<float> residual_, normed_, qkv_, q_, attn_, guf_, logits_;
   Grow<bf16> h_, gu_;
+  Grow<int8_t> qx_;
+  Grow<bf16> wdq_;
+  static constexpr int64_t kDequantSliceElems = int64_t{32} << 20;  // 64 MB of bf16
+  const bool mmq_gemm_ = [] {
+    const char* v = std::getenv("TESSERA_MMQ_GEMM");
+    return v && std::strcmp(v, "1") == 0;
+  }();
+  Grow<cuda::MmqActMeta> meta_;
+  int64_t weight_bytes_ = 0;
+  // Which intermediate buffers the layers' projection types need (set by finish_load()).
+  bool any_quant_ = false, any_bf16_gu_ = false, any_f32_gu_ = false;
   Grow<int32_t> ids_;
   static constexpr int64_t kMaxGraphRows = 512;
   std::map<std::pair<int64_t, int64_t>, cudaGraphExec_t> graphs_;
@@ -603,21 +799,33 @@ std::unique_ptr<CausalLm> cuda_llama_create_hf(const hf::TextConfig& config,
   return m;
 }
 
-std::unique_ptr<CausalLm> cuda_llama_create_dummy(const std::string& name, int64_t vocab) {
+std::unique_ptr<CausalLm> cuda_llama_create_dummy(const std::string& name, int64_t vocab, DType type) {
   LlmConfig cfg = dummy_config(name);
   if (vocab > 0) cfg.vocab = vocab;
+  TESSERA_CHECK_ARG(type == DType::kBF16 || cuda::mmq_supported(type),
+                    "dummy weights: type " + std::string(dtype_name(type)) +
+                        " (supported: bf16, q8_0, q4_0, q4_1, q4_k, q6_k)");
   const int64_t d = cfg.d_model, qd = cfg.n_heads * cfg.head_dim, kvd = cfg.n_kv_heads * cfg.head_dim;
+  if (type != DType::kBF16) {
+    const int64_t blk = cuda::mmq_act_block(type);
+    TESSERA_CHECK_ARG(d % blk == 0 && qd % blk == 0 && cfg.d_ff % blk == 0,
+                      "dummy " + name + ": its widths are not multiples of " + std::to_string(blk) +
+                          " (the block of " + std::string(dtype_name(type)) + ")");
+  }
+  // Bytes per weight element (GGUF block bytes / elements per block for quant types).
+  const double per = type == DType::kBF16 ? 2.0 : static_cast<double>(*dtype_row_bytes(type, 256)) / 256.0;
   const double weight_bytes =
-      2.0 * (cfg.n_layers * (2.0 * d * qd + 2.0 * d * kvd + 3.0 * d * cfg.d_ff) + 2.0 * cfg.vocab * d);
+      per * (cfg.n_layers * (2.0 * d * qd + 2.0 * d * kvd + 3.0 * d * cfg.d_ff) + 1.0 * cfg.vocab * d) +
+      2.0 * cfg.vocab * d;
   size_t free_bytes = 0, total = 0;
   TESSERA_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
   if (weight_bytes > 0.95 * static_cast<double>(free_bytes))
     throw_error(ErrorCode::kOutOfMemory,
                 "dummy " + name + " needs " + std::to_string(static_cast<int64_t>(weight_bytes / 1e9)) +
-                    " GB of bf16 weights; the device has " +
+                    " GB of " + std::string(dtype_name(type)) + " weights; the device has " +
                     std::to_string(static_cast<int64_t>(free_bytes / 1e9)) + " GB free");
   auto m = std::make_unique<CudaLlama>(cfg);
-  m->fill_dummy(0x5eed);
+  m->fill_dummy(0x5eed, type);
   return m;
 }
 

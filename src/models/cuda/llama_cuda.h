@@ -2,11 +2,15 @@
 // prefill chunks and decode rows of many sequences per forward call, paged f16 KV cache in
 // device memory (models::KvCache with device tensors), flash-style paged attention.
 //
-// Numerics: weights bf16 on the device (GGUF weights of any type are dequantized once at load;
-// the embedding table keeps its file type), residual stream and activations f32, GEMM inputs
-// rounded to bf16 with f32 accumulation (cuBLASLt), K/V f16. Each row is computed
-// independently of the others, but cuBLASLt may pick a different kernel per batch shape, so GPU
-// results are not bit-identical across batch compositions the way the CPU path's are.
+// Numerics: GGUF weights of types Q8_0, Q4_0, Q4_1, Q4_K, Q6_K stay quantized on the device
+// (repacked, kernels/cuda/gemv.h) and every projection with them takes integer dot products
+// against activations quantized exactly as the CPU path quantizes them (Q8 / Q8_K rows,
+// kernels/cuda/mmq.h), f32 scaling per block; other types are dequantized to bf16 at load
+// (cuBLASLt, bf16 inputs, f32 accumulation). Residual stream and activations f32, K/V f16;
+// q|k|v and gate|up are one projection each. Each row is computed independently of the others
+// (the integer-dot kernels' per-row results do not depend on the batch; cuBLASLt may pick a
+// different kernel per batch shape), so results are close but not bit-identical across batch
+// compositions the way the CPU path's are.
 //
 //   auto model = models::cuda_llama_create(gguf_file);                // real weights
 //   auto dummy = models::cuda_llama_create_dummy("llama3-8b", vocab);  // random, for benchmarks
@@ -32,7 +36,10 @@ std::unique_ptr<CausalLm> cuda_llama_create_hf(const hf::TextConfig& config,
 std::vector<std::string> dummy_architectures();
 // The architecture's hyperparameters; throws kInvalidArgument naming the known ones.
 LlmConfig dummy_config(const std::string& name);
-// vocab > 0 overrides the architecture's vocabulary (e.g. to the tokenizer's size).
-std::unique_ptr<CausalLm> cuda_llama_create_dummy(const std::string& name, int64_t vocab = 0);
+// vocab > 0 overrides the architecture's vocabulary (e.g. to the tokenizer's size). type: bf16,
+// or q8_0 / q4_0 / q4_1 / q4_k / q6_k (every projection and the head in that type, kept
+// quantized; K types need widths that are multiples of 256); the embedding table is bf16.
+std::unique_ptr<CausalLm> cuda_llama_create_dummy(const std::string& name, int64_t vocab = 0,
+                                                  DType type = DType::kBF16);
 
 }  // namespace tessera::models

@@ -1,0 +1,186 @@
+// Integer-dot projections (kernels/cuda/mmq.h) on Llama-3-8B shapes, as a fraction of the floor.
+//
+// Ceilings measured at start on this device: copy bandwidth (2 GiB device-to-device copy, bytes
+// read + written / time) and the int8 mma.sync rate (a register-only kernel of independent
+// m16n8k32 chains). Floor of one call = max(weight bytes (GGUF sizes) + activation bytes /
+// copy bandwidth, 2 n k m / int8 rate). Compared with dequantized bf16 weights through cuBLASLt
+// (the engine's path for float weights). Each point: CUDA graph of 20 back-to-back launches
+// rotating over weight copies totalling >= 4x the L2, median of 15 replays after warm-up,
+// random data (dummy quant blocks, uniform activations).
+//
+//   mmq_bench [q4_0 q8_0 q4_k q6_k q4_1]      (default q4_0 q8_0 q4_k)
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/gemm_bf16.h"
+#include "kernels/cuda/fill_random.h"
+#include "kernels/cuda/gemv.h"
+#include "kernels/cuda/mmq.h"
+
+using namespace tessera;
+
+namespace {
+
+__global__ void int8_mma_peak(int* out, int iters) {
+  int c[8][4] = {};
+  uint32_t a0 = threadIdx.x, a1 = a0 * 3, a2 = a0 * 5, a3 = a0 * 7, b0 = a0 * 11, b1 = a0 * 13;
+  for (int i = 0; i < iters; ++i)
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+      asm volatile(
+          "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+          "{%0,%1,%2,%3};\n"
+          : "+r"(c[j][0]), "+r"(c[j][1]), "+r"(c[j][2]), "+r"(c[j][3])
+          : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  int s = 0;
+  for (int j = 0; j < 8; ++j) s += c[j][0] + c[j][1] + c[j][2] + c[j][3];
+  if (s == 0x7fffffff) out[0] = s;
+}
+
+float time_ms(const std::function<void(cudaStream_t)>& fn, cudaStream_t s, int launches) {
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  TESSERA_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
+  for (int i = 0; i < launches; ++i) fn(s);
+  TESSERA_CUDA_CHECK(cudaStreamEndCapture(s, &g));
+  TESSERA_CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  for (int i = 0; i < 3; ++i) cudaGraphLaunch(ge, s);
+  std::vector<float> t;
+  for (int i = 0; i < 15; ++i) {
+    cudaEventRecord(e0, s);
+    cudaGraphLaunch(ge, s);
+    cudaEventRecord(e1, s);
+    cudaEventSynchronize(e1);
+    float ms;
+    cudaEventElapsedTime(&ms, e0, e1);
+    t.push_back(ms / launches);
+  }
+  TESSERA_CUDA_CHECK(cudaGetLastError());
+  cudaGraphExecDestroy(ge);
+  cudaGraphDestroy(g);
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<DType> types;
+  for (int i = 1; i < argc; ++i) {
+    auto t = dtype_from_name(argv[i]);
+    if (!t || !cuda::mmq_supported(*t)) {
+      std::fprintf(stderr, "unknown type %s\n", argv[i]);
+      return 2;
+    }
+    types.push_back(*t);
+  }
+  if (types.empty()) types = {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K};
+  cudaStream_t s;
+  TESSERA_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+
+  // Ceilings.
+  const size_t copy_bytes = size_t{1} << 31;
+  void *ca, *cb;
+  TESSERA_CUDA_CHECK(cudaMalloc(&ca, copy_bytes));
+  TESSERA_CUDA_CHECK(cudaMalloc(&cb, copy_bytes));
+  // The copy outside a graph (a memcpy node in a graph measured ~35% slower on H200).
+  float copy_ms = 1e30f;
+  {
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    for (int i = 0; i < 6; ++i) {
+      cudaEventRecord(e0, s);
+      TESSERA_CUDA_CHECK(cudaMemcpyAsync(cb, ca, copy_bytes, cudaMemcpyDeviceToDevice, s));
+      cudaEventRecord(e1, s);
+      cudaEventSynchronize(e1);
+      float ms;
+      cudaEventElapsedTime(&ms, e0, e1);
+      if (i > 0) copy_ms = std::min(copy_ms, ms);
+    }
+  }
+  const double bw = 2.0 * copy_bytes / (copy_ms * 1e-3);
+  cudaFree(ca);
+  cudaFree(cb);
+  int* dummy;
+  TESSERA_CUDA_CHECK(cudaMalloc(&dummy, 4));
+  int sms = 0;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  const int iters = 4096;
+  const float mma_ms = time_ms([&](cudaStream_t st) { int8_mma_peak<<<sms * 8, 128, 0, st>>>(dummy, iters); }, s, 2);
+  const double int8_rate = 2.0 * 16 * 8 * 32 * 8.0 * iters * (sms * 8 * 4) / (mma_ms * 1e-3);
+  std::printf("ceilings: copy %.0f GB/s, int8 mma.sync %.0f TOPS\n", bw / 1e9, int8_rate / 1e12);
+
+  struct Shape { const char* name; int64_t n, k; };
+  const Shape shapes[] = {{"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gate|up", 28672, 4096}, {"down", 4096, 14336}};
+  const int64_t ms[] = {1, 4, 8, 16, 32, 64, 128, 256, 512, 2048};
+  cuda::GemmBf16 gemm;
+  std::map<std::pair<int64_t, int64_t>, float> bf16_us;  // (n * k + k, rows): type-independent
+  std::printf("| type | shape | rows | MB | floor us | mmq us | %% of floor | TOPS | bf16 cuBLASLt us | speed-up |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
+  for (DType t : types)
+    for (const Shape& sh : shapes) {
+      const size_t wbytes = cuda::gemv_quant_layout(t, sh.n, sh.k).bytes;
+      const int copies = static_cast<int>(std::max<size_t>(1, (size_t{256} << 20) / wbytes + 1));
+      std::vector<uint8_t*> w(copies);
+      for (int c = 0; c < copies; ++c) {
+        TESSERA_CUDA_CHECK(cudaMalloc(&w[c], wbytes));
+        cuda::fill_random_quant(t, w[c], sh.n, sh.k, cuda::dummy_quant_scale(t, sh.k), 100 + c, s);
+      }
+      uint16_t* wb;  // one bf16 copy (bf16 weights of these shapes exceed the L2 by themselves)
+      TESSERA_CUDA_CHECK(cudaMalloc(&wb, sh.n * sh.k * 2));
+      cuda::fill_uniform_bf16(wb, sh.n * sh.k, -0.02f, 0.02f, 7, s);
+      const int64_t mmax = 2048;
+      float *x, *y;
+      int8_t* qx;
+      cuda::MmqActMeta* meta;
+      __nv_bfloat16* xb;
+      TESSERA_CUDA_CHECK(cudaMalloc(&x, mmax * sh.k * 4));
+      TESSERA_CUDA_CHECK(cudaMalloc(&y, mmax * sh.n * 4));
+      TESSERA_CUDA_CHECK(cudaMalloc(&qx, mmax * sh.k));
+      TESSERA_CUDA_CHECK(cudaMalloc(&meta, mmax * sh.k / 32 * 8));
+      TESSERA_CUDA_CHECK(cudaMalloc(&xb, mmax * sh.k * 2));
+      cuda::fill_uniform_f32(x, mmax * sh.k, -1.f, 1.f, 3, s);
+      cuda::fill_uniform_bf16(reinterpret_cast<uint16_t*>(xb), mmax * sh.k, -1.f, 1.f, 4, s);
+      cuda::mmq_quantize_rows(t, x, sh.k, mmax, sh.k, qx, meta, s);
+      TESSERA_CUDA_CHECK(cudaStreamSynchronize(s));
+      for (int64_t m : ms) {
+        int it = 0;
+        const float us = 1e3f * time_ms([&](cudaStream_t st) {
+          cuda::mmq_matmul(t, w[it++ % copies], sh.n, sh.k, qx, meta, m, y, sh.n, false, st);
+        }, s, 20);
+        float& bf_us = bf16_us[{sh.n * sh.k + sh.k, m}];
+        if (bf_us == 0.f)
+          bf_us = 1e3f * time_ms([&](cudaStream_t st) {
+            gemm.run(xb, reinterpret_cast<const __nv_bfloat16*>(wb), y, m, sh.n, sh.k, false, st);
+          }, s, 20);
+        const double gguf = static_cast<double>(sh.n) * *dtype_row_bytes(t, sh.k);
+        const double bytes = gguf + m * sh.k * 1.25 + m * sh.n * 4.0;
+        const double ops = 2.0 * sh.n * sh.k * m;
+        const double floor_us = std::max(bytes / bw, ops / int8_rate) * 1e6;
+        std::printf("| %s | %s %lldx%lld | %lld | %.1f | %.2f | %.2f | %.1f%% | %.0f | %.2f | %.2fx |\n",
+                    std::string(dtype_name(t)).c_str(), sh.name, static_cast<long long>(sh.n),
+                    static_cast<long long>(sh.k), static_cast<long long>(m), bytes / 1e6, floor_us, us,
+                    100.0 * floor_us / us, ops / (us * 1e-6) / 1e12, bf_us, bf_us / us);
+        std::fflush(stdout);
+      }
+      for (auto* p : w) cudaFree(p);
+      cudaFree(wb);
+      cudaFree(x);
+      cudaFree(y);
+      cudaFree(qx);
+      cudaFree(meta);
+      cudaFree(xb);
+    }
+  return 0;
+}

@@ -1,0 +1,73 @@
+// Integer-dot projections for the batched engine model (models/cuda/llama_cuda): y = x W^T with
+// W kept quantized (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K in the repacked layout of gemv.h) and x
+// quantized the way the CPU path quantizes it for that weight type (kernels/cpu/
+// matmul_internal.h), so the GPU takes the same integer block sums as the CPU (and llama.cpp):
+//
+//  - legacy weights (Q8_0, Q4_0, Q4_1): per 32 elements d = amax / 127, q = rne(x * 127 / amax)
+//    clamped to +-127; d stored rounded to f16 and s = f16(d * sum(q)) (block_q8_1's s);
+//  - K weights (Q4_K, Q6_K): per 256 elements the Q8_K rule: iscale = -127 / x[j] for the first
+//    j of largest |x|, q = min(127, rne(iscale * x)), d = 1 / iscale (f32, not rounded).
+//
+// Activation rows: qx int8 [m][k] row-major; meta MmqActMeta [m][k / 32], one per 32 elements:
+// legacy: {d (f16-rounded), s}; K: {d of the 256-block, float(sum of the 32 q)}.
+//
+// The products: per 32-element block an exact int32 dot, then f32 scaling per block (legacy:
+// dw * da * isum (+ m * s for Q4_1)); K weights: sub-block scales applied in int32 per 256 and
+// d / dmin in f32 once per 256, as the CPU does. Reference: ref::matmul on the GGUF blocks and
+// the dequantized CPU activation rows (differences: f32 summation order, and Q4_1's s rounded
+// to f16 as the CPU rounds it).
+//
+// mmq_matmul picks the kernel by row count m: m <= kMmqGemvMaxRows: a multi-row DP4A GEMV (each
+// weight byte read once for all rows); else an int8 tensor-core GEMM (mma.sync m16n8k32 /
+// m16n8k16, int32 per block, weights unpacked from 4 bits in registers); measured on H200 (Q4_0
+// 28672 x 4096): GEMV at 8 rows 54.8 us, GEMM at 16 rows 53.4 us; 4096 x 4096: 9.9 vs 29.2 us
+// (docs/design/cuda_engine.md). Both never allocate or
+// synchronize (graph-capturable). k: a multiple of 32 (legacy) or 256 (K); any n >= 1, m >= 1.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace tessera::cuda {
+
+struct MmqActMeta {
+  float d;
+  float s;
+};
+static_assert(sizeof(MmqActMeta) == 8);
+
+inline constexpr int64_t kMmqGemvMaxRows = 8;
+
+// Q8_0, Q4_0, Q4_1, Q4_K, Q6_K.
+bool mmq_supported(DType wtype);
+// Elements per activation scale: 32 (legacy) or 256 (K).
+int64_t mmq_act_block(DType wtype);
+
+// Quantize m rows of k f32 values (row r at x + r * ldx) for weights of wtype.
+void mmq_quantize_rows(DType wtype, const float* x, int64_t ldx, int64_t m, int64_t k, int8_t* qx,
+                       MmqActMeta* meta, cudaStream_t stream);
+// Fused producers: the row values are (x[i] * inv_rms) * w[i] (RMSNorm, f32 statistics) or
+// silu(gu[r][i]) * gu[r][ff + i] (SwiGLU of a fused gate|up output), computed exactly as the
+// unfused f32 kernels would, then quantized. d_model / ff: a multiple of the block.
+void mmq_rms_norm_quantize_rows(DType wtype, const float* x, const float* w, float eps, int64_t m,
+                                int64_t d, int8_t* qx, MmqActMeta* meta, cudaStream_t stream);
+void mmq_swiglu_quantize_rows(DType wtype, const float* gu, int64_t m, int64_t ff, int8_t* qx,
+                              MmqActMeta* meta, cudaStream_t stream);
+
+// y[r][j] (+)= sum_k x[r][k] W[j][k] for r < m, j < n; row r of y at y + r * ldy (ldy >= n).
+void mmq_matmul(DType wtype, const void* packed, int64_t n, int64_t k, const int8_t* qx,
+                const MmqActMeta* meta, int64_t m, float* y, int64_t ldy, bool accumulate,
+                cudaStream_t stream);
+
+// The two kernels, forced (tests, benchmarks). gemv: m <= kMmqGemvMaxRows; mma: any m.
+void mmq_gemv(DType wtype, const void* packed, int64_t n, int64_t k, const int8_t* qx,
+              const MmqActMeta* meta, int64_t m, float* y, int64_t ldy, bool accumulate,
+              cudaStream_t stream);
+void mmq_mma(DType wtype, const void* packed, int64_t n, int64_t k, const int8_t* qx,
+             const MmqActMeta* meta, int64_t m, float* y, int64_t ldy, bool accumulate,
+             cudaStream_t stream);
+
+}  // namespace tessera::cuda

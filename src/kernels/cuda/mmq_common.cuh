@@ -1,0 +1,48 @@
+// Device helpers shared by the integer-dot projection kernels (mmq.h): the repacked weight
+// matrix (gemv.h layout) and byte-wise int8 conversions of packed quants.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/gemv.h"
+#include "kernels/cuda/mmq.h"
+
+namespace tessera::cuda::detail {
+
+struct MmqMat {
+  const uint8_t* base;
+  GemvQuantLayout L;
+  int64_t n, k;
+};
+
+__device__ __forceinline__ int mmq_dp4a(uint32_t a, uint32_t b, int c) {
+  return __dp4a(static_cast<int>(a), static_cast<int>(b), c);
+}
+// Four unsigned bytes v (each < 128) minus `off` each, as signed bytes: (v + 128 - off) has no
+// borrow between bytes; flipping bit 7 takes the 128 back.
+__device__ __forceinline__ uint32_t mmq_sub_bytes(uint32_t v, uint32_t off4) {
+  return ((v | 0x80808080u) - off4) ^ 0x80808080u;
+}
+// Q4_0 nibbles (low / high of each byte) as signed bytes q - 8.
+__device__ __forceinline__ uint32_t q4_0_lo(uint32_t w) { return mmq_sub_bytes(w & 0x0F0F0F0Fu, 0x08080808u); }
+__device__ __forceinline__ uint32_t q4_0_hi(uint32_t w) {
+  return mmq_sub_bytes((w >> 4) & 0x0F0F0F0Fu, 0x08080808u);
+}
+// Q6_K: 4 low bits from w's nibbles, 2 high bits from h (already shifted to bits 0-1 of each
+// byte), as signed bytes q - 32.
+__device__ __forceinline__ uint32_t q6_lo(uint32_t w, uint32_t h) {
+  return mmq_sub_bytes((w & 0x0F0F0F0Fu) | ((h & 0x03030303u) << 4), 0x20202020u);
+}
+__device__ __forceinline__ uint32_t q6_hi(uint32_t w, uint32_t h) {
+  return mmq_sub_bytes(((w >> 4) & 0x0F0F0F0Fu) | ((h & 0x03030303u) << 4), 0x20202020u);
+}
+// int -> float, exact for |c| < 2^22, in two full-rate ops (IADD + FADD): I2F runs at a quarter
+// of the FP32 rate and was the GEMM epilogue's bottleneck (one per block and output).
+__device__ __forceinline__ float mmq_i2f(int c) { return __int_as_float(c + 0x4B400000) - 12582912.0f; }
+__device__ __forceinline__ float mmq_f16(uint32_t bits) {
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(bits & 0xFFFFu)));
+}
+
+}  // namespace tessera::cuda::detail

@@ -1,0 +1,206 @@
+// Multi-row integer-dot GEMV (mmq.h) for 1..kMmqGemvMaxRows activation rows: each warp owns
+// kR weight rows, its lanes stride over 32-element blocks, and every weight block loaded feeds
+// all M activation rows, so the weights are read once per call.
+#include <string>
+
+#include "core/error.h"
+#include "kernels/cuda/mmq_common.cuh"
+
+namespace tessera::cuda {
+namespace {
+using namespace detail;
+
+constexpr int kWarps = 4, kThreads = kWarps * 32, kR = 4, kU = 2;
+
+struct XBlk {  // one 32-element activation block: elements 0..15, 16..31, its meta
+  uint4 a, b;
+  float d, s;
+};
+
+// Per format: W (one row's block), load(mat, row, block), dot(W, X) -> f32 contribution.
+struct Q8_0G {
+  struct W { uint4 a, b; uint32_t sc; };
+  __device__ static W load(const MmqMat& m, int64_t r, int64_t c) {
+    const uint4* q = reinterpret_cast<const uint4*>(m.base + m.L.qs + r * m.k + c * 32);
+    const uint16_t* s = reinterpret_cast<const uint16_t*>(m.base + m.L.scales) + r * (m.k / 32) + c;
+    return {__ldcs(q), __ldcs(q + 1), __ldg(s)};
+  }
+  __device__ static float dot(const W& w, const XBlk& x) {
+    int s = 0;
+    s = mmq_dp4a(w.a.x, x.a.x, s); s = mmq_dp4a(w.a.y, x.a.y, s);
+    s = mmq_dp4a(w.a.z, x.a.z, s); s = mmq_dp4a(w.a.w, x.a.w, s);
+    s = mmq_dp4a(w.b.x, x.b.x, s); s = mmq_dp4a(w.b.y, x.b.y, s);
+    s = mmq_dp4a(w.b.z, x.b.z, s); s = mmq_dp4a(w.b.w, x.b.w, s);
+    return mmq_f16(w.sc) * x.d * mmq_i2f(s);  // |s| <= 32 * 127 * 127
+  }
+};
+
+// 16 bytes of 4-bit quants in Q4_0 order dotted with a block, nibbles unsigned.
+__device__ __forceinline__ int dot_u4(const uint4& q, const XBlk& x) {
+  const uint32_t w[4] = {q.x, q.y, q.z, q.w}, a[4] = {x.a.x, x.a.y, x.a.z, x.a.w},
+                 b[4] = {x.b.x, x.b.y, x.b.z, x.b.w};
+  int s = 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    s = mmq_dp4a(w[i] & 0x0F0F0F0Fu, a[i], s);
+    s = mmq_dp4a((w[i] >> 4) & 0x0F0F0F0Fu, b[i], s);
+  }
+  return s;
+}
+
+struct Q4_0G {
+  struct W { uint4 q; uint32_t sc; };
+  __device__ static W load(const MmqMat& m, int64_t r, int64_t c) {
+    const uint4* q = reinterpret_cast<const uint4*>(m.base + m.L.qs + r * (m.k / 2) + c * 16);
+    const uint16_t* s = reinterpret_cast<const uint16_t*>(m.base + m.L.scales) + r * (m.k / 32) + c;
+    return {__ldcs(q), __ldg(s)};
+  }
+  __device__ static float dot(const W& w, const XBlk& x) {
+    const uint32_t ws[4] = {w.q.x, w.q.y, w.q.z, w.q.w}, a[4] = {x.a.x, x.a.y, x.a.z, x.a.w},
+                   b[4] = {x.b.x, x.b.y, x.b.z, x.b.w};
+    int s = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      s = mmq_dp4a(q4_0_lo(ws[i]), a[i], s);
+      s = mmq_dp4a(q4_0_hi(ws[i]), b[i], s);
+    }
+    return mmq_f16(w.sc) * x.d * mmq_i2f(s);  // |s| <= 32 * 127 * 127
+  }
+};
+
+struct Q4_1G {
+  struct W { uint4 q; uint32_t dm; };
+  __device__ static W load(const MmqMat& m, int64_t r, int64_t c) {
+    const uint4* q = reinterpret_cast<const uint4*>(m.base + m.L.qs + r * (m.k / 2) + c * 16);
+    const uint32_t* s = reinterpret_cast<const uint32_t*>(m.base + m.L.scales) + r * (m.k / 32) + c;
+    return {__ldcs(q), __ldg(s)};
+  }
+  __device__ static float dot(const W& w, const XBlk& x) {
+    const int s = dot_u4(w.q, x);
+    return mmq_f16(w.dm) * x.d * mmq_i2f(s) + mmq_f16(w.dm >> 16) * x.s;
+  }
+};
+
+struct Q4_KG {
+  struct W { uint4 q; uint32_t scmn, dm; };
+  __device__ static W load(const MmqMat& m, int64_t r, int64_t c) {
+    const uint4* q = reinterpret_cast<const uint4*>(m.base + m.L.qs + r * (m.k / 2) + c * 16);
+    const uint16_t* s = reinterpret_cast<const uint16_t*>(m.base + m.L.scales) + r * (m.k / 32) + c;
+    const uint32_t* d = reinterpret_cast<const uint32_t*>(m.base + m.L.d) + r * (m.k / 256) + c / 8;
+    return {__ldcs(q), __ldg(s), __ldg(d)};
+  }
+  __device__ static float dot(const W& w, const XBlk& x) {
+    const int s = dot_u4(w.q, x) * static_cast<int>(w.scmn & 0xFF);
+    return mmq_f16(w.dm) * x.d * mmq_i2f(s) -  // |s| <= 63 * 32 * 15 * 127 < 2^22
+           mmq_f16(w.dm >> 16) * x.d * (static_cast<float>(w.scmn >> 8) * x.s);
+  }
+};
+
+struct Q6_KG {
+  struct W { uint4 q; uint2 h; uint32_t sd; };
+  __device__ static W load(const MmqMat& m, int64_t r, int64_t c) {
+    const uint4* q = reinterpret_cast<const uint4*>(m.base + m.L.qs + r * (m.k / 2) + c * 16);
+    const uint2* h = reinterpret_cast<const uint2*>(m.base + m.L.qh + r * (m.k / 4) + c * 8);
+    const uint16_t* sc = reinterpret_cast<const uint16_t*>(m.base + m.L.scales + r * (m.k / 16)) + c;
+    const uint16_t* d = reinterpret_cast<const uint16_t*>(m.base + m.L.d) + r * (m.k / 256) + c / 8;
+    return {__ldcs(q), __ldcs(h), uint32_t{__ldg(sc)} | uint32_t{__ldg(d)} << 16};
+  }
+  __device__ static float dot(const W& w, const XBlk& x) {
+    const uint32_t ws[4] = {w.q.x, w.q.y, w.q.z, w.q.w}, a[4] = {x.a.x, x.a.y, x.a.z, x.a.w},
+                   b[4] = {x.b.x, x.b.y, x.b.z, x.b.w};
+    int sa = 0, sb = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      sa = mmq_dp4a(q6_lo(ws[i], w.h.x >> (2 * i)), a[i], sa);
+      sb = mmq_dp4a(q6_hi(ws[i], w.h.y >> (2 * i)), b[i], sb);
+    }
+    const int tot = static_cast<int8_t>(w.sd & 0xFF) * sa + static_cast<int8_t>((w.sd >> 8) & 0xFF) * sb;
+    return mmq_f16(w.sd >> 16) * x.d * static_cast<float>(tot);
+  }
+};
+
+template <class F, int M>
+__global__ void __launch_bounds__(kThreads)
+mmq_gemv_kernel(MmqMat w, const int8_t* qx, const MmqActMeta* meta, float* y, int64_t ldy, bool accumulate) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t r0 = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * kR;
+  if (r0 >= w.n) return;
+  const int64_t nb = w.k / 32;
+  int64_t rows[kR];
+#pragma unroll
+  for (int r = 0; r < kR; ++r) rows[r] = r0 + r < w.n ? r0 + r : r0;  // past n: alias, never stored
+  float acc[kR][M] = {};
+  for (int64_t c0 = lane; c0 < nb; c0 += 32 * kU) {
+    typename F::W wv[kU][kR];
+#pragma unroll
+    for (int u = 0; u < kU; ++u)
+#pragma unroll
+      for (int r = 0; r < kR; ++r) {
+        const int64_t c = c0 + 32 * u;
+        wv[u][r] = F::load(w, rows[r], c < nb ? c : c0);
+      }
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int64_t c = c0 + 32 * u;
+      if (c >= nb) break;
+#pragma unroll
+      for (int t = 0; t < M; ++t) {
+        XBlk x;
+        const uint4* p = reinterpret_cast<const uint4*>(qx + t * w.k + c * 32);
+        x.a = __ldg(p);
+        x.b = __ldg(p + 1);
+        const float2 md = __ldg(reinterpret_cast<const float2*>(meta + t * nb + c));
+        x.d = md.x;
+        x.s = md.y;
+#pragma unroll
+        for (int r = 0; r < kR; ++r) acc[r][t] += F::dot(wv[u][r], x);
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kR; ++r)
+#pragma unroll
+    for (int t = 0; t < M; ++t) {
+      float v = acc[r][t];
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+      if (lane == r * M + t && r0 + r < w.n) {  // kR * M <= 32
+        float* dst = y + t * ldy + r0 + r;
+        *dst = accumulate ? *dst + v : v;
+      }
+    }
+}
+
+template <class F>
+void launch_m(const MmqMat& w, const int8_t* qx, const MmqActMeta* meta, int64_t m, float* y,
+              int64_t ldy, bool acc, cudaStream_t s) {
+  const unsigned grid = static_cast<unsigned>((w.n + kWarps * kR - 1) / (kWarps * kR));
+  switch (m) {
+#define TESSERA_M(M) \
+  case M: mmq_gemv_kernel<F, M><<<grid, kThreads, 0, s>>>(w, qx, meta, y, ldy, acc); return;
+    TESSERA_M(1) TESSERA_M(2) TESSERA_M(3) TESSERA_M(4) TESSERA_M(5) TESSERA_M(6) TESSERA_M(7) TESSERA_M(8)
+#undef TESSERA_M
+  }
+}
+
+}  // namespace
+
+void mmq_gemv(DType t, const void* packed, int64_t n, int64_t k, const int8_t* qx,
+              const MmqActMeta* meta, int64_t m, float* y, int64_t ldy, bool accumulate,
+              cudaStream_t s) {
+  TESSERA_CHECK_ARG(mmq_supported(t), "mmq_gemv: weight type " + std::string(dtype_name(t)) + " unsupported");
+  TESSERA_CHECK_ARG(m >= 0 && m <= kMmqGemvMaxRows, "mmq_gemv: 0..8 rows");
+  TESSERA_CHECK_ARG(ldy >= n, "mmq_gemv: ldy < n");
+  if (m == 0 || n == 0) return;
+  const MmqMat w{static_cast<const uint8_t*>(packed), gemv_quant_layout(t, n, k), n, k};
+  switch (t) {
+    case DType::kQ8_0: return launch_m<Q8_0G>(w, qx, meta, m, y, ldy, accumulate, s);
+    case DType::kQ4_0: return launch_m<Q4_0G>(w, qx, meta, m, y, ldy, accumulate, s);
+    case DType::kQ4_1: return launch_m<Q4_1G>(w, qx, meta, m, y, ldy, accumulate, s);
+    case DType::kQ4_K: return launch_m<Q4_KG>(w, qx, meta, m, y, ldy, accumulate, s);
+    case DType::kQ6_K: return launch_m<Q6_KG>(w, qx, meta, m, y, ldy, accumulate, s);
+    default: break;
+  }
+}
+
+}  // namespace tessera::cuda

@@ -1,0 +1,328 @@
+// Integer-dot projections of the engine model (kernels/cuda/mmq.h):
+//  - activation quantization equals the CPU path's Q8 / Q8_K rows byte for byte
+//    (cpu::detail::quantize_act_scalar), alone and fused with RMSNorm / SwiGLU;
+//  - the multi-row GEMV and the tensor-core GEMM against ref::matmul on the GGUF blocks and the
+//    dequantized CPU activation rows, for every type, odd shapes, strided and accumulating
+//    outputs (every element written, nothing outside written); and against the CPU's own
+//    optimized matmul (cpu::matmul, the model's reference path);
+//  - a row computed in a batch equals it computed alone.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/thread_pool.h"
+#include "core/half.h"
+#include "cuda/cuda_test_util.h"
+#include "kernels/cpu/llm_ops.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/matmul_internal.h"
+#include "kernels/cuda/dequant_packed.h"
+#include "kernels/cuda/gemv.h"
+#include "kernels/cuda/mmq.h"
+#include "kernels/ref/dequant.h"
+#include "support/test_util.h"
+
+namespace tessera {
+namespace {
+
+const DType kTypes[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ4_K, DType::kQ6_K};
+bool is_k(DType t) { return t == DType::kQ4_K || t == DType::kQ6_K; }
+
+// Random GGUF blocks: every quant bit pattern, finite f16 scales of both signs.
+std::vector<uint8_t> random_blocks(DType t, int64_t n, int64_t k, uint64_t seed) {
+  const int64_t bytes = n * *dtype_row_bytes(t, k);
+  std::vector<uint8_t> b(static_cast<size_t>(bytes));
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  for (auto& v : b) v = static_cast<uint8_t>(rng());
+  auto f16 = [&](float mag) {
+    return f32_to_f16((rng() % 2 ? 1.f : -1.f) * mag * (0.5f + (rng() % 1000) / 1000.f));
+  };
+  const int64_t bsz = dtype_info(t).block_bytes, nb = bytes / bsz;
+  for (int64_t i = 0; i < nb; ++i) {
+    uint8_t* p = b.data() + i * bsz;
+    uint16_t h[2];
+    switch (t) {
+      case DType::kQ8_0: case DType::kQ4_0: h[0] = f16(0.02f); std::memcpy(p, h, 2); break;
+      case DType::kQ4_1: h[0] = f16(0.02f); h[1] = f16(0.1f); std::memcpy(p, h, 4); break;
+      case DType::kQ4_K: h[0] = f16(0.002f); h[1] = f16(0.002f); std::memcpy(p, h, 4); break;
+      case DType::kQ6_K: h[0] = f16(0.0005f); std::memcpy(p + 208, h, 2); break;
+      default: break;
+    }
+  }
+  return b;
+}
+
+// Uniform [-1, 1] rows; row 0 has an all-zero first block, row 1 a dominant negative element
+// (Q8_K's sign rule), every row different.
+std::vector<float> random_rows(int64_t m, int64_t k, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<float> x(static_cast<size_t>(m * k));
+  for (auto& v : x) v = u(rng);
+  for (int64_t i = 0; i < 32 && i < k; ++i) x[i] = 0.f;
+  if (m > 1) x[k + 5] = -7.5f;
+  return x;
+}
+
+// The CPU's activation rows for wtype: q bytes and per-32 meta as the GPU lays them out.
+struct CpuRows {
+  std::vector<int8_t> q;
+  std::vector<float> d, s;  // per 32-element block
+  std::vector<float> deq;   // d * q: the reference's input
+};
+CpuRows cpu_rows(DType t, const std::vector<float>& x, int64_t m, int64_t k) {
+  using namespace cpu::detail;
+  const int64_t stride = act_row_stride(t, k), nb = k / 32;
+  std::vector<uint8_t> buf(static_cast<size_t>(stride + 64));
+  CpuRows r;
+  r.q.resize(m * k);
+  r.d.resize(m * nb);
+  r.s.resize(m * nb);
+  r.deq.resize(m * k);
+  for (int64_t i = 0; i < m; ++i) {
+    quantize_act_scalar(t, x.data() + i * k, k, buf.data());
+    for (int64_t b = 0; b < nb; ++b) {
+      float d, s;
+      const int8_t* q;
+      if (is_k(t)) {
+        const ActQ8K a = act_q8k(buf.data(), k / 256);
+        q = a.qs + b * 32;
+        d = a.d[b / 8];
+        s = static_cast<float>(a.bsums[2 * b] + a.bsums[2 * b + 1]);
+      } else {
+        const ActQ8 a = act_q8(buf.data(), nb);
+        q = a.qs + b * 32;  // natural layout in the scalar path
+        d = a.d[b];
+        s = a.s[b];
+      }
+      r.d[i * nb + b] = d;
+      r.s[i * nb + b] = s;
+      for (int e = 0; e < 32; ++e) {
+        r.q[i * k + b * 32 + e] = q[e];
+        r.deq[i * k + b * 32 + e] = d * static_cast<float>(q[e]);
+      }
+    }
+  }
+  return r;
+}
+
+struct GpuRows {
+  std::vector<int8_t> q;
+  std::vector<cuda::MmqActMeta> meta;
+};
+::testing::AssertionResult same_rows(const GpuRows& g, const CpuRows& c, int max_q_diff = 0) {
+  int64_t diffs = 0;
+  for (size_t i = 0; i < c.q.size(); ++i) {
+    const int dq = std::abs(int{g.q[i]} - int{c.q[i]});
+    if (dq > max_q_diff) return ::testing::AssertionFailure() << "q[" << i << "] " << int{g.q[i]} << " vs " << int{c.q[i]};
+    diffs += dq != 0;
+  }
+  if (max_q_diff > 0 && diffs * 1000 > static_cast<int64_t>(c.q.size()))
+    return ::testing::AssertionFailure() << diffs << " q differ";
+  for (size_t b = 0; b < c.d.size(); ++b) {
+    const bool exact = max_q_diff == 0;
+    const float tol_d = exact ? 0.f : 1e-5f * std::fabs(c.d[b]);
+    if (std::fabs(g.meta[b].d - c.d[b]) > tol_d)
+      return ::testing::AssertionFailure() << "d[" << b << "] " << g.meta[b].d << " vs " << c.d[b];
+    if (exact && g.meta[b].s != c.s[b])
+      return ::testing::AssertionFailure() << "s[" << b << "] " << g.meta[b].s << " vs " << c.s[b];
+  }
+  return ::testing::AssertionSuccess();
+}
+
+TEST(MmqQuant, RowsEqualTheCpuRowsByteForByte) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  for (DType t : kTypes)
+    for (int64_t k : is_k(t) ? std::vector<int64_t>{256, 768, 4096} : std::vector<int64_t>{32, 96, 576, 4096}) {
+      const int64_t m = 3, ld = k + 64;
+      auto x = random_rows(m, k, static_cast<uint32_t>(k));
+      std::vector<float> strided(m * ld, 1e30f);
+      for (int64_t i = 0; i < m; ++i) std::memcpy(&strided[i * ld], &x[i * k], k * 4);
+      test::DevBuf<float> dx(strided);
+      test::DevBuf<int8_t> qx(m * k);
+      test::DevBuf<cuda::MmqActMeta> meta(m * k / 32);
+      qx.poison();
+      meta.poison();
+      cuda::mmq_quantize_rows(t, dx.get(), ld, m, k, qx.get(), meta.get(), nullptr);
+      test::check_launch();
+      EXPECT_TRUE(same_rows({qx.download(), meta.download()}, cpu_rows(t, x, m, k)))
+          << dtype_name(t) << " k " << k;
+    }
+}
+
+TEST(MmqQuant, FusedRmsNormAndSwigluMatchTheUnfusedCpuSteps) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  for (DType t : {DType::kQ4_1, DType::kQ6_K}) {
+    const int64_t m = 5, d = is_k(t) ? 1536 : 576;
+    auto x = random_rows(m, d, 7);
+    for (auto& v : x) v *= 3.f;
+    x[0] = 0.5f;  // the zero block is not zero after a norm with this row's scale
+    std::vector<float> w(d);
+    for (int64_t i = 0; i < d; ++i) w[i] = 0.5f + 0.001f * static_cast<float>(i % 700);
+    std::vector<float> normed(m * d);
+    cpu::rms_norm(x.data(), w.data(), 1e-5f, m, d, normed.data());
+    test::DevBuf<float> dx(x), dw(w);
+    test::DevBuf<int8_t> qx(m * d);
+    test::DevBuf<cuda::MmqActMeta> meta(m * d / 32);
+    cuda::mmq_rms_norm_quantize_rows(t, dx.get(), dw.get(), 1e-5f, m, d, qx.get(), meta.get(), nullptr);
+    test::check_launch();
+    // The CPU sums squares in double in another order: the mean can differ in its last bit.
+    EXPECT_TRUE(same_rows({qx.download(), meta.download()}, cpu_rows(t, normed, m, d), 1)) << dtype_name(t);
+
+    // SwiGLU of a gate|up row pair: silu's exp differs from the CPU's in the last bits.
+    const int64_t ff = d;
+    auto gu = random_rows(m, 2 * ff, 9);
+    for (auto& v : gu) v *= 4.f;
+    std::vector<float> s(m * ff);
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t i = 0; i < ff; ++i) {
+        const float g = gu[r * 2 * ff + i], u = gu[r * 2 * ff + ff + i];
+        s[r * ff + i] = g / (1.f + std::exp(-g)) * u;
+      }
+    test::DevBuf<float> dgu(gu);
+    test::DevBuf<int8_t> qs(m * ff);
+    test::DevBuf<cuda::MmqActMeta> ms(m * ff / 32);
+    cuda::mmq_swiglu_quantize_rows(t, dgu.get(), m, ff, qs.get(), ms.get(), nullptr);
+    test::check_launch();
+    EXPECT_TRUE(same_rows({qs.download(), ms.download()}, cpu_rows(t, s, m, ff), 1)) << dtype_name(t);
+  }
+}
+
+enum class Path { kAuto, kGemv, kMma };
+
+struct Case {
+  int64_t n, k, m;
+};
+
+// y = the chosen kernel on device-quantized x; ldy = n + 3 (poisoned gaps must stay NaN).
+std::vector<float> run_gpu(DType t, const std::vector<uint8_t>& blocks, const std::vector<float>& x,
+                           const Case& c, Path path, bool accumulate, const std::vector<float>& y0) {
+  const int64_t ldy = c.n + 3;
+  std::vector<uint8_t> packed(cuda::gemv_quant_layout(t, c.n, c.k).bytes);
+  cuda::repack_quant(t, blocks.data(), c.n, c.k, packed.data());
+  test::DevBuf<uint8_t> dw(packed);
+  test::DevBuf<float> dx(x);
+  test::DevBuf<int8_t> qx(c.m * c.k);
+  test::DevBuf<cuda::MmqActMeta> meta(c.m * c.k / 32);
+  cuda::mmq_quantize_rows(t, dx.get(), c.k, c.m, c.k, qx.get(), meta.get(), nullptr);
+  std::vector<float> yinit(c.m * ldy, std::nanf(""));
+  if (accumulate)
+    for (int64_t i = 0; i < c.m; ++i) std::memcpy(&yinit[i * ldy], &y0[i * c.n], c.n * 4);
+  test::DevBuf<float> dy(yinit);
+  auto fn = path == Path::kGemv ? cuda::mmq_gemv : path == Path::kMma ? cuda::mmq_mma : cuda::mmq_matmul;
+  fn(t, dw.get(), c.n, c.k, qx.get(), meta.get(), c.m, dy.get(), ldy, accumulate, nullptr);
+  test::check_launch();
+  const auto y = dy.download();
+  std::vector<float> out(c.m * c.n);
+  for (int64_t i = 0; i < c.m; ++i) {
+    for (int64_t j = 0; j < c.n; ++j) out[i * c.n + j] = y[i * ldy + j];
+    for (int64_t j = c.n; j < ldy; ++j) EXPECT_TRUE(std::isnan(y[i * ldy + j])) << "wrote past n at row " << i;
+  }
+  return out;
+}
+
+TEST(MmqMatmul, EveryKernelMatchesTheReferenceForEveryType) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  const std::vector<Case> legacy = {{1, 32, 1},   {7, 96, 3},    {67, 576, 5},   {130, 576, 8},
+                                    {2, 32, 17},  {64, 1536, 9}, {200, 576, 33}, {100, 4096, 64},
+                                    {333, 1056, 100}, {960, 576, 130}};
+  const std::vector<Case> kq = {{1, 256, 1},    {7, 768, 3},    {67, 1536, 8},  {130, 256, 9},
+                                {200, 768, 33}, {100, 4096, 65}, {333, 512, 100}, {64, 256, 129}};
+  ThreadPool pool(2);
+  for (DType t : kTypes)
+    for (const Case& c : is_k(t) ? kq : legacy) {
+      const auto blocks = random_blocks(t, c.n, c.k, c.n * 31 + c.k);
+      const auto x = random_rows(c.m, c.k, static_cast<uint32_t>(c.m * 7 + c.k));
+      const CpuRows rows = cpu_rows(t, x, c.m, c.k);
+      std::vector<float> want(c.m * c.n), cpu_y(c.m * c.n);
+      ref::matmul(t, blocks.data(), c.n, c.k, rows.deq.data(), c.m, want.data());
+      std::vector<uint8_t> ws(cpu::matmul_workspace_bytes(t, c.m, c.k));
+      cpu::matmul(t, blocks.data(), c.n, c.k, x.data(), c.m, cpu_y.data(), c.n, ws.data(), ws.size(), pool);
+      // Q4_1's min term uses the CPU's f16-rounded s = f16(d * sum), the reference d * sum.
+      const double bound = t == DType::kQ4_1 ? 1e-5 : 1e-9;
+      const std::string what = std::string(dtype_name(t)) + " n " + std::to_string(c.n) + " k " +
+                               std::to_string(c.k) + " m " + std::to_string(c.m);
+      std::vector<Path> paths = {Path::kAuto, Path::kMma};
+      if (c.m <= cuda::kMmqGemvMaxRows) paths.push_back(Path::kGemv);
+      for (Path p : paths) {
+        const auto got = run_gpu(t, blocks, x, c, p, false, {});
+        ASSERT_TRUE(test::all_written(got)) << what;
+        EXPECT_LE(test::nmse(got, want), bound) << what << " path " << static_cast<int>(p);
+        // The CPU's AVX2 Q4_0 kernel sums 8 f32 lanes per block (llama.cpp's order): with
+        // cancellation that is ~1e-7 of the output (measured up to 2.4e-7 at k = 32).
+        EXPECT_LE(test::nmse(got, cpu_y), 1e-6) << what << " vs cpu::matmul, path " << static_cast<int>(p);
+      }
+      // Accumulating into existing values (the residual adds).
+      std::vector<float> y0(c.m * c.n), want_acc(c.m * c.n);
+      for (size_t i = 0; i < y0.size(); ++i) {
+        y0[i] = 0.01f * static_cast<float>(static_cast<int>(i % 97) - 48);
+        want_acc[i] = y0[i] + want[i];
+      }
+      const auto acc = run_gpu(t, blocks, x, c, Path::kAuto, true, y0);
+      EXPECT_LE(test::nmse(acc, want_acc), bound) << what << " accumulate";
+    }
+}
+
+TEST(MmqMatmul, RowInABatchMatchesItAlone) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  for (DType t : {DType::kQ4_0, DType::kQ4_K}) {
+    const Case c{192, 1024, 70};
+    const auto blocks = random_blocks(t, c.n, c.k, 5);
+    const auto x = random_rows(c.m, c.k, 11);
+    const auto batched = run_gpu(t, blocks, x, c, Path::kAuto, false, {});
+    for (int64_t r : {0, 1, 33, 69}) {
+      const std::vector<float> xr(x.begin() + r * c.k, x.begin() + (r + 1) * c.k);
+      for (int64_t m : {1, 20}) {  // the GEMV alone; and the row first of a smaller GEMM
+        std::vector<float> xs;
+        for (int64_t i = 0; i < m; ++i) xs.insert(xs.end(), xr.begin(), xr.end());
+        const auto alone = run_gpu(t, blocks, xs, {c.n, c.k, m}, Path::kAuto, false, {});
+        const std::vector<float> a(alone.begin(), alone.begin() + c.n),
+            b(batched.begin() + r * c.n, batched.begin() + (r + 1) * c.n);
+        EXPECT_LE(test::nmse(a, b), 1e-10) << dtype_name(t) << " row " << r << " m " << m;
+      }
+    }
+  }
+}
+
+TEST(MmqMatmul, RejectsBadArguments) {
+  EXPECT_FALSE(cuda::mmq_supported(DType::kQ5_0));
+  EXPECT_FALSE(cuda::mmq_supported(DType::kBF16));
+  EXPECT_THROW(cuda::mmq_quantize_rows(DType::kQ4_K, nullptr, 0, 1, 96, nullptr, nullptr, nullptr), Error);
+  EXPECT_THROW(cuda::mmq_gemv(DType::kQ4_0, nullptr, 4, 32, nullptr, nullptr, 9, nullptr, 4, false, nullptr), Error);
+  EXPECT_THROW(cuda::mmq_mma(DType::kQ5_K, nullptr, 4, 256, nullptr, nullptr, 9, nullptr, 4, false, nullptr), Error);
+}
+
+// The bf16 path for many rows dequantizes slices of the repacked weights on the device: every
+// element equals the GGUF reference dequantization rounded to bf16, bit for bit.
+TEST(MmqDequant, PackedSlicesEqualTheReferenceRoundedToBf16) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  for (DType t : kTypes) {
+    const int64_t n = 37, k = is_k(t) ? 512 : 96;
+    const auto blocks = random_blocks(t, n, k, 77);
+    std::vector<uint8_t> packed(cuda::gemv_quant_layout(t, n, k).bytes);
+    cuda::repack_quant(t, blocks.data(), n, k, packed.data());
+    test::DevBuf<uint8_t> dp(packed);
+    const int64_t row0 = 5, rows = 30;
+    test::DevBuf<__nv_bfloat16> out(rows * k);
+    out.poison();
+    cuda::dequantize_packed_bf16(t, dp.get(), n, k, row0, rows, out.get(), nullptr);
+    test::check_launch();
+    const auto got = out.download();
+    const int64_t row_bytes = *dtype_row_bytes(t, k);
+    std::vector<float> want(k);
+    for (int64_t r = 0; r < rows; ++r) {
+      ref::dequantize_row(t, blocks.data() + (row0 + r) * row_bytes, want.data(), k);
+      for (int64_t c = 0; c < k; ++c)
+        ASSERT_EQ(static_cast<__nv_bfloat16_raw>(got[r * k + c]).x, f32_to_bf16(want[c]))
+            << dtype_name(t) << " row " << row0 + r << " col " << c;
+    }
+  }
+  EXPECT_THROW(cuda::dequantize_packed_bf16(DType::kQ4_0, nullptr, 4, 64, 3, 2, nullptr, nullptr), Error);
+}
+
+}  // namespace
+}  // namespace tessera
