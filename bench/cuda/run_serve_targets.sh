@@ -11,7 +11,7 @@ if ! ldd $bin/tessera | grep -q 'libcublasLt.so.*=> /'; then
   d=$(dirname "$(find /usr/local /opt /usr/lib -name 'libcublasLt.so.13*' 2>/dev/null | head -1)")
   export LD_LIBRARY_PATH=$d:${LD_LIBRARY_PATH:-}
 fi
-./$bin/tessera serve -m "$M" --device cuda --dummy llama3-8b --port 18080 --ctx 2048 \
+$bin/tessera serve -m "$M" --device cuda --dummy llama3-8b --port 18080 --ctx 2048 \
   --max-running 128 --max-queue 64 --kv-cache-tokens 262144 --max-step-tokens 2048 2>"$out/serve.log" &
 spid=$!
 for i in $(seq 1 120); do grep -q listening "$out/serve.log" && break; sleep 1; done

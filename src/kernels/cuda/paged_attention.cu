@@ -36,29 +36,39 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4],
 // Block = (tile, kv head); warp w owns query vectors [16w, 16w + 16) of the tile, vector
 // m = (row m / G of the tile, query head kvh * G + m % G).
 // kSplit (decode-like tiles of <= 16 query vectors): every warp takes the same 16 vectors and
-// its own 16 keys of each chunk (keys 16w .. 16w+15); the four partial softmaxes are merged at
-// the end. Otherwise warp w owns vectors 16w .. 16w+15 and all keys. Compile-time, so the
-// decode path computes and exponentiates only its own keys.
+// its own chunks of 16 keys (chunks w, w + 4, ...), loaded through its own two-stage cp.async
+// pipeline with warp-level synchronization only; the four partial softmaxes are merged at the
+// end. Otherwise the block loads chunks of 64 keys together and warp w owns vectors
+// 16w .. 16w+15 against all keys. Compile-time, so each path computes only its own keys.
 template <class T, class O, int HD, bool kSplit>
 __device__ __forceinline__ void attention_tile(
     const T* __restrict__ q, const int32_t* __restrict__ q_pos, const PagedAttentionTile tile,
     const int32_t* __restrict__ block_tables, int64_t table_stride, int block_size,
     int block_shift, const __half* __restrict__ k_cache, const __half* __restrict__ v_cache,
     int n_heads, int n_kv_heads, int group, float scale_log2, O* __restrict__ out) {
-  // Two stages of K and V chunks (dynamic shared memory, paged_attention_smem_bytes): the next
-  // chunk's copies (cp.async) are in flight while this one is computed. After the key loop the
-  // same bytes hold the key-split partial results.
+  // Two stages of K and V chunks (dynamic shared memory, smem_bytes): the next chunk's copies
+  // (cp.async) are in flight while this one is computed; with kSplit each warp has its own two
+  // stages of 16 keys (the same bytes in all). After the key loop the same bytes hold the
+  // key-split partial results.
   extern __shared__ __align__(16) __half smem[];
-  constexpr int kStage = 2 * kChunk * (HD + kPad);  // halves per stage (K then V)
+  constexpr int kKeys = kSplit ? 16 : kChunk;         // keys per chunk of one loader
+  constexpr int kStage = 2 * kKeys * (HD + kPad);     // halves per stage (K then V)
+  constexpr int kLoaders = kSplit ? 32 : kThreads;    // threads loading one chunk
+  constexpr int kChunkStep = kSplit ? kWarps : 1;     // chunk index step of one loader
 
   const int kvh = blockIdx.y;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int n_vec = tile.n_rows * group;
   constexpr bool ksplit = kSplit;
-  // Key tiles of 8 this warp computes per chunk, starting at key_base of the chunk.
-  constexpr int kNt = kSplit ? 2 : kChunk / 8;
-  const int key_base = kSplit ? warp * 16 : 0;
+  constexpr int kNt = kKeys / 8;  // key tiles of 8 per chunk
   const int vec_base = ksplit ? 0 : warp * 16;
+  __half* stages = smem + (kSplit ? warp * 2 * kStage : 0);  // this loader's two stages
+  const int loader = kSplit ? lane : static_cast<int>(threadIdx.x);
+  const int first_chunk = kSplit ? warp : 0;
+  auto sync = [] {
+    if constexpr (kSplit) __syncwarp();
+    else __syncthreads();
+  };
   const int32_t* table = block_tables + static_cast<int64_t>(tile.seq) * table_stride;
 
   int max_pos = 0;
@@ -102,13 +112,13 @@ __device__ __forceinline__ void attention_tile(
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
 
   const int n_keys = max_pos + 1;
-  // Starts the copies of the chunk at key c0 into stage st (keys past the end become zeros).
-  auto issue = [&](int c0, int st) {
-    __half* kdst = smem + st * kStage;
-    __half* vdst = kdst + kChunk * (HD + kPad);
+  // Starts the copies of chunk `chunk` into stage st (keys past the end become zeros).
+  auto issue = [&](int chunk, int st) {
+    __half* kdst = stages + st * kStage;
+    __half* vdst = kdst + kKeys * (HD + kPad);
     constexpr int kParts = HD / 8;  // 16-byte pieces per row
-    for (int i = threadIdx.x; i < kChunk * kParts; i += kThreads) {
-      const int r = i / kParts, part = i % kParts, p = c0 + r;
+    for (int i = loader; i < kKeys * kParts; i += kLoaders) {
+      const int r = i / kParts, part = i % kParts, p = chunk * kKeys + r;
       __half* kd = kdst + r * (HD + kPad) + part * 8;
       __half* vd = vdst + r * (HD + kPad) + part * 8;
       if (p < n_keys) {
@@ -130,25 +140,30 @@ __device__ __forceinline__ void attention_tile(
     }
     asm volatile("cp.async.commit_group;\n" ::);
   };
-  issue(0, 0);
-  for (int c0 = 0, ci = 0; c0 < n_keys; c0 += kChunk, ++ci) {
-    if (c0 + kChunk < n_keys) {
-      issue(c0 + kChunk, (ci + 1) & 1);
+  if (first_chunk * kKeys < n_keys) {
+    issue(first_chunk, 0);
+  } else {
+    asm volatile("cp.async.commit_group;\n" ::);
+  }
+  for (int chunk = first_chunk, ci = 0; chunk * kKeys < n_keys; chunk += kChunkStep, ++ci) {
+    const int c0 = chunk * kKeys;
+    if ((chunk + kChunkStep) * kKeys < n_keys) {
+      issue(chunk + kChunkStep, (ci + 1) & 1);
     } else {
       asm volatile("cp.async.commit_group;\n" ::);  // keeps one group per iteration
     }
     asm volatile("cp.async.wait_group 1;\n" ::);  // this chunk's copies (this thread's) landed
-    __syncthreads();                                // ... and everyone else's
-    __half(*ks)[HD + kPad] = reinterpret_cast<__half(*)[HD + kPad]>(smem + (ci & 1) * kStage);
+    sync();                                         // ... and the other loaders'
+    __half(*ks)[HD + kPad] = reinterpret_cast<__half(*)[HD + kPad]>(stages + (ci & 1) * kStage);
     __half(*vs)[HD + kPad] =
-        reinterpret_cast<__half(*)[HD + kPad]>(smem + (ci & 1) * kStage + kChunk * (HD + kPad));
+        reinterpret_cast<__half(*)[HD + kPad]>(stages + (ci & 1) * kStage + kKeys * (HD + kPad));
 
-    // S = Q K^T for this warp's keys of the chunk: kNt tiles of 8 keys from key_base.
+    // S = Q K^T for the chunk's keys: kNt tiles of 8 keys.
     float s[kNt][4];
 #pragma unroll
     for (int nt = 0; nt < kNt; ++nt) {
       s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
-      const int key = key_base + nt * 8 + g;
+      const int key = nt * 8 + g;
 #pragma unroll
       for (int kk = 0; kk < HD / 16; ++kk) {
         const uint32_t b0 = *reinterpret_cast<const uint32_t*>(&ks[key][kk * 16 + 2 * t]);
@@ -162,7 +177,7 @@ __device__ __forceinline__ void attention_tile(
     for (int nt = 0; nt < kNt; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int h = e / 2, key = c0 + key_base + nt * 8 + 2 * t + (e % 2);
+        const int h = e / 2, key = c0 + nt * 8 + 2 * t + (e % 2);
         const float v = key <= pos[h] ? s[nt][e] * scale_log2 : -INFINITY;
         s[nt][e] = v;
         m_new[h] = fmaxf(m_new[h], v);
@@ -209,16 +224,17 @@ __device__ __forceinline__ void attention_tile(
         // keys kk*16 + 0..15 at dims dt*8..; .trans hands each lane its (2 keys, 1 dim) pairs.
         uint32_t b0, b1;
         const uint32_t addr = static_cast<uint32_t>(
-            __cvta_generic_to_shared(&vs[key_base + kk * 16 + (lane % 16)][dt * 8]));
+            __cvta_generic_to_shared(&vs[kk * 16 + (lane % 16)][dt * 8]));
         asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
                      : "=r"(b0), "=r"(b1)
                      : "r"(addr));
         mma_16816(o[dt], a, b0, b1);
       }
     }
-    __syncthreads();  // this stage is consumed before the next iteration refills it
+    sync();  // this stage is consumed before the next iteration refills it
   }
   asm volatile("cp.async.wait_all;\n" ::);
+  if constexpr (kSplit) __syncthreads();  // every warp is done with its stages (reused below)
 
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -243,8 +259,7 @@ __device__ __forceinline__ void attention_tile(
     }
     return;
   }
-  // Merge the four warps' partial softmaxes of the same 16 vectors (the loop ended with a
-  // barrier: the stages are free).
+  // Merge the four warps' partial softmaxes of the same 16 vectors (the stages are free).
   float* red_o = reinterpret_cast<float*>(smem);  // [warp][16 vectors][HD]
   float* red_m = red_o + kWarps * 16 * HD;        // [warp][16]
   float* red_l = red_m + kWarps * 16;             // [warp][16]
