@@ -3,8 +3,9 @@
 
 N concurrent clients each send streaming /v1/completions requests back to back until the
 request count (or duration) is reached. Prompt and output lengths are drawn from distributions;
-clients may hang up mid-stream at random. Reports output and total tokens/s, TTFT / TPOT / ITL
-p50 and p99, and every failure by kind. Standard library only, so it runs on bare GPU hosts.
+clients may hang up mid-stream at random, and may start spread over a ramp-up time. Reports
+output and total tokens/s, TTFT / TPOT / ITL p50 and p99, and every failure by kind. Standard
+library only, so it runs on bare GPU hosts.
 
   python3 bench/serve_load.py --url http://127.0.0.1:8080 --clients 32 --requests 128 \
       --prompt-tokens 64:256 --max-tokens 32:128 --disconnect 0.1 --json out/serve_load.json
@@ -157,6 +158,8 @@ def run(args):
 
     def client(i):
         rng = random.Random(args.seed * 1000003 + i)
+        if args.ramp_up > 0:  # client i starts at i / clients of the ramp
+            time.sleep(args.ramp_up * i / args.clients)
         while True:
             with lock:
                 if remaining[0] <= 0 or (deadline and time.perf_counter() > deadline):
@@ -181,6 +184,7 @@ def run(args):
     ms = lambda v: round(v * 1000, 2)  # noqa: E731
     report = {
         "clients": args.clients,
+        "ramp_up_s": args.ramp_up,
         "requests_ok": stats.ok,
         "requests_disconnected": stats.disconnected,
         "failures": stats.failures,
@@ -204,6 +208,8 @@ def main():
     ap.add_argument("--clients", type=int, default=32)
     ap.add_argument("--requests", type=int, default=128)
     ap.add_argument("--duration", type=float, default=0, help="stop starting requests after S seconds")
+    ap.add_argument("--ramp-up", type=float, default=0,
+                    help="start the clients evenly over S seconds instead of all at once")
     ap.add_argument("--prompt-tokens", type=parse_range, default=(64, 256))
     ap.add_argument("--max-tokens", type=parse_range, default=(32, 128))
     ap.add_argument("--disconnect", type=float, default=0.0, help="probability a client hangs up mid-stream")

@@ -12,13 +12,15 @@ if ! ldd $bin/tessera | grep -q 'libcublasLt.so.*=> /'; then
   export LD_LIBRARY_PATH=$d:${LD_LIBRARY_PATH:-}
 fi
 $bin/tessera serve -m "$M" --device cuda --dummy llama3-8b --port 18080 --ctx 2048 \
-  --max-running 128 --max-queue 64 --kv-cache-tokens 262144 --max-step-tokens 2048 2>"$out/serve.log" &
+  --max-running 128 --max-queue 128 --kv-cache-tokens 262144 --max-step-tokens 2048 2>"$out/serve.log" &
 spid=$!
 for i in $(seq 1 120); do grep -q listening "$out/serve.log" && break; sleep 1; done
 load() { timeout 200 python3 bench/serve_load.py --url http://127.0.0.1:18080 --ignore-eos "$@"; }
 rss() { awk '/VmRSS/ {print $2 " kB"}' /proc/$spid/status; }
 echo "== 1: 128 clients, 512 prompt, 128 out, 1024 requests" | tee "$out/serve_targets.txt"
 load --clients 128 --requests 1024 --prompt-tokens 512:512 --max-tokens 128:128 --json "$out/w1.json" | tee -a "$out/serve_targets.txt"
+echo "== 1b: the same with the 128 clients started over 2 s (--ramp-up 2), 1024 requests" | tee -a "$out/serve_targets.txt"
+load --clients 128 --requests 1024 --prompt-tokens 512:512 --max-tokens 128:128 --ramp-up 2 --json "$out/w1b.json" | tee -a "$out/serve_targets.txt"
 echo "== 2: 128 clients, 128 prompt, 1024 out, 128 requests" | tee -a "$out/serve_targets.txt"
 load --clients 128 --requests 128 --prompt-tokens 128:128 --max-tokens 1024:1024 --json "$out/w2.json" | tee -a "$out/serve_targets.txt"
 echo "== 3: 2x overload, 256 clients, 512 prompt, 128 out, 768 requests; RSS before $(rss)" | tee -a "$out/serve_targets.txt"

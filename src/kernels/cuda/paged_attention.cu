@@ -73,6 +73,41 @@ __device__ __forceinline__ void attention_tile(
 
   int max_pos = 0;
   for (int r = 0; r < tile.n_rows; ++r) max_pos = max(max_pos, q_pos[tile.row0 + r]);
+  // The first chunk's copies start before the Q fragments load, overlapping their latency.
+  const int n_keys = max_pos + 1;
+  // Starts the copies of chunk `chunk` into stage st (keys past the end become zeros).
+  auto issue = [&](int chunk, int st) {
+    __half* kdst = stages + st * kStage;
+    __half* vdst = kdst + kKeys * (HD + kPad);
+    constexpr int kParts = HD / 8;  // 16-byte pieces per row
+    for (int i = loader; i < kKeys * kParts; i += kLoaders) {
+      const int r = i / kParts, part = i % kParts, p = chunk * kKeys + r;
+      __half* kd = kdst + r * (HD + kPad) + part * 8;
+      __half* vd = vdst + r * (HD + kPad) + part * 8;
+      if (p < n_keys) {
+        const int64_t row =
+            block_shift >= 0
+                ? (static_cast<int64_t>(table[p >> block_shift]) << block_shift) + (p & (block_size - 1))
+                : static_cast<int64_t>(table[p / block_size]) * block_size + p % block_size;
+        const int64_t off = (row * n_kv_heads + kvh) * HD + part * 8;
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(
+                         static_cast<uint32_t>(__cvta_generic_to_shared(kd))),
+                     "l"(k_cache + off));
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(
+                         static_cast<uint32_t>(__cvta_generic_to_shared(vd))),
+                     "l"(v_cache + off));
+      } else {
+        *reinterpret_cast<uint4*>(kd) = make_uint4(0, 0, 0, 0);
+        *reinterpret_cast<uint4*>(vd) = make_uint4(0, 0, 0, 0);
+      }
+    }
+    asm volatile("cp.async.commit_group;\n" ::);
+  };
+  if (first_chunk * kKeys < n_keys) {
+    issue(first_chunk, 0);
+  } else {
+    asm volatile("cp.async.commit_group;\n" ::);
+  }
 
   // This thread's two query vectors (fragment rows g and g + 8 of the warp's 16).
   int vec[2], pos[2];
@@ -111,40 +146,6 @@ __device__ __forceinline__ void attention_tile(
   for (int i = 0; i < HD / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
 
-  const int n_keys = max_pos + 1;
-  // Starts the copies of chunk `chunk` into stage st (keys past the end become zeros).
-  auto issue = [&](int chunk, int st) {
-    __half* kdst = stages + st * kStage;
-    __half* vdst = kdst + kKeys * (HD + kPad);
-    constexpr int kParts = HD / 8;  // 16-byte pieces per row
-    for (int i = loader; i < kKeys * kParts; i += kLoaders) {
-      const int r = i / kParts, part = i % kParts, p = chunk * kKeys + r;
-      __half* kd = kdst + r * (HD + kPad) + part * 8;
-      __half* vd = vdst + r * (HD + kPad) + part * 8;
-      if (p < n_keys) {
-        const int64_t row =
-            block_shift >= 0
-                ? (static_cast<int64_t>(table[p >> block_shift]) << block_shift) + (p & (block_size - 1))
-                : static_cast<int64_t>(table[p / block_size]) * block_size + p % block_size;
-        const int64_t off = (row * n_kv_heads + kvh) * HD + part * 8;
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(
-                         static_cast<uint32_t>(__cvta_generic_to_shared(kd))),
-                     "l"(k_cache + off));
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(
-                         static_cast<uint32_t>(__cvta_generic_to_shared(vd))),
-                     "l"(v_cache + off));
-      } else {
-        *reinterpret_cast<uint4*>(kd) = make_uint4(0, 0, 0, 0);
-        *reinterpret_cast<uint4*>(vd) = make_uint4(0, 0, 0, 0);
-      }
-    }
-    asm volatile("cp.async.commit_group;\n" ::);
-  };
-  if (first_chunk * kKeys < n_keys) {
-    issue(first_chunk, 0);
-  } else {
-    asm volatile("cp.async.commit_group;\n" ::);
-  }
   for (int chunk = first_chunk, ci = 0; chunk * kKeys < n_keys; chunk += kChunkStep, ++ci) {
     const int c0 = chunk * kKeys;
     if ((chunk + kChunkStep) * kKeys < n_keys) {
@@ -333,8 +334,10 @@ std::vector<PagedAttentionTile> paged_attention_tiles(const std::vector<PagedAtt
                                                       int64_t group) {
   const int per_tile = paged_attention_rows_per_tile(group);
   std::vector<PagedAttentionTile> tiles;
+  // Within a chunk, later tiles attend to more keys (causal); they go first, so the last blocks
+  // to run are the short ones (a long prefill's tail wave).
   for (const PagedAttentionChunk& c : chunks)
-    for (int32_t r = 0; r < c.n_rows; r += per_tile)
+    for (int32_t r = (c.n_rows - 1) / per_tile * per_tile; r >= 0; r -= per_tile)
       tiles.push_back({c.seq, c.row0 + r, std::min<int32_t>(per_tile, c.n_rows - r)});
   return tiles;
 }
