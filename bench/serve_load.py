@@ -10,8 +10,10 @@ library only, so it runs on bare GPU hosts.
   python3 bench/serve_load.py --url http://127.0.0.1:8080 --clients 32 --requests 128 \
       --prompt-tokens 64:256 --max-tokens 32:128 --disconnect 0.1 --json out/serve_load.json
 
-Lengths are "N" or "LO:HI" (uniform). Prompt lengths are approximate before tokenization; the
-report uses the server's own usage counts.
+Lengths are "N" or "LO:HI" (uniform). Prompts are words; two calibration requests first measure
+the server tokenizer's tokens per word, so prompt lengths land within a few tokens of the target;
+the report uses the server's own usage counts. TTFT is taken at the first chunk with text (with a
+dummy model whose vocabulary exceeds the tokenizer's, ids past it carry no text).
 """
 import argparse
 import http.client
@@ -61,15 +63,48 @@ class Stats:
             self.failures[kind] = self.failures.get(kind, 0) + 1
 
 
-def make_prompt(rng, n_tokens):
-    # ~1.3 tokens per word for these words with a leading space; a numbered start keeps prompts
-    # distinct (no accidental prefix sharing unless asked for).
-    words = [rng.choice(WORDS) for _ in range(max(1, int(n_tokens / 1.3)))]
-    return f"Request {rng.randrange(1 << 30)}: " + " ".join(words)
+def make_words(rng, n_words):
+    # A numbered start keeps prompts distinct (no accidental prefix sharing).
+    return f"Request {rng.randrange(1 << 30)}: " + " ".join(rng.choice(WORDS) for _ in range(n_words))
 
 
-def one_request(args, url, model, rng, stats):
-    prompt = make_prompt(rng, rng.randint(*args.prompt_tokens))
+class PromptSize:
+    """Words for a prompt of n tokens on the server's tokenizer: tokens = base + per_word * words,
+    measured once with two prompts (calibrate); ~1.3 tokens per word until then."""
+
+    def __init__(self):
+        self.base, self.per_word = 4.0, 1.3
+
+    def words(self, n_tokens):
+        return max(1, round((n_tokens - self.base) / self.per_word))
+
+    def calibrate(self, args, url, model):
+        counts = []
+        for n_words in (64, 512):
+            body = {"model": model, "prompt": make_words(random.Random(n_words), n_words),
+                    "max_tokens": 1, "temperature": 0}
+            headers = {"Content-Type": "application/json"}
+            if args.api_key:
+                headers["Authorization"] = f"Bearer {args.api_key}"
+            conn = http.client.HTTPConnection(url.hostname, url.port or 80, timeout=args.timeout)
+            try:
+                conn.request("POST", "/v1/completions", json.dumps(body), headers)
+                resp = conn.getresponse()
+                data = resp.read()
+                if resp.status != 200:
+                    return False
+                counts.append(json.loads(data)["usage"]["prompt_tokens"])
+            except (OSError, http.client.HTTPException, ValueError, KeyError):
+                return False
+            finally:
+                conn.close()
+        self.per_word = (counts[1] - counts[0]) / (512 - 64)
+        self.base = counts[0] - 64 * self.per_word
+        return self.per_word > 0
+
+
+def one_request(args, url, model, rng, stats, size):
+    prompt = make_words(rng, size.words(rng.randint(*args.prompt_tokens)))
     max_tokens = rng.randint(*args.max_tokens)
     disconnect_after = None
     if rng.random() < args.disconnect:
@@ -151,6 +186,10 @@ def run(args):
         conn.request("GET", "/v1/models", headers=headers)
         model = json.loads(conn.getresponse().read())["data"][0]["id"]
         conn.close()
+    size = PromptSize()
+    if not size.calibrate(args, url, model):
+        print("serve_load: prompt-length calibration failed; assuming 1.3 tokens per word",
+              file=sys.stderr)
     stats = Stats()
     remaining = [args.requests]
     lock = threading.Lock()
@@ -165,7 +204,7 @@ def run(args):
                 if remaining[0] <= 0 or (deadline and time.perf_counter() > deadline):
                     return
                 remaining[0] -= 1
-            one_request(args, url, model, rng, stats)
+            one_request(args, url, model, rng, stats, size)
 
     t0 = time.perf_counter()
     threads = [threading.Thread(target=client, args=(i,)) for i in range(args.clients)]
@@ -185,6 +224,7 @@ def run(args):
     report = {
         "clients": args.clients,
         "ramp_up_s": args.ramp_up,
+        "tokens_per_word": round(size.per_word, 3),
         "requests_ok": stats.ok,
         "requests_disconnected": stats.disconnected,
         "failures": stats.failures,
