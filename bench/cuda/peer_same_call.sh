@@ -26,8 +26,9 @@ t0=$(date +%s)
   timeout ${BUILD_LIMIT_S:-450} nice -n 5 cmake --build $L/b --target llama-bench llama-batched-bench -j "$(nproc)" > /tmp/lc_build.log 2>&1
   echo "llama.cpp build rc=$? in $(( $(date +%s) - t0 )) s" ) > /tmp/lc_status.txt 2>&1 &
 build_pid=$!
-# Meanwhile: the peer's GGUF (CPU), Tessera's GPU-bound benches (the build runs at nice 5; it took over 335 s at nice 19 on the H200 machine); the
-# serving run (host-heavy) and the peer's benches once the build is done; never two on the GPU.
+# Meanwhile: the peer's GGUF (CPU) and Tessera's GPU-bound benches (the build runs at nice 5; at
+# nice 19 it took over 335 s on the H200 machine); the serving run (host-heavy) and the peer's
+# benches once the build is done; never two on the GPU.
 PYTHONPATH=$L/src/gguf-py python3 $here/peer_make_gguf.py /tmp/peer_bf16.gguf bf16 > /tmp/gguf.log 2>&1
 /tmp/bin/llama_decode_bench bf16 > "$out/tessera_runner.txt" 2>&1
 M=$P/tok_donor.gguf
