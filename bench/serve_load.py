@@ -10,7 +10,8 @@ library only, so it runs on bare GPU hosts.
   python3 bench/serve_load.py --url http://127.0.0.1:8080 --clients 32 --requests 128 \
       --prompt-tokens 64:256 --max-tokens 32:128 --disconnect 0.1 --json out/serve_load.json
 
-Lengths are "N" or "LO:HI" (uniform). Prompts are words; two calibration requests first measure
+Lengths are "N" or "LO:HI" (uniform). Prompts are token ids with --token-ids (exact lengths),
+else words: two calibration requests first measure
 the server tokenizer's tokens per word, so prompt lengths land within a few tokens of the target;
 the report uses the server's own usage counts. TTFT is taken at the first chunk with text (with a
 dummy model whose vocabulary exceeds the tokenizer's, ids past it carry no text).
@@ -104,7 +105,11 @@ class PromptSize:
 
 
 def one_request(args, url, model, rng, stats, size):
-    prompt = make_words(rng, size.words(rng.randint(*args.prompt_tokens)))
+    n_prompt = rng.randint(*args.prompt_tokens)
+    if args.token_ids:  # exact lengths: random ids (the first keeps prompts distinct)
+        prompt = [rng.randrange(100, 10000) for _ in range(n_prompt)]
+    else:
+        prompt = make_words(rng, size.words(n_prompt))
     max_tokens = rng.randint(*args.max_tokens)
     disconnect_after = None
     if rng.random() < args.disconnect:
@@ -187,7 +192,7 @@ def run(args):
         model = json.loads(conn.getresponse().read())["data"][0]["id"]
         conn.close()
     size = PromptSize()
-    if not size.calibrate(args, url, model):
+    if not args.token_ids and not size.calibrate(args, url, model):
         print("serve_load: prompt-length calibration failed; assuming 1.3 tokens per word",
               file=sys.stderr)
     stats = Stats()
@@ -224,7 +229,7 @@ def run(args):
     report = {
         "clients": args.clients,
         "ramp_up_s": args.ramp_up,
-        "tokens_per_word": round(size.per_word, 3),
+        "tokens_per_word": None if args.token_ids else round(size.per_word, 3),
         "requests_ok": stats.ok,
         "requests_disconnected": stats.disconnected,
         "failures": stats.failures,
@@ -248,6 +253,8 @@ def main():
     ap.add_argument("--clients", type=int, default=32)
     ap.add_argument("--requests", type=int, default=128)
     ap.add_argument("--duration", type=float, default=0, help="stop starting requests after S seconds")
+    ap.add_argument("--token-ids", action="store_true",
+                    help="send prompts as token ids (ids 100..9999; exact prompt lengths)")
     ap.add_argument("--ramp-up", type=float, default=0,
                     help="start the clients evenly over S seconds instead of all at once")
     ap.add_argument("--prompt-tokens", type=parse_range, default=(64, 256))

@@ -39,7 +39,7 @@ wait $build_pid; cat /tmp/lc_status.txt | tee "$out/status.txt"  # the host-heav
   --max-queue 128 --kv-cache-tokens 262144 --max-step-tokens 2048 2> /tmp/serve.log &
 spid=$!
 for i in $(seq 1 120); do grep -q listening /tmp/serve.log && break; sleep 1; done
-timeout 120 python3 $here/../serve_load.py --url http://127.0.0.1:18080 --ignore-eos --clients 128 \
+timeout 120 python3 $here/../serve_load.py --url http://127.0.0.1:18080 --ignore-eos --token-ids --clients 128 \
   --requests 1024 --prompt-tokens 512:512 --max-tokens 128:128 --json "$out/tessera_serve.json" > /tmp/sl.txt 2>&1
 kill -TERM $spid; wait $spid
 B=$L/b/bin

@@ -15,7 +15,7 @@ $bin/tessera serve -m "$M" --device cuda --dummy llama3-8b --port 18080 --ctx 20
   --max-running 128 --max-queue 128 --kv-cache-tokens 262144 --max-step-tokens 2048 2>"$out/serve.log" &
 spid=$!
 for i in $(seq 1 120); do grep -q listening "$out/serve.log" && break; sleep 1; done
-load() { timeout 200 python3 bench/serve_load.py --url http://127.0.0.1:18080 --ignore-eos "$@"; }
+load() { timeout 200 python3 bench/serve_load.py --url http://127.0.0.1:18080 --ignore-eos --token-ids "$@"; }
 rss() { awk '/VmRSS/ {print $2 " kB"}' /proc/$spid/status; }
 echo "== 1: 128 clients, 512 prompt, 128 out, 1024 requests" | tee "$out/serve_targets.txt"
 load --clients 128 --requests 1024 --prompt-tokens 512:512 --max-tokens 128:128 --json "$out/w1.json" | tee -a "$out/serve_targets.txt"

@@ -207,8 +207,9 @@ void EngineLoop::admit(std::shared_ptr<Job> job) {
   // Tokenized here (not on the I/O thread) because the Engine is single-caller; the count lets
   // the I/O thread answer 400 before committing to a streaming 200. Chat content is tokenized
   // without control-token parsing (Engine::tokenize_chat), so users cannot inject role markers.
-  auto ids = req.endpoint == Endpoint::kChat
-                 ? engine_->tokenize_chat(req.messages)
+  auto ids = req.endpoint == Endpoint::kChat ? engine_->tokenize_chat(req.messages)
+             : !req.prompt_ids.empty()
+                 ? Expected<std::vector<int32_t>>(req.prompt_ids)
                  : engine_->tokenize(req.prompt, req.params.add_bos, req.params.parse_special);
   if (!ids) {
     const bool template_error = req.endpoint == Endpoint::kChat &&

@@ -187,17 +187,50 @@ void parse_messages(Fields& f, const json& obj, const ParseOptions& opt, Complet
   }
 }
 
+// Token ids of a prompt given as [id, ...]; each an integer in [0, 2^31) (the engine checks the
+// vocabulary). False (and *why) otherwise.
+bool prompt_token_ids(const json& a, std::vector<int32_t>* ids, std::string* why) {
+  for (const auto& x : a) {
+    if (!x.is_number_integer()) {
+      *why = "token-id prompts must hold integers only";
+      return false;
+    }
+    const int64_t v = x.is_number_unsigned() ? static_cast<int64_t>(std::min<uint64_t>(
+                                                   x.get<uint64_t>(), uint64_t{1} << 40))
+                                             : x.get<int64_t>();
+    if (v < 0 || v > std::numeric_limits<int32_t>::max()) {
+      *why = "prompt token ids must be in [0, 2147483647]";
+      return false;
+    }
+    ids->push_back(static_cast<int32_t>(v));
+  }
+  return true;
+}
+
+// A string, a list of one string, a list of token ids, or a list of one list of token ids (the
+// OpenAI shapes; several prompts in one request are not supported).
 void parse_prompt(Fields& f, CompletionRequest* req) {
   const json* p = f.get("prompt");
   if (!p) return f.fail("'prompt' is required", "prompt");
+  const json* ids = nullptr;
   if (p->is_string()) {
     req->prompt = p->get<std::string>();
   } else if (p->is_array() && p->size() == 1 && (*p)[0].is_string()) {
     req->prompt = (*p)[0].get<std::string>();
-  } else if (p->is_array() && !p->empty() && (*p)[0].is_string()) {
-    return f.fail("batched prompts (a list of several strings) are not supported yet", "prompt");
-  } else {
-    return f.fail("'prompt' must be a string (token-id prompts are not supported)", "prompt");
+  } else if (p->is_array() && p->size() > 1 && ((*p)[0].is_string() || (*p)[0].is_array())) {
+    return f.fail("batched prompts (a list of several prompts) are not supported yet", "prompt");
+  } else if (p->is_array() && p->size() == 1 && (*p)[0].is_array()) {
+    ids = &(*p)[0];
+  } else if (p->is_array() && !p->empty() && (*p)[0].is_number()) {
+    ids = p;
+  } else if (!p->is_array()) {
+    return f.fail("'prompt' must be a string or a list of token ids", "prompt");
+  }
+  if (ids) {
+    std::string why;
+    if (!prompt_token_ids(*ids, &req->prompt_ids, &why)) return f.fail(why, "prompt");
+    if (req->prompt_ids.empty()) return f.fail("'prompt' must not be empty", "prompt");
+    return;
   }
   if (req->prompt.empty()) return f.fail("'prompt' must not be empty", "prompt");
 }

@@ -52,7 +52,8 @@ struct CompletionRequest {
   Endpoint endpoint = Endpoint::kChat;
   std::string model;
   std::vector<Message> messages;  // kChat
-  std::string prompt;             // kCompletion
+  std::string prompt;             // kCompletion, as text
+  std::vector<int32_t> prompt_ids;  // kCompletion, as token ids (used as given: no BOS added)
   GenerationParams params;  // max_tokens default: chat: the context length; completion: 16
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage

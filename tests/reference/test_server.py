@@ -188,6 +188,27 @@ def test_completion_shapes_and_length(server):
     assert events[-2]["choices"][0]["finish_reason"] == "length"
 
 
+def test_completion_prompt_as_token_ids(server, tessera_bin, model_path):
+    """A prompt given as token ids (the OpenAI list-of-integers shape, and a list of one such
+    list) generates exactly what the same ids given as text generate; ids outside the vocabulary
+    or not integers are 400."""
+    text = "The capital of France is"
+    out = subprocess.run([tessera_bin, "tokenize", "--ids", model_path, text], capture_output=True,
+                         text=True, check=True).stdout
+    ids = json.loads(out)
+    body = {"model": server.model_id, "max_tokens": 8, "temperature": 0, "ignore_eos": True}
+    want = post_json(server, "/v1/completions", {**body, "prompt": text})
+    assert want["usage"]["prompt_tokens"] == len(ids)
+    for prompt in (ids, [ids]):
+        got = post_json(server, "/v1/completions", {**body, "prompt": prompt})
+        assert got["choices"][0]["text"] == want["choices"][0]["text"]
+        assert got["usage"] == want["usage"]
+    for bad in ([1, 10_000_000], [1, -1], [1, 2.5], [[1], [2]]):
+        status, _, data = call(server, "/v1/completions", {**body, "prompt": bad})
+        assert status == 400 and len(data) < 4096, (bad, data)
+        assert "error" in json.loads(data)
+
+
 def test_prompt_plus_max_tokens_over_context_finishes_with_length(server):
     prompt = "one two three four five six seven eight nine ten " * 40  # ~400 tokens
     r = post_json(server, "/v1/completions", {"model": server.model_id, "prompt": prompt,
@@ -286,7 +307,7 @@ def _bad_bodies(model):
         ("/v1/chat/completions", {**chat, "priority": "high"}, "priority"),
         ("/v1/chat/completions", {**chat, "no_repeat_ngram_size": -2}, "no_repeat_ngram_size"),
         ("/v1/completions", {"model": model}, "prompt"),
-        ("/v1/completions", {**comp, "prompt": [1, 2, 3]}, "prompt"),
+        ("/v1/completions", {**comp, "prompt": [1, 2.5, 3]}, "prompt"),
         ("/v1/completions", {**comp, "prompt": ["a", "b"]}, "prompt"),
         ("/v1/completions", {**comp, "prompt": ""}, "prompt"),
         ("/v1/completions", {**comp, "logprobs": 6}, "logprobs"),

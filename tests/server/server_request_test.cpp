@@ -106,6 +106,23 @@ TEST(ServerRequest, CompletionPrompt) {
   EXPECT_EQ(std::get<CompletionRequest>(r).params.max_tokens, 16);  // OpenAI's completion default
 }
 
+TEST(ServerRequest, CompletionPromptAsTokenIds) {
+  for (const json& prompt : {json{5, 0, 2147483647}, json{json{5, 0, 2147483647}}}) {
+    json j = {{"model", "m"}, {"prompt", prompt}};
+    auto r = parse(j, Endpoint::kCompletion);
+    ASSERT_TRUE(std::holds_alternative<CompletionRequest>(r)) << err(r).message;
+    EXPECT_EQ(std::get<CompletionRequest>(r).prompt_ids, (std::vector<int32_t>{5, 0, 2147483647}));
+    EXPECT_TRUE(std::get<CompletionRequest>(r).prompt.empty());
+  }
+  const json bad[] = {json::array(), json{1, -2}, json{1, 2147483648LL}, json{1, 2.5},
+                      json{1, "a"}, json{json{1}, json{2}}, json{json::array()},
+                      json{18446744073709551615ULL}};
+  for (const json& prompt : bad) {
+    auto r = parse(json{{"model", "m"}, {"prompt", prompt}}, Endpoint::kCompletion);
+    EXPECT_EQ(err(r).param, "prompt") << prompt.dump();
+  }
+}
+
 TEST(ServerRequest, RejectsWithParam) {
   struct Case {
     json patch;
@@ -161,7 +178,7 @@ TEST(ServerRequest, CompletionRejects) {
   const json cases[] = {
       {{"model", "m"}},
       {{"model", "m"}, {"prompt", ""}},
-      {{"model", "m"}, {"prompt", {1, 2}}},
+      {{"model", "m"}, {"prompt", {1, -2}}},
       {{"model", "m"}, {"prompt", {"a", "b"}}},
       {{"model", "m"}, {"prompt", "x"}, {"logprobs", 6}},
       {{"model", "m"}, {"prompt", "x"}, {"logprobs", true}},
