@@ -12,6 +12,7 @@
 
 #include "core/half.h"
 #include "cuda/cuda_test_util.h"
+#include "cuda/quant_test_util.h"
 #include "formats/quant_blocks.h"
 #include "kernels/cuda/act_quant.h"
 #include "kernels/cuda/gemv.h"
@@ -28,34 +29,8 @@ class GemvCuda : public ::testing::Test {};
 using Types = ::testing::Types<__half, __nv_bfloat16>;
 TYPED_TEST_SUITE(GemvCuda, Types);
 
-const DType kQuantTypes[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ4_K, DType::kQ6_K};
 
-bool is_k(DType t) { return t == DType::kQ4_K || t == DType::kQ6_K; }
 
-// Random GGUF blocks: every quant bit pattern, finite f16 scales of both signs (a file could
-// hold any of these), Q4_K / Q6_K sub-block scales random too.
-std::vector<uint8_t> random_blocks(DType t, int64_t n, int64_t k, uint64_t seed) {
-  const int64_t bytes = n * *dtype_row_bytes(t, k);
-  std::vector<uint8_t> b(static_cast<size_t>(bytes));
-  std::mt19937 rng(static_cast<uint32_t>(seed));
-  for (auto& v : b) v = static_cast<uint8_t>(rng());
-  auto f16 = [&](float mag) {
-    return f32_to_f16((rng() % 2 ? 1.f : -1.f) * mag * (0.5f + (rng() % 1000) / 1000.f));
-  };
-  const int64_t bsz = dtype_info(t).block_bytes, nb = bytes / bsz;
-  for (int64_t i = 0; i < nb; ++i) {
-    uint8_t* p = b.data() + i * bsz;
-    uint16_t h[2];
-    switch (t) {
-      case DType::kQ8_0: case DType::kQ4_0: h[0] = f16(0.02f); std::memcpy(p, h, 2); break;
-      case DType::kQ4_1: h[0] = f16(0.02f); h[1] = f16(0.1f); std::memcpy(p, h, 4); break;
-      case DType::kQ4_K: h[0] = f16(0.002f); h[1] = f16(0.002f); std::memcpy(p, h, 4); break;
-      case DType::kQ6_K: h[0] = f16(0.0005f); std::memcpy(p + 208, h, 2); break;
-      default: break;
-    }
-  }
-  return b;
-}
 
 // Activation quantization reference: the GEMV's input as the GPU sees it.
 std::vector<float> quantized(const std::vector<float>& x) {
@@ -84,9 +59,9 @@ void check(const std::vector<float>& got, const std::vector<float>& want, double
 }
 
 TEST(GemvRepack, RoundTripIsExactForEveryType) {  // host only
-  for (DType t : kQuantTypes) {
-    const int64_t n = 3, k = is_k(t) ? 512 : 160;
-    const auto b = random_blocks(t, n, k, 1 + static_cast<int>(t));
+  for (DType t : test::kQuantTypes) {
+    const int64_t n = 3, k = test::is_k_quant(t) ? 512 : 160;
+    const auto b = test::random_quant_blocks(t, n, k, 1 + static_cast<int>(t));
     std::vector<uint8_t> packed(cuda::gemv_quant_layout(t, n, k).bytes), back(b.size());
     cuda::repack_quant(t, b.data(), n, k, packed.data());
     cuda::unrepack_quant(t, packed.data(), n, k, back.data());
@@ -98,7 +73,7 @@ TEST(GemvRepack, RoundTripIsExactForEveryType) {  // host only
 
 TEST(GemvRepack, Q4_0LayoutIsTheDocumentedOne) {  // host only: spot-check one documented layout
   const int64_t n = 2, k = 64;
-  const auto b = random_blocks(DType::kQ4_0, n, k, 9);
+  const auto b = test::random_quant_blocks(DType::kQ4_0, n, k, 9);
   std::vector<uint8_t> packed(cuda::gemv_quant_layout(DType::kQ4_0, n, k).bytes);
   cuda::repack_quant(DType::kQ4_0, b.data(), n, k, packed.data());
   const auto L = cuda::gemv_quant_layout(DType::kQ4_0, n, k);
@@ -122,14 +97,14 @@ TYPED_TEST(GemvCuda, QuantMatchesReference) {
       {1, 32}, {7, 96}, {17, 4128}, {131, 4096}, {4099, 1056}, {3, 14336}, {40, 4000}};
   const std::vector<std::pair<int64_t, int64_t>> shapes256 = {
       {1, 256}, {7, 768}, {17, 4352}, {131, 4096}, {4099, 1024}, {3, 14336}, {40, 3840}};
-  for (DType t : kQuantTypes) {
-    for (auto [n, k] : is_k(t) ? shapes256 : shapes32) {
+  for (DType t : test::kQuantTypes) {
+    for (auto [n, k] : test::is_k_quant(t) ? shapes256 : shapes32) {
       const std::string what = std::string(dtype_name(t)) + " n=" + std::to_string(n) + " k=" + std::to_string(k);
       auto x = test::random_floats(k, 3 + n);
       auto hx = test::to_device_type<T>(x);  // x now holds the T-rounded values
       test::DevBuf<T> dx(hx), y(n);
       DevQuant q(dx, k);
-      const auto blocks = random_blocks(t, n, k, 10 * n + static_cast<int>(t));
+      const auto blocks = test::random_quant_blocks(t, n, k, 10 * n + static_cast<int>(t));
       std::vector<uint8_t> packed(cuda::gemv_quant_layout(t, n, k).bytes);
       cuda::repack_quant(t, blocks.data(), n, k, packed.data());
       test::DevBuf<uint8_t> dw(packed);
@@ -191,7 +166,7 @@ void qkv_case(DType t, int64_t n_heads, int64_t n_kv, int64_t hd, int64_t n_rot,
     }
     ref::matmul(t, host_w.data(), n, k, x.data(), 1, all.data());
   } else {
-    const auto blocks = random_blocks(t, n, k, seed + 2);
+    const auto blocks = test::random_quant_blocks(t, n, k, seed + 2);
     host_w.resize(cuda::gemv_quant_layout(t, n, k).bytes);
     cuda::repack_quant(t, blocks.data(), n, k, host_w.data());
     cuda::quantize_act<T>(dx.get(), k, qx.get(), meta.get(), nullptr);

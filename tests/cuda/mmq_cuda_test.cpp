@@ -17,6 +17,7 @@
 #include "backend/cpu/thread_pool.h"
 #include "core/half.h"
 #include "cuda/cuda_test_util.h"
+#include "cuda/quant_test_util.h"
 #include "kernels/cpu/llm_ops.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/matmul_internal.h"
@@ -29,32 +30,7 @@
 namespace tessera {
 namespace {
 
-const DType kTypes[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ4_K, DType::kQ6_K};
-bool is_k(DType t) { return t == DType::kQ4_K || t == DType::kQ6_K; }
 
-// Random GGUF blocks: every quant bit pattern, finite f16 scales of both signs.
-std::vector<uint8_t> random_blocks(DType t, int64_t n, int64_t k, uint64_t seed) {
-  const int64_t bytes = n * *dtype_row_bytes(t, k);
-  std::vector<uint8_t> b(static_cast<size_t>(bytes));
-  std::mt19937 rng(static_cast<uint32_t>(seed));
-  for (auto& v : b) v = static_cast<uint8_t>(rng());
-  auto f16 = [&](float mag) {
-    return f32_to_f16((rng() % 2 ? 1.f : -1.f) * mag * (0.5f + (rng() % 1000) / 1000.f));
-  };
-  const int64_t bsz = dtype_info(t).block_bytes, nb = bytes / bsz;
-  for (int64_t i = 0; i < nb; ++i) {
-    uint8_t* p = b.data() + i * bsz;
-    uint16_t h[2];
-    switch (t) {
-      case DType::kQ8_0: case DType::kQ4_0: h[0] = f16(0.02f); std::memcpy(p, h, 2); break;
-      case DType::kQ4_1: h[0] = f16(0.02f); h[1] = f16(0.1f); std::memcpy(p, h, 4); break;
-      case DType::kQ4_K: h[0] = f16(0.002f); h[1] = f16(0.002f); std::memcpy(p, h, 4); break;
-      case DType::kQ6_K: h[0] = f16(0.0005f); std::memcpy(p + 208, h, 2); break;
-      default: break;
-    }
-  }
-  return b;
-}
 
 // Uniform [-1, 1] rows; row 0 has an all-zero first block, row 1 a dominant negative element
 // (Q8_K's sign rule), every row different.
@@ -88,7 +64,7 @@ CpuRows cpu_rows(DType t, const std::vector<float>& x, int64_t m, int64_t k) {
     for (int64_t b = 0; b < nb; ++b) {
       float d, s;
       const int8_t* q;
-      if (is_k(t)) {
+      if (test::is_k_quant(t)) {
         const ActQ8K a = act_q8k(buf.data(), k / 256);
         q = a.qs + b * 32;
         d = a.d[b / 8];
@@ -136,8 +112,8 @@ struct GpuRows {
 
 TEST(MmqQuant, RowsEqualTheCpuRowsByteForByte) {
   TESSERA_SKIP_WITHOUT_GPU();
-  for (DType t : kTypes)
-    for (int64_t k : is_k(t) ? std::vector<int64_t>{256, 768, 4096} : std::vector<int64_t>{32, 96, 576, 4096}) {
+  for (DType t : test::kQuantTypes)
+    for (int64_t k : test::is_k_quant(t) ? std::vector<int64_t>{256, 768, 4096} : std::vector<int64_t>{32, 96, 576, 4096}) {
       const int64_t m = 3, ld = k + 64;
       auto x = random_rows(m, k, static_cast<uint32_t>(k));
       std::vector<float> strided(m * ld, 1e30f);
@@ -157,7 +133,7 @@ TEST(MmqQuant, RowsEqualTheCpuRowsByteForByte) {
 TEST(MmqQuant, FusedRmsNormAndSwigluMatchTheUnfusedCpuSteps) {
   TESSERA_SKIP_WITHOUT_GPU();
   for (DType t : {DType::kQ4_1, DType::kQ6_K}) {
-    const int64_t m = 5, d = is_k(t) ? 1536 : 576;
+    const int64_t m = 5, d = test::is_k_quant(t) ? 1536 : 576;
     auto x = random_rows(m, d, 7);
     for (auto& v : x) v *= 3.f;
     x[0] = 0.5f;  // the zero block is not zero after a norm with this row's scale
@@ -233,9 +209,9 @@ TEST(MmqMatmul, EveryKernelMatchesTheReferenceForEveryType) {
   const std::vector<Case> kq = {{1, 256, 1},    {7, 768, 3},    {67, 1536, 8},  {130, 256, 9},
                                 {200, 768, 33}, {100, 4096, 65}, {333, 512, 100}, {64, 256, 129}};
   ThreadPool pool(2);
-  for (DType t : kTypes)
-    for (const Case& c : is_k(t) ? kq : legacy) {
-      const auto blocks = random_blocks(t, c.n, c.k, c.n * 31 + c.k);
+  for (DType t : test::kQuantTypes)
+    for (const Case& c : test::is_k_quant(t) ? kq : legacy) {
+      const auto blocks = test::random_quant_blocks(t, c.n, c.k, c.n * 31 + c.k);
       const auto x = random_rows(c.m, c.k, static_cast<uint32_t>(c.m * 7 + c.k));
       const CpuRows rows = cpu_rows(t, x, c.m, c.k);
       std::vector<float> want(c.m * c.n), cpu_y(c.m * c.n);
@@ -271,7 +247,7 @@ TEST(MmqMatmul, RowInABatchMatchesItAlone) {
   TESSERA_SKIP_WITHOUT_GPU();
   for (DType t : {DType::kQ4_0, DType::kQ4_K}) {
     const Case c{192, 1024, 70};
-    const auto blocks = random_blocks(t, c.n, c.k, 5);
+    const auto blocks = test::random_quant_blocks(t, c.n, c.k, 5);
     const auto x = random_rows(c.m, c.k, 11);
     const auto batched = run_gpu(t, blocks, x, c, Path::kAuto, false, {});
     for (int64_t r : {0, 1, 33, 69}) {
@@ -300,9 +276,9 @@ TEST(MmqMatmul, RejectsBadArguments) {
 // element equals the GGUF reference dequantization rounded to bf16, bit for bit.
 TEST(MmqDequant, PackedSlicesEqualTheReferenceRoundedToBf16) {
   TESSERA_SKIP_WITHOUT_GPU();
-  for (DType t : kTypes) {
-    const int64_t n = 37, k = is_k(t) ? 512 : 96;
-    const auto blocks = random_blocks(t, n, k, 77);
+  for (DType t : test::kQuantTypes) {
+    const int64_t n = 37, k = test::is_k_quant(t) ? 512 : 96;
+    const auto blocks = test::random_quant_blocks(t, n, k, 77);
     std::vector<uint8_t> packed(cuda::gemv_quant_layout(t, n, k).bytes);
     cuda::repack_quant(t, blocks.data(), n, k, packed.data());
     test::DevBuf<uint8_t> dp(packed);

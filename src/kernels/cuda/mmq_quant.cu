@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "kernels/cuda/gemv.h"
 #include "kernels/cuda/mmq.h"
 
 namespace tessera::cuda {
@@ -149,16 +150,7 @@ void launch(DType t, const Src& src, int64_t m, int64_t k, int8_t* qx, MmqActMet
 
 }  // namespace
 
-bool mmq_supported(DType t) {
-  switch (t) {
-    case DType::kQ8_0: case DType::kQ4_0: case DType::kQ4_1: case DType::kQ4_K: case DType::kQ6_K:
-      return true;
-    case DType::kF32: case DType::kF16: case DType::kBF16: case DType::kI32: case DType::kQ5_0:
-    case DType::kQ5_1: case DType::kQ5_K:
-      return false;
-  }
-  return false;
-}
+bool mmq_supported(DType t) { return gemv_quant_supported(t); }  // the same repacked layouts
 
 int64_t mmq_act_block(DType t) { return is_k(t) ? 256 : 32; }
 
