@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU machine's side of bench/cuda/gpu_pack.sh, one phase per device call:
 #  a: unit tests of every CUDA op against its reference, compute-sanitizer memcheck on the new
-#     ones; stages the model's first part in /tmp/m.
+#     ones (racecheck on sampling); stages the model's first part in /tmp/m.
 #  b: the default model on the GPU vs the CPU (llama_cuda_test: teacher-forced agreement, greedy
 #     text of 5 prompts), `tessera bench` on dummy Llama-3-8B weights for bf16, q8_0, q4_0, q4_k.
 #  c: seeded GPU sampling through the engine, Hugging Face checkpoints vs transformers on the GPU,
@@ -34,6 +34,7 @@ case $phase in
     for t in row_ops_cuda_test paged_attention_cuda_test sample_cuda_test; do
       step memcheck_$t compute-sanitizer --tool memcheck --error-exitcode 9 /tmp/bin/$t --gtest_brief=1 --gtest_filter='-*Draws*'
     done
+    step racecheck_sample compute-sanitizer --tool racecheck --error-exitcode 9 /tmp/bin/sample_cuda_test --gtest_brief=1 --gtest_filter='*Vocab1000*:*Penalties*'
     step memcheck_mmq compute-sanitizer --tool memcheck --error-exitcode 9 /tmp/bin/mmq_cuda_test --gtest_brief=1 --gtest_filter='MmqQuant.*:MmqDequant.*:MmqMatmul.RowInABatch*'
     ;;
   b)

@@ -14,35 +14,11 @@
 #include <vector>
 
 #include "backend/cuda/cuda_check.h"
+#include "bench_timing.cuh"
 #include "kernels/cuda/sample.h"
 
 using namespace tessera;
-
-namespace {
-
-template <class F>
-float median_ms(F&& launch, cudaStream_t s, int reps = 20) {
-  cudaEvent_t a, b;
-  TESSERA_CUDA_CHECK(cudaEventCreate(&a));
-  TESSERA_CUDA_CHECK(cudaEventCreate(&b));
-  for (int i = 0; i < 3; ++i) launch();
-  std::vector<float> ms;
-  for (int i = 0; i < reps; ++i) {
-    TESSERA_CUDA_CHECK(cudaEventRecord(a, s));
-    launch();
-    TESSERA_CUDA_CHECK(cudaEventRecord(b, s));
-    TESSERA_CUDA_CHECK(cudaEventSynchronize(b));
-    float t = 0;
-    TESSERA_CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t);
-  }
-  std::sort(ms.begin(), ms.end());
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  return ms[ms.size() / 2];
-}
-
-}  // namespace
+using bench::median_ms;
 
 int main() {
   constexpr int64_t V = 128256;

@@ -151,7 +151,6 @@ struct Engine::Impl {
   std::vector<SampleRow> sample_rows;  // device sampling: one per logits row, and their lists
   std::vector<SamplePenalty> sample_penalties;
   std::vector<int32_t> sample_banned;
-  bool model_samples = true;  // until forward_sample() says the model cannot
   ModelSummary summary;
   double load_seconds = 0;
   int64_t last_step_tokens = 0, last_step_sequences = 0;
@@ -274,10 +273,9 @@ bool Engine::Impl::step() {
   last_step_tokens = static_cast<int64_t>(step_tokens.size());
   last_step_sequences = static_cast<int64_t>(plan.size());
   const int64_t vocab = model->config().vocab;
-  // Tokens are sampled on the device (only ids cross to the host) unless a request wants
-  // logprobs, which need the logits on the host. The draws are taken once, here: should the model
-  // have no device path, the host samples with the same draws.
-  bool on_device = model_samples && n_logits > 0;
+  // Tokens are sampled on the device (only ids cross to the host) when the model can and no
+  // request of the step wants logprobs, which need the logits on the host.
+  bool on_device = model->samples_on_device() && n_logits > 0;
   for (const auto& c : plan)
     if (c.logits) on_device &= requests.at(c.seq->id)->params.logprobs < 0;
   sample_rows.clear();
@@ -288,14 +286,13 @@ bool Engine::Impl::step() {
       if (c.logits)
         requests.at(c.seq->id)->sampler.prepare_device_row(c.seq->tokens, &sample_rows.emplace_back(),
                                                            &sample_penalties, &sample_banned);
-  const bool prepared = on_device;
   step_ids.resize(static_cast<size_t>(n_logits));
   try {
-    if (!on_device ||
-        !model->forward_sample(step_tokens, step_chunks, *cache,
-                               {sample_rows, sample_penalties, sample_banned}, step_ids.data(), *pool)) {
-      if (on_device) model_samples = false;  // it returned false: no device path, don't prepare again
-      on_device = false;
+    if (on_device) {
+      if (!model->forward_sample(step_tokens, step_chunks, *cache,
+                                 {sample_rows, sample_penalties, sample_banned}, step_ids.data(), *pool))
+        throw_error(ErrorCode::kInternal, "the model declined device sampling it offers");
+    } else {
       step_logits.resize(static_cast<size_t>(n_logits * vocab));
       model->forward(step_tokens, step_chunks, *cache, step_logits.data(), false, *pool);
     }
@@ -334,9 +331,7 @@ bool Engine::Impl::step() {
       if (r.params.logprobs >= 0) raw_logits.assign(lg, lg + vocab);
       const std::span<float> logits_row(lg, lg ? static_cast<size_t>(vocab) : 0);
       const int32_t tok =
-          on_device  ? step_ids[my_row]
-          : prepared ? r.sampler.sample_with_u(logits_row, seq->tokens, sample_rows[my_row].u)
-                     : r.sampler.sample(logits_row, seq->tokens);
+          on_device ? step_ids[my_row] : r.sampler.sample(logits_row, seq->tokens);
       if (r.params.logprobs >= 0) {
         r.result.logprobs.push_back(token_logprob(raw_logits, tok, r.params.logprobs));
         if (r.callbacks.on_logprob) r.callbacks.on_logprob(r.result.logprobs.back());
@@ -368,8 +363,7 @@ Status place_model(Engine::Impl& im, api::LoadedModel& loaded, const EngineOptio
       const int64_t vocab = std::max<int64_t>(models::dummy_config(opt.dummy).vocab,
                                               im.tokenizer->n_vocab());
       const std::optional<DType> type = dtype_from_name(opt.dummy_type);
-      if (!type || (*type != DType::kBF16 && *type != DType::kQ8_0 && *type != DType::kQ4_0 &&
-                    *type != DType::kQ4_1 && *type != DType::kQ4_K && *type != DType::kQ6_K))
+      if (!type)  // the model names the types it can generate
         return Status(ErrorCode::kInvalidArgument, "unknown dummy weight type '" + opt.dummy_type +
                                                        "' (bf16, q8_0, q4_0, q4_1, q4_k, q6_k)");
       im.model = models::cuda_llama_create_dummy(opt.dummy, vocab, *type);

@@ -94,10 +94,12 @@ class CausalLm {
   // whatever else shares the call (row-wise kernels with a fixed reduction order).
   virtual void forward(std::span<const int32_t> tokens, std::span<const SeqChunk> chunks,
                        KvCache& cache, float* logits, bool all_logits, ThreadPool& pool) = 0;
+  // True when forward_sample() samples on the device (the caller then prepares sampling rows
+  // instead of taking logits to the host).
+  virtual bool samples_on_device() const { return false; }
   // Sampling without moving logits: like forward(), but samples each logits row on the device
   // with batch.rows[row] (the host sampler's token for the same draw) and writes the token ids
-  // to ids. False when the model has no such path (the caller then uses forward() and samples
-  // on the host).
+  // to ids. False when the model has no such path (samples_on_device() is false).
   virtual bool forward_sample(std::span<const int32_t> tokens, std::span<const SeqChunk> chunks,
                               KvCache& cache, const SampleBatch& batch, int32_t* ids,
                               ThreadPool& pool) {

@@ -4,32 +4,20 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/event_timing.h"
 #include "backend/cuda/gemm_bf16.h"
 
 namespace tessera::cuda {
 
 namespace {
+// Best of `reps` timed runs after one warm-up (ms).
 template <class F>
 float best_ms(F&& launch, cudaStream_t s, int reps) {
-  cudaEvent_t a, b;
-  TESSERA_CUDA_CHECK(cudaEventCreate(&a));
-  TESSERA_CUDA_CHECK(cudaEventCreate(&b));
-  launch();  // warm-up
-  float best = 1e30f;
-  for (int i = 0; i < reps; ++i) {
-    TESSERA_CUDA_CHECK(cudaEventRecord(a, s));
-    launch();
-    TESSERA_CUDA_CHECK(cudaEventRecord(b, s));
-    TESSERA_CUDA_CHECK(cudaEventSynchronize(b));
-    float ms = 0;
-    TESSERA_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-    best = std::min(best, ms);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  return best;
+  const std::vector<float> ms = timed_runs_ms(launch, s, 1, reps);
+  return *std::min_element(ms.begin(), ms.end());
 }
 }  // namespace
 

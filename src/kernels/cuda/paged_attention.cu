@@ -59,9 +59,8 @@ __device__ __forceinline__ void attention_tile(
   const int kvh = blockIdx.y;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int n_vec = tile.n_rows * group;
-  constexpr bool ksplit = kSplit;
   constexpr int kNt = kKeys / 8;  // key tiles of 8 per chunk
-  const int vec_base = ksplit ? 0 : warp * 16;
+  const int vec_base = kSplit ? 0 : warp * 16;
   __half* stages = smem + (kSplit ? warp * 2 * kStage : 0);  // this loader's two stages
   const int loader = kSplit ? lane : static_cast<int>(threadIdx.x);
   const int first_chunk = kSplit ? warp : 0;
@@ -246,7 +245,7 @@ __device__ __forceinline__ void attention_tile(
     const int row = tile.row0 + m / group, head = kvh * group + m % group;
     return out + (static_cast<int64_t>(row) * n_heads + head) * HD;
   };
-  if (!ksplit) {
+  if constexpr (!kSplit) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       if (!valid[h]) continue;

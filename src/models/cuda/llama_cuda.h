@@ -24,6 +24,7 @@
 #include "formats/hf_checkpoint.h"
 #include "formats/safetensors.h"
 #include "models/causal_lm.h"
+#include "models/dummy_archs.h"
 
 namespace tessera::models {
 
@@ -32,10 +33,7 @@ std::unique_ptr<CausalLm> cuda_llama_create(const gguf::File& file);
 std::unique_ptr<CausalLm> cuda_llama_create_hf(const hf::TextConfig& config,
                                                const safetensors::Checkpoint& checkpoint);
 
-// Named real architectures for --dummy (random bf16 weights generated on the device).
-std::vector<std::string> dummy_architectures();
-// The architecture's hyperparameters; throws kInvalidArgument naming the known ones.
-LlmConfig dummy_config(const std::string& name);
+// Random weights of a named architecture (models/dummy_archs.h) generated on the device.
 // vocab > 0 overrides the architecture's vocabulary (e.g. to the tokenizer's size). type: bf16,
 // or q8_0 / q4_0 / q4_1 / q4_k / q6_k (every projection and the head in that type, kept
 // quantized; K types need widths that are multiples of 256); the embedding table is bf16.
