@@ -142,6 +142,38 @@ TYPED_TEST(GemvCuda, Bf16MatchesReference) {
   }
 }
 
+// bf16 x, f32 y (the batched engine's one-row projections): y = W x and y += W x. The input
+// is bf16 on both sides, so only the f32 summation order differs from the reference.
+TEST(GemvBf16F32, MatchesReferenceAndAccumulates) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  for (auto [n, k] : std::vector<std::pair<int64_t, int64_t>>{
+           {1, 8}, {5, 16}, {33, 4096}, {4099, 8}, {64, 14336}, {6144, 4096}}) {
+    std::vector<float> x = test::random_floats(k, 6), wf = test::random_floats(n * k, 7);
+    std::vector<uint16_t> xb(k), w(n * k);
+    for (int64_t i = 0; i < k; ++i) xb[i] = f32_to_bf16(x[i]), x[i] = bf16_to_f32(xb[i]);
+    for (int64_t i = 0; i < n * k; ++i) w[i] = f32_to_bf16(wf[i]);
+    const std::vector<float> y0 = test::random_floats(n, 8);
+    test::DevBuf<uint16_t> dx(xb), dw(w);
+    test::DevBuf<float> y(n), yacc(y0);
+    y.poison();
+    const auto* xp = reinterpret_cast<const __nv_bfloat16*>(dx.get());
+    ASSERT_TRUE(cuda::gemv_bf16_f32_supported(dw.get(), xp, k));
+    cuda::gemv_bf16_f32(dw.get(), xp, n, k, y.get(), false, nullptr);
+    cuda::gemv_bf16_f32(dw.get(), xp, n, k, yacc.get(), true, nullptr);
+    test::check_launch();
+    std::vector<float> want(n);
+    ref::matmul(DType::kBF16, w.data(), n, k, x.data(), 1, want.data());
+    std::vector<float> want_acc(n);
+    for (int64_t i = 0; i < n; ++i) want_acc[i] = y0[i] + want[i];
+    const std::string what = "n=" + std::to_string(n) + " k=" + std::to_string(k);
+    check<float>(y.download(), want, 1e-10, what);
+    check<float>(yacc.download(), want_acc, 1e-10, what + " accumulate");
+  }
+  test::DevBuf<uint16_t> w(64), x(16);
+  EXPECT_FALSE(cuda::gemv_bf16_f32_supported(w.get(), x.get(), 12));      // k % 8
+  EXPECT_FALSE(cuda::gemv_bf16_f32_supported(w.get() + 1, x.get(), 8));  // alignment
+}
+
 // QKV with RoPE + cache write in the epilogue, for bf16 and every quant type.
 template <class T>
 void qkv_case(DType t, int64_t n_heads, int64_t n_kv, int64_t hd, int64_t n_rot, int64_t k,

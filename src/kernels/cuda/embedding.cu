@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "kernels/cuda/convert.cuh"
+#include "kernels/cuda/launch.cuh"
 
 namespace tessera::cuda {
 namespace {
@@ -18,6 +19,8 @@ constexpr int kThreads = 256;
 template <DType kTable, class T>
 __global__ void gather_kernel(const uint8_t* table, int64_t n_vocab, int64_t d, const int32_t* ids,
                               T* out) {
+  detail::pdl_wait();  // inputs come from the previous kernel (PDL, launch.h)
+  detail::pdl_trigger();
   const int64_t t = blockIdx.x;
   const int64_t id = ids[t];
   T* o = out + t * d;
@@ -44,8 +47,8 @@ template <DType kTable, class T>
 void launch(const void* table, int64_t n_vocab, int64_t d, const int32_t* ids, int64_t n, T* out,
             cudaStream_t s) {
   const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>((d + kThreads - 1) / kThreads));
-  gather_kernel<kTable, T><<<grid, kThreads, 0, s>>>(
-      static_cast<const uint8_t*>(table), n_vocab, d, ids, out);
+  detail::launch_kernel(gather_kernel<kTable, T>, grid, kThreads, 0, s,
+                        static_cast<const uint8_t*>(table), n_vocab, d, ids, out);
 }
 
 }  // namespace

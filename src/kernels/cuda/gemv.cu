@@ -251,6 +251,17 @@ struct StoreEpi {
   }
 };
 
+struct F32Epi {  // y (+)= the sums, f32 (the batched engine's residual stream)
+  float* y;
+  bool accumulate;
+  template <int R>
+  __device__ void operator()(int64_t r0, const float (&v)[R], int64_t n, int lane) const {
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+      if (lane == r && r0 + r < n) y[r0 + r] = accumulate ? y[r0 + r] + v[r] : v[r];
+  }
+};
+
 template <class T>
 struct QkvRopeEpi {
   T* q;
@@ -451,6 +462,16 @@ void gemv_bf16(const uint16_t* w, const T* x, int64_t n, int64_t k, T* y, cudaSt
     auto* kernel = gemv_bf16_scalar_kernel<T>;
     launch_kernel(kernel, grid_for(kernel, n, kWarps), kThreads, 0, s, w, x, n, k, y);
   }
+}
+
+bool gemv_bf16_f32_supported(const void* w, const void* x, int64_t k) { return vec_ok(w, x, k); }
+
+void gemv_bf16_f32(const uint16_t* w, const __nv_bfloat16* x, int64_t n, int64_t k, float* y,
+                   bool accumulate, cudaStream_t s) {
+  TESSERA_CHECK_ARG(k > 0 && vec_ok(w, x, k), "cuda::gemv_bf16_f32: k % 8 and 16-byte alignment needed");
+  if (n <= 0) return;
+  launch_fmt<Bf16Fmt<__nv_bfloat16>>({reinterpret_cast<const uint8_t*>(w), n, k}, {x}, n, k,
+                                     F32Epi{y, accumulate}, s);
 }
 
 template <class T>

@@ -28,6 +28,7 @@
 // Q8_0/Q4_0/Q4_1: k % 32 == 0; Q4_K/Q6_K: k % 256 == 0.
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -66,6 +67,13 @@ void gemv_quant(DType type, const void* packed, int64_t n, int64_t k, const int8
 // vector path).
 template <class T>
 void gemv_bf16(const uint16_t* w, const T* x, int64_t n, int64_t k, T* y, cudaStream_t stream);
+
+// bf16 weights and activations, f32 output: y[n] = W x, or y[n] += W x when accumulating (the
+// batched engine's one-row steps, whose residual stream is f32). Needs k % 8 == 0 and 16-byte
+// aligned w and x (gemv_bf16_f32_supported).
+bool gemv_bf16_f32_supported(const void* w, const void* x, int64_t k);
+void gemv_bf16_f32(const uint16_t* w, const __nv_bfloat16* x, int64_t n, int64_t k, float* y,
+                   bool accumulate, cudaStream_t stream);
 
 // QKV projection with RoPE and the KV-cache write fused into the epilogue. Rows of W are
 // q (q_rows) | k (kv_rows) | v (kv_rows); q_rows, kv_rows and head_dim multiples of 4. Pairs of

@@ -1,9 +1,11 @@
 // Multi-row integer-dot GEMV (mmq.h) for 1..kMmqGemvMaxRows activation rows: each warp owns
 // kR weight rows, its lanes stride over 32-element blocks, and every weight block loaded feeds
-// all M activation rows, so the weights are read once per call.
+// all M activation rows, so the weights are read once per call. Launched with PDL (launch.h):
+// the first weight loads are issued before waiting for the kernel that produced the activations.
 #include <string>
 
 #include "core/error.h"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/mmq_common.cuh"
 
 namespace tessera::cuda {
@@ -122,14 +124,20 @@ struct Q6_KG {
 template <class F, int M>
 __global__ void __launch_bounds__(kThreads)
 mmq_gemv_kernel(MmqMat w, const int8_t* qx, const MmqActMeta* meta, float* y, int64_t ldy, bool accumulate) {
+  pdl_trigger();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t r0 = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * kR;
   if (r0 >= w.n) return;
+  bool waited = false;
   const int64_t nb = w.k / 32;
   int64_t rows[kR];
 #pragma unroll
   for (int r = 0; r < kR; ++r) rows[r] = r0 + r < w.n ? r0 + r : r0;  // past n: alias, never stored
   float acc[kR][M] = {};
+  if (lane >= nb) {  // no block for this lane: still order after the predecessor
+    pdl_wait();
+    waited = true;
+  }
   for (int64_t c0 = lane; c0 < nb; c0 += 32 * kU) {
     typename F::W wv[kU][kR];
 #pragma unroll
@@ -139,6 +147,10 @@ mmq_gemv_kernel(MmqMat w, const int8_t* qx, const MmqActMeta* meta, float* y, in
         const int64_t c = c0 + 32 * u;
         wv[u][r] = F::load(w, rows[r], c < nb ? c : c0);
       }
+    if (!waited) {  // weights never change; the activations (and y) come from earlier kernels
+      pdl_wait();
+      waited = true;
+    }
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       const int64_t c = c0 + 32 * u;
@@ -177,7 +189,7 @@ void launch_m(const MmqMat& w, const int8_t* qx, const MmqActMeta* meta, int64_t
   const unsigned grid = static_cast<unsigned>((w.n + kWarps * kR - 1) / (kWarps * kR));
   switch (m) {
 #define TESSERA_M(M) \
-  case M: mmq_gemv_kernel<F, M><<<grid, kThreads, 0, s>>>(w, qx, meta, y, ldy, acc); return;
+  case M: launch_kernel(mmq_gemv_kernel<F, M>, grid, kThreads, 0, s, w, qx, meta, y, ldy, acc); return;
     TESSERA_M(1) TESSERA_M(2) TESSERA_M(3) TESSERA_M(4) TESSERA_M(5) TESSERA_M(6) TESSERA_M(7) TESSERA_M(8)
 #undef TESSERA_M
   }

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "kernels/cuda/gemv.h"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/mmq.h"
 
 namespace tessera::cuda {
@@ -78,6 +79,8 @@ __device__ __forceinline__ float f16_round(float v) { return __half2float(__floa
 // Legacy Q8 rows: one warp per 32-element block, lane = element.
 template <class Src>
 __global__ void __launch_bounds__(kThreads) quant_q8_kernel(Src src, int64_t k, int8_t* qx, MmqActMeta* meta) {
+  detail::pdl_wait();  // inputs come from the previous kernel (PDL, launch.h)
+  detail::pdl_trigger();
   const int64_t r = blockIdx.x;
   src.prepare(r, nullptr);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -96,6 +99,8 @@ __global__ void __launch_bounds__(kThreads) quant_q8_kernel(Src src, int64_t k, 
 // Q8_K rows: one warp per 256-element block; lane holds elements j * 32 + lane (sub-block j).
 template <class Src>
 __global__ void __launch_bounds__(kThreads) quant_q8k_kernel(Src src, int64_t k, int8_t* qx, MmqActMeta* meta) {
+  detail::pdl_wait();  // inputs come from the previous kernel (PDL, launch.h)
+  detail::pdl_trigger();
   const int64_t r = blockIdx.x;
   src.prepare(r, nullptr);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -143,9 +148,11 @@ void launch(DType t, const Src& src, int64_t m, int64_t k, int8_t* qx, MmqActMet
   if (m <= 0) return;
   TESSERA_CHECK_ARG(m < (int64_t{1} << 31), "mmq quantize: too many rows");
   if (is_k(t))
-    quant_q8k_kernel<<<static_cast<unsigned>(m), kThreads, 0, s>>>(src, k, qx, meta);
+    detail::launch_kernel(quant_q8k_kernel<Src>, static_cast<unsigned>(m), kThreads, 0, s, src, k, qx,
+                          meta);
   else
-    quant_q8_kernel<<<static_cast<unsigned>(m), kThreads, 0, s>>>(src, k, qx, meta);
+    detail::launch_kernel(quant_q8_kernel<Src>, static_cast<unsigned>(m), kThreads, 0, s, src, k, qx,
+                          meta);
 }
 
 }  // namespace

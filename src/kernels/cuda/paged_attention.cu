@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "kernels/cuda/convert.cuh"
+#include "kernels/cuda/launch.cuh"
 
 namespace tessera::cuda {
 namespace {
@@ -303,6 +304,8 @@ paged_attention_kernel(const T* __restrict__ q, const int32_t* __restrict__ q_po
                        int block_size, int block_shift, const __half* __restrict__ k_cache,
                        const __half* __restrict__ v_cache, int n_heads, int n_kv_heads, int group,
                        float scale_log2, O* __restrict__ out) {
+  detail::pdl_wait();  // inputs come from the previous kernel (PDL, launch.h)
+  detail::pdl_trigger();
   const PagedAttentionTile tile = tiles[blockIdx.x];
   if (tile.n_rows * group <= 16)
     attention_tile<T, O, HD, true>(q, q_pos, tile, block_tables, table_stride, block_size,
@@ -362,10 +365,10 @@ void paged_attention(const T* q, const int32_t* q_pos, const PagedAttentionTile*
   auto launch = [&](auto hd) {
     constexpr int HD = decltype(hd)::value;
     enable_smem<T, O, HD>();
-    paged_attention_kernel<T, O, HD><<<grid, kThreads, smem_bytes(HD), stream>>>(
-        q, q_pos, tiles, block_tables, table_stride, static_cast<int>(block_size), block_shift,
-        k_cache, v_cache, static_cast<int>(n_heads), static_cast<int>(n_kv_heads), group,
-        scale_log2, out);
+    detail::launch_kernel(paged_attention_kernel<T, O, HD>, grid, kThreads, smem_bytes(HD), stream,
+                          q, q_pos, tiles, block_tables, table_stride, static_cast<int>(block_size),
+                          block_shift, k_cache, v_cache, static_cast<int>(n_heads),
+                          static_cast<int>(n_kv_heads), group, scale_log2, out);
   };
   switch (head_dim) {
     case 32:  // small models (and the tiny test checkpoints)

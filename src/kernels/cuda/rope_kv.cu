@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "kernels/cuda/convert.cuh"
+#include "kernels/cuda/launch.cuh"
 
 namespace tessera::cuda {
 namespace {
@@ -19,6 +20,8 @@ __global__ void rope_kv_kernel(const T* q_in, int64_t ld_q, const T* k, const T*
                                T* q, const int32_t* positions, const int64_t* cache_rows,
                                int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, RopeConfig cfg,
                                __half* k_cache, __half* v_cache) {
+  detail::pdl_wait();  // inputs come from the previous kernel (PDL, launch.h)
+  detail::pdl_trigger();
   __shared__ double cs_s[kMaxPairs], sn_s[kMaxPairs];
   const int64_t r = blockIdx.x;
   const int64_t crow = cache_rows[r];
@@ -88,9 +91,9 @@ void rope_kv_write_strided(const T* q_in, int64_t ld_q, const T* k, const T* v, 
                     "cuda::rope_kv_write: head_dim and n_rot must be even, n_rot <= head_dim, "
                     "n_rot <= 512");
   if (rows <= 0) return;
-  rope_kv_kernel<T><<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
-      q_in, ld_q, k, v, ld_kv, q, positions, cache_rows, n_heads, n_kv_heads, head_dim, rope,
-      k_cache, v_cache);
+  detail::launch_kernel(rope_kv_kernel<T>, static_cast<unsigned>(rows), kThreads, 0, stream, q_in,
+                        ld_q, k, v, ld_kv, q, positions, cache_rows, n_heads, n_kv_heads, head_dim,
+                        rope, k_cache, v_cache);
 }
 
 #define TESSERA_INSTANTIATE(T)                                                                   \

@@ -1,5 +1,7 @@
 #include "kernels/cuda/row_ops.h"
 
+#include "kernels/cuda/launch.cuh"
+
 namespace tessera::cuda {
 namespace {
 
@@ -11,12 +13,16 @@ unsigned blocks_for(int64_t n) {
 }
 
 __global__ void add_bias_kernel(float* y, const float* b, int64_t n, int64_t cols) {
+  detail::pdl_wait();  // inputs come from the previous kernel (PDL, launch.h)
+  detail::pdl_trigger();
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x)
     y[i] += b[i % cols];
 }
 
 __global__ void f32_to_bf16_kernel(const float* x, int64_t n, __nv_bfloat16* y) {
+  detail::pdl_wait();  // inputs come from the previous kernel (PDL, launch.h)
+  detail::pdl_trigger();
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x)
     y[i] = __float2bfloat16_rn(x[i]);
@@ -24,6 +30,8 @@ __global__ void f32_to_bf16_kernel(const float* x, int64_t n, __nv_bfloat16* y) 
 
 __global__ void gather_rows_f32_kernel(const float* x, const int32_t* rows, int64_t n, int64_t d,
                                        float* y) {
+  detail::pdl_wait();  // inputs come from the previous kernel (PDL, launch.h)
+  detail::pdl_trigger();
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x)
     y[i] = x[int64_t{rows[i / d]} * d + i % d];
@@ -34,6 +42,8 @@ __global__ void gather_rows_f32_kernel(const float* x, const int32_t* rows, int6
 template <bool kVec>
 __global__ void rms_norm_rows_bf16_kernel(const float* x, const float* w, float eps, int64_t d,
                                           __nv_bfloat16* y) {
+  detail::pdl_wait();  // inputs come from the previous kernel (PDL, launch.h)
+  detail::pdl_trigger();
   const float* xr = x + blockIdx.x * d;
   __nv_bfloat16* yr = y + blockIdx.x * d;
   float ss = 0.f;
@@ -76,6 +86,8 @@ __device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.f + 
 template <bool kVec>
 __global__ void swiglu_rows_bf16_kernel(const __nv_bfloat16* gu, int64_t rows, int64_t ff,
                                         __nv_bfloat16* out) {
+  detail::pdl_wait();  // inputs come from the previous kernel (PDL, launch.h)
+  detail::pdl_trigger();
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
     const __nv_bfloat16* g = gu + r * 2 * ff;
     const __nv_bfloat16* u = g + ff;
@@ -103,6 +115,8 @@ __global__ void swiglu_rows_bf16_kernel(const __nv_bfloat16* gu, int64_t rows, i
 // The f32-input variant (a quantized gate|up output): one column per thread.
 __global__ void swiglu_rows_f32_bf16_kernel(const float* gu, int64_t rows, int64_t ff,
                                             __nv_bfloat16* out) {
+  detail::pdl_wait();  // inputs come from the previous kernel (PDL, launch.h)
+  detail::pdl_trigger();
   const int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (c >= ff) return;
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y)
@@ -114,7 +128,9 @@ __global__ void swiglu_rows_f32_bf16_kernel(const float* gu, int64_t rows, int64
 void gather_rows_f32(const float* x, const int32_t* rows, int64_t n_rows, int64_t d, float* y,
                      cudaStream_t stream) {
   const int64_t n = n_rows * d;
-  if (n > 0) gather_rows_f32_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, rows, n, d, y);
+  if (n > 0)
+    detail::launch_kernel(gather_rows_f32_kernel, blocks_for(n), kThreads, 0, stream, x, rows, n, d,
+                          y);
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -124,9 +140,11 @@ void rms_norm_rows_bf16(const float* x, const float* w, float eps, int64_t rows,
   if (rows <= 0) return;
   const unsigned grid = static_cast<unsigned>(rows);
   if (d % 4 == 0 && aligned16(x) && aligned16(w) && reinterpret_cast<uintptr_t>(y) % 8 == 0)
-    rms_norm_rows_bf16_kernel<true><<<grid, kThreads, 0, stream>>>(x, w, eps, d, y);
+    detail::launch_kernel(rms_norm_rows_bf16_kernel<true>, grid, kThreads, 0, stream, x, w, eps, d,
+                          y);
   else
-    rms_norm_rows_bf16_kernel<false><<<grid, kThreads, 0, stream>>>(x, w, eps, d, y);
+    detail::launch_kernel(rms_norm_rows_bf16_kernel<false>, grid, kThreads, 0, stream, x, w, eps, d,
+                          y);
 }
 
 void swiglu_rows_bf16(const __nv_bfloat16* gu, int64_t rows, int64_t ff, __nv_bfloat16* out,
@@ -137,9 +155,11 @@ void swiglu_rows_bf16(const __nv_bfloat16* gu, int64_t rows, int64_t ff, __nv_bf
   const dim3 grid(static_cast<unsigned>((ff + per_block - 1) / per_block),
                   static_cast<unsigned>(rows < 65535 ? rows : 65535));
   if (vec)
-    swiglu_rows_bf16_kernel<true><<<grid, kThreads, 0, stream>>>(gu, rows, ff, out);
+    detail::launch_kernel(swiglu_rows_bf16_kernel<true>, grid, kThreads, 0, stream, gu, rows, ff,
+                          out);
   else
-    swiglu_rows_bf16_kernel<false><<<grid, kThreads, 0, stream>>>(gu, rows, ff, out);
+    detail::launch_kernel(swiglu_rows_bf16_kernel<false>, grid, kThreads, 0, stream, gu, rows, ff,
+                          out);
 }
 
 void swiglu_rows_f32_bf16(const float* gu, int64_t rows, int64_t ff, __nv_bfloat16* out,
@@ -147,16 +167,17 @@ void swiglu_rows_f32_bf16(const float* gu, int64_t rows, int64_t ff, __nv_bfloat
   if (rows <= 0 || ff <= 0) return;
   const dim3 grid(static_cast<unsigned>((ff + kThreads - 1) / kThreads),
                   static_cast<unsigned>(rows < 65535 ? rows : 65535));
-  swiglu_rows_f32_bf16_kernel<<<grid, kThreads, 0, stream>>>(gu, rows, ff, out);
+  detail::launch_kernel(swiglu_rows_f32_bf16_kernel, grid, kThreads, 0, stream, gu, rows, ff, out);
 }
 
 void f32_to_bf16_rows(const float* x, int64_t n, __nv_bfloat16* y, cudaStream_t stream) {
-  if (n > 0) f32_to_bf16_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, n, y);
+  if (n > 0) detail::launch_kernel(f32_to_bf16_kernel, blocks_for(n), kThreads, 0, stream, x, n, y);
 }
 
 void add_bias_rows(float* y, const float* b, int64_t rows, int64_t cols, cudaStream_t stream) {
   const int64_t n = rows * cols;
-  if (n > 0) add_bias_kernel<<<blocks_for(n), kThreads, 0, stream>>>(y, b, n, cols);
+  if (n > 0)
+    detail::launch_kernel(add_bias_kernel, blocks_for(n), kThreads, 0, stream, y, b, n, cols);
 }
 
 }  // namespace tessera::cuda

@@ -4,6 +4,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "core/error.h"
+#include "kernels/cuda/launch.cuh"
 
 namespace tessera::cuda {
 namespace {
@@ -265,6 +266,8 @@ __device__ u64 select(const float* x, int64_t vocab, const SampleRow& p, u64 lo,
 __global__ void __launch_bounds__(kThreads)
 sample_kernel(float* logits, int64_t vocab, const SampleRow* rows, const SamplePenalty* pen,
               const int32_t* banned, int32_t* ids) {
+  detail::pdl_wait();  // inputs come from the previous kernel (PDL, launch.h)
+  detail::pdl_trigger();
   __shared__ Shared sh;
   float* x = logits + static_cast<int64_t>(blockIdx.x) * vocab;
   const SampleRow p = rows[blockIdx.x];
@@ -309,8 +312,8 @@ void sample_rows(float* logits, int64_t rows, int64_t vocab, const SampleRow* pa
   TESSERA_CHECK_ARG(vocab >= 1 && vocab <= INT32_MAX && rows <= INT32_MAX,
                     "sample_rows: vocab or rows out of range");
   if (rows == 0) return;
-  sample_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(logits, vocab, params,
-                                                                      penalties, banned, ids);
+  detail::launch_kernel(sample_kernel, static_cast<unsigned>(rows), kThreads, 0, stream, logits,
+                        vocab, params, penalties, banned, ids);
   TESSERA_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -411,7 +411,7 @@ class CudaLlama final : public CausalLm {
         project(l.qkv, In::norm(x, l.attn_norm), n, b, b.qkv, qkvd, false);
       } else {
         cuda::rms_norm_rows_bf16(x, l.attn_norm, cfg_.norm_eps, n, d, h, s);
-        gemm_.run(h, l.qkv.w, b.qkv, n, qkvd, d, false, s);
+        matmul(h, l.qkv, n, b.qkv, false);
       }
       prof_.mark("norm + qkv");
       if (cfg_.qkv_bias) cuda::add_bias_rows(b.qkv, l.bqkv, n, qkvd, s);
@@ -429,7 +429,7 @@ class CudaLlama final : public CausalLm {
                                            d_tables, table_stride_, cache.block_size(), kc, vc,
                                            cfg_.n_heads, cfg_.n_kv_heads, hd, scale, h, s);
         prof_.mark("attention");
-        gemm_.run(h, l.wo.w, x, n, d, qd, /*accumulate=*/true, s);  // residual += attention out
+        matmul(h, l.wo, n, x, /*accumulate=*/true);  // residual += attention out
       }
       prof_.mark("o");
       // gate|up, bf16 when both it and down are bf16, else f32
@@ -438,8 +438,8 @@ class CudaLlama final : public CausalLm {
         project(l.wgu, In::norm(x, l.ffn_norm), n, b, b.guf, 2 * ff, false);
       } else {
         cuda::rms_norm_rows_bf16(x, l.ffn_norm, cfg_.norm_eps, n, d, h, s);
-        if (f32_gu) gemm_.run(h, l.wgu.w, b.guf, n, 2 * ff, d, false, s);
-        else gemm_.run(h, l.wgu.w, gu, n, 2 * ff, d, s);
+        if (f32_gu) matmul(h, l.wgu, n, b.guf, false);
+        else matmul(h, l.wgu, n, gu);
       }
       prof_.mark("norm + gate|up");
       if (l.wd.quant()) {
@@ -447,7 +447,7 @@ class CudaLlama final : public CausalLm {
       } else {
         if (f32_gu) cuda::swiglu_rows_f32_bf16(b.guf, n, ff, h, s);
         else cuda::swiglu_rows_bf16(gu, n, ff, h, s);
-        gemm_.run(h, l.wd.w, x, n, d, ff, /*accumulate=*/true, s);  // residual += MLP out
+        matmul(h, l.wd, n, x, /*accumulate=*/true);  // residual += MLP out
       }
       prof_.mark("swiglu + down");
     }
@@ -457,10 +457,27 @@ class CudaLlama final : public CausalLm {
         project(output_, In::norm(normed, out_norm_), n_logits, b, out, V, false);
       } else {
         cuda::rms_norm_rows_bf16(normed, out_norm_, cfg_.norm_eps, n_logits, d, h, s);
-        gemm_.run(h, output_.w, out, n_logits, V, d, false, s);
+        matmul(h, output_, n_logits, out, false);
       }
       prof_.mark("output norm + head");
     }
+  }
+
+  // y (+)= x W^T for a bf16 projection: one row takes the bandwidth-bound GEMV (launched with
+  // PDL, so its weight loads start while the previous kernel finishes); more rows cuBLASLt.
+  void matmul(const bf16* x, const Proj& p, int64_t rows, float* y, bool accumulate) {
+    const auto* w = reinterpret_cast<const uint16_t*>(p.w);
+    if (rows == 1 && cuda::gemv_bf16_f32_supported(w, x, p.k))
+      cuda::gemv_bf16_f32(w, x, p.n, p.k, y, accumulate, stream_);
+    else
+      gemm_.run(x, p.w, y, rows, p.n, p.k, accumulate, stream_);
+  }
+  void matmul(const bf16* x, const Proj& p, int64_t rows, bf16* y) {  // rounded to bf16
+    const auto* w = reinterpret_cast<const uint16_t*>(p.w);
+    if (rows == 1 && cuda::gemv_bf16_f32_supported(w, x, p.k))
+      cuda::gemv_bf16<bf16>(w, x, p.n, p.k, y, stream_);
+    else
+      gemm_.run(x, p.w, y, rows, p.n, p.k, stream_);
   }
 
   // The input of a quantized projection: RMSNorm of f32 rows (x, norm weight), f32 rows, or
