@@ -93,9 +93,13 @@ TYPED_TEST(DecodeKernelsCuda, RopeKvWriteMatchesReference) {
       {64, 32, ref::RopeLayout::kHalfSplit, false, 0.25f},
       {6, 4, ref::RopeLayout::kInterleaved, true, 1.f},
       {2, 0, ref::RopeLayout::kInterleaved, false, 1.f}};
+  // Few rows spread each row's heads over several blocks (4 heads each): head counts that do
+  // and do not divide evenly.
+  for (auto [n_heads, n_kv] : std::vector<std::pair<int64_t, int64_t>>{{6, 2}, {9, 3}, {32, 8}})
   for (const Case& c : cases) {
-    SCOPED_TRACE("head_dim=" + std::to_string(c.head_dim) + " n_rot=" + std::to_string(c.n_rot));
-    const int64_t rows = 5, n_heads = 6, n_kv = 2, cache_rows_total = 9;
+    SCOPED_TRACE("heads=" + std::to_string(n_heads) + "/" + std::to_string(n_kv) +
+                 " head_dim=" + std::to_string(c.head_dim) + " n_rot=" + std::to_string(c.n_rot));
+    const int64_t rows = 5, cache_rows_total = 9;
     const std::vector<int32_t> pos = {0, 1, 17, 32767, 131071};
     const std::vector<int64_t> crow = {3, 0, 8, 5, 6};  // rows 1, 2, 4, 7 must stay untouched
     auto q = test::random_floats(rows * n_heads * c.head_dim, 1);

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/half.h"
@@ -243,6 +244,26 @@ void qkv_case(DType t, int64_t n_heads, int64_t n_kv, int64_t hd, int64_t n_rot,
       ASSERT_TRUE(std::isnan(kh[rr * kvr + i])) << "k row " << rr << " written: " << what;
       ASSERT_TRUE(std::isnan(vh[rr * kvr + i])) << "v row " << rr << " written: " << what;
     }
+  }
+  // bf16 x, f32 q (the engine's one-row steps): q unrounded, the same cache rows.
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    if (t != DType::kBF16) return;
+    test::DevBuf<float> qf(qr);
+    qf.poison();
+    kc.poison();
+    vc.poison();
+    cuda::gemv_bf16_qkv_rope_f32(reinterpret_cast<const uint16_t*>(dw.get()), k, dx.get(), qf.get(), r, nullptr);
+    test::check_launch();
+    // Reference on the bf16-rounded x the kernel reads: only the f32 summation order differs.
+    const std::vector<float> xr = test::round_to<T>(x);
+    std::vector<float> all_r(n);
+    ref::matmul(t, host_w.data(), n, k, xr.data(), 1, all_r.data());
+    std::vector<float> wq_r(all_r.begin(), all_r.begin() + qr);
+    ref::rope(wq_r.data(), &pos, 1, n_heads, hd, rp);
+    check<float>(qf.download(), wq_r, 1e-9, "f32 q " + what);
+    const auto kf = test::to_f32(kc.download()), vf = test::to_f32(vc.download());
+    EXPECT_EQ(std::vector<float>(kf.begin() + crow * kvr, kf.begin() + (crow + 1) * kvr), krow) << what;
+    EXPECT_EQ(std::vector<float>(vf.begin() + crow * kvr, vf.begin() + (crow + 1) * kvr), vrow) << what;
   }
 }
 

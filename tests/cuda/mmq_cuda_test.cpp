@@ -25,6 +25,7 @@
 #include "kernels/cuda/gemv.h"
 #include "kernels/cuda/mmq.h"
 #include "kernels/ref/dequant.h"
+#include "kernels/ref/llm_ops.h"
 #include "support/test_util.h"
 
 namespace tessera {
@@ -113,8 +114,9 @@ struct GpuRows {
 TEST(MmqQuant, RowsEqualTheCpuRowsByteForByte) {
   TESSERA_SKIP_WITHOUT_GPU();
   for (DType t : test::kQuantTypes)
-    for (int64_t k : test::is_k_quant(t) ? std::vector<int64_t>{256, 768, 4096} : std::vector<int64_t>{32, 96, 576, 4096}) {
-      const int64_t m = 3, ld = k + 64;
+    for (int64_t k : test::is_k_quant(t) ? std::vector<int64_t>{256, 768, 4096} : std::vector<int64_t>{32, 96, 576, 4096})
+    for (int64_t m : {3, 70}) {  // few rows: each row spread over several blocks; many: one each
+      const int64_t ld = k + 64;
       auto x = random_rows(m, k, static_cast<uint32_t>(k));
       std::vector<float> strided(m * ld, 1e30f);
       for (int64_t i = 0; i < m; ++i) std::memcpy(&strided[i * ld], &x[i * k], k * 4);
@@ -126,7 +128,7 @@ TEST(MmqQuant, RowsEqualTheCpuRowsByteForByte) {
       cuda::mmq_quantize_rows(t, dx.get(), ld, m, k, qx.get(), meta.get(), nullptr);
       test::check_launch();
       EXPECT_TRUE(same_rows({qx.download(), meta.download()}, cpu_rows(t, x, m, k)))
-          << dtype_name(t) << " k " << k;
+          << dtype_name(t) << " k " << k << " m " << m;
     }
 }
 
@@ -261,6 +263,58 @@ TEST(MmqMatmul, RowInABatchMatchesItAlone) {
         EXPECT_LE(test::nmse(a, b), 1e-10) << dtype_name(t) << " row " << r << " m " << m;
       }
     }
+  }
+}
+
+// The one-row QKV GEMV with RoPE and the KV write in its epilogue: the same sums as mmq_gemv
+// (checked against the reference above), then host RoPE (ref::rope) and rounding to f16.
+TEST(MmqMatmul, QkvRopeEpilogueRotatesTheGemvSums) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  for (DType t : test::kQuantTypes) {
+    const int64_t n_heads = 8, n_kv = 2, hd = 64, n_rot = 48, qr = n_heads * hd, kvr = n_kv * hd;
+    const int64_t n = qr + 2 * kvr, k = 512, crow = 3, rows_total = 6;
+    const int32_t pos = 4099;
+    const auto blocks = test::random_quant_blocks(t, n, k, 21);
+    std::vector<uint8_t> packed(cuda::gemv_quant_layout(t, n, k).bytes);
+    cuda::repack_quant(t, blocks.data(), n, k, packed.data());
+    test::DevBuf<uint8_t> dw(packed);
+    test::DevBuf<float> dx(random_rows(1, k, 23)), y(n), q(qr);
+    test::DevBuf<int8_t> qx(k);
+    test::DevBuf<cuda::MmqActMeta> meta(k / 32);
+    cuda::mmq_quantize_rows(t, dx.get(), k, 1, k, qx.get(), meta.get(), nullptr);
+    cuda::mmq_gemv(t, dw.get(), n, k, qx.get(), meta.get(), 1, y.get(), n, false, nullptr);
+    const auto freq = cuda::rope_inv_freq(n_rot, 10000.f, 1.f, nullptr);
+    test::DevBuf<double> dfreq(freq);
+    test::DevBuf<int32_t> dpos(std::vector<int32_t>{pos});
+    test::DevBuf<int64_t> drow(std::vector<int64_t>{crow});
+    test::DevBuf<__half> kc(rows_total * kvr), vc(rows_total * kvr);
+    kc.poison();
+    vc.poison();
+    q.poison();
+    const cuda::QkvRope r{qr, kvr, hd, n_rot, dfreq.get(), dpos.get(), drow.get(), kc.get(), vc.get()};
+    cuda::mmq_gemv_qkv_rope(t, dw.get(), k, qx.get(), meta.get(), q.get(), r, nullptr);
+    test::check_launch();
+    const auto sums = y.download();
+    std::vector<float> wq(sums.begin(), sums.begin() + qr), wk(sums.begin() + qr, sums.begin() + qr + kvr),
+        wv(sums.begin() + qr + kvr, sums.end());
+    ref::RopeParams rp;
+    rp.layout = ref::RopeLayout::kInterleaved;
+    rp.n_rot = n_rot;
+    rp.theta_base = 10000.f;
+    ref::rope(wq.data(), &pos, 1, n_heads, hd, rp);
+    ref::rope(wk.data(), &pos, 1, n_kv, hd, rp);
+    const std::string what(dtype_name(t));
+    EXPECT_LE(test::nmse(q.download(), wq), 1e-10) << what;
+    const auto kh = test::to_f32(kc.download()), vh = test::to_f32(vc.download());
+    for (int64_t rr = 0; rr < rows_total; ++rr)
+      for (int64_t i = 0; i < kvr; ++i) {
+        if (rr != crow) {
+          ASSERT_TRUE(std::isnan(kh[rr * kvr + i]) && std::isnan(vh[rr * kvr + i])) << what << " row " << rr;
+          continue;
+        }
+        EXPECT_NEAR(kh[rr * kvr + i], wk[i], 1e-3f * std::fabs(wk[i]) + 1e-4f) << what << " k " << i;
+        EXPECT_EQ(vh[rr * kvr + i], f16_to_f32(f32_to_f16(wv[i]))) << what << " v " << i;
+      }
   }
 }
 

@@ -17,8 +17,9 @@ namespace {
 TEST(RowOpsCuda, RmsNormRowsBf16MatchesReference) {
   TESSERA_SKIP_WITHOUT_GPU();
   // 4096 / 576 take the float4 path; 575 and 9 the scalar one; 12288 > one pass of the block.
-  for (int64_t d : {int64_t{4096}, int64_t{576}, int64_t{575}, int64_t{9}, int64_t{12288}}) {
-    const int64_t rows = 37;
+  // 37 rows: one block per row; 1 and 3 rows: each row over several blocks (d >= 1024).
+  for (int64_t rows : {int64_t{37}, int64_t{1}, int64_t{3}})
+  for (int64_t d : {int64_t{4096}, int64_t{576}, int64_t{575}, int64_t{9}, int64_t{12288}, int64_t{1031}}) {
     auto x = test::random_floats(rows * d, 1, -3.f, 3.f), w = test::random_floats(d, 2, 0.5f, 1.5f);
     test::DevBuf<float> dx(x), dw(w);
     test::DevBuf<__nv_bfloat16> y(rows * d);
@@ -29,7 +30,7 @@ TEST(RowOpsCuda, RmsNormRowsBf16MatchesReference) {
     ref::rms_norm(x.data(), w.data(), 1e-5f, rows, d, want.data());
     EXPECT_TRUE(test::all_close(test::to_f32(y.download()), test::round_to<__nv_bfloat16>(want),
                                 1e-6f, 1e-2f))
-        << "d " << d;
+        << "rows " << rows << " d " << d;
   }
 }
 

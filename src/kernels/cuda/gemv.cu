@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "kernels/cuda/convert.cuh"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/qkv_rope_epi.cuh"
 
 namespace tessera::cuda {
 namespace {
@@ -262,47 +263,6 @@ struct F32Epi {  // y (+)= the sums, f32 (the batched engine's residual stream)
   }
 };
 
-template <class T>
-struct QkvRopeEpi {
-  T* q;
-  QkvRope a;
-  template <int R>
-  __device__ void operator()(int64_t r0, const float (&v)[R], int64_t n, int lane) const {
-    // r0 % R == 0 and the q/k/v boundaries are multiples of 4: a group lies in one of them.
-    const int64_t crow = *a.cache_row;
-    if (r0 >= a.q_rows + a.kv_rows) {  // v rows: no rotation
-#pragma unroll
-      for (int r = 0; r < R; ++r)
-        if (lane == r) a.v_cache[crow * a.kv_rows + (r0 + r - a.q_rows - a.kv_rows)] = __float2half_rn(v[r]);
-      return;
-    }
-    if (lane >= R / 2) return;
-    float x0 = v[0], x1 = v[1];  // lane p rotates the pair (2p, 2p + 1)
-#pragma unroll
-    for (int p = 1; p < R / 2; ++p)
-      if (lane == p) x0 = v[2 * p], x1 = v[2 * p + 1];
-    const int64_t row = r0 + 2 * lane;
-    const bool is_q = row < a.q_rows;
-    const int64_t in_head = (is_q ? row : row - a.q_rows) % a.head_dim;
-    float y0 = x0, y1 = x1;
-    if (in_head < a.n_rot) {
-      double ang = static_cast<double>(*a.pos) * a.inv_freq[in_head / 2];
-      ang -= 6.283185307179586 * rint(ang * 0.15915494309189535);  // |ang| <= pi
-      float sn, cs;
-      sincosf(static_cast<float>(ang), &sn, &cs);
-      y0 = x0 * cs - x1 * sn;
-      y1 = x0 * sn + x1 * cs;
-    }
-    if (is_q) {
-      q[row] = from_f32<T>(y0);
-      q[row + 1] = from_f32<T>(y1);
-    } else {
-      __half* dst = a.k_cache + crow * a.kv_rows + (row - a.q_rows);
-      dst[0] = __float2half_rn(y0);
-      dst[1] = __float2half_rn(y1);
-    }
-  }
-};
 
 // ---------------------------------------------------------------- the kernel
 // Each warp owns kRows consecutive rows at a time; lanes stride over the rows' chunks, so for
@@ -488,6 +448,15 @@ void gemv_bf16_qkv_rope(const uint16_t* w, int64_t k, const T* x, T* q, const Qk
   TESSERA_CHECK_ARG(vec_ok(w, x, k), "cuda::gemv_bf16_qkv_rope: k % 8 and 16-byte alignment needed");
   const int64_t n = r.q_rows + 2 * r.kv_rows;
   launch_fmt<Bf16Fmt<T>>({reinterpret_cast<const uint8_t*>(w), n, k}, {x}, n, k, QkvRopeEpi<T>{q, r}, s);
+}
+
+void gemv_bf16_qkv_rope_f32(const uint16_t* w, int64_t k, const __nv_bfloat16* x, float* q,
+                            const QkvRope& r, cudaStream_t s) {
+  check_rope(r);
+  TESSERA_CHECK_ARG(vec_ok(w, x, k), "cuda::gemv_bf16_qkv_rope_f32: k % 8 and 16-byte alignment needed");
+  const int64_t n = r.q_rows + 2 * r.kv_rows;
+  launch_fmt<Bf16Fmt<__nv_bfloat16>>({reinterpret_cast<const uint8_t*>(w), n, k}, {x}, n, k,
+                                     QkvRopeEpi<float>{q, r}, s);
 }
 
 #define TESSERA_INSTANTIATE(T)                                                                   \

@@ -101,5 +101,8 @@ void gemv_quant_qkv_rope(DType type, const void* packed, int64_t k, const int8_t
 template <class T>
 void gemv_bf16_qkv_rope(const uint16_t* w, int64_t k, const T* x, T* q, const QkvRope& rope,
                         cudaStream_t stream);
+// The same with bf16 x and f32 q (the batched engine's one-row steps).
+void gemv_bf16_qkv_rope_f32(const uint16_t* w, int64_t k, const __nv_bfloat16* x, float* q,
+                            const QkvRope& rope, cudaStream_t stream);
 
 }  // namespace tessera::cuda

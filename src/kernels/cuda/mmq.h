@@ -30,6 +30,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "kernels/cuda/gemv.h"
 
 namespace tessera::cuda {
 
@@ -61,6 +62,12 @@ void mmq_swiglu_quantize_rows(DType wtype, const float* gu, int64_t m, int64_t f
 void mmq_matmul(DType wtype, const void* packed, int64_t n, int64_t k, const int8_t* qx,
                 const MmqActMeta* meta, int64_t m, float* y, int64_t ldy, bool accumulate,
                 cudaStream_t stream);
+
+// One activation row (m = 1) through the GEMV with RoPE and the KV-cache write in its epilogue
+// (QkvRope, gemv.h: interleaved pairs; rows q | k | v): q (f32, q_rows) rotated, k rotated and v
+// written as f16 to cache row *rope.cache_row. The products are mmq_gemv's.
+void mmq_gemv_qkv_rope(DType wtype, const void* packed, int64_t k, const int8_t* qx,
+                       const MmqActMeta* meta, float* q, const QkvRope& rope, cudaStream_t stream);
 
 // The two kernels, forced (tests, benchmarks). gemv: m <= kMmqGemvMaxRows; mma: any m.
 void mmq_gemv(DType wtype, const void* packed, int64_t n, int64_t k, const int8_t* qx,

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/mmq_common.cuh"
+#include "kernels/cuda/qkv_rope_epi.cuh"
 
 namespace tessera::cuda {
 namespace {
@@ -121,9 +122,36 @@ struct Q6_KG {
   }
 };
 
-template <class F, int M>
+// Epilogues, called by every lane with the reduced sums v[r][t] of rows r0 + r, activation row t.
+struct StoreRows {  // y[t][r0 + r] (+)= v[r][t]
+  float* y;
+  int64_t ldy;
+  bool accumulate;
+  template <int M>
+  __device__ void operator()(int64_t r0, const float (&v)[kR][M], int64_t n, int lane) const {
+#pragma unroll
+    for (int r = 0; r < kR; ++r)
+#pragma unroll
+      for (int t = 0; t < M; ++t)
+        if (lane == r * M + t && r0 + r < n) {  // kR * M <= 32
+          float* dst = y + t * ldy + r0 + r;
+          *dst = accumulate ? *dst + v[r][t] : v[r][t];
+        }
+  }
+};
+struct QkvRopeRow {  // one activation row: q|k|v with RoPE and the KV-cache write (gemv.h)
+  QkvRopeEpi<float> epi;
+  __device__ void operator()(int64_t r0, const float (&v)[kR][1], int64_t n, int lane) const {
+    float s[kR];
+#pragma unroll
+    for (int r = 0; r < kR; ++r) s[r] = v[r][0];
+    epi(r0, s, n, lane);
+  }
+};
+
+template <class F, int M, class Epi>
 __global__ void __launch_bounds__(kThreads)
-mmq_gemv_kernel(MmqMat w, const int8_t* qx, const MmqActMeta* meta, float* y, int64_t ldy, bool accumulate) {
+mmq_gemv_kernel(MmqMat w, const int8_t* qx, const MmqActMeta* meta, Epi epi) {
   pdl_trigger();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t r0 = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * kR;
@@ -169,18 +197,16 @@ mmq_gemv_kernel(MmqMat w, const int8_t* qx, const MmqActMeta* meta, float* y, in
       }
     }
   }
+  float v[kR][M];
 #pragma unroll
   for (int r = 0; r < kR; ++r)
 #pragma unroll
     for (int t = 0; t < M; ++t) {
-      float v = acc[r][t];
+      v[r][t] = acc[r][t];
 #pragma unroll
-      for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-      if (lane == r * M + t && r0 + r < w.n) {  // kR * M <= 32
-        float* dst = y + t * ldy + r0 + r;
-        *dst = accumulate ? *dst + v : v;
-      }
+      for (int o = 16; o > 0; o >>= 1) v[r][t] += __shfl_xor_sync(0xffffffffu, v[r][t], o);
     }
+  epi(r0, v, w.n, lane);
 }
 
 template <class F>
@@ -189,13 +215,41 @@ void launch_m(const MmqMat& w, const int8_t* qx, const MmqActMeta* meta, int64_t
   const unsigned grid = static_cast<unsigned>((w.n + kWarps * kR - 1) / (kWarps * kR));
   switch (m) {
 #define TESSERA_M(M) \
-  case M: launch_kernel(mmq_gemv_kernel<F, M>, grid, kThreads, 0, s, w, qx, meta, y, ldy, acc); return;
+  case M: launch_kernel(mmq_gemv_kernel<F, M, StoreRows>, grid, kThreads, 0, s, w, qx, meta, StoreRows{y, ldy, acc}); return;
     TESSERA_M(1) TESSERA_M(2) TESSERA_M(3) TESSERA_M(4) TESSERA_M(5) TESSERA_M(6) TESSERA_M(7) TESSERA_M(8)
 #undef TESSERA_M
   }
 }
 
+template <class F>
+void launch_qkv_rope(const MmqMat& w, const int8_t* qx, const MmqActMeta* meta, float* q,
+                     const QkvRope& r, cudaStream_t s) {
+  const unsigned grid = static_cast<unsigned>((w.n + kWarps * kR - 1) / (kWarps * kR));
+  launch_kernel(mmq_gemv_kernel<F, 1, QkvRopeRow>, grid, kThreads, 0, s, w, qx, meta,
+                QkvRopeRow{QkvRopeEpi<float>{q, r}});
+}
+
 }  // namespace
+
+void mmq_gemv_qkv_rope(DType t, const void* packed, int64_t k, const int8_t* qx,
+                       const MmqActMeta* meta, float* q, const QkvRope& r, cudaStream_t s) {
+  TESSERA_CHECK_ARG(mmq_supported(t), "mmq_gemv_qkv_rope: weight type " + std::string(dtype_name(t)) + " unsupported");
+  TESSERA_CHECK_ARG(r.q_rows % 4 == 0 && r.kv_rows % 4 == 0 && r.head_dim % 4 == 0 && r.head_dim > 0 &&
+                        r.n_rot % 2 == 0 && r.n_rot >= 0 && r.n_rot <= r.head_dim &&
+                        r.q_rows % r.head_dim == 0 && r.kv_rows % r.head_dim == 0,
+                    "mmq_gemv_qkv_rope: q_rows, kv_rows, head_dim must be multiples of 4 (rows whole "
+                    "heads), n_rot even and <= head_dim");
+  const int64_t n = r.q_rows + 2 * r.kv_rows;
+  const MmqMat w{static_cast<const uint8_t*>(packed), gemv_quant_layout(t, n, k), n, k};
+  switch (t) {
+    case DType::kQ8_0: return launch_qkv_rope<Q8_0G>(w, qx, meta, q, r, s);
+    case DType::kQ4_0: return launch_qkv_rope<Q4_0G>(w, qx, meta, q, r, s);
+    case DType::kQ4_1: return launch_qkv_rope<Q4_1G>(w, qx, meta, q, r, s);
+    case DType::kQ4_K: return launch_qkv_rope<Q4_KG>(w, qx, meta, q, r, s);
+    case DType::kQ6_K: return launch_qkv_rope<Q6_KG>(w, qx, meta, q, r, s);
+    default: break;
+  }
+}
 
 void mmq_gemv(DType t, const void* packed, int64_t n, int64_t k, const int8_t* qx,
               const MmqActMeta* meta, int64_t m, float* y, int64_t ldy, bool accumulate,

@@ -1,7 +1,10 @@
 // Activation quantization for the integer-dot projections (mmq.h): the CPU path's Q8 / Q8_K rows
-// (kernels/cpu/quantize_act.cpp), bit for bit, one block per row.
+// (kernels/cpu/quantize_act.cpp), bit for bit. Grid (row, part): a row's quantization blocks are
+// spread over blockIdx.y so few rows (decode) still fill the GPU; every part of a row computes
+// the row statistics it needs (RMSNorm's sum of squares) itself, in the same fixed order.
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <string>
 
 #include "core/error.h"
@@ -84,7 +87,7 @@ __global__ void __launch_bounds__(kThreads) quant_q8_kernel(Src src, int64_t k, 
   const int64_t r = blockIdx.x;
   src.prepare(r, nullptr);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  for (int64_t b = warp; b < k / 32; b += kWarps) {
+  for (int64_t b = blockIdx.y * int64_t{kWarps} + warp; b < k / 32; b += int64_t{gridDim.y} * kWarps) {
     const float v = src.value(r, b * 32 + lane);
     const float amax = warp_max(fabsf(v));
     const float d = __fdiv_rn(amax, 127.0f);
@@ -104,7 +107,7 @@ __global__ void __launch_bounds__(kThreads) quant_q8k_kernel(Src src, int64_t k,
   const int64_t r = blockIdx.x;
   src.prepare(r, nullptr);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  for (int64_t b = warp; b < k / 256; b += kWarps) {
+  for (int64_t b = blockIdx.y * int64_t{kWarps} + warp; b < k / 256; b += int64_t{gridDim.y} * kWarps) {
     float v[8];
     float amax = 0.f;
 #pragma unroll
@@ -147,12 +150,14 @@ void launch(DType t, const Src& src, int64_t m, int64_t k, int8_t* qx, MmqActMet
                     "mmq quantize: k must be a multiple of " + std::to_string(mmq_act_block(t)));
   if (m <= 0) return;
   TESSERA_CHECK_ARG(m < (int64_t{1} << 31), "mmq quantize: too many rows");
+  // Parts per row: one while the rows alone give >= 64 blocks, else up to one warp per
+  // quantization block (a decode row of 14336 SwiGLU values: 56 blocks instead of 1).
+  const int64_t parts = m >= 64 ? 1 : std::min<int64_t>((k / mmq_act_block(t) + kWarps - 1) / kWarps, 64);
+  const dim3 grid(static_cast<unsigned>(m), static_cast<unsigned>(parts));
   if (is_k(t))
-    detail::launch_kernel(quant_q8k_kernel<Src>, static_cast<unsigned>(m), kThreads, 0, s, src, k, qx,
-                          meta);
+    detail::launch_kernel(quant_q8k_kernel<Src>, grid, kThreads, 0, s, src, k, qx, meta);
   else
-    detail::launch_kernel(quant_q8_kernel<Src>, static_cast<unsigned>(m), kThreads, 0, s, src, k, qx,
-                          meta);
+    detail::launch_kernel(quant_q8_kernel<Src>, grid, kThreads, 0, s, src, k, qx, meta);
 }
 
 }  // namespace

@@ -10,11 +10,14 @@ using namespace detail;
 
 constexpr int kThreads = 256;
 constexpr int kMaxPairs = 256;  // n_rot / 2 <= 256 (head_dim <= 512)
+constexpr int kHeadsPerPart = 4;
 
-// One block per row. Every head of a row rotates by the same angles, so the block first forms
-// cos / sin of each rotated pair once (double precision: pow + sincos cost ~hundreds of FP64
-// instructions, which per head and pair dominated the kernel), then rotates the q and k heads
-// and copies the v row to the cache.
+// Grid (row, part): part y of a row handles heads [y * kHeadsPerPart, ...) of its q | k heads
+// and the same slice of its v row (one part per row when there are many rows; a decode row of
+// 32 + 8 heads spreads over 10 blocks instead of one). Every head of a row rotates by the same
+// angles, so a block first forms cos / sin of each rotated pair once (double precision: pow +
+// sincos cost ~hundreds of FP64 instructions, which per head and pair dominated the kernel),
+// then rotates its heads and copies its part of the v row to the cache.
 template <class T>
 __global__ void rope_kv_kernel(const T* q_in, int64_t ld_q, const T* k, const T* v, int64_t ld_kv,
                                T* q, const int32_t* positions, const int64_t* cache_rows,
@@ -32,13 +35,17 @@ __global__ void rope_kv_kernel(const T* q_in, int64_t ld_q, const T* k, const T*
     if (cfg.freq_factors) freq /= cfg.freq_factors[j];
     sincos(pos * freq, &sn_s[j], &cs_s[j]);
   }
-  const int64_t n_v = n_kv_heads * head_dim;
-  for (int64_t i = threadIdx.x; i < n_v; i += kThreads)
+  // This block's heads (of the n_heads + n_kv_heads rotated ones) and v elements.
+  const int64_t heads = n_heads + n_kv_heads, per = (heads + gridDim.y - 1) / gridDim.y;
+  const int64_t head0 = blockIdx.y * per, head1 = min(heads, head0 + per);
+  const int64_t n_v = n_kv_heads * head_dim, v_per = (n_v + gridDim.y - 1) / gridDim.y;
+  const int64_t v1 = min(n_v, (blockIdx.y + 1) * v_per);
+  for (int64_t i = blockIdx.y * v_per + threadIdx.x; i < v1; i += kThreads)
     v_cache[crow * n_v + i] = __float2half_rn(to_f32(v[r * ld_kv + i]));
   __syncthreads();
-  const int64_t items = (n_heads + n_kv_heads) * slots;
-  for (int64_t it = threadIdx.x; it < items; it += kThreads) {
-    const int64_t head = it / slots, j = it % slots;
+  const int items = static_cast<int>((head1 - head0) * slots);  // <= 512 x 256
+  for (int it = threadIdx.x; it < items; it += kThreads) {
+    const int64_t head = head0 + it / static_cast<int>(slots), j = it % static_cast<int>(slots);
     const bool is_q = head < n_heads;
     const int64_t h = is_q ? head : head - n_heads;
     const T* src = is_q ? q_in + r * ld_q + h * head_dim : k + r * ld_kv + h * head_dim;
@@ -91,7 +98,9 @@ void rope_kv_write_strided(const T* q_in, int64_t ld_q, const T* k, const T* v, 
                     "cuda::rope_kv_write: head_dim and n_rot must be even, n_rot <= head_dim, "
                     "n_rot <= 512");
   if (rows <= 0) return;
-  detail::launch_kernel(rope_kv_kernel<T>, static_cast<unsigned>(rows), kThreads, 0, stream, q_in,
+  const int64_t parts = rows >= 64 ? 1 : (n_heads + n_kv_heads + kHeadsPerPart - 1) / kHeadsPerPart;
+  const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(parts));
+  detail::launch_kernel(rope_kv_kernel<T>, grid, kThreads, 0, stream, q_in,
                         ld_q, k, v, ld_kv, q, positions, cache_rows, n_heads, n_kv_heads, head_dim,
                         rope, k_cache, v_cache);
 }

@@ -1,5 +1,7 @@
 #include "kernels/cuda/row_ops.h"
 
+#include <algorithm>
+
 #include "kernels/cuda/launch.cuh"
 
 namespace tessera::cuda {
@@ -37,8 +39,10 @@ __global__ void gather_rows_f32_kernel(const float* x, const int32_t* rows, int6
     y[i] = x[int64_t{rows[i / d]} * d + i % d];
 }
 
-// One block per row: sum of squares (f32, warp shuffles + shared partials), then the scaled row.
-// Rows of d % 4 == 0 (16-byte aligned) move as float4 / 4 x bf16; others element by element.
+// Grid (row, part): every block of a row forms the row's sum of squares (f32, warp shuffles +
+// shared partials, the same order in every block), then scales its part of the row (several
+// parts only for few rows, e.g. a decode row over 8 blocks instead of one). Rows of d % 4 == 0
+// (16-byte aligned) move as float4 / 4 x bf16; others element by element.
 template <bool kVec>
 __global__ void rms_norm_rows_bf16_kernel(const float* x, const float* w, float eps, int64_t d,
                                           __nv_bfloat16* y) {
@@ -62,8 +66,10 @@ __global__ void rms_norm_rows_bf16_kernel(const float* x, const float* w, float 
   float total = 0.f;
   for (int i = 0; i < kThreads / 32; ++i) total += partial[i];
   const float inv = rsqrtf(total / static_cast<float>(d) + eps);
+  const int64_t units = kVec ? d / 4 : d, per = (units + gridDim.y - 1) / gridDim.y;
+  const int64_t end = min(units, (blockIdx.y + 1) * per);
   if constexpr (kVec) {
-    for (int64_t i = threadIdx.x; i < d / 4; i += blockDim.x) {
+    for (int64_t i = blockIdx.y * per + threadIdx.x; i < end; i += blockDim.x) {
       const float4 v = reinterpret_cast<const float4*>(xr)[i];
       const float4 g = reinterpret_cast<const float4*>(w)[i];
       __nv_bfloat162 lo = __floats2bfloat162_rn(v.x * inv * g.x, v.y * inv * g.y);
@@ -74,7 +80,7 @@ __global__ void rms_norm_rows_bf16_kernel(const float* x, const float* w, float 
       reinterpret_cast<uint2*>(yr)[i] = packed;
     }
   } else {
-    for (int64_t i = threadIdx.x; i < d; i += blockDim.x)
+    for (int64_t i = blockIdx.y * per + threadIdx.x; i < end; i += blockDim.x)
       yr[i] = __float2bfloat16_rn(xr[i] * inv * w[i]);
   }
 }
@@ -138,7 +144,9 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 void rms_norm_rows_bf16(const float* x, const float* w, float eps, int64_t rows, int64_t d,
                         __nv_bfloat16* y, cudaStream_t stream) {
   if (rows <= 0) return;
-  const unsigned grid = static_cast<unsigned>(rows);
+  // Few rows: each row's output over up to 8 blocks of >= 512 elements.
+  const int64_t parts = rows >= 32 ? 1 : std::clamp<int64_t>(d / 512, 1, 8);
+  const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(parts));
   if (d % 4 == 0 && aligned16(x) && aligned16(w) && reinterpret_cast<uintptr_t>(y) % 8 == 0)
     detail::launch_kernel(rms_norm_rows_bf16_kernel<true>, grid, kThreads, 0, stream, x, w, eps, d,
                           y);

@@ -406,18 +406,36 @@ class CudaLlama final : public CausalLm {
       const Layer& l = layers_[li];
       __half* kc = static_cast<__half*>(cache.k(li).raw_data());
       __half* vc = static_cast<__half*>(cache.v(li).raw_data());
+      // One row: RoPE and the KV write ride in the QKV GEMV's epilogue (one weight type).
+      const bool rope_in_qkv =
+          n == 1 && rope_inv_freq_ &&
+          (l.qkv.quant() ? l.qkv.parts.size() == 1 : cuda::gemv_bf16_f32_supported(l.qkv.w, h, d));
+      const cuda::QkvRope qkv_rope{qd, kvd, hd, cfg_.rope.n_rot, rope_inv_freq_, d_pos, d_rows, kc, vc};
       // q|k|v = norm(x) Wqkv^T (f32 rows of qkvd)
       if (l.qkv.quant()) {
-        project(l.qkv, In::norm(x, l.attn_norm), n, b, b.qkv, qkvd, false);
+        if (rope_in_qkv) {
+          const Proj::Part& part = l.qkv.parts[0];
+          cuda::mmq_rms_norm_quantize_rows(part.type, x, l.attn_norm, cfg_.norm_eps, 1, d, b.qx, b.meta, s);
+          cuda::mmq_gemv_qkv_rope(part.type, part.packed, d, b.qx, b.meta, q, qkv_rope, s);
+        } else {
+          project(l.qkv, In::norm(x, l.attn_norm), n, b, b.qkv, qkvd, false);
+        }
       } else {
         cuda::rms_norm_rows_bf16(x, l.attn_norm, cfg_.norm_eps, n, d, h, s);
-        matmul(h, l.qkv, n, b.qkv, false);
+        prof_.mark("norm");
+        if (rope_in_qkv)
+          cuda::gemv_bf16_qkv_rope_f32(reinterpret_cast<const uint16_t*>(l.qkv.w), d, h, q, qkv_rope, s);
+        else
+          matmul(h, l.qkv, n, b.qkv, false);
       }
-      prof_.mark("norm + qkv");
-      if (cfg_.qkv_bias) cuda::add_bias_rows(b.qkv, l.bqkv, n, qkvd, s);
-      cuda::rope_kv_write_strided<float>(b.qkv, qkvd, b.qkv + qd, b.qkv + qd + kvd, qkvd, q, d_pos,
-                                         d_rows, n, cfg_.n_heads, cfg_.n_kv_heads, hd, rope, kc, vc, s);
-      prof_.mark("bias + rope + kv write");
+      prof_.mark(rope_in_qkv ? (l.qkv.quant() ? "norm + qkv + rope + kv write" : "qkv + rope + kv write")
+                             : (l.qkv.quant() ? "norm + qkv" : "qkv"));
+      if (!rope_in_qkv) {
+        if (cfg_.qkv_bias) cuda::add_bias_rows(b.qkv, l.bqkv, n, qkvd, s);
+        cuda::rope_kv_write_strided<float>(b.qkv, qkvd, b.qkv + qd, b.qkv + qd + kvd, qkvd, q, d_pos,
+                                           d_rows, n, cfg_.n_heads, cfg_.n_kv_heads, hd, rope, kc, vc, s);
+        prof_.mark("bias + rope + kv write");
+      }
       if (l.wo.quant()) {  // attention in f32, quantized for the integer dots
         cuda::paged_attention<float, float>(q, d_pos, d_tiles, static_cast<int64_t>(tiles_.size()),
                                             d_tables, table_stride_, cache.block_size(), kc, vc,
@@ -438,18 +456,20 @@ class CudaLlama final : public CausalLm {
         project(l.wgu, In::norm(x, l.ffn_norm), n, b, b.guf, 2 * ff, false);
       } else {
         cuda::rms_norm_rows_bf16(x, l.ffn_norm, cfg_.norm_eps, n, d, h, s);
+        prof_.mark("norm");
         if (f32_gu) matmul(h, l.wgu, n, b.guf, false);
         else matmul(h, l.wgu, n, gu);
       }
-      prof_.mark("norm + gate|up");
+      prof_.mark(l.wgu.quant() ? "norm + gate|up" : "gate|up");
       if (l.wd.quant()) {
         project(l.wd, In::swiglu(b.guf), n, b, x, d, /*accumulate=*/true);
       } else {
         if (f32_gu) cuda::swiglu_rows_f32_bf16(b.guf, n, ff, h, s);
         else cuda::swiglu_rows_bf16(gu, n, ff, h, s);
+        prof_.mark("swiglu");
         matmul(h, l.wd, n, x, /*accumulate=*/true);  // residual += MLP out
       }
-      prof_.mark("swiglu + down");
+      prof_.mark(l.wd.quant() ? "swiglu + down" : "down");
     }
     if (n_logits > 0) {  // a step of prefill chunks only has no logits to compute
       cuda::gather_rows_f32(x, d_logit_rows, n_logits, d, normed, s);  // only rows that need logits
@@ -543,6 +563,20 @@ class CudaLlama final : public CausalLm {
 
   // After load / fill_dummy: which intermediate buffers the projections need.
   void finish_load() {
+    // One-row bf16 steps rotate q / k in the QKV GEMV's epilogue (interleaved pairs, no bias).
+    if (cfg_.rope.layout == ref::RopeLayout::kInterleaved && !cfg_.qkv_bias && cfg_.rope.n_rot > 0) {
+      const int64_t pairs = cfg_.rope.n_rot / 2;
+      std::vector<float> factors;
+      if (rope_freqs_) {
+        factors.resize(pairs);
+        TESSERA_CUDA_CHECK(cudaMemcpy(factors.data(), rope_freqs_, pairs * sizeof(float), cudaMemcpyDeviceToHost));
+      }
+      const std::vector<double> inv = cuda::rope_inv_freq(cfg_.rope.n_rot, cfg_.rope.theta_base,
+                                                          cfg_.rope.position_scale,
+                                                          rope_freqs_ ? factors.data() : nullptr);
+      rope_inv_freq_ = arena_.alloc<double>(pairs);
+      TESSERA_CUDA_CHECK(cudaMemcpy(rope_inv_freq_, inv.data(), pairs * sizeof(double), cudaMemcpyHostToDevice));
+    }
     any_quant_ = output_.quant();
     for (const Layer& l : layers_) {
       any_quant_ |= l.qkv.quant() || l.wo.quant() || l.wgu.quant() || l.wd.quant();
@@ -718,6 +752,7 @@ class CudaLlama final : public CausalLm {
   Proj output_;
   float* out_norm_ = nullptr;
   float* rope_freqs_ = nullptr;  // device, or null
+  double* rope_inv_freq_ = nullptr;  // device angle per position of each pair (gemv.h), or null
   std::vector<Layer> layers_;
   Grow<float> residual_, normed_, qkv_, q_, attn_, guf_, logits_;
   Grow<bf16> h_, gu_;
