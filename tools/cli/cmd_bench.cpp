@@ -25,17 +25,18 @@ namespace tessera::cli {
 namespace {
 
 const char* kUsage =
-    "usage: tessera bench [-m MODEL.gguf] [--threads N] [--decode-tokens N] [--prefill N,N..]\n"
-    "                     [--batch N,N..] [--batch-gen N] [--batch-ctx N] [--json]\n"
-    "                     [--max-step-tokens N] [--out FILE.md] [--device cpu|cuda]\n"
+    "usage: tessera bench [-m MODEL.gguf] [--threads N] [--decode-tokens N] [--decode-ctx N]\n"
+    "                     [--prefill N,N..] [--batch N,N..] [--batch-gen N] [--batch-ctx N]\n"
+    "                     [--max-step-tokens N] [--json] [--out FILE.md] [--device cpu|cuda]\n"
     "                     [--dummy ARCH] [--dummy-type bf16|q8_0|q4_0|q4_1|q4_k|q6_k]\n"
     "Prints batch-1 decode ms/token, prefill tokens/s and batched decode tokens/s, each as a\n"
     "percentage of its floor (weights + KV bytes at the measured copy bandwidth; FLOPs at the\n"
-    "measured FMA rate). Batched decode: N sequences with --batch-ctx-token prompts each generate\n"
-    "--batch-gen tokens; the rate counts only steps that decode all N together.\n"
-    "Defaults: --decode-tokens 64 --prefill 512,2048 --batch 16,64,128 --batch-gen 16\n"
-    "--batch-ctx 512 on cuda, 32 on cpu; --max-step-tokens max(2048, longest prefill);\n"
-    "--out out/tessera_bench.md\n"
+    "measured FMA rate). Batch-1 decode generates --decode-tokens tokens after a\n"
+    "--decode-ctx-token prompt. Batched decode: N sequences with --batch-ctx-token prompts each\n"
+    "generate --batch-gen tokens; the rate counts only steps that decode all N together.\n"
+    "Defaults: --decode-tokens 64 --decode-ctx 16 --prefill 512,2048 --batch 16,64,128\n"
+    "--batch-gen 16 --batch-ctx 512 on cuda, 32 on cpu; --max-step-tokens max(2048, longest\n"
+    "prefill); --out out/tessera_bench.md\n"
     "TESSERA_CUDA_PROFILE=1 adds the GPU time of every op per step shape (stderr).\n";
 
 using Clock = std::chrono::steady_clock;
@@ -115,7 +116,8 @@ int cmd_bench(int argc, char** argv) {
   args.value("device", &device);
   args.value("dummy", &dummy);
   args.value("dummy-type", &dummy_type);
-  int threads = 0, decode_tokens = 64, batch_gen = 16, batch_ctx = -1, max_step_tokens = -1;
+  int threads = 0, decode_tokens = 64, decode_ctx = 16, batch_gen = 16, batch_ctx = -1,
+      max_step_tokens = -1;
   std::vector<int> prefill = {512, 2048}, batches = {16, 64, 128};
   auto int_arg = [&](const char* name, long lo, long hi, int* dst) {
     long n = 0;
@@ -125,6 +127,7 @@ int cmd_bench(int argc, char** argv) {
   };
   int_arg("threads", 1, 1024, &threads);
   int_arg("decode-tokens", 2, 1 << 16, &decode_tokens);
+  int_arg("decode-ctx", 1, 1 << 20, &decode_ctx);
   int_arg("batch-gen", 2, 1 << 16, &batch_gen);
   int_arg("batch-ctx", 1, 1 << 20, &batch_ctx);
   int_arg("max-step-tokens", 1, 1 << 20, &max_step_tokens);
@@ -177,7 +180,7 @@ int cmd_bench(int argc, char** argv) {
   };
   const int64_t max_batch_len = batch_ctx + batch_gen + prefill_steps(max_batch) + 16;
   eo.context_length = static_cast<int32_t>(
-      std::max<int64_t>({max_prefill + 8, 32 + decode_tokens + 8, max_batch_len}));
+      std::max<int64_t>({max_prefill + 8, 32 + decode_ctx + decode_tokens + 8, max_batch_len}));
   eo.kv_cache_tokens = std::max<int64_t>(static_cast<int64_t>(max_batch) * max_batch_len,
                                          eo.context_length);
   eo.max_running = max_batch;
@@ -211,10 +214,10 @@ int cmd_bench(int argc, char** argv) {
       GenerationParams p;
       p.max_tokens = decode_tokens;
       p.ignore_eos = true;
-      auto r = e.generate_from_tokens(random_prompt(16, s.vocab, 2), p);
+      auto r = e.generate_from_tokens(random_prompt(decode_ctx, s.vocab, 2), p);
       if (!r) throw std::runtime_error(r.status().to_string());
       const double ms = r->generation_seconds / (r->generated_tokens - 1) * 1e3;
-      const double mean_ctx = 16 + decode_tokens / 2.0;
+      const double mean_ctx = decode_ctx + decode_tokens / 2.0;
       const double floor_ms = (W + kv_tok * mean_ctx) / bw * 1e3;
       rows.push_back({"decode, batch 1 (ms/token)", fmt("%.2f", ms), fmt("%.2f", floor_ms),
                       pct(floor_ms / ms), floor_ms / ms});
@@ -273,7 +276,8 @@ int cmd_bench(int argc, char** argv) {
     md << "| " << r.what << " | " << r.value << " | " << r.floor << " | " << r.pct << " |\n";
   md << "\nFloors: decode = (weights + KV bytes read) / copy bandwidth; prefill = matmul and "
         "attention FLOPs / the matrix ceiling (on CPUs an f32 FMA ceiling, which integer-dot "
-        "kernels can exceed). Batched decode: "
+        "kernels can exceed). Batch-1 decode: a "
+     << decode_ctx << "-token prompt, " << decode_tokens << " tokens generated. Batched decode: "
      << batch_ctx << "-token prompts, " << batch_gen
      << " tokens generated each; only steps that decode every sequence together count.\n";
   if (json) {
