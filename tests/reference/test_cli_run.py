@@ -134,9 +134,10 @@ def test_chat_content_cannot_inject_control_tokens(tessera_bin, model_path, llam
 def test_bench_reports_every_result_against_its_floor(tessera_bin, model_path, tmp_path):
     out = tmp_path / "bench.md"
     r = run_tessera(tessera_bin, "bench", "-m", model_path, "--prefill", "16", "--batch", "2",
-                    "--batch-gen", "3", "--decode-tokens", "3", "--out", out)
+                    "--batch-gen", "3", "--decode-tokens", "3", "--decode-ctx", "5", "--out", out)
     report = out.read_text()
     assert report == r.stdout
+    assert "Batch-1 decode: a 5-token prompt, 3 tokens generated." in report
     assert "copy bandwidth" in report and "GFLOP/s" in report
     rows = [line for line in report.splitlines() if line.startswith("| ") and line.rstrip().endswith("% |")]
     names = [row.split("|")[1].strip() for row in rows]
@@ -146,3 +147,5 @@ def test_bench_reports_every_result_against_its_floor(tessera_bin, model_path, t
         assert float(measured) > 0 and float(floor) > 0 and float(pct.rstrip("%")) > 0
     bad = run_tessera(tessera_bin, "bench", "--batch", "0", check=False)
     assert bad.returncode == 2 and "invalid --batch" in bad.stderr
+    bad = run_tessera(tessera_bin, "bench", "--decode-ctx", "0", check=False)
+    assert bad.returncode == 2 and "invalid --decode-ctx" in bad.stderr
