@@ -1,9 +1,12 @@
 #include "backend/cuda/op_profiler.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 
+#include "backend/cuda/ceilings.h"
 #include "backend/cuda/cuda_check.h"
 
 namespace tessera::cuda {
@@ -35,9 +38,9 @@ void OpProfiler::begin(std::string phase, cudaStream_t stream) {
   TESSERA_CUDA_CHECK(cudaEventRecord(event(0), stream_));
 }
 
-void OpProfiler::mark(const char* op) {
+void OpProfiler::mark(const char* op, OpCost cost) {
   if (!enabled_ || !stream_) return;
-  ops_.push_back(op);
+  ops_.emplace_back(op, cost);
   TESSERA_CUDA_CHECK(cudaEventRecord(event(ops_.size()), stream_));
 }
 
@@ -53,21 +56,42 @@ void OpProfiler::collect() {
   for (size_t i = 0; i < ops_.size(); ++i) {
     float ms = 0;
     TESSERA_CUDA_CHECK(cudaEventElapsedTime(&ms, events_[i], events_[i + 1]));
+    const auto& [op, cost] = ops_[i];
     OpTotal* t = nullptr;
     for (OpTotal& o : ph.ops)
-      if (o.op == ops_[i]) t = &o;
-    if (!t) t = &ph.ops.emplace_back(OpTotal{ops_[i]});
+      if (o.op == op) t = &o;
+    if (!t) t = &ph.ops.emplace_back(OpTotal{op});
     t->ms += ms;
     ++t->count;
+    t->cost.bytes += cost.bytes;
+    t->cost.flops += cost.flops;
   }
   stream_ = nullptr;
 }
 
 std::string OpProfiler::report() const {
+  bool costed = false;
+  for (const auto& [name, ph] : phases_)
+    for (const OpTotal& o : ph.ops) costed |= o.cost.bytes > 0 || o.cost.flops > 0;
+  double bw = 0, peak = 0;
+  if (costed) {
+    try {  // the report is made at destruction: a failed measurement drops the floors only
+      bw = measure_copy_bandwidth_gbs() * 1e9;
+      peak = measure_bf16_gemm_tflops() * 1e12;
+    } catch (const std::exception&) {
+      costed = false;
+    }
+  }
   std::string out =
       "\nGPU time per op (TESSERA_CUDA_PROFILE; eager, no graphs; each shape's first call not "
       "counted)\n";
   char line[256];
+  if (costed) {
+    std::snprintf(line, sizeof line,
+                  "floor = max(bytes / %.0f GB/s copy bandwidth, FLOPs / %.0f TFLOP/s bf16 GEMM)\n",
+                  bw / 1e9, peak / 1e12);
+    out += line;
+  }
   for (const auto& [name, ph] : phases_) {
     if (ph.calls == 0) continue;
     double total = 0;
@@ -76,9 +100,16 @@ std::string OpProfiler::report() const {
                   total / ph.calls);
     out += line;
     for (const OpTotal& o : ph.ops) {
-      std::snprintf(line, sizeof line, "  %-22s %9.3f ms/call %6.1f %%  (%ld launches/call)\n",
-                    o.op.c_str(), o.ms / ph.calls, 100 * o.ms / total, o.count / ph.calls);
+      const double ms = o.ms / ph.calls;
+      std::snprintf(line, sizeof line, "  %-28s %9.3f ms/call %6.1f %%  (%ld launches/call)", o.op.c_str(),
+                    ms, 100 * o.ms / total, o.count / ph.calls);
       out += line;
+      if (costed && (o.cost.bytes > 0 || o.cost.flops > 0)) {
+        const double floor_ms = std::max(o.cost.bytes / bw, o.cost.flops / peak) * 1e3 / ph.calls;
+        std::snprintf(line, sizeof line, "  floor %8.3f ms  %5.1f %% of floor", floor_ms, 100 * floor_ms / ms);
+        out += line;
+      }
+      out += "\n";
     }
   }
   return out;

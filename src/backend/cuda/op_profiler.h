@@ -2,13 +2,16 @@
 // (`TESSERA_CUDA_PROFILE=1 tessera bench --device cuda ...`). Off unless the environment
 // variable is set; when on, the model runs eagerly (no CUDA graphs) and records one event after
 // each op, so every op's time is the gap between two events on the model's stream (launch gaps
-// included, which is what the op costs inside a step).
+// included, which is what the op costs inside a step). An op marked with its cost (bytes it must
+// move, FLOPs it must do) also gets its floor, max(bytes / copy bandwidth, FLOPs / bf16 GEMM
+// rate), both measured on the device (ceilings.h) when the report is made, and its % of floor.
 //
 //   OpProfiler prof;                       // reads TESSERA_CUDA_PROFILE once
 //   prof.begin("decode x128", stream);     // phase of this forward call
-//   ... launch op ...; prof.mark("gemm o");
+//   ... launch op ...; prof.mark("gemm o", {weight_bytes + io_bytes, 2.0 * m * n * k});
 //   cudaStreamSynchronize(stream); prof.collect();
-// The table (per phase: op, ms per call, share of the phase) goes to stderr at destruction.
+// The table (per phase: op, ms per call, share of the phase, floor ms, % of floor) goes to
+// stderr at destruction.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -20,6 +23,12 @@
 
 namespace tessera::cuda {
 
+// What an op must at least move and compute (0: unknown).
+struct OpCost {
+  double bytes = 0;
+  double flops = 0;
+};
+
 class OpProfiler {
  public:
   OpProfiler();
@@ -29,7 +38,7 @@ class OpProfiler {
 
   bool enabled() const { return enabled_; }
   void begin(std::string phase, cudaStream_t stream);
-  void mark(const char* op);
+  void mark(const char* op, OpCost cost = {});
   // After the stream finished: adds this call's op times to the totals.
   void collect();
   // Per phase: calls, then (op, total ms, count) in first-seen order.
@@ -41,11 +50,12 @@ class OpProfiler {
   cudaStream_t stream_ = nullptr;
   std::string phase_;
   std::vector<cudaEvent_t> events_;
-  std::vector<const char*> ops_;  // ops_[i] ends at events_[i + 1]
+  std::vector<std::pair<const char*, OpCost>> ops_;  // ops_[i] ends at events_[i + 1]
   struct OpTotal {
     std::string op;
     double ms = 0;
     long count = 0;
+    OpCost cost;  // summed over calls
   };
   struct Phase {
     bool warmed = false;
