@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -28,6 +29,7 @@ const char* kUsage =
     "usage: tessera bench [-m MODEL.gguf] [--threads N] [--decode-tokens N] [--decode-ctx N]\n"
     "                     [--prefill N,N..] [--batch N,N..] [--batch-gen N] [--batch-ctx N]\n"
     "                     [--max-step-tokens N] [--json] [--out FILE.md] [--device cpu|cuda]\n"
+    "                     [--profile]\n"
     "                     [--dummy ARCH] [--dummy-type bf16|q8_0|q4_0|q4_1|q4_k|q6_k]\n"
     "Prints batch-1 decode ms/token, prefill tokens/s and batched decode tokens/s, each as a\n"
     "percentage of its floor (weights + KV bytes at the measured copy bandwidth; FLOPs at the\n"
@@ -37,7 +39,8 @@ const char* kUsage =
     "Defaults: --decode-tokens 64 --decode-ctx 16 --prefill 512,2048 --batch 16,64,128\n"
     "--batch-gen 16 --batch-ctx 512 on cuda, 32 on cpu; --max-step-tokens max(2048, longest\n"
     "prefill); --out out/tessera_bench.md\n"
-    "TESSERA_CUDA_PROFILE=1 adds the GPU time of every op per step shape (stderr).\n";
+    "--profile (or TESSERA_CUDA_PROFILE=1), cuda: the GPU time of every op per step shape and its\n"
+    "% of floor (stderr; steps run eagerly, without CUDA graphs).\n";
 
 using Clock = std::chrono::steady_clock;
 
@@ -112,6 +115,7 @@ int cmd_bench(int argc, char** argv) {
   args.value("model", &model);
   args.value("out", &out_path);
   const bool json = args.flag("json");
+  if (args.flag("profile")) setenv("TESSERA_CUDA_PROFILE", "1", 1);  // read when the model loads
   std::string device = "cpu", dummy, dummy_type = "bf16";
   args.value("device", &device);
   args.value("dummy", &dummy);

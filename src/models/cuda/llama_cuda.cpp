@@ -400,8 +400,10 @@ class CudaLlama final : public CausalLm {
                           cfg_.rope.position_scale, rope_freqs_};
     const float scale = 1.f / std::sqrt(static_cast<float>(hd));
     cuda::embedding_gather<float>(embd_type_, embd_, V, d, d_tokens, n, x, s);
-    prof_.mark("embedding");
+    prof_.mark("embedding", {static_cast<double>(n) * d * 6});
     const int64_t qkvd = qd + 2 * kvd;
+    const cuda::OpCost attn_cost = prof_.enabled() ? attention_cost() : cuda::OpCost{};
+    const cuda::OpCost norm_cost{static_cast<double>(n) * d * 6};  // f32 in, bf16 out
     for (int64_t li = 0; li < cfg_.n_layers; ++li) {
       const Layer& l = layers_[li];
       __half* kc = static_cast<__half*>(cache.k(li).raw_data());
@@ -422,54 +424,57 @@ class CudaLlama final : public CausalLm {
         }
       } else {
         cuda::rms_norm_rows_bf16(x, l.attn_norm, cfg_.norm_eps, n, d, h, s);
-        prof_.mark("norm");
+        prof_.mark("norm", norm_cost);
         if (rope_in_qkv)
           cuda::gemv_bf16_qkv_rope_f32(reinterpret_cast<const uint16_t*>(l.qkv.w), d, h, q, qkv_rope, s);
         else
           matmul(h, l.qkv, n, b.qkv, false);
       }
       prof_.mark(rope_in_qkv ? (l.qkv.quant() ? "norm + qkv + rope + kv write" : "qkv + rope + kv write")
-                             : (l.qkv.quant() ? "norm + qkv" : "qkv"));
+                             : (l.qkv.quant() ? "norm + qkv" : "qkv"),
+                 proj_cost(l.qkv, n, l.qkv.quant() ? 4 : 2, 4));
       if (!rope_in_qkv) {
         if (cfg_.qkv_bias) cuda::add_bias_rows(b.qkv, l.bqkv, n, qkvd, s);
         cuda::rope_kv_write_strided<float>(b.qkv, qkvd, b.qkv + qd, b.qkv + qd + kvd, qkvd, q, d_pos,
                                            d_rows, n, cfg_.n_heads, cfg_.n_kv_heads, hd, rope, kc, vc, s);
-        prof_.mark("bias + rope + kv write");
+        prof_.mark("bias + rope + kv write", {static_cast<double>(n) * (qkvd * 4 + qd * 4 + kvd * 4)});
       }
       if (l.wo.quant()) {  // attention in f32, quantized for the integer dots
         cuda::paged_attention<float, float>(q, d_pos, d_tiles, static_cast<int64_t>(tiles_.size()),
                                             d_tables, table_stride_, cache.block_size(), kc, vc,
                                             cfg_.n_heads, cfg_.n_kv_heads, hd, scale, b.attn, s);
-        prof_.mark("attention");
+        prof_.mark("attention", attn_cost);
         project(l.wo, In::rows(b.attn), n, b, x, d, /*accumulate=*/true);
       } else {  // attention writes bf16: it only feeds the output projection
         cuda::paged_attention<float, bf16>(q, d_pos, d_tiles, static_cast<int64_t>(tiles_.size()),
                                            d_tables, table_stride_, cache.block_size(), kc, vc,
                                            cfg_.n_heads, cfg_.n_kv_heads, hd, scale, h, s);
-        prof_.mark("attention");
+        prof_.mark("attention", attn_cost);
         matmul(h, l.wo, n, x, /*accumulate=*/true);  // residual += attention out
       }
-      prof_.mark("o");
+      prof_.mark("o", proj_cost(l.wo, n, l.wo.quant() ? 4 : 2, 8));
       // gate|up, bf16 when both it and down are bf16, else f32
       const bool f32_gu = l.wgu.quant() || l.wd.quant();
       if (l.wgu.quant()) {
         project(l.wgu, In::norm(x, l.ffn_norm), n, b, b.guf, 2 * ff, false);
       } else {
         cuda::rms_norm_rows_bf16(x, l.ffn_norm, cfg_.norm_eps, n, d, h, s);
-        prof_.mark("norm");
+        prof_.mark("norm", norm_cost);
         if (f32_gu) matmul(h, l.wgu, n, b.guf, false);
         else matmul(h, l.wgu, n, gu);
       }
-      prof_.mark(l.wgu.quant() ? "norm + gate|up" : "gate|up");
+      prof_.mark(l.wgu.quant() ? "norm + gate|up" : "gate|up",
+                 proj_cost(l.wgu, n, l.wgu.quant() ? 4 : 2, f32_gu ? 4 : 2));
       if (l.wd.quant()) {
         project(l.wd, In::swiglu(b.guf), n, b, x, d, /*accumulate=*/true);
       } else {
         if (f32_gu) cuda::swiglu_rows_f32_bf16(b.guf, n, ff, h, s);
         else cuda::swiglu_rows_bf16(gu, n, ff, h, s);
-        prof_.mark("swiglu");
+        prof_.mark("swiglu", {static_cast<double>(n) * ff * (f32_gu ? 10 : 6)});
         matmul(h, l.wd, n, x, /*accumulate=*/true);  // residual += MLP out
       }
-      prof_.mark(l.wd.quant() ? "swiglu + down" : "down");
+      prof_.mark(l.wd.quant() ? "swiglu + down" : "down",
+                 proj_cost(l.wd, n, l.wd.quant() ? 8 : 2, 8));
     }
     if (n_logits > 0) {  // a step of prefill chunks only has no logits to compute
       cuda::gather_rows_f32(x, d_logit_rows, n_logits, d, normed, s);  // only rows that need logits
@@ -479,8 +484,31 @@ class CudaLlama final : public CausalLm {
         cuda::rms_norm_rows_bf16(normed, out_norm_, cfg_.norm_eps, n_logits, d, h, s);
         matmul(h, output_, n_logits, out, false);
       }
-      prof_.mark("output norm + head");
+      prof_.mark("output norm + head", proj_cost(output_, n_logits, 4, 4));
     }
+  }
+
+  // What an op must at least move and compute, for the profiler's floors: the weights once, rows
+  // of in / out bytes per element, 2 FLOPs per multiply-add.
+  static cuda::OpCost proj_cost(const Proj& p, int64_t rows, double in_bytes, double out_bytes) {
+    double w = p.quant() ? 0.0 : 2.0 * static_cast<double>(p.n) * p.k;
+    for (const Proj::Part& part : p.parts) w += static_cast<double>(part.n) * *dtype_row_bytes(part.type, p.k);
+    return {w + static_cast<double>(rows) * (p.k * in_bytes + p.n * out_bytes), 2.0 * rows * p.n * p.k};
+  }
+  // Attention of one layer for this call: each sequence's K and V rows once (f16), 4 FLOPs per
+  // head dim, query head and visible key.
+  cuda::OpCost attention_cost() const {
+    const int64_t kvd = cfg_.n_kv_heads * cfg_.head_dim, qd = cfg_.n_heads * cfg_.head_dim;
+    std::map<int32_t, int64_t> ctx;  // sequence -> keys it reads
+    double flops = 0;
+    for (const cuda::PagedAttentionTile& t : tiles_) {
+      const int64_t last = positions_[t.row0 + t.n_rows - 1] + 1;
+      ctx[t.seq] = std::max(ctx[t.seq], last);
+      for (int32_t r = t.row0; r < t.row0 + t.n_rows; ++r) flops += 4.0 * (positions_[r] + 1) * qd;
+    }
+    double bytes = 0;
+    for (const auto& [seq, keys] : ctx) bytes += 4.0 * keys * kvd;
+    return {bytes, flops};
   }
 
   // y (+)= x W^T for a bf16 projection: one row takes the bandwidth-bound GEMV (launched with
