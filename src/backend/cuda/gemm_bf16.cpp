@@ -1,5 +1,7 @@
 #include "backend/cuda/gemm_bf16.h"
 
+#include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "backend/cuda/cuda_check.h"
@@ -15,7 +17,10 @@ void check(cublasStatus_t st, const char* what) {
 }
 }  // namespace
 
-GemmBf16::GemmBf16(size_t workspace_bytes) : workspace_bytes_(workspace_bytes) {
+GemmBf16::GemmBf16(size_t workspace_bytes, int split_k)
+    : workspace_bytes_(workspace_bytes), split_k_(split_k) {
+  if (const char* v = std::getenv("TESSERA_GEMM_SPLITK"); v && split_k_ == kSplitAuto && std::strcmp(v, "0") == 0)
+    split_k_ = 1;
   TESSERA_CUDA_CHECK(cudaMalloc(&workspace_, workspace_bytes_));
 }
 
@@ -63,7 +68,43 @@ const GemmBf16::Plan& GemmBf16::plan(int64_t n, int64_t m, int64_t k, int64_t ld
                                              " k " + std::to_string(k));
   }
   p.algo = result.algo;
+  choose_split(p, result.wavesCount);
   return plans_.emplace(key, p).first->second;
+}
+
+// The heuristic's kernel (tile, stages, cluster) with K split, the partial products reduced in
+// f32 (compute type) where the kernel offers it, else in place.
+void GemmBf16::choose_split(Plan& p, float waves) {
+  if (split_k_ == 1 || (split_k_ == kSplitAuto && waves >= kSplitBelowWaves)) return;
+  auto cap = [&](cublasLtMatmulAlgoCapAttributes_t attr) {
+    uint32_t v = 0;
+    size_t written = 0;
+    return cublasLtMatmulAlgoCapGetAttribute(&p.algo, attr, &v, sizeof v, &written) == CUBLAS_STATUS_SUCCESS ? v : 0;
+  };
+  if (cap(CUBLASLT_ALGO_CAP_SPLITK_SUPPORT) == 0) return;
+  const uint32_t schemes = cap(CUBLASLT_ALGO_CAP_REDUCTION_SCHEME_MASK);
+  const uint32_t scheme = (schemes & CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE) ? CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE
+                          : (schemes & CUBLASLT_REDUCTION_SCHEME_INPLACE)    ? CUBLASLT_REDUCTION_SCHEME_INPLACE
+                                                                             : 0;
+  if (scheme == 0) return;
+  const int lo = split_k_ == kSplitAuto ? 2 : split_k_, hi = split_k_ == kSplitAuto ? kMaxSplit : split_k_;
+  for (int s = hi; s >= lo; --s) {
+    cublasLtMatmulAlgo_t a = p.algo;
+    const int32_t splits = s;
+    cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits, sizeof splits);
+    cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme, sizeof scheme);
+    cublasLtMatmulHeuristicResult_t r{};
+    if (cublasLtMatmulAlgoCheck(handle_.get(), p.op, p.a, p.b, p.c, p.c, &a, &r) != CUBLAS_STATUS_SUCCESS ||
+        r.workspaceSize > workspace_bytes_ || (split_k_ == kSplitAuto && r.wavesCount > 1.0f + 1e-3f))
+      continue;
+    p.algo = a;
+    p.split = s;
+    return;
+  }
+}
+
+int GemmBf16::split_k(int64_t n, int64_t m, int64_t k, bool accumulate, bool bf16_out) {
+  return plan(n, m, k, m, accumulate, bf16_out).split;
 }
 
 void GemmBf16::launch(const Plan& p, const void* x, const void* w, void* y, bool accumulate,
