@@ -2,7 +2,7 @@
 // the layouts GemmBf16 builds), as a fraction of the floor.
 //
 // Per shape (qkv f32 out, o accumulating into f32, gate|up bf16 out, down accumulating, head) and
-// row count m, times: the heuristic's top pick (GemmBf16's plan before split-K), GemmBf16 itself
+// row count m, times: the heuristic's top pick (GemmBf16's plan before selection), GemmBf16 itself
 // (this build's plan), and every candidate of a search: the heuristic's top 32, split-K 2/3/4/6/8
 // x each supported reduction scheme and cluster-shape variants of its top 8, and a grid over
 // every algorithm id x its reported tiles x stages x split-K 1/2/4; a candidate runs only if

@@ -117,7 +117,9 @@ struct GemmCase {
   bool accumulate, bf16_out;
   int64_t ldy = 0, col0 = 0;
 };
-void check_gemm(const GemmCase& c, const std::vector<int>& splits, std::vector<int>* chosen = nullptr) {
+// Policy 0: the default plan (the heuristic's pick or the timed selection); >= 1: forced K split.
+std::vector<cuda::GemmBf16::PlanInfo> check_gemm(const GemmCase& c, const std::vector<int>& splits) {
+  std::vector<cuda::GemmBf16::PlanInfo> chosen;
   const int64_t ldy = c.ldy ? c.ldy : c.n;
   std::mt19937 rng(static_cast<uint32_t>(c.m * 31 + c.n * 7 + c.k));
   std::uniform_real_distribution<float> u(-1.f, 1.f);
@@ -158,11 +160,11 @@ void check_gemm(const GemmCase& c, const std::vector<int>& splits, std::vector<i
     else
       gemm.run(xp, wp, dy.get() + c.col0, c.m, c.n, c.k, c.accumulate, nullptr, c.ldy);
     test::check_launch();
-    const int used = c.ldy ? 0 : gemm.split_k(c.m, c.n, c.k, c.accumulate, c.bf16_out);
-    if (chosen) chosen->push_back(used);
-    std::printf("gemm m %lld n %lld k %lld%s%s: policy %d -> split %d\n", static_cast<long long>(c.m),
+    const auto info = gemm.plan_info(c.m, c.n, c.k, c.accumulate, c.bf16_out);
+    chosen.push_back(info);
+    std::printf("gemm m %lld n %lld k %lld%s%s: policy %d -> split %d, selected %d\n", static_cast<long long>(c.m),
                 static_cast<long long>(c.n), static_cast<long long>(c.k), c.accumulate ? " +=" : "",
-                c.bf16_out ? " bf16" : "", split, used);
+                c.bf16_out ? " bf16" : "", split, info.split_k, info.selected);
     std::vector<float> y(c.m * ldy);
     if (c.bf16_out) {
       const auto yb = dyb.download();
@@ -184,32 +186,33 @@ void check_gemm(const GemmCase& c, const std::vector<int>& splits, std::vector<i
           ADD_FAILURE() << "row " << r << " col " << j << " outside the slice changed";
     EXPECT_EQ(bad, 0);
   }
+  return chosen;
 }
 
-using Gemm = cuda::GemmBf16;
-
-// The decode shapes of a Llama-3-8B step (o and down accumulate into the residual): the split-K
-// rule must split the small-N ones at 128 rows and leave prefill-sized products alone; forced
-// splits (in-place or f32 reductions, whichever the kernel offers) must give the same product.
-TEST(GemmBf16, DecodeShapesMatchHostReferenceWithAndWithoutSplitK) {
+// The decode shapes of a Llama-3-8B step (o and down accumulate into the residual) with the
+// default plan and forced K splits (f32 or in-place reductions). down, gate|up and the head
+// stream more than 1.5x the L2 per call, so their first call times candidates on the real
+// operands (an accumulating y restored afterwards); prefill-sized products keep the heuristic.
+TEST(GemmBf16, DecodeShapesMatchHostReference) {
   TESSERA_SKIP_WITHOUT_GPU();
-  std::vector<int> chosen;
-  check_gemm({128, 4096, 4096, true, false}, {Gemm::kSplitAuto, 1, 2, 3, 4, 8}, &chosen);
-  EXPECT_GE(chosen[0], 2) << "o at 128 rows should split";
-  EXPECT_EQ(chosen[1], 1);
-  EXPECT_EQ(chosen[2], 2);
-  EXPECT_EQ(chosen[4], 4);
-  check_gemm({16, 6144, 4096, false, false}, {Gemm::kSplitAuto, 4});
-  check_gemm({64, 4096, 14336, true, false}, {Gemm::kSplitAuto, 4});
-  check_gemm({128, 4096, 4096, false, true}, {Gemm::kSplitAuto, 1, 2, 4});
-  chosen.clear();
-  check_gemm({2048, 4096, 4096, true, false}, {Gemm::kSplitAuto}, &chosen);
-  EXPECT_EQ(chosen[0], 1) << "prefill-sized products keep the heuristic's plan";
+  auto o = check_gemm({128, 4096, 4096, true, false}, {0, 1, 2, 3, 4, 8});
+  EXPECT_FALSE(o[0].selected) << "o's 33.5 MB weight fits the L2: no timing";
+  EXPECT_EQ(o[1].split_k, 1);
+  EXPECT_EQ(o[2].split_k, 2);
+  EXPECT_EQ(o[4].split_k, 4);
+  check_gemm({16, 6144, 4096, false, false}, {0, 4});
+  check_gemm({128, 4096, 14336, true, false}, {0, 4});
+  check_gemm({64, 28672, 4096, false, true}, {0, 2});
+  check_gemm({128, 4096, 4096, false, true}, {0, 1, 2, 4});
+  auto prefill = check_gemm({1024, 4096, 14336, true, false}, {0});
+  EXPECT_FALSE(prefill[0].selected) << "prefill-sized products keep the heuristic's pick";
 }
 
-TEST(GemmBf16, SplitKWritesOnlyItsColumnSlice) {
+TEST(GemmBf16, WritesOnlyItsColumnSlice) {
   TESSERA_SKIP_WITHOUT_GPU();
-  check_gemm({32, 1024, 4096, true, false, 3072, 1024}, {Gemm::kSplitAuto, 1, 4});
+  check_gemm({32, 1024, 4096, true, false, 3072, 1024}, {0, 1, 4});
+  // A weight past 1.5x the L2 (timed selection) into a slice of a wider accumulating output.
+  check_gemm({64, 14336, 8192, true, false, 3 * 14336, 14336}, {0});
 }
 
 }  // namespace

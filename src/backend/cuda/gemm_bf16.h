@@ -4,14 +4,17 @@
 //
 // `accumulate` folds a residual add into the product (cuBLASLt's beta = 1). One plan (layouts +
 // algorithm) is cached per (n, m, k, ldy, accumulate, output type); the workspace is owned here.
-// Plans are built on a shape's first call: run each shape once before capturing a CUDA graph.
 //
-// Split-K: the heuristic's top pick for decode shapes (few rows, few output tiles) fills only
-// part of the GPU (its wave count < kSplitBelowWaves), so a weight-streaming GEMM runs below the
-// memory bandwidth. Such a plan takes the same kernel with K split in s parts, s the largest of
-// 2..kMaxSplit that cuBLASLt accepts (AlgoCheck, within the workspace) with at most one wave;
-// the parts are reduced in f32 (gemm_decode_bench measures the shapes). TESSERA_GEMM_SPLITK=0
-// turns it off (A/B runs); `split_k` in the constructor forces a count (tests).
+// Kernel selection: the heuristic's top pick, except for decode-sized products (n <=
+// kTuneMaxRows) whose weight streams from HBM on every call (>= 1.5x the L2): there it is often
+// not the fastest configuration (bench/cuda/gemm_decode_bench: 7-17 % slower than the best at
+// 128-512 rows on an H200 for gate|up, down and the head). The first call of such a shape times,
+// on its own operands, the heuristic's results, each with other thread-block-cluster shapes, and
+// the top algorithm's other tile x stages configurations (all accepted by AlgoCheck within the
+// workspace), and keeps the fastest if it beats the heuristic's pick by >= 3 %. That first call
+// synchronizes its stream and takes ~0.1-0.3 s; an accumulating call's y is saved and restored
+// around the trials. Inside a CUDA-graph capture there is no timing (the heuristic's pick is
+// kept): run every shape once eagerly before capturing. TESSERA_GEMM_TUNE=0 turns it off.
 //
 //   cuda::GemmBf16 gemm;
 //   gemm.run(x, w, y, n, m, k, /*accumulate=*/false, stream);
@@ -24,6 +27,7 @@
 #include <cstdint>
 #include <map>
 #include <tuple>
+#include <vector>
 
 #include "backend/cuda/cublaslt_handle.h"
 
@@ -31,11 +35,11 @@ namespace tessera::cuda {
 
 class GemmBf16 {
  public:
-  static constexpr int kSplitAuto = -1;  // the rule above; 1: never split; >= 2: that count
-  static constexpr float kSplitBelowWaves = 0.75f;
-  static constexpr int kMaxSplit = 8;
+  static constexpr int64_t kTuneMaxRows = 512;
 
-  explicit GemmBf16(size_t workspace_bytes = size_t{32} << 20, int split_k = kSplitAuto);
+  // split_k >= 1 forces that K split on the heuristic's kernel (f32 or in-place reduction) and
+  // no selection (tests); 0: the selection above.
+  explicit GemmBf16(size_t workspace_bytes = size_t{32} << 20, int split_k = 0);
   ~GemmBf16();
   GemmBf16(const GemmBf16&) = delete;
   GemmBf16& operator=(const GemmBf16&) = delete;
@@ -47,26 +51,40 @@ class GemmBf16 {
   // that only feed another bf16 GEMM (e.g. the fused gate|up projection).
   void run(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int64_t n,
            int64_t m, int64_t k, cudaStream_t stream);
-  // The K split of the plan for n rows x m outputs (building it if needed; ldy = m, f32 out
-  // unless bf16_out).
-  int split_k(int64_t n, int64_t m, int64_t k, bool accumulate, bool bf16_out);
+
+  // The plan of n rows x m outputs (ldy = m) after its first call: its K split, and whether
+  // the selection replaced the heuristic's pick. {0, false} when there is no such plan.
+  struct PlanInfo {
+    int split_k = 0;
+    bool selected = false;
+  };
+  PlanInfo plan_info(int64_t n, int64_t m, int64_t k, bool accumulate, bool bf16_out) const;
 
  private:
   struct Plan {
     cublasLtMatmulDesc_t op = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
     cublasLtMatmulAlgo_t algo{};
-    int split = 1;
+    bool bf16_out = false;
+    bool first_call_done = false;
+    bool selected = false;
   };
-  void choose_split(Plan& p, float waves);
-  const Plan& plan(int64_t n, int64_t m, int64_t k, int64_t ldy, bool accumulate, bool bf16_out);
-  void launch(const Plan& p, const void* x, const void* w, void* y, bool accumulate,
-              cudaStream_t stream);
+  Plan& plan(int64_t n, int64_t m, int64_t k, int64_t ldy, bool accumulate, bool bf16_out);
+  void force_split(Plan& p);
+  std::vector<cublasLtMatmulAlgo_t> candidates(const Plan& p);
+  void select(Plan& p, const void* x, const void* w, void* y, int64_t n, int64_t m, int64_t ldy,
+              bool accumulate, cudaStream_t stream);
+  void first_call(Plan& p, const void* x, const void* w, void* y, int64_t n, int64_t m, int64_t k,
+                  int64_t ldy, bool accumulate, cudaStream_t stream);
+  cublasStatus_t launch(const Plan& p, const cublasLtMatmulAlgo_t& algo, const void* x,
+                        const void* w, void* y, bool accumulate, cudaStream_t stream);
 
   CublasLtHandle handle_;
   void* workspace_ = nullptr;
   size_t workspace_bytes_;
   int split_k_;
+  bool tune_ = true;
+  size_t l2_bytes_ = 0;
   std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, bool, bool>, Plan> plans_;
 };
 
