@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -84,14 +85,14 @@ TEST(CudaStream, EventsOrderAndTimeWork) {
   test::DevBuf<float> a(1 << 22), b(1 << 22);
   TESSERA_CUDA_CHECK(cudaMemsetAsync(a.get(), 0x3F, (1 << 22) * sizeof(float), s1));
   start.record(s1);
-  TESSERA_CUDA_CHECK(cudaMemcpyAsync(b.get(), a.get(), (1 << 22) * sizeof(float),
-                                     cudaMemcpyDeviceToDevice, s1));
+  TESSERA_CUDA_CHECK(
+      cudaMemcpyAsync(b.get(), a.get(), (1 << 22) * sizeof(float), cudaMemcpyDeviceToDevice, s1));
   stop.record(s1);
   s1.record(done);
   s2.wait(done);  // s2's copy must see s1's result without any host synchronization
   std::vector<float> h(1 << 22);
-  TESSERA_CUDA_CHECK(cudaMemcpyAsync(h.data(), b.get(), h.size() * sizeof(float),
-                                     cudaMemcpyDeviceToHost, s2));
+  TESSERA_CUDA_CHECK(
+      cudaMemcpyAsync(h.data(), b.get(), h.size() * sizeof(float), cudaMemcpyDeviceToHost, s2));
   s2.synchronize();
   EXPECT_TRUE(done.query());
   unsigned bits;
@@ -117,8 +118,10 @@ struct GemmCase {
   bool accumulate, bf16_out;
   int64_t ldy = 0, col0 = 0;
 };
-// Policy 0: the default plan (the heuristic's pick or the timed selection); >= 1: forced K split.
-std::vector<cuda::GemmBf16::PlanInfo> check_gemm(const GemmCase& c, const std::vector<int>& splits) {
+// Policy -1: the default plan (the heuristic's pick unless TESSERA_GEMM_TUNE=1); 0: the timed
+// selection (the heuristic's pick where it does not apply); >= 1: a forced K split.
+std::vector<cuda::GemmBf16::PlanInfo> check_gemm(const GemmCase& c,
+                                                 const std::vector<int>& splits) {
   std::vector<cuda::GemmBf16::PlanInfo> chosen;
   const int64_t ldy = c.ldy ? c.ldy : c.n;
   std::mt19937 rng(static_cast<uint32_t>(c.m * 31 + c.n * 7 + c.k));
@@ -150,9 +153,12 @@ std::vector<cuda::GemmBf16::PlanInfo> check_gemm(const GemmCase& c, const std::v
   const auto* xp = reinterpret_cast<const __nv_bfloat16*>(dx.get());
   const auto* wp = reinterpret_cast<const __nv_bfloat16*>(dw.get());
   for (int split : splits) {
-    SCOPED_TRACE("m " + std::to_string(c.m) + " n " + std::to_string(c.n) + " k " + std::to_string(c.k) +
-                 " split policy " + std::to_string(split));
-    cuda::GemmBf16 gemm(size_t{32} << 20, split);
+    SCOPED_TRACE("m " + std::to_string(c.m) + " n " + std::to_string(c.n) + " k " +
+                 std::to_string(c.k) + " split policy " + std::to_string(split));
+    auto g = split < 0
+                 ? std::make_unique<cuda::GemmBf16>()  // the engine's default: no selection
+                 : std::make_unique<cuda::GemmBf16>(size_t{32} << 20, split, /*select=*/split == 0);
+    cuda::GemmBf16& gemm = *g;
     dy.upload(y0);
     dyb.upload(y0b);
     if (c.bf16_out)
@@ -162,9 +168,10 @@ std::vector<cuda::GemmBf16::PlanInfo> check_gemm(const GemmCase& c, const std::v
     test::check_launch();
     const auto info = gemm.plan_info(c.m, c.n, c.k, c.accumulate, c.bf16_out);
     chosen.push_back(info);
-    std::printf("gemm m %lld n %lld k %lld%s%s: policy %d -> split %d, selected %d\n", static_cast<long long>(c.m),
-                static_cast<long long>(c.n), static_cast<long long>(c.k), c.accumulate ? " +=" : "",
-                c.bf16_out ? " bf16" : "", split, info.split_k, info.selected);
+    std::printf("gemm m %lld n %lld k %lld%s%s: policy %d -> split %d, selected %d\n",
+                static_cast<long long>(c.m), static_cast<long long>(c.n),
+                static_cast<long long>(c.k), c.accumulate ? " +=" : "", c.bf16_out ? " bf16" : "",
+                split, info.split_k, info.selected);
     std::vector<float> y(c.m * ldy);
     if (c.bf16_out) {
       const auto yb = dyb.download();
@@ -176,7 +183,8 @@ std::vector<cuda::GemmBf16::PlanInfo> check_gemm(const GemmCase& c, const std::v
     for (int64_t r = 0; r < c.m; ++r)
       for (size_t j = 0; j < cols.size(); ++j) {
         const double want = ref[r * cols.size() + j], got = y[r * ldy + c.col0 + cols[j]];
-        const double tol = c.bf16_out ? 8e-3 * std::fabs(want) + 1e-3 : 2e-4 * (1 + std::fabs(want));
+        const double tol =
+            c.bf16_out ? 8e-3 * std::fabs(want) + 1e-3 : 2e-4 * (1 + std::fabs(want));
         if (!(std::fabs(got - want) <= tol) && ++bad <= 5)
           ADD_FAILURE() << "row " << r << " col " << cols[j] << ": " << got << " vs " << want;
       }
@@ -190,9 +198,10 @@ std::vector<cuda::GemmBf16::PlanInfo> check_gemm(const GemmCase& c, const std::v
 }
 
 // The decode shapes of a Llama-3-8B step (o and down accumulate into the residual) with the
-// default plan and forced K splits (f32 or in-place reductions). down, gate|up and the head
-// stream more than 1.5x the L2 per call, so their first call times candidates on the real
-// operands (an accumulating y restored afterwards); prefill-sized products keep the heuristic.
+// default plan, the timed selection and forced K splits (f32 or in-place reductions). down,
+// gate|up and the head stream more than 1.5x the L2 per call, so with selection their first
+// call times candidates on the real operands (an accumulating y restored afterwards);
+// prefill-sized products keep the heuristic's pick.
 TEST(GemmBf16, DecodeShapesMatchHostReference) {
   TESSERA_SKIP_WITHOUT_GPU();
   auto o = check_gemm({128, 4096, 4096, true, false}, {0, 1, 2, 3, 4, 8});
@@ -201,7 +210,8 @@ TEST(GemmBf16, DecodeShapesMatchHostReference) {
   EXPECT_EQ(o[2].split_k, 2);
   EXPECT_EQ(o[4].split_k, 4);
   check_gemm({16, 6144, 4096, false, false}, {0, 4});
-  check_gemm({128, 4096, 14336, true, false}, {0, 4});
+  auto down = check_gemm({128, 4096, 14336, true, false}, {-1, 0, 4});
+  EXPECT_FALSE(down[0].selected) << "no timed selection unless asked for";
   check_gemm({64, 28672, 4096, false, true}, {0, 2});
   check_gemm({128, 4096, 4096, false, true}, {0, 1, 2, 4});
   auto prefill = check_gemm({1024, 4096, 14336, true, false}, {0});

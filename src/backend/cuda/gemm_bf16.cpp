@@ -26,13 +26,19 @@ template <class T>
 T cap(const cublasLtMatmulAlgo_t& a, cublasLtMatmulAlgoCapAttributes_t attr) {
   T v{};
   size_t written = 0;
-  return cublasLtMatmulAlgoCapGetAttribute(&a, attr, &v, sizeof v, &written) == CUBLAS_STATUS_SUCCESS ? v : T{};
+  return cublasLtMatmulAlgoCapGetAttribute(&a, attr, &v, sizeof v, &written) ==
+                 CUBLAS_STATUS_SUCCESS
+             ? v
+             : T{};
 }
-std::vector<uint32_t> cap_ids(const cublasLtMatmulAlgo_t& a, cublasLtMatmulAlgoCapAttributes_t attr) {
+std::vector<uint32_t> cap_ids(const cublasLtMatmulAlgo_t& a,
+                              cublasLtMatmulAlgoCapAttributes_t attr) {
   size_t bytes = 0;
-  if (cublasLtMatmulAlgoCapGetAttribute(&a, attr, nullptr, 0, &bytes) != CUBLAS_STATUS_SUCCESS) return {};
+  if (cublasLtMatmulAlgoCapGetAttribute(&a, attr, nullptr, 0, &bytes) != CUBLAS_STATUS_SUCCESS)
+    return {};
   std::vector<uint32_t> v(bytes / sizeof(uint32_t));
-  if (!v.empty() && cublasLtMatmulAlgoCapGetAttribute(&a, attr, v.data(), bytes, &bytes) != CUBLAS_STATUS_SUCCESS)
+  if (!v.empty() &&
+      cublasLtMatmulAlgoCapGetAttribute(&a, attr, v.data(), bytes, &bytes) != CUBLAS_STATUS_SUCCESS)
     return {};
   return v;
 }
@@ -40,10 +46,13 @@ std::vector<uint32_t> cap_ids(const cublasLtMatmulAlgo_t& a, cublasLtMatmulAlgoC
 constexpr float kTuneMinGain = 0.97f;  // a candidate must take <= 97 % of the heuristic pick's time
 }  // namespace
 
-GemmBf16::GemmBf16(size_t workspace_bytes, int split_k)
-    : workspace_bytes_(workspace_bytes), split_k_(split_k) {
-  if (const char* v = std::getenv("TESSERA_GEMM_TUNE"); (v && std::strcmp(v, "0") == 0) || split_k_ >= 1)
-    tune_ = false;
+bool GemmBf16::select_from_env() {
+  const char* v = std::getenv("TESSERA_GEMM_TUNE");
+  return v && std::strcmp(v, "1") == 0;
+}
+
+GemmBf16::GemmBf16(size_t workspace_bytes, int split_k, bool select)
+    : workspace_bytes_(workspace_bytes), split_k_(split_k), tune_(select && split_k < 1) {
   TESSERA_CUDA_CHECK(cudaMalloc(&workspace_, workspace_bytes_));
   int dev = 0, l2 = 0;
   TESSERA_CUDA_CHECK(cudaGetDevice(&dev));
@@ -71,11 +80,14 @@ GemmBf16::Plan& GemmBf16::plan(int64_t n, int64_t m, int64_t k, int64_t ldy, boo
   p.bf16_out = bf16_out;
   check(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc create");
   const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-  check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "transa");
-  check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "transb");
+  check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta),
+        "transa");
+  check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb),
+        "transb");
   check(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16BF, k, m, k), "layout a");
   check(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_16BF, k, n, k), "layout b");
-  check(cublasLtMatrixLayoutCreate(&p.c, bf16_out ? CUDA_R_16BF : CUDA_R_32F, m, n, ldy), "layout c");
+  check(cublasLtMatrixLayoutCreate(&p.c, bf16_out ? CUDA_R_16BF : CUDA_R_32F, m, n, ldy),
+        "layout c");
   cublasLtMatmulPreference_t pref = nullptr;
   check(cublasLtMatmulPreferenceCreate(&pref), "preference");
   check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
@@ -83,8 +95,8 @@ GemmBf16::Plan& GemmBf16::plan(int64_t n, int64_t m, int64_t k, int64_t ldy, boo
         "workspace preference");
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle_.get(), p.op, p.a, p.b, p.c,
-                                                           p.c, pref, 1, &result, &found);
+  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle_.get(), p.op, p.a, p.b, p.c, p.c,
+                                                           pref, 1, &result, &found);
   cublasLtMatmulPreferenceDestroy(pref);
   if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
     cublasLtMatrixLayoutDestroy(p.a);
@@ -92,8 +104,8 @@ GemmBf16::Plan& GemmBf16::plan(int64_t n, int64_t m, int64_t k, int64_t ldy, boo
     cublasLtMatrixLayoutDestroy(p.c);
     cublasLtMatmulDescDestroy(p.op);
     throw_error(ErrorCode::kUnsupported, "cuBLASLt has no algorithm for a bf16 GEMM of n " +
-                                             std::to_string(n) + " m " + std::to_string(m) +
-                                             " k " + std::to_string(k));
+                                             std::to_string(n) + " m " + std::to_string(m) + " k " +
+                                             std::to_string(k));
   }
   p.algo = result.algo;
   if (split_k_ >= 2) force_split(p);
@@ -105,15 +117,17 @@ GemmBf16::Plan& GemmBf16::plan(int64_t n, int64_t m, int64_t k, int64_t ldy, boo
 void GemmBf16::force_split(Plan& p) {
   if (cap<int32_t>(p.algo, CUBLASLT_ALGO_CAP_SPLITK_SUPPORT) == 0) return;
   const uint32_t schemes = cap<uint32_t>(p.algo, CUBLASLT_ALGO_CAP_REDUCTION_SCHEME_MASK);
-  const uint32_t scheme = (schemes & CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE) ? CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE
-                          : (schemes & CUBLASLT_REDUCTION_SCHEME_INPLACE)    ? CUBLASLT_REDUCTION_SCHEME_INPLACE
-                                                                             : 0;
+  const uint32_t scheme =
+      (schemes & CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE) ? CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE
+      : (schemes & CUBLASLT_REDUCTION_SCHEME_INPLACE)    ? CUBLASLT_REDUCTION_SCHEME_INPLACE
+                                                         : 0;
   if (scheme == 0) return;
   cublasLtMatmulAlgo_t a = p.algo;
   set_config<int32_t>(a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, split_k_);
   set_config<uint32_t>(a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, scheme);
   cublasLtMatmulHeuristicResult_t r{};
-  if (cublasLtMatmulAlgoCheck(handle_.get(), p.op, p.a, p.b, p.c, p.c, &a, &r) == CUBLAS_STATUS_SUCCESS &&
+  if (cublasLtMatmulAlgoCheck(handle_.get(), p.op, p.a, p.b, p.c, p.c, &a, &r) ==
+          CUBLAS_STATUS_SUCCESS &&
       r.workspaceSize <= workspace_bytes_)
     p.algo = a;
 }
@@ -127,21 +141,23 @@ std::vector<cublasLtMatmulAlgo_t> GemmBf16::candidates(const Plan& p) {
     for (const auto& o : out)
       if (std::memcmp(&o, &a, sizeof a) == 0) return;
     cublasLtMatmulHeuristicResult_t r{};
-    if (cublasLtMatmulAlgoCheck(handle_.get(), p.op, p.a, p.b, p.c, p.c, &a, &r) == CUBLAS_STATUS_SUCCESS &&
+    if (cublasLtMatmulAlgoCheck(handle_.get(), p.op, p.a, p.b, p.c, p.c, &a, &r) ==
+            CUBLAS_STATUS_SUCCESS &&
         r.workspaceSize <= workspace_bytes_)
       out.push_back(a);
   };
   cublasLtMatmulPreference_t pref = nullptr;
   check(cublasLtMatmulPreferenceCreate(&pref), "preference");
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes_,
-                                       sizeof workspace_bytes_);
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                       &workspace_bytes_, sizeof workspace_bytes_);
   cublasLtMatmulHeuristicResult_t heur[8];
   int found = 0;
   cublasLtMatmulAlgoGetHeuristic(handle_.get(), p.op, p.a, p.b, p.c, p.c, pref, 8, heur, &found);
   cublasLtMatmulPreferenceDestroy(pref);
   out.push_back(p.algo);
-  const uint16_t clusters[] = {CUBLASLT_CLUSTER_SHAPE_1x1x1, CUBLASLT_CLUSTER_SHAPE_2x1x1, CUBLASLT_CLUSTER_SHAPE_4x1x1,
-                               CUBLASLT_CLUSTER_SHAPE_1x2x1, CUBLASLT_CLUSTER_SHAPE_2x2x1};
+  const uint16_t clusters[] = {CUBLASLT_CLUSTER_SHAPE_1x1x1, CUBLASLT_CLUSTER_SHAPE_2x1x1,
+                               CUBLASLT_CLUSTER_SHAPE_4x1x1, CUBLASLT_CLUSTER_SHAPE_1x2x1,
+                               CUBLASLT_CLUSTER_SHAPE_2x2x1};
   for (int i = 0; i < found; ++i) {
     add(heur[i].algo);
     for (uint16_t c : clusters) {
@@ -155,9 +171,10 @@ std::vector<cublasLtMatmulAlgo_t> GemmBf16::candidates(const Plan& p) {
   cublasLtMatmulAlgoConfigGetAttribute(&p.algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof id, &written);
   const cudaDataType_t ct = p.bf16_out ? CUDA_R_16BF : CUDA_R_32F;
   cublasLtMatmulAlgo_t g;
-  if (cublasLtMatmulAlgoInit(handle_.get(), CUBLAS_COMPUTE_32F, CUDA_R_32F, CUDA_R_16BF, CUDA_R_16BF, ct, ct, id,
-                             &g) == CUBLAS_STATUS_SUCCESS) {
-    std::vector<uint32_t> tiles = cap_ids(g, CUBLASLT_ALGO_CAP_TILE_IDS), stages = cap_ids(g, CUBLASLT_ALGO_CAP_STAGES_IDS);
+  if (cublasLtMatmulAlgoInit(handle_.get(), CUBLAS_COMPUTE_32F, CUDA_R_32F, CUDA_R_16BF,
+                             CUDA_R_16BF, ct, ct, id, &g) == CUBLAS_STATUS_SUCCESS) {
+    std::vector<uint32_t> tiles = cap_ids(g, CUBLASLT_ALGO_CAP_TILE_IDS),
+                          stages = cap_ids(g, CUBLASLT_ALGO_CAP_STAGES_IDS);
     if (stages.empty()) stages = {CUBLASLT_MATMUL_STAGES_UNDEFINED};
     for (uint32_t t : tiles)
       for (uint32_t s : stages) {
@@ -169,25 +186,27 @@ std::vector<cublasLtMatmulAlgo_t> GemmBf16::candidates(const Plan& p) {
   return out;
 }
 
-cublasStatus_t GemmBf16::launch(const Plan& p, const cublasLtMatmulAlgo_t& algo, const void* x, const void* w,
-                                void* y, bool accumulate, cudaStream_t stream) {
+cublasStatus_t GemmBf16::launch(const Plan& p, const cublasLtMatmulAlgo_t& algo, const void* x,
+                                const void* w, void* y, bool accumulate, cudaStream_t stream) {
   const float alpha = 1.f, beta = accumulate ? 1.f : 0.f;
-  return cublasLtMatmul(handle_.get(), p.op, &alpha, w, p.a, x, p.b, &beta, y, p.c, y, p.c, &algo, workspace_,
-                        workspace_bytes_, stream);
+  return cublasLtMatmul(handle_.get(), p.op, &alpha, w, p.a, x, p.b, &beta, y, p.c, y, p.c, &algo,
+                        workspace_, workspace_bytes_, stream);
 }
 
 // Times the candidates on this call's operands (the weight exceeds the L2, so every launch
 // streams it): a warm-up launch and 2 timed ones each, then the 4 fastest and the heuristic's
 // pick again, best of 3 rounds of 4 launches.
-void GemmBf16::select(Plan& p, const void* x, const void* w, void* y, int64_t n, int64_t m, int64_t ldy,
-                      bool accumulate, cudaStream_t stream) {
+void GemmBf16::select(Plan& p, const void* x, const void* w, void* y, int64_t n, int64_t m,
+                      int64_t ldy, bool accumulate, cudaStream_t stream) {
   const std::vector<cublasLtMatmulAlgo_t> cands = candidates(p);
   if (cands.size() < 2) return;
-  const size_t row_bytes = static_cast<size_t>(m) * (p.bf16_out ? 2 : 4), pitch = ldy * (p.bf16_out ? 2 : 4);
+  const size_t row_bytes = static_cast<size_t>(m) * (p.bf16_out ? 2 : 4),
+               pitch = ldy * (p.bf16_out ? 2 : 4);
   void* saved = nullptr;  // the trials accumulate into y: keep the caller's
   if (accumulate) {
     TESSERA_CUDA_CHECK(cudaMalloc(&saved, row_bytes * n));
-    TESSERA_CUDA_CHECK(cudaMemcpy2DAsync(saved, row_bytes, y, pitch, row_bytes, n, cudaMemcpyDeviceToDevice, stream));
+    TESSERA_CUDA_CHECK(cudaMemcpy2DAsync(saved, row_bytes, y, pitch, row_bytes, n,
+                                         cudaMemcpyDeviceToDevice, stream));
   }
   cudaEvent_t e0, e1;
   TESSERA_CUDA_CHECK(cudaEventCreate(&e0));
@@ -205,14 +224,16 @@ void GemmBf16::select(Plan& p, const void* x, const void* w, void* y, int64_t n,
   };
   std::vector<std::pair<float, size_t>> screen;
   for (size_t i = 0; i < cands.size(); ++i)
-    if (launch(p, cands[i], x, w, y, accumulate, stream) == CUBLAS_STATUS_SUCCESS) screen.push_back({time_ms(cands[i], 2), i});
+    if (launch(p, cands[i], x, w, y, accumulate, stream) == CUBLAS_STATUS_SUCCESS)
+      screen.push_back({time_ms(cands[i], 2), i});
   std::sort(screen.begin(), screen.end());
   std::vector<size_t> finalists = {0};
   for (size_t i = 0; i < screen.size() && finalists.size() < 5; ++i)
     if (screen[i].second != 0 && screen[i].first < inf) finalists.push_back(screen[i].second);
   std::vector<float> best(finalists.size(), inf);
   for (int round = 0; round < 3; ++round)
-    for (size_t f = 0; f < finalists.size(); ++f) best[f] = std::min(best[f], time_ms(cands[finalists[f]], 4));
+    for (size_t f = 0; f < finalists.size(); ++f)
+      best[f] = std::min(best[f], time_ms(cands[finalists[f]], 4));
   size_t win = 0;
   for (size_t f = 1; f < finalists.size(); ++f)
     if (best[f] < best[win]) win = f;
@@ -223,23 +244,26 @@ void GemmBf16::select(Plan& p, const void* x, const void* w, void* y, int64_t n,
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
   if (saved) {
-    TESSERA_CUDA_CHECK(cudaMemcpy2DAsync(y, pitch, saved, row_bytes, row_bytes, n, cudaMemcpyDeviceToDevice, stream));
+    TESSERA_CUDA_CHECK(cudaMemcpy2DAsync(y, pitch, saved, row_bytes, row_bytes, n,
+                                         cudaMemcpyDeviceToDevice, stream));
     TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream));
     cudaFree(saved);
   }
 }
 
-void GemmBf16::first_call(Plan& p, const void* x, const void* w, void* y, int64_t n, int64_t m, int64_t k,
-                          int64_t ldy, bool accumulate, cudaStream_t stream) {
+void GemmBf16::first_call(Plan& p, const void* x, const void* w, void* y, int64_t n, int64_t m,
+                          int64_t k, int64_t ldy, bool accumulate, cudaStream_t stream) {
   p.first_call_done = true;
   if (!tune_ || n > kTuneMaxRows || static_cast<size_t>(m) * k * 2 < l2_bytes_ * 3 / 2) return;
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess || capture != cudaStreamCaptureStatusNone) return;
+  if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess ||
+      capture != cudaStreamCaptureStatusNone)
+    return;
   select(p, x, w, y, n, m, ldy, accumulate, stream);
 }
 
-void GemmBf16::run(const __nv_bfloat16* x, const __nv_bfloat16* w, float* y, int64_t n,
-                   int64_t m, int64_t k, bool accumulate, cudaStream_t stream, int64_t ldy) {
+void GemmBf16::run(const __nv_bfloat16* x, const __nv_bfloat16* w, float* y, int64_t n, int64_t m,
+                   int64_t k, bool accumulate, cudaStream_t stream, int64_t ldy) {
   TESSERA_CHECK_ARG(n >= 1 && m >= 1 && k >= 1 && (ldy == 0 || ldy >= m),
                     "gemm_bf16: empty product or ldy < m");
   if (ldy == 0) ldy = m;
@@ -256,13 +280,14 @@ void GemmBf16::run(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16
   check(launch(p, p.algo, x, w, y, false, stream), "matmul");
 }
 
-GemmBf16::PlanInfo GemmBf16::plan_info(int64_t n, int64_t m, int64_t k, bool accumulate, bool bf16_out) const {
+GemmBf16::PlanInfo GemmBf16::plan_info(int64_t n, int64_t m, int64_t k, bool accumulate,
+                                       bool bf16_out) const {
   const auto it = plans_.find(std::make_tuple(n, m, k, m, accumulate, bf16_out));
   if (it == plans_.end() || !it->second.first_call_done) return {};
   int32_t split = 1;
   size_t written = 0;
-  cublasLtMatmulAlgoConfigGetAttribute(&it->second.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split, sizeof split,
-                                       &written);
+  cublasLtMatmulAlgoConfigGetAttribute(&it->second.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split,
+                                       sizeof split, &written);
   return {std::max(1, static_cast<int>(split)), it->second.selected};
 }
 

@@ -5,16 +5,17 @@
 // `accumulate` folds a residual add into the product (cuBLASLt's beta = 1). One plan (layouts +
 // algorithm) is cached per (n, m, k, ldy, accumulate, output type); the workspace is owned here.
 //
-// Kernel selection: the heuristic's top pick, except for decode-sized products (n <=
-// kTuneMaxRows) whose weight streams from HBM on every call (>= 1.5x the L2): there it is often
-// not the fastest configuration (bench/cuda/gemm_decode_bench: 7-17 % slower than the best at
-// 128-512 rows on an H200 for gate|up, down and the head). The first call of such a shape times,
-// on its own operands, the heuristic's results, each with other thread-block-cluster shapes, and
-// the top algorithm's other tile x stages configurations (all accepted by AlgoCheck within the
-// workspace), and keeps the fastest if it beats the heuristic's pick by >= 3 %. That first call
-// synchronizes its stream and takes ~0.1-0.3 s; an accumulating call's y is saved and restored
-// around the trials. Inside a CUDA-graph capture there is no timing (the heuristic's pick is
-// kept): run every shape once eagerly before capturing. TESSERA_GEMM_TUNE=0 turns it off.
+// Kernel selection: the heuristic's top pick. Optionally (TESSERA_GEMM_TUNE=1, or `select` in
+// the constructor), for decode-sized products (n <= kTuneMaxRows) whose weight streams from HBM
+// on every call (>= 1.5x the L2), where that pick is often not the fastest configuration
+// (bench/cuda/gemm_decode_bench on an H200 at 128-512 rows: gate|up, down and the head 7-23 %
+// slower than the best found): the first call of such a shape times, on its own operands, the
+// heuristic's results, each with other thread-block-cluster shapes, and the top algorithm's
+// other tile x stages configurations (all accepted by AlgoCheck within the workspace), and
+// keeps the fastest if it beats the heuristic's pick by >= 3 %. That first call synchronizes
+// its stream and takes ~0.1-0.3 s (an accumulating call's y is saved and restored around the
+// trials), so it is off by default: in the engine it stalls the first step of every new row
+// count. Inside a CUDA-graph capture there is no timing (the heuristic's pick is kept).
 //
 //   cuda::GemmBf16 gemm;
 //   gemm.run(x, w, y, n, m, k, /*accumulate=*/false, stream);
@@ -38,8 +39,10 @@ class GemmBf16 {
   static constexpr int64_t kTuneMaxRows = 512;
 
   // split_k >= 1 forces that K split on the heuristic's kernel (f32 or in-place reduction) and
-  // no selection (tests); 0: the selection above.
-  explicit GemmBf16(size_t workspace_bytes = size_t{32} << 20, int split_k = 0);
+  // no selection (tests); select: the timed selection above (default: TESSERA_GEMM_TUNE=1).
+  explicit GemmBf16(size_t workspace_bytes = size_t{32} << 20, int split_k = 0,
+                    bool select = select_from_env());
+  static bool select_from_env();
   ~GemmBf16();
   GemmBf16(const GemmBf16&) = delete;
   GemmBf16& operator=(const GemmBf16&) = delete;
@@ -49,8 +52,8 @@ class GemmBf16 {
            int64_t k, bool accumulate, cudaStream_t stream, int64_t ldy = 0);
   // Same product rounded to bf16 (no accumulate): halves the output traffic for GEMM results
   // that only feed another bf16 GEMM (e.g. the fused gate|up projection).
-  void run(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int64_t n,
-           int64_t m, int64_t k, cudaStream_t stream);
+  void run(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int64_t n, int64_t m,
+           int64_t k, cudaStream_t stream);
 
   // The plan of n rows x m outputs (ldy = m) after its first call: its K split, and whether
   // the selection replaced the heuristic's pick. {0, false} when there is no such plan.
@@ -83,7 +86,7 @@ class GemmBf16 {
   void* workspace_ = nullptr;
   size_t workspace_bytes_;
   int split_k_;
-  bool tune_ = true;
+  bool tune_;
   size_t l2_bytes_ = 0;
   std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, bool, bool>, Plan> plans_;
 };
