@@ -210,8 +210,9 @@ int cmd_bench(int argc, char** argv) {
   };
   auto pct = [&](double r) { return fmt("%.1f%%", 100 * r); };
   try {
-    // Warm-up (page in weights, size buffers).
-    run_batch(e, {random_prompt(32, s.vocab, 1)}, 4);
+    // Warm-up (page in weights, size buffers), on the batch-1 run's shapes: a decode shape's
+    // first step builds plans and its second captures a CUDA graph, outside the timed runs.
+    run_batch(e, {random_prompt(decode_ctx, s.vocab, 1)}, 4);
 
     std::fprintf(stderr, "bench: batch-1 decode...\n");
     {
@@ -251,8 +252,9 @@ int cmd_bench(int argc, char** argv) {
         second.push_back(random_prompt(batch_ctx, s.vocab, 5000 + i));
       }
       // Only the steps that decode all b sequences together count (not the prefill steps,
-      // nor mixed ones); a first run warms the shapes (graph capture) on other prompts.
-      run_batch(e, first, 4);
+      // nor mixed ones); a first run on other prompts reaches a few such steps too, so the
+      // shape's plans and CUDA graph are built before the timed run.
+      run_batch(e, first, prefill_steps(b) + 4);
       const BatchTiming tg = run_batch(e, second, batch_gen + prefill_steps(b));
       if (tg.decode_steps == 0) throw std::runtime_error("bench: no step decoded all sequences");
       const double tps = static_cast<double>(b) * tg.decode_steps / tg.decode_seconds;
