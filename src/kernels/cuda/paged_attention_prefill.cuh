@@ -1,0 +1,237 @@
+// Paged attention for wide tiles (17..128 query vectors: prefill chunks). Included by
+// paged_attention.cu only.
+#pragma once
+
+#include "kernels/cuda/convert.cuh"
+#include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/paged_attention_common.cuh"
+
+namespace tessera::cuda::paged {
+
+constexpr int kWideWarps = 8, kWideThreads = kWideWarps * 32;
+constexpr int kWideVecs = kWideWarps * 16;  // query vectors per tile
+constexpr int kWideKeys = 64;               // keys per chunk
+
+// Dynamic shared memory: Q (f16, kWideVecs rows) and two stages of K and V chunks. At head
+// dim 128 that is 102 KB: two blocks per SM.
+constexpr size_t wide_smem_bytes(int hd) {
+  return size_t{kWideVecs + 2 * 2 * kWideKeys} * (hd + kPad) * sizeof(__half);
+}
+
+// Block = (tile, kv head, split); warp w owns query vectors [16w, 16w + 16) of the tile, vector
+// m = (row m / G of the tile, query head kvh * G + m % G). The block streams the split's keys
+// in chunks of 64 through a two-stage cp.async pipeline (the next chunk's copies in flight
+// while this one is computed); each warp computes S = Q K^T (fragments by ldmatrix), the
+// online softmax in registers, then O += P V. Masking runs only on chunks that reach past the
+// warp's smallest position; a warp skips chunks entirely past its largest one.
+template <class T, class O, int HD>
+__global__ void __launch_bounds__(kWideThreads, 2)
+wide_kernel(const Args<T, O> a) {
+  detail::pdl_wait();  // inputs come from the previous kernel (PDL, launch.h)
+  detail::pdl_trigger();
+  const PagedAttentionTile tile = a.tiles[blockIdx.x];
+  const int group = a.group, n_vec = tile.n_rows * group;
+  if (n_vec <= 16) return;  // the narrow kernel's tile
+  extern __shared__ __align__(16) __half smem[];
+  constexpr int kRow = HD + kPad;
+  constexpr int kStage = 2 * kWideKeys * kRow;  // halves per stage (K then V)
+  __half(*qs)[kRow] = reinterpret_cast<__half(*)[kRow]>(smem);
+  __half* stages = smem + kWideVecs * kRow;
+  const int kvh = blockIdx.y, split = blockIdx.z;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int32_t* table = a.block_tables + static_cast<int64_t>(tile.seq) * a.table_stride;
+
+  // This thread's two query vectors (fragment rows g and g + 8 of the warp's 16) and the
+  // warp's position range (for masking and skipping).
+  int vec[2], pos[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    vec[h] = warp * 16 + g + 8 * h;
+    pos[h] = vec[h] < n_vec ? a.q_pos[tile.row0 + vec[h] / group] : -1;
+  }
+  int warp_max = max(pos[0], pos[1]);
+  int warp_min = min(pos[0] < 0 ? INT_MAX : pos[0], pos[1] < 0 ? INT_MAX : pos[1]);
+#pragma unroll
+  for (int off = 16; off >= 1; off /= 2) {
+    warp_max = max(warp_max, __shfl_xor_sync(0xffffffffu, warp_max, off));
+    warp_min = min(warp_min, __shfl_xor_sync(0xffffffffu, warp_min, off));
+  }
+  // The block's largest position (warp maxima through shared memory would need a barrier
+  // before the first copies; the rows are few, read them directly).
+  int max_pos = 0;
+  for (int r = lane; r < tile.n_rows; r += 32) max_pos = max(max_pos, a.q_pos[tile.row0 + r]);
+#pragma unroll
+  for (int off = 16; off >= 1; off /= 2) max_pos = max(max_pos, __shfl_xor_sync(0xffffffffu, max_pos, off));
+  const int k_begin = split * a.span, k_end = min(max_pos + 1, k_begin + a.span);
+  auto vec_index = [&](int m) {  // row * n_heads + head
+    return static_cast<int64_t>(tile.row0 + m / group) * a.n_heads + kvh * group + m % group;
+  };
+
+  if (k_begin >= k_end) {  // an empty split (past the tile's keys): an empty partial
+    for (int m = threadIdx.x; m < n_vec; m += kWideThreads)
+      a.ws_ml[vec_index(m) * a.splits + split] = make_float2(-INFINITY, 0.f);
+    return;
+  }
+
+  // Starts the copies of chunk `chunk` into stage st (keys past the range become zeros).
+  auto issue = [&](int chunk, int st) {
+    __half* kdst = stages + st * kStage;
+    __half* vdst = kdst + kWideKeys * kRow;
+    constexpr int kParts = HD / 8;  // 16-byte pieces per row
+#pragma unroll
+    for (int i = threadIdx.x; i < kWideKeys * kParts; i += kWideThreads) {
+      const int r = i / kParts, part = i % kParts, p = chunk * kWideKeys + r;
+      __half* kd = kdst + r * kRow + part * 8;
+      __half* vd = vdst + r * kRow + part * 8;
+      if (p < k_end) {
+        const int64_t off = (cache_row(a, table, p) * a.n_kv_heads + kvh) * HD + part * 8;
+        cp_async_16(kd, a.k_cache + off);
+        cp_async_16(vd, a.v_cache + off);
+      } else {
+        *reinterpret_cast<uint4*>(kd) = make_uint4(0, 0, 0, 0);
+        *reinterpret_cast<uint4*>(vd) = make_uint4(0, 0, 0, 0);
+      }
+    }
+    cp_async_commit();
+  };
+  const int c_first = k_begin / kWideKeys, c_last = (k_end - 1) / kWideKeys;
+  issue(c_first, 0);
+
+  // Q to shared memory, rounded to f16 (zeros past the tile's vectors), 4 values per step.
+  for (int i = threadIdx.x; i < kWideVecs * (HD / 4); i += kWideThreads) {
+    const int m = i / (HD / 4), d = (i % (HD / 4)) * 4;
+    float x[4] = {0.f, 0.f, 0.f, 0.f};
+    if (m < n_vec) {
+      const T* p = a.q + vec_index(m) * HD + d;
+      if constexpr (std::is_same_v<T, float>) {
+        const float4 v = *reinterpret_cast<const float4*>(p);
+        x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+      } else {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) x[j] = detail::to_f32(p[j]);
+      }
+    }
+    *reinterpret_cast<uint2*>(&qs[m][d]) = make_uint2(pack_half2(x[0], x[1]), pack_half2(x[2], x[3]));
+  }
+
+  float o[HD / 8][4];
+#pragma unroll
+  for (int i = 0; i < HD / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
+  const float sl2 = a.scale_log2;
+  const bool warp_active = warp * 16 < n_vec;
+
+  for (int c = c_first, ci = 0; c <= c_last; ++c, ++ci) {
+    if (c < c_last) issue(c + 1, (ci + 1) & 1);
+    else cp_async_commit();  // keeps one group per iteration
+    cp_async_wait<1>();      // this chunk's copies (this thread's) landed
+    __syncthreads();         // ... and everyone's (and, the first time, Q)
+    const int c0 = c * kWideKeys;
+    if (warp_active && c0 <= warp_max) {
+      const __half* ks = stages + (ci & 1) * kStage;
+      const __half* vs = ks + kWideKeys * kRow;
+      // S = Q K^T: 8 tiles of 8 keys; per 16-dim slice one ldmatrix.x4 of Q (rows of this
+      // warp) and one of K per two key tiles (lanes 0-15: keys nt*8.., lanes 16-31: the next
+      // 8 keys; lanes 8-15 / 24-31 the upper 8 dims).
+      float s[kWideKeys / 8][4];
+#pragma unroll
+      for (int nt = 0; nt < kWideKeys / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+#pragma unroll
+      for (int kk = 0; kk < HD / 16; ++kk) {
+        uint32_t qa[4];
+        ldmatrix_x4(qa, &qs[warp * 16 + lane % 16][kk * 16 + (lane / 16) * 8]);
+#pragma unroll
+        for (int nt = 0; nt < kWideKeys / 8; nt += 2) {
+          uint32_t b[4];
+          ldmatrix_x4(b, ks + ((nt + lane / 16) * 8 + lane % 8) * kRow + kk * 16 + ((lane / 8) % 2) * 8);
+          mma_16816(s[nt], qa, b[0], b[1]);
+          mma_16816(s[nt + 1], qa, b[2], b[3]);
+        }
+      }
+      // Causal mask only where the chunk reaches past the warp's smallest position (keys
+      // past the range are past every position: masked too).
+      if (c0 + kWideKeys - 1 > warp_min) {
+#pragma unroll
+        for (int nt = 0; nt < kWideKeys / 8; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            if (c0 + nt * 8 + 2 * t + (e % 2) > pos[e / 2]) s[nt][e] = -INFINITY;
+      }
+      // Online softmax in scaled log2 units (scale > 0: the raw maximum scales to the max).
+      float alpha[2], m_use[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int nt = 0; nt < kWideKeys / 8; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * h], s[nt][2 * h + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float m_new = fmaxf(m_run[h], mx * sl2);
+        // A row with nothing visible yet keeps m = -inf: its probabilities are 0, not NaN.
+        alpha[h] = m_new == -INFINITY ? 1.f : exp2f(m_run[h] - m_new);
+        m_use[h] = m_new == -INFINITY ? 0.f : m_new;
+        m_run[h] = m_new;
+        l_run[h] *= alpha[h];
+      }
+#pragma unroll
+      for (int i = 0; i < HD / 8; ++i) {
+        o[i][0] *= alpha[0];
+        o[i][1] *= alpha[0];
+        o[i][2] *= alpha[1];
+        o[i][3] *= alpha[1];
+      }
+      uint32_t pa[kWideKeys / 16][4];  // P as A fragments of the PV product, per 16 keys
+#pragma unroll
+      for (int nt = 0; nt < kWideKeys / 8; ++nt) {
+        float p[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          p[e] = exp2f(fmaf(s[nt][e], sl2, -m_use[e / 2]));
+          l_run[e / 2] += p[e];
+        }
+        // Keys nt*8 .. nt*8+7 are columns (nt % 2) * 8 .. of the 16-key slice nt / 2.
+        pa[nt / 2][(nt % 2) * 2 + 0] = pack_half2(p[0], p[1]);  // row g
+        pa[nt / 2][(nt % 2) * 2 + 1] = pack_half2(p[2], p[3]);  // row g + 8
+      }
+      // O += P V: B(k = key, n = dim) = V[key][dim], two dim tiles per ldmatrix.x4.trans.
+#pragma unroll
+      for (int kk = 0; kk < kWideKeys / 16; ++kk) {
+#pragma unroll
+        for (int dt = 0; dt < HD / 8; dt += 2) {
+          uint32_t b[4];
+          ldmatrix_x4_trans(b, vs + (kk * 16 + lane % 16) * kRow + (dt + lane / 16) * 8);
+          mma_16816(o[dt], pa[kk], b[0], b[1]);
+          mma_16816(o[dt + 1], pa[kk], b[2], b[3]);
+        }
+      }
+    }
+    __syncthreads();  // this stage is consumed before the next iteration refills it
+  }
+  asm volatile("cp.async.wait_all;\n" ::);
+
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
+    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if (vec[h] >= n_vec) continue;
+    const int64_t v = vec_index(vec[h]);
+    if (a.splits == 1) {
+      O* dst = a.out + v * HD;
+      const float inv = 1.f / l_run[h];
+#pragma unroll
+      for (int dt = 0; dt < HD / 8; ++dt)
+        store2(dst + dt * 8 + 2 * t, o[dt][2 * h] * inv, o[dt][2 * h + 1] * inv);
+    } else {  // unnormalized partial (m = -inf, l = 0 where the range hid every key)
+      float* dst = a.ws_o + (v * a.splits + split) * HD;
+#pragma unroll
+      for (int dt = 0; dt < HD / 8; ++dt)
+        *reinterpret_cast<float2*>(dst + dt * 8 + 2 * t) = make_float2(o[dt][2 * h], o[dt][2 * h + 1]);
+      if (t == 0) a.ws_ml[v * a.splits + split] = make_float2(m_run[h], l_run[h]);
+    }
+  }
+}
+
+}  // namespace tessera::cuda::paged
