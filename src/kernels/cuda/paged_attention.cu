@@ -17,34 +17,40 @@ using namespace paged;
 constexpr int kSplitAlign = kWideKeys;  // a split's key range: whole 64-key chunks
 constexpr int kCombineThreads = 128;
 
-// Merges the splits of every query vector of block (tile, kv head) into out.
+// Merges the splits of every query vector of block (tile, kv head) into out. Every partial is
+// written (an empty one as m = -inf, l = 0, o = 0), so the loads of all splits are independent
+// and issue together.
 template <class O, int HD>
 __global__ void __launch_bounds__(kCombineThreads)
-combine_kernel(const PagedAttentionTile* __restrict__ tiles, int group, int n_heads, int splits,
-               const float* __restrict__ ws_o, const float2* __restrict__ ws_ml, O* __restrict__ out) {
+combine_kernel(const PagedAttentionTile* __restrict__ tiles, int n_kv_heads, int group, int n_heads,
+               int splits, const float* __restrict__ ws_o, const float2* __restrict__ ws_ml,
+               O* __restrict__ out) {
   detail::pdl_wait();
   detail::pdl_trigger();
-  const PagedAttentionTile tile = tiles[blockIdx.x];
-  const int kvh = blockIdx.y, n_vec = tile.n_rows * group;
+  int tile_index, kvh;
+  block_pair(n_kv_heads, tile_index, kvh);
+  const PagedAttentionTile tile = tiles[tile_index];
+  const int n_vec = tile.n_rows * group;
   for (int i = threadIdx.x; i < n_vec * (HD / 4); i += kCombineThreads) {
     const int m = i / (HD / 4), d = (i % (HD / 4)) * 4;
     const int64_t v = static_cast<int64_t>(tile.row0 + m / group) * n_heads + kvh * group + m % group;
     const float2* ml = ws_ml + v * splits;
+    const float* o = ws_o + v * splits * HD + d;
     float mx = -INFINITY;
+#pragma unroll 8
     for (int s = 0; s < splits; ++s) mx = fmaxf(mx, ml[s].x);
     float l = 0.f;
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll 4
+#pragma unroll 8
     for (int s = 0; s < splits; ++s) {
       const float2 e = ml[s];
-      if (e.x == -INFINITY) continue;  // nothing visible in that range (its output unwritten)
-      const float f = exp2f(e.x - mx);
-      const float4 o = *reinterpret_cast<const float4*>(ws_o + (v * splits + s) * HD + d);
+      const float f = e.x == -INFINITY ? 0.f : exp2f(e.x - mx);
+      const float4 p = *reinterpret_cast<const float4*>(o + s * HD);
       l += e.y * f;
-      acc.x += o.x * f;
-      acc.y += o.y * f;
-      acc.z += o.z * f;
-      acc.w += o.w * f;
+      acc.x += p.x * f;
+      acc.y += p.y * f;
+      acc.z += p.z * f;
+      acc.w += p.w * f;
     }
     const float inv = 1.f / l;
     store2(out + v * HD + d, acc.x * inv, acc.y * inv);
@@ -125,7 +131,7 @@ void paged_attention(const T* q, const int32_t* q_pos, const PagedAttentionTile*
   TESSERA_CHECK_ARG(n_kv_heads > 0 && n_heads % n_kv_heads == 0 && n_heads / n_kv_heads <= 64,
                     "paged_attention: n_heads must be a multiple of n_kv_heads, group <= 64");
   TESSERA_CHECK_ARG(block_size >= 1 && table_stride >= 1 && n_tiles >= 0 &&
-                        n_tiles < (int64_t{1} << 31) && n_kv_heads < 65536 &&
+                        n_kv_heads < 65536 && n_tiles * n_kv_heads < (int64_t{1} << 31) &&
                         table_stride * block_size < (int64_t{1} << 30),
                     "paged_attention: bad sizes");
   TESSERA_CHECK_ARG(scale > 0.f && scale < INFINITY, "paged_attention: scale must be positive");
@@ -168,14 +174,15 @@ void paged_attention(const T* q, const int32_t* q_pos, const PagedAttentionTile*
                         out,
                         splits,
                         splits > 1 ? static_cast<int>(split_span(cap, splits)) : INT_MAX / 2,
+                        static_cast<int>(cap),
                         ws_o,
                         ws_ml};
   // A tile of one row has `group` vectors: with group <= 16 a decode-only launch (as many
   // tiles as rows) has only narrow tiles; otherwise both kernels run, each taking its tiles.
   const bool any_narrow = group <= 16;
   const bool any_wide = !(any_narrow && ws.rows == n_tiles);
-  const dim3 grid(static_cast<unsigned>(n_tiles), static_cast<unsigned>(n_kv_heads),
-                  static_cast<unsigned>(splits));
+  const unsigned pairs = static_cast<unsigned>(n_tiles * n_kv_heads);  // kv head fastest
+  const dim3 grid(pairs, 1, static_cast<unsigned>(splits));
   auto launch = [&](auto hd) {
     constexpr int HD = decltype(hd)::value;
     if (any_narrow) {
@@ -189,10 +196,9 @@ void paged_attention(const T* q, const int32_t* q_pos, const PagedAttentionTile*
                             args);
     }
     if (splits > 1)
-      detail::launch_kernel(combine_kernel<O, HD>,
-                            dim3(static_cast<unsigned>(n_tiles), static_cast<unsigned>(n_kv_heads)),
-                            kCombineThreads, 0, stream, tiles, group, static_cast<int>(n_heads),
-                            splits, ws_o, ws_ml, out);
+      detail::launch_kernel(combine_kernel<O, HD>, dim3(pairs), kCombineThreads, 0, stream, tiles,
+                            static_cast<int>(n_kv_heads), group, static_cast<int>(n_heads), splits,
+                            ws_o, ws_ml, out);
   };
   switch (head_dim) {
     case 32:  // small models (and the tiny test checkpoints)

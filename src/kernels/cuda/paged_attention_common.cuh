@@ -33,6 +33,7 @@ struct Args {
   float scale_log2;
   O* __restrict__ out;
   int splits, span;
+  int cap;  // table_stride * block_size: positions the block table can hold
   float* __restrict__ ws_o;
   float2* __restrict__ ws_ml;
 };
@@ -88,13 +89,24 @@ __device__ __forceinline__ void store2(O* p, float x, float y) {
   }
 }
 
-// Cache row of position p of the sequence whose block table is `table`.
+// Blocks are (tile, kv head) pairs with the kv head fastest, so the heavy tiles that lead the
+// tile list run first for every kv head (a causal prefill's tail is its light tiles).
+__device__ __forceinline__ void block_pair(int n_kv_heads, int& tile, int& kvh) {
+  tile = static_cast<int>(blockIdx.x) / n_kv_heads;
+  kvh = static_cast<int>(blockIdx.x) % n_kv_heads;
+}
+
+// Block-table entry of position p (the cache block holding it).
 template <class T, class O>
-__device__ __forceinline__ int64_t cache_row(const Args<T, O>& a, const int32_t* table, int p) {
+__device__ __forceinline__ int32_t table_entry(const Args<T, O>& a, const int32_t* table, int p) {
+  return a.block_shift >= 0 ? table[p >> a.block_shift] : table[p / a.block_size];
+}
+// Cache row of position p, given its block-table entry.
+template <class T, class O>
+__device__ __forceinline__ int64_t cache_row(const Args<T, O>& a, int32_t entry, int p) {
   return a.block_shift >= 0
-             ? (static_cast<int64_t>(table[p >> a.block_shift]) << a.block_shift) +
-                   (p & (a.block_size - 1))
-             : static_cast<int64_t>(table[p / a.block_size]) * a.block_size + p % a.block_size;
+             ? (static_cast<int64_t>(entry) << a.block_shift) + (p & (a.block_size - 1))
+             : static_cast<int64_t>(entry) * a.block_size + p % a.block_size;
 }
 
 }  // namespace tessera::cuda::paged

@@ -27,32 +27,49 @@ __global__ void __launch_bounds__(kNarrowThreads)
 narrow_kernel(const Args<T, O> a) {
   detail::pdl_wait();  // inputs come from the previous kernel (PDL, launch.h)
   detail::pdl_trigger();
-  const PagedAttentionTile tile = a.tiles[blockIdx.x];
+  int tile_index, kvh;
+  block_pair(a.n_kv_heads, tile_index, kvh);
+  const PagedAttentionTile tile = a.tiles[tile_index];
   const int group = a.group, n_vec = tile.n_rows * group;
   if (n_vec > 16) return;  // the wide kernel's tile
   extern __shared__ __align__(16) __half smem[];
   constexpr int kStage = 2 * kNarrowKeys * (HD + kPad);  // halves per stage (K then V)
   constexpr int kNt = kNarrowKeys / 8;                   // key tiles of 8 per chunk
-  const int kvh = blockIdx.y, split = blockIdx.z;
+  const int split = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   __half* stages = smem + warp * 2 * kStage;  // this warp's two stages
   const int32_t* table = a.block_tables + static_cast<int64_t>(tile.seq) * a.table_stride;
 
+  // Lane's copy pieces of a chunk: rows r_j = lane / kParts + j * (32 / kParts), one 16-byte
+  // part. Their block-table entries are fetched one chunk ahead of the copies (and the first
+  // ones alongside the position loads), so no copy waits on a table read.
+  constexpr int kParts = HD / 8, kPer = kNarrowKeys * kParts / 32;
+  const int part = lane % kParts, r_lane = lane / kParts;
+  const int k_begin = split * a.span, fetch_end = min(a.cap, k_begin + a.span);
+  auto fetch = [&](int chunk, int32_t(&blk)[kPer]) {
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int p = chunk * kNarrowKeys + r_lane + j * (32 / kParts);
+      blk[j] = p < fetch_end ? table_entry(a, table, p) : 0;  // past the end: never used
+    }
+  };
+  const int first_chunk = k_begin / kNarrowKeys + warp;
+  int32_t blk[kPer];
+  fetch(first_chunk, blk);
   int max_pos = 0;
   for (int r = 0; r < tile.n_rows; ++r) max_pos = max(max_pos, a.q_pos[tile.row0 + r]);
-  const int k_begin = split * a.span, k_end = min(max_pos + 1, k_begin + a.span);
+  const int k_end = min(max_pos + 1, k_begin + a.span);
   // Starts the copies of chunk `chunk` into stage st (keys past the range become zeros).
-  auto issue = [&](int chunk, int st) {
+  auto issue = [&](int chunk, int st, const int32_t(&e)[kPer]) {
     __half* kdst = stages + st * kStage;
     __half* vdst = kdst + kNarrowKeys * (HD + kPad);
-    constexpr int kParts = HD / 8;  // 16-byte pieces per row
 #pragma unroll
-    for (int i = lane; i < kNarrowKeys * kParts; i += 32) {
-      const int r = i / kParts, part = i % kParts, p = chunk * kNarrowKeys + r;
+    for (int j = 0; j < kPer; ++j) {
+      const int r = r_lane + j * (32 / kParts), p = chunk * kNarrowKeys + r;
       __half* kd = kdst + r * (HD + kPad) + part * 8;
       __half* vd = vdst + r * (HD + kPad) + part * 8;
       if (p < k_end) {
-        const int64_t off = (cache_row(a, table, p) * a.n_kv_heads + kvh) * HD + part * 8;
+        const int64_t off = (cache_row(a, e[j], p) * a.n_kv_heads + kvh) * HD + part * 8;
         cp_async_16(kd, a.k_cache + off);
         cp_async_16(vd, a.v_cache + off);
       } else {
@@ -63,9 +80,9 @@ narrow_kernel(const Args<T, O> a) {
     cp_async_commit();
   };
   // The first chunk's copies start before the Q loads, overlapping their latency.
-  const int first_chunk = k_begin / kNarrowKeys + warp;
-  if (first_chunk * kNarrowKeys < k_end) issue(first_chunk, 0);
+  if (first_chunk * kNarrowKeys < k_end) issue(first_chunk, 0, blk);
   else cp_async_commit();
+  fetch(first_chunk + kNarrowWarps, blk);
 
   // This thread's two query vectors (fragment rows g and g + 8).
   int vec[2], pos[2];
@@ -105,8 +122,12 @@ narrow_kernel(const Args<T, O> a) {
 
   for (int chunk = first_chunk, ci = 0; chunk * kNarrowKeys < k_end; chunk += kNarrowWarps, ++ci) {
     const int c0 = chunk * kNarrowKeys;
-    if ((chunk + kNarrowWarps) * kNarrowKeys < k_end) issue(chunk + kNarrowWarps, (ci + 1) & 1);
-    else cp_async_commit();  // keeps one group per iteration
+    if ((chunk + kNarrowWarps) * kNarrowKeys < k_end) {
+      issue(chunk + kNarrowWarps, (ci + 1) & 1, blk);
+      fetch(chunk + 2 * kNarrowWarps, blk);
+    } else {
+      cp_async_commit();  // keeps one group per iteration
+    }
     cp_async_wait<1>();      // this chunk's copies (this thread's) landed
     __syncwarp();            // ... and the other lanes'
     __half(*ks)[HD + kPad] = reinterpret_cast<__half(*)[HD + kPad]>(stages + (ci & 1) * kStage);
@@ -221,8 +242,8 @@ narrow_kernel(const Args<T, O> a) {
     const int64_t v = vec_index(r);
     if (a.splits == 1) {
       a.out[v * HD + dim] = detail::from_f32<O>(acc / l);
-    } else {  // unnormalized partial; an empty range leaves m = -inf, l = 0 (o unread)
-      if (mx != -INFINITY) a.ws_o[(v * a.splits + split) * HD + dim] = acc;
+    } else {  // unnormalized partial; an empty range: m = -inf, l = 0, o = 0
+      a.ws_o[(v * a.splits + split) * HD + dim] = acc;
       if (dim == 0) a.ws_ml[v * a.splits + split] = make_float2(mx, l);
     }
   }

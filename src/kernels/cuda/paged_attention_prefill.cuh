@@ -12,10 +12,11 @@ constexpr int kWideWarps = 8, kWideThreads = kWideWarps * 32;
 constexpr int kWideVecs = kWideWarps * 16;  // query vectors per tile
 constexpr int kWideKeys = 64;               // keys per chunk
 
-// Dynamic shared memory: Q (f16, kWideVecs rows) and two stages of K and V chunks. At head
-// dim 128 that is 102 KB: two blocks per SM.
+// Dynamic shared memory: Q (f16, kWideVecs rows), two stages of K and V chunks and three slots
+// of block-table entries. At head dim 128 that is 103 KB: two blocks per SM.
 constexpr size_t wide_smem_bytes(int hd) {
-  return size_t{kWideVecs + 2 * 2 * kWideKeys} * (hd + kPad) * sizeof(__half);
+  return size_t{kWideVecs + 2 * 2 * kWideKeys} * (hd + kPad) * sizeof(__half) +
+         3 * kWideKeys * sizeof(int32_t);
 }
 
 // Block = (tile, kv head, split); warp w owns query vectors [16w, 16w + 16) of the tile, vector
@@ -25,11 +26,15 @@ constexpr size_t wide_smem_bytes(int hd) {
 // online softmax in registers, then O += P V. Masking runs only on chunks that reach past the
 // warp's smallest position; a warp skips chunks entirely past its largest one.
 template <class T, class O, int HD>
+// Two blocks per SM (128 registers, a few spilled at head dim 128) measured faster than one
+// block of up to 172 registers without spills: 172 vs 210 us on a causal 2048 prefill (H200).
 __global__ void __launch_bounds__(kWideThreads, 2)
 wide_kernel(const Args<T, O> a) {
   detail::pdl_wait();  // inputs come from the previous kernel (PDL, launch.h)
   detail::pdl_trigger();
-  const PagedAttentionTile tile = a.tiles[blockIdx.x];
+  int tile_index, kvh;
+  block_pair(a.n_kv_heads, tile_index, kvh);
+  const PagedAttentionTile tile = a.tiles[tile_index];
   const int group = a.group, n_vec = tile.n_rows * group;
   if (n_vec <= 16) return;  // the narrow kernel's tile
   extern __shared__ __align__(16) __half smem[];
@@ -37,7 +42,8 @@ wide_kernel(const Args<T, O> a) {
   constexpr int kStage = 2 * kWideKeys * kRow;  // halves per stage (K then V)
   __half(*qs)[kRow] = reinterpret_cast<__half(*)[kRow]>(smem);
   __half* stages = smem + kWideVecs * kRow;
-  const int kvh = blockIdx.y, split = blockIdx.z;
+  int32_t(*tbl)[kWideKeys] = reinterpret_cast<int32_t(*)[kWideKeys]>(stages + 2 * kStage);  // [3]
+  const int split = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int32_t* table = a.block_tables + static_cast<int64_t>(tile.seq) * a.table_stride;
 
@@ -68,23 +74,38 @@ wide_kernel(const Args<T, O> a) {
   };
 
   if (k_begin >= k_end) {  // an empty split (past the tile's keys): an empty partial
-    for (int m = threadIdx.x; m < n_vec; m += kWideThreads)
-      a.ws_ml[vec_index(m) * a.splits + split] = make_float2(-INFINITY, 0.f);
+    for (int i = threadIdx.x; i < n_vec * HD; i += kWideThreads) {
+      const int64_t v = vec_index(i / HD);
+      a.ws_o[(v * a.splits + split) * HD + i % HD] = 0.f;
+      if (i % HD == 0) a.ws_ml[v * a.splits + split] = make_float2(-INFINITY, 0.f);
+    }
     return;
   }
 
+  // Thread's copy pieces of a chunk: rows r_j = tid / kParts + j * (256 / kParts), one 16-byte
+  // part. The block-table entries of chunk c travel by cp.async into slot (c - c_first) % 3 with
+  // the copies of chunk c - 2, so a chunk's copies never wait on a table read.
+  constexpr int kParts = HD / 8, kPer = kWideKeys * kParts / kWideThreads;
+  const int part = threadIdx.x % kParts, r_thread = threadIdx.x / kParts;
+  auto fetch = [&](int chunk, int slot) {  // threads 0..63: one entry per key
+    const int p = chunk * kWideKeys + static_cast<int>(threadIdx.x);
+    if (threadIdx.x < kWideKeys && p < k_end) {
+      const int32_t* src = a.block_shift >= 0 ? table + (p >> a.block_shift) : table + p / a.block_size;
+      asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_addr(&tbl[slot][threadIdx.x])),
+                   "l"(src));
+    }
+  };
   // Starts the copies of chunk `chunk` into stage st (keys past the range become zeros).
-  auto issue = [&](int chunk, int st) {
+  auto issue = [&](int chunk, int st, int slot) {
     __half* kdst = stages + st * kStage;
     __half* vdst = kdst + kWideKeys * kRow;
-    constexpr int kParts = HD / 8;  // 16-byte pieces per row
 #pragma unroll
-    for (int i = threadIdx.x; i < kWideKeys * kParts; i += kWideThreads) {
-      const int r = i / kParts, part = i % kParts, p = chunk * kWideKeys + r;
+    for (int j = 0; j < kPer; ++j) {
+      const int r = r_thread + j * (kWideThreads / kParts), p = chunk * kWideKeys + r;
       __half* kd = kdst + r * kRow + part * 8;
       __half* vd = vdst + r * kRow + part * 8;
       if (p < k_end) {
-        const int64_t off = (cache_row(a, table, p) * a.n_kv_heads + kvh) * HD + part * 8;
+        const int64_t off = (cache_row(a, tbl[slot][r], p) * a.n_kv_heads + kvh) * HD + part * 8;
         cp_async_16(kd, a.k_cache + off);
         cp_async_16(vd, a.v_cache + off);
       } else {
@@ -92,10 +113,16 @@ wide_kernel(const Args<T, O> a) {
         *reinterpret_cast<uint4*>(vd) = make_uint4(0, 0, 0, 0);
       }
     }
-    cp_async_commit();
   };
   const int c_first = k_begin / kWideKeys, c_last = (k_end - 1) / kWideKeys;
-  issue(c_first, 0);
+  fetch(c_first, 0);
+  fetch(c_first + 1, 1);
+  cp_async_commit();
+  cp_async_wait<0>();
+  __syncthreads();
+  issue(c_first, 0, 0);
+  fetch(c_first + 2, 2);
+  cp_async_commit();
 
   // Q to shared memory, rounded to f16 (zeros past the tile's vectors), 4 values per step.
   for (int i = threadIdx.x; i < kWideVecs * (HD / 4); i += kWideThreads) {
@@ -113,6 +140,7 @@ wide_kernel(const Args<T, O> a) {
     }
     *reinterpret_cast<uint2*>(&qs[m][d]) = make_uint2(pack_half2(x[0], x[1]), pack_half2(x[2], x[3]));
   }
+  __syncthreads();  // slot 0 is read by every thread's first issue before the loop refills it
 
   float o[HD / 8][4];
 #pragma unroll
@@ -122,10 +150,13 @@ wide_kernel(const Args<T, O> a) {
   const bool warp_active = warp * 16 < n_vec;
 
   for (int c = c_first, ci = 0; c <= c_last; ++c, ++ci) {
-    if (c < c_last) issue(c + 1, (ci + 1) & 1);
-    else cp_async_commit();  // keeps one group per iteration
-    cp_async_wait<1>();      // this chunk's copies (this thread's) landed
-    __syncthreads();         // ... and everyone's (and, the first time, Q)
+    if (c < c_last) {
+      issue(c + 1, (ci + 1) & 1, (ci + 1) % 3);
+      fetch(c + 3, ci % 3);  // slot of chunk c, consumed by the previous iteration's issue
+    }
+    cp_async_commit();  // one group per iteration
+    cp_async_wait<1>();  // this chunk's copies and chunk c + 2's table entries (this thread's)
+    __syncthreads();     // ... and everyone's (and, the first time, Q)
     const int c0 = c * kWideKeys;
     if (warp_active && c0 <= warp_max) {
       const __half* ks = stages + (ci & 1) * kStage;
