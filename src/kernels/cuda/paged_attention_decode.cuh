@@ -10,21 +10,24 @@ namespace tessera::cuda::paged {
 
 constexpr int kNarrowWarps = 4, kNarrowThreads = kNarrowWarps * 32;
 constexpr int kNarrowKeys = 16;  // keys per warp chunk
+// cp.async stages per warp. Two keep three blocks per SM. Four (139 KB per block, one block
+// per SM) measured no faster on split launches (1 x 4096, 16 splits: 21.3 vs 20.8 us) and
+// slower where the blocks need more than one wave (4 x 4096, 8 splits: 42.5 vs 33.4 us).
+constexpr int kNarrowStages = 2;
 
-// Halves of dynamic shared memory: per warp two stages of K and V (kNarrowKeys rows each);
-// the same bytes later hold the warps' partial results (16 vectors x HD f32 per warp + m, l).
+// Dynamic shared memory: per warp kNarrowStages stages of K and V (kNarrowKeys rows each); the
+// same bytes later hold the warps' partial results (16 vectors x HD f32 per warp + m, l).
 constexpr size_t narrow_smem_bytes(int hd) {
-  return size_t{kNarrowWarps} * 2 * 2 * kNarrowKeys * (hd + kPad) * sizeof(__half);
+  return size_t{kNarrowWarps} * kNarrowStages * 2 * kNarrowKeys * (hd + kPad) * sizeof(__half);
 }
 
 // Block = (tile, kv head, split). Every warp takes the tile's (<= 16) query vectors, vector
 // m = (row m / G of the tile, query head kvh * G + m % G), and its own chunks of 16 keys of
-// the split's range (chunks w, w + 4, ...), loaded through its own two-stage cp.async pipeline
-// with warp-level synchronization only: no block barrier in the key loop. The four partial
+// the split's range (chunks w, w + 4, ...), loaded through its own cp.async pipeline with
+// warp-level synchronization only: no block barrier in the key loop. The four partial
 // softmaxes merge through shared memory at the end.
 template <class T, class O, int HD>
-__global__ void __launch_bounds__(kNarrowThreads)
-narrow_kernel(const Args<T, O> a) {
+__global__ void __launch_bounds__(kNarrowThreads) narrow_kernel(const Args<T, O> a) {
   detail::pdl_wait();  // inputs come from the previous kernel (PDL, launch.h)
   detail::pdl_trigger();
   int tile_index, kvh;
@@ -33,16 +36,17 @@ narrow_kernel(const Args<T, O> a) {
   const int group = a.group, n_vec = tile.n_rows * group;
   if (n_vec > 16) return;  // the wide kernel's tile
   extern __shared__ __align__(16) __half smem[];
+  constexpr int kStages = kNarrowStages;
   constexpr int kStage = 2 * kNarrowKeys * (HD + kPad);  // halves per stage (K then V)
   constexpr int kNt = kNarrowKeys / 8;                   // key tiles of 8 per chunk
   const int split = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  __half* stages = smem + warp * 2 * kStage;  // this warp's two stages
+  __half* stages = smem + warp * kStages * kStage;  // this warp's stages
   const int32_t* table = a.block_tables + static_cast<int64_t>(tile.seq) * a.table_stride;
 
   // Lane's copy pieces of a chunk: rows r_j = lane / kParts + j * (32 / kParts), one 16-byte
-  // part. Their block-table entries are fetched one chunk ahead of the copies (and the first
-  // ones alongside the position loads), so no copy waits on a table read.
+  // part. Their block-table entries are fetched one chunk ahead of the copies (the first
+  // stages' ones together, alongside the position loads), so no copy waits on a table read.
   constexpr int kParts = HD / 8, kPer = kNarrowKeys * kParts / 32;
   const int part = lane % kParts, r_lane = lane / kParts;
   const int k_begin = split * a.span, fetch_end = min(a.cap, k_begin + a.span);
@@ -54,8 +58,9 @@ narrow_kernel(const Args<T, O> a) {
     }
   };
   const int first_chunk = k_begin / kNarrowKeys + warp;
-  int32_t blk[kPer];
-  fetch(first_chunk, blk);
+  int32_t pre[kStages - 1][kPer];
+#pragma unroll
+  for (int st = 0; st < kStages - 1; ++st) fetch(first_chunk + st * kNarrowWarps, pre[st]);
   int max_pos = 0;
   for (int r = 0; r < tile.n_rows; ++r) max_pos = max(max_pos, a.q_pos[tile.row0 + r]);
   const int k_end = min(max_pos + 1, k_begin + a.span);
@@ -79,10 +84,17 @@ narrow_kernel(const Args<T, O> a) {
     }
     cp_async_commit();
   };
-  // The first chunk's copies start before the Q loads, overlapping their latency.
-  if (first_chunk * kNarrowKeys < k_end) issue(first_chunk, 0, blk);
-  else cp_async_commit();
-  fetch(first_chunk + kNarrowWarps, blk);
+  // The first stages' copies start before the Q loads, overlapping their latency.
+#pragma unroll
+  for (int st = 0; st < kStages - 1; ++st) {
+    const int chunk = first_chunk + st * kNarrowWarps;
+    if (chunk * kNarrowKeys < k_end)
+      issue(chunk, st, pre[st]);
+    else
+      cp_async_commit();  // one group per chunk slot, empty or not
+  }
+  int32_t blk[kPer];  // entries of the next chunk to issue
+  fetch(first_chunk + (kStages - 1) * kNarrowWarps, blk);
 
   // This thread's two query vectors (fragment rows g and g + 8).
   int vec[2], pos[2];
@@ -120,19 +132,23 @@ narrow_kernel(const Args<T, O> a) {
   for (int i = 0; i < HD / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
 
+  // Per chunk one warp barrier: past it, this chunk landed for every lane and every lane is done
+  // with the previous chunk, whose stage takes the chunk kStages - 1 ahead.
   for (int chunk = first_chunk, ci = 0; chunk * kNarrowKeys < k_end; chunk += kNarrowWarps, ++ci) {
-    const int c0 = chunk * kNarrowKeys;
-    if ((chunk + kNarrowWarps) * kNarrowKeys < k_end) {
-      issue(chunk + kNarrowWarps, (ci + 1) & 1, blk);
-      fetch(chunk + 2 * kNarrowWarps, blk);
+    cp_async_wait<kStages - 2>();  // this chunk's copies (this lane's) landed
+    __syncwarp();                  // ... and the other lanes'
+    const int ahead = chunk + (kStages - 1) * kNarrowWarps;
+    if (ahead * kNarrowKeys < k_end) {
+      issue(ahead, (ci + kStages - 1) % kStages, blk);
+      fetch(ahead + kNarrowWarps, blk);
     } else {
       cp_async_commit();  // keeps one group per iteration
     }
-    cp_async_wait<1>();      // this chunk's copies (this thread's) landed
-    __syncwarp();            // ... and the other lanes'
-    __half(*ks)[HD + kPad] = reinterpret_cast<__half(*)[HD + kPad]>(stages + (ci & 1) * kStage);
-    __half(*vs)[HD + kPad] =
-        reinterpret_cast<__half(*)[HD + kPad]>(stages + (ci & 1) * kStage + kNarrowKeys * (HD + kPad));
+    const int c0 = chunk * kNarrowKeys;
+    __half(*ks)[HD + kPad] =
+        reinterpret_cast<__half(*)[HD + kPad]>(stages + (ci % kStages) * kStage);
+    __half(*vs)[HD + kPad] = reinterpret_cast<__half(*)[HD + kPad]>(
+        stages + (ci % kStages) * kStage + kNarrowKeys * (HD + kPad));
 
     // S = Q K^T for the chunk's keys: kNt tiles of 8 keys.
     float s[kNt][4];
@@ -199,7 +215,6 @@ narrow_kernel(const Args<T, O> a) {
       mma_16816(o[dt], pa, b[0], b[1]);
       mma_16816(o[dt + 1], pa, b[2], b[3]);
     }
-    __syncwarp();  // this stage is consumed before the next iteration refills it
   }
   asm volatile("cp.async.wait_all;\n" ::);
   __syncthreads();  // every warp is done with its stages (reused below)

@@ -12,11 +12,11 @@ constexpr int kWideWarps = 8, kWideThreads = kWideWarps * 32;
 constexpr int kWideVecs = kWideWarps * 16;  // query vectors per tile
 constexpr int kWideKeys = 64;               // keys per chunk
 
-// Dynamic shared memory: Q (f16, kWideVecs rows), two stages of K and V chunks and three slots
-// of block-table entries. At head dim 128 that is 103 KB: two blocks per SM.
+// Dynamic shared memory: Q (f16, kWideVecs rows), two stages of K and V chunks and two slots
+// of block-table entries. At head dim 128 that is 102.5 KB: two blocks per SM.
 constexpr size_t wide_smem_bytes(int hd) {
   return size_t{kWideVecs + 2 * 2 * kWideKeys} * (hd + kPad) * sizeof(__half) +
-         3 * kWideKeys * sizeof(int32_t);
+         2 * kWideKeys * sizeof(int32_t);
 }
 
 // Block = (tile, kv head, split); warp w owns query vectors [16w, 16w + 16) of the tile, vector
@@ -28,8 +28,7 @@ constexpr size_t wide_smem_bytes(int hd) {
 template <class T, class O, int HD>
 // Two blocks per SM (128 registers, a few spilled at head dim 128) measured faster than one
 // block of up to 172 registers without spills: 172 vs 210 us on a causal 2048 prefill (H200).
-__global__ void __launch_bounds__(kWideThreads, 2)
-wide_kernel(const Args<T, O> a) {
+__global__ void __launch_bounds__(kWideThreads, 2) wide_kernel(const Args<T, O> a) {
   detail::pdl_wait();  // inputs come from the previous kernel (PDL, launch.h)
   detail::pdl_trigger();
   int tile_index, kvh;
@@ -42,7 +41,7 @@ wide_kernel(const Args<T, O> a) {
   constexpr int kStage = 2 * kWideKeys * kRow;  // halves per stage (K then V)
   __half(*qs)[kRow] = reinterpret_cast<__half(*)[kRow]>(smem);
   __half* stages = smem + kWideVecs * kRow;
-  int32_t(*tbl)[kWideKeys] = reinterpret_cast<int32_t(*)[kWideKeys]>(stages + 2 * kStage);  // [3]
+  int32_t(*tbl)[kWideKeys] = reinterpret_cast<int32_t(*)[kWideKeys]>(stages + 2 * kStage);  // [2]
   const int split = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int32_t* table = a.block_tables + static_cast<int64_t>(tile.seq) * a.table_stride;
@@ -67,7 +66,8 @@ wide_kernel(const Args<T, O> a) {
   int max_pos = 0;
   for (int r = lane; r < tile.n_rows; r += 32) max_pos = max(max_pos, a.q_pos[tile.row0 + r]);
 #pragma unroll
-  for (int off = 16; off >= 1; off /= 2) max_pos = max(max_pos, __shfl_xor_sync(0xffffffffu, max_pos, off));
+  for (int off = 16; off >= 1; off /= 2)
+    max_pos = max(max_pos, __shfl_xor_sync(0xffffffffu, max_pos, off));
   const int k_begin = split * a.span, k_end = min(max_pos + 1, k_begin + a.span);
   auto vec_index = [&](int m) {  // row * n_heads + head
     return static_cast<int64_t>(tile.row0 + m / group) * a.n_heads + kvh * group + m % group;
@@ -83,16 +83,18 @@ wide_kernel(const Args<T, O> a) {
   }
 
   // Thread's copy pieces of a chunk: rows r_j = tid / kParts + j * (256 / kParts), one 16-byte
-  // part. The block-table entries of chunk c travel by cp.async into slot (c - c_first) % 3 with
-  // the copies of chunk c - 2, so a chunk's copies never wait on a table read.
+  // part. The block-table entries of chunk c travel by cp.async into slot (c - c_first) % 2 with
+  // the copies of chunk c - 1, so a chunk's copies never wait on a table read.
   constexpr int kParts = HD / 8, kPer = kWideKeys * kParts / kWideThreads;
   const int part = threadIdx.x % kParts, r_thread = threadIdx.x / kParts;
   auto fetch = [&](int chunk, int slot) {  // threads 0..63: one entry per key
     const int p = chunk * kWideKeys + static_cast<int>(threadIdx.x);
     if (threadIdx.x < kWideKeys && p < k_end) {
-      const int32_t* src = a.block_shift >= 0 ? table + (p >> a.block_shift) : table + p / a.block_size;
-      asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_addr(&tbl[slot][threadIdx.x])),
-                   "l"(src));
+      const int32_t* src =
+          a.block_shift >= 0 ? table + (p >> a.block_shift) : table + p / a.block_size;
+      asm volatile(
+          "cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_addr(&tbl[slot][threadIdx.x])),
+          "l"(src));
     }
   };
   // Starts the copies of chunk `chunk` into stage st (keys past the range become zeros).
@@ -116,31 +118,43 @@ wide_kernel(const Args<T, O> a) {
   };
   const int c_first = k_begin / kWideKeys, c_last = (k_end - 1) / kWideKeys;
   fetch(c_first, 0);
-  fetch(c_first + 1, 1);
   cp_async_commit();
   cp_async_wait<0>();
   __syncthreads();
   issue(c_first, 0, 0);
-  fetch(c_first + 2, 2);
+  fetch(c_first + 1, 1);
   cp_async_commit();
 
-  // Q to shared memory, rounded to f16 (zeros past the tile's vectors), 4 values per step.
-  for (int i = threadIdx.x; i < kWideVecs * (HD / 4); i += kWideThreads) {
-    const int m = i / (HD / 4), d = (i % (HD / 4)) * 4;
-    float x[4] = {0.f, 0.f, 0.f, 0.f};
-    if (m < n_vec) {
-      const T* p = a.q + vec_index(m) * HD + d;
-      if constexpr (std::is_same_v<T, float>) {
-        const float4 v = *reinterpret_cast<const float4*>(p);
-        x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
-      } else {
+  // Q to shared memory, rounded to f16 (zeros past the tile's vectors), 4 values per piece; the
+  // loads of a batch of pieces are all in flight before the first store.
+  constexpr int kQPer = kWideVecs * (HD / 4) / kWideThreads, kQBatch = kQPer < 8 ? kQPer : 8;
 #pragma unroll
-        for (int j = 0; j < 4; ++j) x[j] = detail::to_f32(p[j]);
+  for (int b0 = 0; b0 < kQPer; b0 += kQBatch) {
+    float x[kQBatch][4];
+#pragma unroll
+    for (int j = 0; j < kQBatch; ++j) {
+      const int i = static_cast<int>(threadIdx.x) + (b0 + j) * kWideThreads;
+      const int m = i / (HD / 4), d = (i % (HD / 4)) * 4;
+      x[j][0] = x[j][1] = x[j][2] = x[j][3] = 0.f;
+      if (m < n_vec) {
+        const T* p = a.q + vec_index(m) * HD + d;
+        if constexpr (std::is_same_v<T, float>) {
+          const float4 v = *reinterpret_cast<const float4*>(p);
+          x[j][0] = v.x, x[j][1] = v.y, x[j][2] = v.z, x[j][3] = v.w;
+        } else {
+          const uint2 w = *reinterpret_cast<const uint2*>(p);
+          const float2 lo = detail::pair_to_f32<T>(w.x), hi = detail::pair_to_f32<T>(w.y);
+          x[j][0] = lo.x, x[j][1] = lo.y, x[j][2] = hi.x, x[j][3] = hi.y;
+        }
       }
     }
-    *reinterpret_cast<uint2*>(&qs[m][d]) = make_uint2(pack_half2(x[0], x[1]), pack_half2(x[2], x[3]));
+#pragma unroll
+    for (int j = 0; j < kQBatch; ++j) {
+      const int i = static_cast<int>(threadIdx.x) + (b0 + j) * kWideThreads;
+      *reinterpret_cast<uint2*>(&qs[i / (HD / 4)][(i % (HD / 4)) * 4]) =
+          make_uint2(pack_half2(x[j][0], x[j][1]), pack_half2(x[j][2], x[j][3]));
+    }
   }
-  __syncthreads();  // slot 0 is read by every thread's first issue before the loop refills it
 
   float o[HD / 8][4];
 #pragma unroll
@@ -149,14 +163,17 @@ wide_kernel(const Args<T, O> a) {
   const float sl2 = a.scale_log2;
   const bool warp_active = warp * 16 < n_vec;
 
+  // One barrier per chunk: past it, chunk c (and chunk c + 1's table entries) landed for every
+  // thread and every warp is done with chunk c - 1, whose stage and table slot are refilled
+  // (chunk c + 1, entries of c + 2) while chunk c is computed.
   for (int c = c_first, ci = 0; c <= c_last; ++c, ++ci) {
+    cp_async_wait<0>();  // this thread's copies of chunk c and entries of chunk c + 1
+    __syncthreads();     // ... everyone's (and, the first time, Q)
     if (c < c_last) {
-      issue(c + 1, (ci + 1) & 1, (ci + 1) % 3);
-      fetch(c + 3, ci % 3);  // slot of chunk c, consumed by the previous iteration's issue
+      issue(c + 1, (ci + 1) & 1, (ci + 1) & 1);
+      if (c + 1 < c_last) fetch(c + 2, ci & 1);
     }
-    cp_async_commit();  // one group per iteration
-    cp_async_wait<1>();  // this chunk's copies and chunk c + 2's table entries (this thread's)
-    __syncthreads();     // ... and everyone's (and, the first time, Q)
+    cp_async_commit();
     const int c0 = c * kWideKeys;
     if (warp_active && c0 <= warp_max) {
       const __half* ks = stages + (ci & 1) * kStage;
@@ -174,7 +191,8 @@ wide_kernel(const Args<T, O> a) {
 #pragma unroll
         for (int nt = 0; nt < kWideKeys / 8; nt += 2) {
           uint32_t b[4];
-          ldmatrix_x4(b, ks + ((nt + lane / 16) * 8 + lane % 8) * kRow + kk * 16 + ((lane / 8) % 2) * 8);
+          ldmatrix_x4(
+              b, ks + ((nt + lane / 16) * 8 + lane % 8) * kRow + kk * 16 + ((lane / 8) % 2) * 8);
           mma_16816(s[nt], qa, b[0], b[1]);
           mma_16816(s[nt + 1], qa, b[2], b[3]);
         }
@@ -194,12 +212,13 @@ wide_kernel(const Args<T, O> a) {
       for (int h = 0; h < 2; ++h) {
         float mx = -INFINITY;
 #pragma unroll
-        for (int nt = 0; nt < kWideKeys / 8; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * h], s[nt][2 * h + 1]));
+        for (int nt = 0; nt < kWideKeys / 8; ++nt)
+          mx = fmaxf(mx, fmaxf(s[nt][2 * h], s[nt][2 * h + 1]));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
         const float m_new = fmaxf(m_run[h], mx * sl2);
         // A row with nothing visible yet keeps m = -inf: its probabilities are 0, not NaN.
-        alpha[h] = m_new == -INFINITY ? 1.f : exp2f(m_run[h] - m_new);
+        alpha[h] = m_new == -INFINITY ? 1.f : fast_exp2(m_run[h] - m_new);
         m_use[h] = m_new == -INFINITY ? 0.f : m_new;
         m_run[h] = m_new;
         l_run[h] *= alpha[h];
@@ -217,7 +236,7 @@ wide_kernel(const Args<T, O> a) {
         float p[4];
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          p[e] = exp2f(fmaf(s[nt][e], sl2, -m_use[e / 2]));
+          p[e] = fast_exp2(fmaf(s[nt][e], sl2, -m_use[e / 2]));
           l_run[e / 2] += p[e];
         }
         // Keys nt*8 .. nt*8+7 are columns (nt % 2) * 8 .. of the 16-key slice nt / 2.
@@ -236,7 +255,6 @@ wide_kernel(const Args<T, O> a) {
         }
       }
     }
-    __syncthreads();  // this stage is consumed before the next iteration refills it
   }
   asm volatile("cp.async.wait_all;\n" ::);
 
@@ -259,7 +277,8 @@ wide_kernel(const Args<T, O> a) {
       float* dst = a.ws_o + (v * a.splits + split) * HD;
 #pragma unroll
       for (int dt = 0; dt < HD / 8; ++dt)
-        *reinterpret_cast<float2*>(dst + dt * 8 + 2 * t) = make_float2(o[dt][2 * h], o[dt][2 * h + 1]);
+        *reinterpret_cast<float2*>(dst + dt * 8 + 2 * t) =
+            make_float2(o[dt][2 * h], o[dt][2 * h + 1]);
       if (t == 0) a.ws_ml[v * a.splits + split] = make_float2(m_run[h], l_run[h]);
     }
   }
