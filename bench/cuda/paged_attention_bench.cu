@@ -4,7 +4,10 @@
 //    whose floor is the K/V bytes they must read;
 //  - the mma.sync m16n8k16 f16->f32 rate (a register-only loop of independent MMAs) for prefill,
 //    whose floor is its causal FLOPs (4 * heads * dim * visible pairs).
-// Medians of 20 timed runs after warm-up, CUDA events.
+// Medians of 20 timed runs after warm-up, CUDA events; random q, K and V; each run reads other
+// cache blocks (block tables rotate over >= 256 MB of cache), so K/V come from DRAM, not L2.
+// Decode rows run without a workspace ("none": one block per (sequence, kv head)), with the
+// launcher's split count ("auto") and with forced counts (how the choice was tuned).
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -16,6 +19,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "bench_timing.cuh"
+#include "kernels/cuda/fill_random.h"
 #include "kernels/cuda/paged_attention.h"
 
 using namespace tessera;
@@ -50,16 +54,19 @@ struct Batch {
   double flops = 0;
 };
 
-// n_seq sequences, each computing `rows_per_seq` rows ending at position ctx - 1.
-Batch make_batch(int n_seq, int ctx, int rows_per_seq, int64_t pool_blocks) {
+// n_seq sequences, each computing `rows_per_seq` rows ending at position ctx - 1; the block
+// tables of copy `rot` start `rot` batches further into one shuffled order of the pool.
+Batch make_batch(int n_seq, int ctx, int rows_per_seq, int64_t pool_blocks, int rot) {
   Batch b;
   b.max_blocks = (ctx + kBlock - 1) / kBlock;
   std::vector<int32_t> ids(pool_blocks);
   std::iota(ids.begin(), ids.end(), 0);
   std::shuffle(ids.begin(), ids.end(), std::mt19937(3));
   std::vector<cuda::PagedAttentionChunk> chunks;
+  const int64_t base = int64_t{rot} * n_seq * b.max_blocks;
   for (int s = 0; s < n_seq; ++s) {
-    for (int64_t i = 0; i < b.max_blocks; ++i) b.tables.push_back(ids[(s * b.max_blocks + i) % pool_blocks]);
+    for (int64_t i = 0; i < b.max_blocks; ++i)
+      b.tables.push_back(ids[(base + s * b.max_blocks + i) % pool_blocks]);
     chunks.push_back({s, static_cast<int32_t>(b.rows), rows_per_seq});
     for (int r = 0; r < rows_per_seq; ++r) {
       const int pos = ctx - rows_per_seq + r;
@@ -104,49 +111,77 @@ int main() {
   __half *k, *v;
   TESSERA_CUDA_CHECK(cudaMalloc(&k, cache_elems * 2));
   TESSERA_CUDA_CHECK(cudaMalloc(&v, cache_elems * 2));
-  TESSERA_CUDA_CHECK(cudaMemset(k, 0x2e, cache_elems * 2));  // small finite halves
-  TESSERA_CUDA_CHECK(cudaMemset(v, 0x2e, cache_elems * 2));
+  cuda::fill_uniform_f16(reinterpret_cast<uint16_t*>(k), static_cast<int64_t>(cache_elems), -1.f, 1.f, 1, s);
+  cuda::fill_uniform_f16(reinterpret_cast<uint16_t*>(v), static_cast<int64_t>(cache_elems), -1.f, 1.f, 2, s);
 
-  std::printf("%-34s %10s %10s %10s %8s\n", "case", "time us", "floor us", "achieved", "% floor");
+  std::printf("%-30s %6s %6s %9s %9s %10s %7s\n", "case", "split", "count", "time us", "floor us",
+              "achieved", "% floor");
+  constexpr int kNone = -1, kAuto = 0;
   struct Case {
     const char* name;
     int n_seq, ctx, rows;
     bool bandwidth;  // floor from K/V bytes (decode) or FLOPs (prefill)
+    std::vector<int> splits;  // kNone, kAuto or forced counts
   };
-  const Case cases[] = {{"decode 128 seqs x ctx 512", 128, 512, 1, true},
-                        {"decode 32 seqs x ctx 4096", 32, 4096, 1, true},
-                        {"decode 1 seq x ctx 4096", 1, 4096, 1, true},
-                        {"prefill 2048 (causal, 1 seq)", 1, 2048, 2048, false},
-                        {"prefill 16 x 512 (causal)", 16, 512, 512, false}};
+  const Case cases[] = {{"decode 128 seqs x ctx 512", 128, 512, 1, true, {kNone, kAuto}},
+                        {"decode 32 seqs x ctx 4096", 32, 4096, 1, true, {kNone, kAuto}},
+                        {"decode 4 seqs x ctx 4096", 4, 4096, 1, true, {kNone, kAuto, 4, 8, 16}},
+                        {"decode 1 seq x ctx 4096", 1, 4096, 1, true, {kNone, kAuto, 8, 16, 64}},
+                        {"decode 1 seq x ctx 512", 1, 512, 1, true, {kNone, kAuto, 2, 4}},
+                        {"prefill 2048 (causal, 1 seq)", 1, 2048, 2048, false, {kNone}},
+                        {"prefill 16 x 512 (causal)", 16, 512, 512, false, {kNone}}};
+  const int64_t l2_rotation_bytes = int64_t{256} << 20;
   for (const Case& c : cases) {
-    Batch b = make_batch(c.n_seq, c.ctx, c.rows, pool_blocks);
-    float *q, *out;
+    const Batch b = make_batch(c.n_seq, c.ctx, c.rows, pool_blocks, 0);
+    const int n_rot = static_cast<int>(std::min<int64_t>(
+        (l2_rotation_bytes + b.kv_bytes - 1) / b.kv_bytes, pool_blocks / (c.n_seq * b.max_blocks)));
+    std::vector<int32_t> all_tables;
+    for (int r = 0; r < n_rot; ++r) {
+      const Batch br = make_batch(c.n_seq, c.ctx, c.rows, pool_blocks, r);
+      all_tables.insert(all_tables.end(), br.tables.begin(), br.tables.end());
+    }
+    float *q, *out, *ws;
     int32_t *pos, *tables;
     cuda::PagedAttentionTile* tiles;
+    const int64_t n_tiles = static_cast<int64_t>(b.tiles.size());
     TESSERA_CUDA_CHECK(cudaMalloc(&q, b.rows * kHeads * kDim * 4));
     TESSERA_CUDA_CHECK(cudaMalloc(&out, b.rows * kHeads * kDim * 4));
-    TESSERA_CUDA_CHECK(cudaMemset(q, 0, b.rows * kHeads * kDim * 4));
+    cuda::fill_uniform_f32(q, b.rows * kHeads * kDim, -1.f, 1.f, 3, s);
     TESSERA_CUDA_CHECK(cudaMalloc(&pos, b.q_pos.size() * 4));
-    TESSERA_CUDA_CHECK(cudaMalloc(&tables, b.tables.size() * 4));
+    TESSERA_CUDA_CHECK(cudaMalloc(&tables, all_tables.size() * 4));
     TESSERA_CUDA_CHECK(cudaMalloc(&tiles, b.tiles.size() * sizeof(cuda::PagedAttentionTile)));
     TESSERA_CUDA_CHECK(cudaMemcpy(pos, b.q_pos.data(), b.q_pos.size() * 4, cudaMemcpyHostToDevice));
-    TESSERA_CUDA_CHECK(cudaMemcpy(tables, b.tables.data(), b.tables.size() * 4, cudaMemcpyHostToDevice));
+    TESSERA_CUDA_CHECK(cudaMemcpy(tables, all_tables.data(), all_tables.size() * 4, cudaMemcpyHostToDevice));
     TESSERA_CUDA_CHECK(cudaMemcpy(tiles, b.tiles.data(), b.tiles.size() * sizeof(cuda::PagedAttentionTile),
                                   cudaMemcpyHostToDevice));
-    const float ms = median_ms([&] {
-      cuda::paged_attention<float>(q, pos, tiles, static_cast<int64_t>(b.tiles.size()), tables,
-                                   b.max_blocks, kBlock, k, v, kHeads, kKvHeads, kDim, 0.088f, out, s);
-    }, s);
-    TESSERA_CUDA_CHECK(cudaGetLastError());
-    const double floor_us = c.bandwidth ? b.kv_bytes / (copy_gbs * 1e9) * 1e6
-                                        : b.flops / (mma_tflops * 1e12) * 1e6;
-    char achieved[32];
-    if (c.bandwidth)
-      std::snprintf(achieved, sizeof achieved, "%.0f GB/s", b.kv_bytes / (ms * 1e-3) / 1e9);
-    else
-      std::snprintf(achieved, sizeof achieved, "%.0f TF/s", b.flops / (ms * 1e-3) / 1e12);
-    std::printf("%-34s %10.1f %10.1f %10s %7.1f%%\n", c.name, ms * 1e3, floor_us, achieved,
-                100.0 * floor_us / (ms * 1e3));
+    for (int mode : c.splits) {
+      const int count = mode == kNone ? 1
+                        : mode == kAuto ? cuda::paged_attention_splits(n_tiles, kKvHeads, b.max_blocks, kBlock)
+                                        : mode;
+      const size_t ws_bytes = cuda::paged_attention_workspace_bytes(b.rows, kHeads, kDim, count);
+      ws = nullptr;
+      if (ws_bytes > 0) TESSERA_CUDA_CHECK(cudaMalloc(&ws, ws_bytes));
+      cuda::PagedAttentionWorkspace w{nullptr, 0, b.rows, 0};  // rows: decode-only launches
+      if (mode != kNone) w = {ws, ws_bytes, b.rows, mode};
+      int rot = 0;
+      const float ms = median_ms([&] {
+        const int32_t* t = tables + (rot++ % n_rot) * c.n_seq * b.max_blocks;
+        cuda::paged_attention<float>(q, pos, tiles, n_tiles, t, b.max_blocks, kBlock, k, v, kHeads,
+                                     kKvHeads, kDim, 0.088f, out, s, w);
+      }, s);
+      TESSERA_CUDA_CHECK(cudaGetLastError());
+      const double floor_us = c.bandwidth ? b.kv_bytes / (copy_gbs * 1e9) * 1e6
+                                          : b.flops / (mma_tflops * 1e12) * 1e6;
+      char achieved[32], split[16];
+      if (c.bandwidth)
+        std::snprintf(achieved, sizeof achieved, "%.0f GB/s", b.kv_bytes / (ms * 1e-3) / 1e9);
+      else
+        std::snprintf(achieved, sizeof achieved, "%.0f TF/s", b.flops / (ms * 1e-3) / 1e12);
+      std::snprintf(split, sizeof split, "%s", mode == kNone ? "none" : mode == kAuto ? "auto" : "forced");
+      std::printf("%-30s %6s %6d %9.1f %9.1f %10s %6.1f%%\n", c.name, split, count, ms * 1e3, floor_us,
+                  achieved, 100.0 * floor_us / (ms * 1e3));
+      if (ws) cudaFree(ws);
+    }
     cudaFree(q);
     cudaFree(out);
     cudaFree(pos);

@@ -23,6 +23,12 @@ struct Chunk {
 struct Case {
   int64_t n_heads, n_kv_heads, head_dim, block_size;
   std::vector<Chunk> chunks;  // one sequence each
+  // Split-KV: kNoWorkspace (the plain call), kAutoSplits (a workspace and the launcher's own
+  // count) or a forced count. table_blocks > 0 widens the block tables (capacity) past what
+  // the chunks need, as the engine's decode graphs do.
+  int splits = kNoWorkspace;
+  int64_t table_blocks = 0;
+  static constexpr int kNoWorkspace = -1, kAutoSplits = 0;
 };
 
 template <class T>
@@ -42,10 +48,14 @@ T from_float(float v) {
   }
 }
 
-template <class T>
+template <class T, class O = T>
 void run_case(const Case& c, uint64_t seed) {
+  std::string chunks;
+  for (const Chunk& ch : c.chunks) chunks += " " + std::to_string(ch.start) + "+" + std::to_string(ch.n_rows);
   SCOPED_TRACE("heads " + std::to_string(c.n_heads) + "/" + std::to_string(c.n_kv_heads) +
-               " hd " + std::to_string(c.head_dim) + " block " + std::to_string(c.block_size));
+               " hd " + std::to_string(c.head_dim) + " block " + std::to_string(c.block_size) +
+               " splits " + std::to_string(c.splits) + " table " + std::to_string(c.table_blocks) +
+               " chunks" + chunks);
   const int64_t hd = c.head_dim, row = c.n_kv_heads * hd, bs = c.block_size;
   const int64_t n_seq = static_cast<int64_t>(c.chunks.size());
   int64_t rows = 0, max_blocks = 1, used_blocks = 0;
@@ -55,6 +65,7 @@ void run_case(const Case& c, uint64_t seed) {
     max_blocks = std::max(max_blocks, nb);
     used_blocks += nb;
   }
+  max_blocks = std::max(max_blocks, c.table_blocks);
   // A shuffled pool with spare blocks; unused cache rows are NaN, so a stray read poisons the
   // output.
   const int64_t pool_blocks = used_blocks + 5;
@@ -97,25 +108,38 @@ void run_case(const Case& c, uint64_t seed) {
     row0 += ch.n_rows;
   }
   const auto tiles = cuda::paged_attention_tiles(pchunks, c.n_heads / c.n_kv_heads);
-  test::DevBuf<T> dq(hq), dout(q.size());
+  test::DevBuf<T> dq(hq);
+  test::DevBuf<O> dout(q.size());
   test::DevBuf<int32_t> dpos(q_pos), dtables(tables);
   test::DevBuf<__half> dk(hk), dv(hv);
   test::DevBuf<cuda::PagedAttentionTile> dtiles(tiles);
   dout.poison();
-  cuda::paged_attention<T>(dq.get(), dpos.get(), dtiles.get(), static_cast<int64_t>(tiles.size()),
-                           dtables.get(), max_blocks, bs, dk.get(), dv.get(), c.n_heads,
-                           c.n_kv_heads, hd, 0.125f, dout.get(), nullptr);
+  cuda::PagedAttentionWorkspace ws;
+  const int splits = c.splits > 0 ? c.splits
+                                  : cuda::paged_attention_splits(static_cast<int64_t>(tiles.size()),
+                                                                 c.n_kv_heads, max_blocks, bs);
+  const size_t ws_bytes = cuda::paged_attention_workspace_bytes(rows, c.n_heads, hd, splits);
+  test::DevBuf<float> dws(std::max<size_t>(ws_bytes / 4, 1));
+  dws.poison();  // partials left unwritten (and then read) show up as NaN
+  if (c.splits != Case::kNoWorkspace) ws = {dws.get(), ws_bytes, rows, c.splits};
+  cuda::paged_attention<T, O>(dq.get(), dpos.get(), dtiles.get(), static_cast<int64_t>(tiles.size()),
+                              dtables.get(), max_blocks, bs, dk.get(), dv.get(), c.n_heads,
+                              c.n_kv_heads, hd, 0.125f, dout.get(), nullptr, ws);
   test::check_launch();
   const auto got_t = dout.download();
   std::vector<float> got(got_t.size());
   for (size_t i = 0; i < got.size(); ++i) got[i] = to_float(got_t[i]);
   ASSERT_TRUE(test::all_written(got));
-  const double tol = std::is_same_v<T, float> ? 1e-5 : 1e-4;
+  // The reference rounded to the output type (bf16 outputs carry its rounding).
+  if constexpr (!std::is_same_v<O, float>)
+    for (float& w : want) w = to_float(from_float<O>(w));
+  const double tol = std::is_same_v<T, float> && std::is_same_v<O, float> ? 1e-5 : 1e-4;
   EXPECT_LE(test::nmse(got, want), tol);
   size_t worst = 0;
   for (size_t i = 0; i < got.size(); ++i)
     if (std::abs(got[i] - want[i]) > std::abs(got[worst] - want[worst])) worst = i;
-  EXPECT_LE(std::abs(got[worst] - want[worst]), (std::is_same_v<T, float> ? 1e-2f : 3e-2f))
+  EXPECT_LE(std::abs(got[worst] - want[worst]),
+            (std::is_same_v<T, float> && std::is_same_v<O, float> ? 1e-2f : 3e-2f))
       << "index " << worst << " got " << got[worst] << " want " << want[worst];
 }
 
@@ -143,12 +167,67 @@ TYPED_TEST(PagedAttentionCuda, DecodeBatchOfManySequences) {
   run_case<TypeParam>({32, 8, 128, 16, decodes}, 5);
 }
 
+// Split-KV decode (flash-decoding): 1..4 sequences, contexts around block and chunk edges and
+// long ones, GQA groups 1/4/8, head dims 64/128, block tables wider than the contexts (splits
+// past a sequence's end write empty partials), the launcher's split count and forced ones.
+TYPED_TEST(PagedAttentionCuda, SplitKvDecodeMatchesReference) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  const std::vector<std::vector<Chunk>> batches = {
+      {{0, 1}}, {{14, 1}, {16, 1}}, {{15, 1}, {510, 1}, {0, 1}}, {{16, 1}, {510, 1}, {14, 1}, {200, 1}}};
+  // Contexts of 4096 (the CPU reference of f16 products is slow: two head shapes only).
+  const std::vector<std::vector<Chunk>> long_batches = {{{4095, 1}}, {{16, 1}, {4095, 1}, {510, 1}, {14, 1}}};
+  struct Heads {
+    int64_t n_heads, n_kv_heads, head_dim;
+  };
+  const Heads heads[] = {{8, 8, 64}, {8, 8, 128}, {32, 8, 64}, {32, 8, 128}, {32, 4, 64}, {32, 4, 128}};
+  uint64_t seed = 100;
+  for (const Heads& h : heads) {
+    const bool long_too = (h.n_heads == 32 && h.n_kv_heads == 8 && h.head_dim == 128) ||
+                          (h.n_heads == 8 && h.head_dim == 64);
+    for (const auto* set : {&batches, &long_batches}) {
+      if (set == &long_batches && !long_too) continue;
+      for (const auto& batch : *set)
+        for (int splits : {Case::kAutoSplits, 3}) {
+          Case c{h.n_heads, h.n_kv_heads, h.head_dim, 16, batch, splits, /*table_blocks=*/256};
+          run_case<TypeParam>(c, seed++);
+        }
+    }
+  }
+}
+
+// bf16 output from f32 q (the engine's bf16 O projection) through the split path.
+TEST(PagedAttentionCudaOut, SplitKvBf16OutputFromF32) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  run_case<float, __nv_bfloat16>({32, 8, 128, 16, {{511, 1}, {16, 1}}, Case::kAutoSplits, 64}, 7);
+  run_case<float, __nv_bfloat16>({32, 8, 128, 16, {{0, 40}, {16, 1}}, 2, 64}, 8);
+  run_case<float, __nv_bfloat16>({32, 8, 128, 16, {{0, 40}, {300, 1}}}, 9);
+}
+
+// Wide (prefill) tiles: chunks from 0 and mid-sequence, partial tiles, mixed with decode rows,
+// odd block sizes, and splits across wide tiles too.
+TYPED_TEST(PagedAttentionCuda, PrefillChunksMatchReference) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  const std::vector<Chunk> prefill = {{0, 300}, {1000, 129}, {37, 33}, {700, 1}, {64, 64}};
+  run_case<TypeParam>({32, 8, 128, 16, prefill}, 20);
+  run_case<TypeParam>({32, 8, 64, 13, prefill}, 21);
+  run_case<TypeParam>({8, 8, 128, 16, prefill}, 22);  // group 1: 128 rows per tile
+  run_case<TypeParam>({64, 1, 64, 16, prefill}, 23);  // group 64: 2 rows per tile
+  run_case<TypeParam>({32, 8, 128, 16, prefill, 4, 128}, 24);
+  run_case<TypeParam>({32, 4, 64, 16, {{2000, 17}, {5, 3}}, Case::kAutoSplits, 160}, 25);
+}
+
 TEST(PagedAttentionCudaArgs, RejectsUnsupportedShapes) {
   EXPECT_THROW(cuda::paged_attention<float>(nullptr, nullptr, nullptr, 1, nullptr, 1, 16, nullptr,
                                             nullptr, 8, 3, 64, 1.f, static_cast<float*>(nullptr), nullptr),
                Error);
   EXPECT_THROW(cuda::paged_attention<float>(nullptr, nullptr, nullptr, 1, nullptr, 1, 16, nullptr,
                                             nullptr, 8, 8, 96, 1.f, static_cast<float*>(nullptr), nullptr),
+               Error);
+  // A workspace smaller than the split count needs.
+  const cuda::PagedAttentionWorkspace small{reinterpret_cast<void*>(256), 64, 1, 4};
+  EXPECT_THROW(cuda::paged_attention<float>(nullptr, nullptr, nullptr, 1, nullptr, 64, 16, nullptr,
+                                            nullptr, 8, 8, 64, 1.f, static_cast<float*>(nullptr),
+                                            nullptr, small),
                Error);
 }
 

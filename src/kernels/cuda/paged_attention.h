@@ -8,20 +8,38 @@
 // v_cache (rows of n_kv_heads x head_dim halves, as models::KvCache holds them).
 //
 // Work is cut into tiles: consecutive rows of ONE sequence (paged_attention_tiles builds them
-// from the batch's chunks). A block handles (tile, kv head): the tile's rows x the group's query
-// heads (<= 64 query vectors) share every K/V load, and both products run on tensor cores
-// (mma.sync m16n8k16, f16 inputs, f32 accumulation) with an online softmax, flash-attention
-// style. head_dim: 32, 64 or 128; n_heads / n_kv_heads <= 64.
+// from the batch's chunks; every row of q is in exactly one tile). The tile's rows x the
+// group's query heads (<= 128 query vectors) share every K/V load, and both products run on
+// tensor cores (mma.sync m16n8k16, f16 inputs, f32 accumulation) with an online softmax,
+// flash-attention style. Tiles of <= 16 query vectors (decode rows) take a kernel whose four
+// warps stream their own keys; wider tiles one of eight warps x 16 query vectors. head_dim:
+// 32, 64 or 128; n_heads / n_kv_heads <= 64; scale > 0.
+//
+// Split-KV (flash-decoding): with a workspace, a launch with few (tile, kv head) pairs for the
+// device cuts each sequence's key range into `splits` fixed ranges of the block table; a block
+// handles (tile, kv head, split), writes its unnormalized partial (max, sum, output) to the
+// workspace, and a second kernel combines the splits into `out`. The split count depends only
+// on host-known sizes (n_tiles, n_kv_heads, the table's capacity table_stride * block_size and
+// the SM count), never on the sequences' lengths, so a captured graph stays valid:
+//
+//   const int splits = paged_attention_splits(n_tiles, n_kv_heads, table_stride, block_size);
+//   const size_t bytes = paged_attention_workspace_bytes(rows, n_heads, head_dim, splits);
+//   PagedAttentionWorkspace ws{buffer_of_at_least(bytes), bytes, rows};
+//   paged_attention<float, float>(q, q_pos, tiles, n_tiles, ..., out, stream, ws);
+//
+// No allocation or synchronization inside: graph-capturable.
 //
 // Numerics (the f16-KV contract of ref::attention(..., f16_products=true)): q is rounded to f16
 // before QK; the probabilities fed to PV are f16, unnormalized (the reference rounds normalized
-// ones; the difference is far inside nMSE 1e-5); everything else is f32.
+// ones; the difference is far inside nMSE 1e-5); everything else (softmax, split partials and
+// their combination) is f32.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -33,9 +51,9 @@ struct PagedAttentionTile {
   int32_t n_rows;  // rows in the tile (all of sequence `seq`)
 };
 
-// Query rows per tile for a GQA group size: tiles hold at most 64 query vectors.
+// Query rows per tile for a GQA group size: tiles hold at most 128 query vectors.
 inline int paged_attention_rows_per_tile(int64_t group) {
-  return group >= 64 ? 1 : static_cast<int>(64 / group);
+  return group >= 128 ? 1 : static_cast<int>(128 / group);
 }
 
 // Tiles for chunks given as (seq, first row, row count), rows of a chunk consecutive.
@@ -45,11 +63,28 @@ struct PagedAttentionChunk {
 std::vector<PagedAttentionTile> paged_attention_tiles(const std::vector<PagedAttentionChunk>& chunks,
                                                       int64_t group);
 
+// Optional launch context. `rows` (the rows of q; 0 = not given) lets a decode-only launch
+// (rows == n_tiles) skip the wide-tile kernel. With `data`, the launch splits keys when
+// paged_attention_splits (or `splits`, when > 0: tests and benchmarks) says so; data must hold
+// paged_attention_workspace_bytes(rows, n_heads, head_dim, that count) bytes, 16-byte aligned.
+struct PagedAttentionWorkspace {
+  void* data = nullptr;
+  size_t bytes = 0;
+  int64_t rows = 0;
+  int splits = 0;
+};
+
+// Key-range splits for a launch of these sizes on the current device (1 = no split).
+int paged_attention_splits(int64_t n_tiles, int64_t n_kv_heads, int64_t table_stride,
+                           int64_t block_size);
+// Workspace bytes for `splits` splits (0 when splits <= 1).
+size_t paged_attention_workspace_bytes(int64_t rows, int64_t n_heads, int64_t head_dim, int splits);
+
 template <class T, class O = T>
 void paged_attention(const T* q, const int32_t* q_pos, const PagedAttentionTile* tiles,
                      int64_t n_tiles, const int32_t* block_tables, int64_t table_stride,
                      int64_t block_size, const __half* k_cache, const __half* v_cache,
                      int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale, O* out,
-                     cudaStream_t stream);
+                     cudaStream_t stream, const PagedAttentionWorkspace& ws = {});
 
 }  // namespace tessera::cuda

@@ -315,6 +315,12 @@ class CudaLlama final : public CausalLm {
     b.tiles = d_tiles;
     b.tables = d_tables;
     b.logit_rows = d_logit_rows;
+    // Split-KV attention scratch: its size depends on (rows, table stride) only, as graphs need.
+    b.attn_ws_bytes = cuda::paged_attention_workspace_bytes(
+        n, cfg_.n_heads, hd,
+        cuda::paged_attention_splits(static_cast<int64_t>(tiles_.size()), cfg_.n_kv_heads,
+                                     table_stride_, cache.block_size()));
+    b.attn_ws = b.attn_ws_bytes > 0 ? attn_ws_.get(static_cast<int64_t>(b.attn_ws_bytes / 4)) : nullptr;
 
     // Decode-only steps (one token per sequence) replay a CUDA graph per (rows, table stride):
     // ~10 launches per layer collapse into one. Graphs hold buffer addresses, so any buffer
@@ -377,6 +383,8 @@ class CudaLlama final : public CausalLm {
     int32_t *tokens, *pos, *tables, *logit_rows;
     int64_t* rows;
     cuda::PagedAttentionTile* tiles;
+    float* attn_ws;
+    size_t attn_ws_bytes;
   };
 
   void drop_graphs() {
@@ -442,13 +450,15 @@ class CudaLlama final : public CausalLm {
       if (l.wo.quant()) {  // attention in f32, quantized for the integer dots
         cuda::paged_attention<float, float>(q, d_pos, d_tiles, static_cast<int64_t>(tiles_.size()),
                                             d_tables, table_stride_, cache.block_size(), kc, vc,
-                                            cfg_.n_heads, cfg_.n_kv_heads, hd, scale, b.attn, s);
+                                            cfg_.n_heads, cfg_.n_kv_heads, hd, scale, b.attn, s,
+                                            {b.attn_ws, b.attn_ws_bytes, n});
         prof_.mark("attention", attn_cost);
         project(l.wo, In::rows(b.attn), n, b, x, d, /*accumulate=*/true);
       } else {  // attention writes bf16: it only feeds the output projection
         cuda::paged_attention<float, bf16>(q, d_pos, d_tiles, static_cast<int64_t>(tiles_.size()),
                                            d_tables, table_stride_, cache.block_size(), kc, vc,
-                                           cfg_.n_heads, cfg_.n_kv_heads, hd, scale, h, s);
+                                           cfg_.n_heads, cfg_.n_kv_heads, hd, scale, h, s,
+                                           {b.attn_ws, b.attn_ws_bytes, n});
         prof_.mark("attention", attn_cost);
         matmul(h, l.wo, n, x, /*accumulate=*/true);  // residual += attention out
       }
@@ -782,7 +792,7 @@ class CudaLlama final : public CausalLm {
   float* rope_freqs_ = nullptr;  // device, or null
   double* rope_inv_freq_ = nullptr;  // device angle per position of each pair (gemv.h), or null
   std::vector<Layer> layers_;
-  Grow<float> residual_, normed_, qkv_, q_, attn_, guf_, logits_;
+  Grow<float> residual_, normed_, qkv_, q_, attn_, guf_, logits_, attn_ws_;
   Grow<bf16> h_, gu_;
   Grow<int8_t> qx_;
   Grow<bf16> wdq_;

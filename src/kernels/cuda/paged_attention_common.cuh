@@ -1,0 +1,120 @@
+// Device pieces shared by the paged attention kernels (paged_attention.cu).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <climits>
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/cuda/paged_attention.h"
+
+namespace tessera::cuda::paged {
+
+constexpr int kPad = 8;  // halves of padding per shared row: ldmatrix rows hit distinct banks
+constexpr float kLog2e = 1.4426950408889634f;
+
+// The kernels' common arguments. Key range of block (tile, kv head, split): [split * span,
+// split * span + span) clipped to the tile's keys; span is a multiple of 64 (INT_MAX / 2
+// without splits). With splits > 1 the partials go to ws_o [vector][split][HD] and ws_ml
+// [vector][split] (max in scaled log2 units, sum), vector = row * n_heads + head.
+template <class T, class O>
+struct Args {
+  const T* __restrict__ q;
+  const int32_t* __restrict__ q_pos;
+  const PagedAttentionTile* __restrict__ tiles;
+  const int32_t* __restrict__ block_tables;
+  int64_t table_stride;
+  int block_size, block_shift;  // block_shift >= 0: block_size is 1 << block_shift
+  const __half* __restrict__ k_cache;
+  const __half* __restrict__ v_cache;
+  int n_heads, n_kv_heads, group;
+  float scale_log2;
+  O* __restrict__ out;
+  int splits, span;
+  int cap;  // table_stride * block_size: positions the block table can hold
+  float* __restrict__ ws_o;
+  float2* __restrict__ ws_ml;
+};
+
+__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
+  const __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+// d = a (16x16, row) * b (16x8, col) + d; f16 inputs, f32 accumulators (PTX fragment layout:
+// g = lane / 4, t = lane % 4; a0 (g, 2t..2t+1), a1 (g+8, ..), a2 (g, 2t+8..), a3 (g+8, 2t+8..);
+// b0 (k 2t..2t+1, n g), b1 (k 2t+8.., n g); d0,d1 (g, 2t..2t+1), d2,d3 (g+8, ..)).
+__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                          uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// 2^x by the SFU, subnormal results flushed to zero (probabilities that small are zero in the
+// f16 P anyway); 2^-inf = 0.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// Two consecutive outputs (8 or 4 bytes, aligned by the caller).
+template <class O>
+__device__ __forceinline__ void store2(O* p, float x, float y) {
+  if constexpr (std::is_same_v<O, float>) {
+    *reinterpret_cast<float2*>(p) = make_float2(x, y);
+  } else if constexpr (std::is_same_v<O, __nv_bfloat16>) {
+    *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
+  } else {
+    *reinterpret_cast<__half2*>(p) = __floats2half2_rn(x, y);
+  }
+}
+
+// Blocks are (tile, kv head) pairs with the kv head fastest, so the heavy tiles that lead the
+// tile list run first for every kv head (a causal prefill's tail is its light tiles).
+__device__ __forceinline__ void block_pair(int n_kv_heads, int& tile, int& kvh) {
+  tile = static_cast<int>(blockIdx.x) / n_kv_heads;
+  kvh = static_cast<int>(blockIdx.x) % n_kv_heads;
+}
+
+// Block-table entry of position p (the cache block holding it).
+template <class T, class O>
+__device__ __forceinline__ int32_t table_entry(const Args<T, O>& a, const int32_t* table, int p) {
+  return a.block_shift >= 0 ? table[p >> a.block_shift] : table[p / a.block_size];
+}
+// Cache row of position p, given its block-table entry.
+template <class T, class O>
+__device__ __forceinline__ int64_t cache_row(const Args<T, O>& a, int32_t entry, int p) {
+  return a.block_shift >= 0
+             ? (static_cast<int64_t>(entry) << a.block_shift) + (p & (a.block_size - 1))
+             : static_cast<int64_t>(entry) * a.block_size + p % a.block_size;
+}
+
+}  // namespace tessera::cuda::paged
