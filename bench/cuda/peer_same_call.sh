@@ -8,12 +8,17 @@
 #       llama-batched-bench -npp 512 -ntg 128 -npl 128);
 #   128 x (512 prompt + 128 generated), total tokens/s (tessera serve under bench/serve_load.py,
 #       128 closed-loop HTTP clients, 512-token token-id prompts | S of llama-batched-bench).
-# Inputs ($P, default build-carry-peer/): tessera.gz, tok_donor.gguf (a GGUF whose tokenizer
-# serves the dummy model), gguf-py.tar.gz (llama.cpp's gguf package, for the peer's GGUFs), and
-# llama.cpp itself: llama-bench.gz + llama-batched-bench.gz (built elsewhere for sm_90a, see
-# bench/cuda/peer_pack.sh), else llama.cpp-src.tar.gz, built here (~6 minutes on 16 cores).
+# Inputs (bench/cuda/peer_pack.sh packs them into build-carry-peer/a and /b, staged over two
+# calls: `peer_same_call.sh stage` copies a/ to /tmp/peer_in and exits; the second call adds b/
+# and runs everything): tessera.gz, tok_donor.gguf (a GGUF whose tokenizer serves the dummy
+# model), gguf-py.tar.gz (llama.cpp's gguf package, for the peer's GGUFs), and llama.cpp itself:
+# llama-bench.gz + llama-batched-bench.gz (built elsewhere for sm_90a), else llama.cpp-src.tar.gz,
+# built here (~6 minutes on 16 cores).
 set -u
-P=${P:-build-carry-peer}; out=${OUT:-peer_out}; mkdir -p "$out" /tmp/bin /tmp/peer
+P=/tmp/peer_in; mkdir -p $P
+if [ "${1:-}" = stage ]; then cp build-carry-peer/a/* $P/ && ls -la $P; exit; fi
+cp build-carry-peer/b/* $P/ 2>/dev/null
+out=${OUT:-peer_out}; mkdir -p "$out" /tmp/bin /tmp/peer
 here=$(cd "$(dirname "$0")" && pwd)
 for f in $P/*.gz; do t=$(basename "$f" .gz); gunzip -c "$f" > /tmp/bin/$t; chmod +x /tmp/bin/$t; done
 d=$(dirname "$(find /usr/local /opt /usr/lib -name 'libcublasLt.so.13*' 2>/dev/null | head -1)")
