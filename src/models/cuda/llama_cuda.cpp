@@ -26,6 +26,7 @@
 #include "kernels/cuda/rope_kv.h"
 #include "kernels/cuda/sample.h"
 #include "kernels/cuda/row_ops.h"
+#include "models/cuda/llama_cuda_weights.h"
 #include "models/llama.h"
 #include "models/llama_hf.h"
 #include "models/weight_source.h"
@@ -33,25 +34,9 @@
 namespace tessera::models {
 namespace {
 
-using bf16 = __nv_bfloat16;
-
-// Device allocations of one model, freed together.
-class DeviceArena {
- public:
-  ~DeviceArena() {
-    for (void* p : blocks_) cudaFree(p);
-  }
-  template <class T>
-  T* alloc(int64_t n) {
-    void* p = nullptr;
-    TESSERA_CUDA_CHECK(cudaMalloc(&p, static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(T)));
-    blocks_.push_back(p);
-    return static_cast<T*>(p);
-  }
-
- private:
-  std::vector<void*> blocks_;
-};
+using cuda_llama::bf16;
+using cuda_llama::Layer;
+using cuda_llama::Proj;
 
 // A device buffer that only grows (activations sized for the largest batch seen).
 template <class T>
@@ -75,130 +60,18 @@ class Grow {
   int64_t cap_ = 0;
 };
 
-// One projection y[rows][n] = x W^T, W [n][k]: bf16 (cuBLASLt), or quantized (integer dots on
-// activations quantized like the CPU's, kernels/cuda/mmq.h) as row ranges `parts` of the output
-// (one part unless fused matrices of different quant types, e.g. q|k|v of a Q4_K_M file).
-struct Proj {
-  struct Part {
-    DType type;
-    const uint8_t* packed;  // gemv.h repacked layout of rows [row0, row0 + n)
-    int64_t row0, n;
-  };
-  int64_t n = 0, k = 0;
-  bf16* w = nullptr;
-  std::vector<Part> parts;
-  bool quant() const { return !parts.empty(); }
-};
-
-struct Layer {
-  float *attn_norm = nullptr, *ffn_norm = nullptr, *bqkv = nullptr;
-  Proj qkv;  // q rows | k rows | v rows, one projection
-  Proj wo, wd;
-  Proj wgu;  // gate rows then up rows: [2 d_ff][d_model], one projection
-};
-
 class CudaLlama final : public CausalLm {
  public:
-  explicit CudaLlama(LlmConfig cfg) : cfg_(std::move(cfg)) {
+  explicit CudaLlama(LlmConfig cfg) : cfg_(std::move(cfg)), w_(cfg_) {
     TESSERA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    layers_.resize(cfg_.n_layers);
   }
+
+  void load(const WeightSource& w) { w_.load(w); }
+  void fill_dummy(uint64_t seed, DType type) { w_.fill_dummy(seed, type, stream_); }
   ~CudaLlama() override {
     drop_graphs();
     if (stream_) cudaStreamDestroy(stream_);
     for (void* p : pinned_) cudaFreeHost(p);
-  }
-
-  // Real weights, by their GGUF names, through the same source the CPU model loads from (which
-  // checks presence, shape and type).
-  void load(const WeightSource& w) {
-    const int64_t d = cfg_.d_model, qd = cfg_.n_heads * cfg_.head_dim,
-                  kvd = cfg_.n_kv_heads * cfg_.head_dim, ff = cfg_.d_ff;
-    const Tensor embd = w.matrix("token_embd.weight", cfg_.vocab, d);
-    embd_type_ = embd.dtype();
-    if (embd_type_ == DType::kF32 || embd_type_ == DType::kF16 || embd_type_ == DType::kBF16 ||
-        embd_type_ == DType::kQ8_0) {  // the gather kernel reads these as stored
-      const size_t bytes = static_cast<size_t>(cfg_.vocab) * *dtype_row_bytes(embd_type_, d);
-      uint8_t* t = arena_.alloc<uint8_t>(static_cast<int64_t>(bytes));
-      TESSERA_CUDA_CHECK(cudaMemcpy(t, embd.raw_data(), bytes, cudaMemcpyHostToDevice));
-      embd_ = t;
-    } else {  // other types: a bf16 copy
-      embd_type_ = DType::kBF16;
-      bf16* t = arena_.alloc<bf16>(cfg_.vocab * d);
-      upload_bf16(embd, t);
-      embd_ = t;
-    }
-    output_ = proj({cfg_.tied_embeddings ? embd : w.matrix("output.weight", cfg_.vocab, d)});
-    out_norm_ = vector(w, "output_norm.weight", d);
-    if (w.has("rope_freqs.weight")) rope_freqs_ = vector(w, "rope_freqs.weight", cfg_.rope.n_rot / 2);
-    for (int64_t i = 0; i < cfg_.n_layers; ++i) {
-      const std::string p = "blk." + std::to_string(i) + ".";
-      Layer& l = layers_[i];
-      l.attn_norm = vector(w, p + "attn_norm.weight", d);
-      l.qkv = proj({w.matrix(p + "attn_q.weight", qd, d), w.matrix(p + "attn_k.weight", kvd, d),
-                    w.matrix(p + "attn_v.weight", kvd, d)});
-      l.wo = proj({w.matrix(p + "attn_output.weight", d, qd)});
-      if (cfg_.qkv_bias) {
-        l.bqkv = arena_.alloc<float>(qd + 2 * kvd);
-        upload_vector(w, p + "attn_q.bias", qd, l.bqkv);
-        upload_vector(w, p + "attn_k.bias", kvd, l.bqkv + qd);
-        upload_vector(w, p + "attn_v.bias", kvd, l.bqkv + qd + kvd);
-      }
-      l.ffn_norm = vector(w, p + "ffn_norm.weight", d);
-      l.wgu = proj({w.matrix(p + "ffn_gate.weight", ff, d), w.matrix(p + "ffn_up.weight", ff, d)});
-      l.wd = proj({w.matrix(p + "ffn_down.weight", d, ff)});
-    }
-    finish_load();
-  }
-
-  // Random weights of type `type` (bf16, or a quantized type of kernels/cuda/mmq.h) generated on
-  // the device: bf16 uniform, scaled by sqrt(3 / fan-in) so activations keep unit scale; quant
-  // blocks from fill_random_quant at dummy_quant_scale. The embedding table is bf16.
-  void fill_dummy(uint64_t seed, DType type) {
-    const int64_t d = cfg_.d_model, qd = cfg_.n_heads * cfg_.head_dim,
-                  kvd = cfg_.n_kv_heads * cfg_.head_dim, ff = cfg_.d_ff;
-    auto bf16_mat = [&](int64_t rows, int64_t cols) {
-      bf16* w = arena_.alloc<bf16>(rows * cols);
-      const float a = std::sqrt(3.f / static_cast<float>(cols));
-      cuda::fill_uniform_bf16(reinterpret_cast<uint16_t*>(w), rows * cols, -a, a, seed++, stream_);
-      return w;
-    };
-    auto mat = [&](int64_t rows, int64_t cols) {
-      Proj p;
-      p.n = rows;
-      p.k = cols;
-      if (type == DType::kBF16) {
-        p.w = bf16_mat(rows, cols);
-        weight_bytes_ += 2 * rows * cols;
-      } else {
-        const size_t bytes = cuda::gemv_quant_layout(type, rows, cols).bytes;
-        uint8_t* q = arena_.alloc<uint8_t>(static_cast<int64_t>(bytes));
-        cuda::fill_random_quant(type, q, rows, cols, cuda::dummy_quant_scale(type, cols), seed++, stream_);
-        p.parts.push_back({type, q, 0, rows});
-        weight_bytes_ += rows * *dtype_row_bytes(type, cols);
-      }
-      return p;
-    };
-    auto vec = [&](int64_t n, float lo, float hi) {
-      float* v = arena_.alloc<float>(n);
-      cuda::fill_uniform_f32(v, n, lo, hi, seed++, stream_);
-      return v;
-    };
-    embd_type_ = DType::kBF16;
-    embd_ = bf16_mat(cfg_.vocab, d);
-    output_ = mat(cfg_.vocab, d);
-    out_norm_ = vec(d, 0.9f, 1.1f);
-    for (Layer& l : layers_) {
-      l.attn_norm = vec(d, 0.9f, 1.1f);
-      l.qkv = mat(qd + 2 * kvd, d);
-      l.wo = mat(d, qd);
-      if (cfg_.qkv_bias) l.bqkv = vec(qd + 2 * kvd, -0.1f, 0.1f);
-      l.ffn_norm = vec(d, 0.9f, 1.1f);
-      l.wgu = mat(2 * ff, d);
-      l.wd = mat(d, ff);
-    }
-    finish_load();
-    TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
 
   const LlmConfig& config() const override { return cfg_; }
@@ -206,7 +79,7 @@ class CudaLlama final : public CausalLm {
   // Bytes a decode step reads: every projection and the head as stored (quantized: GGUF block
   // bytes), the norms, one embedding row (negligible, not counted).
   int64_t decode_weight_bytes() const override {
-    return weight_bytes_ +
+    return w_.weight_bytes +
            static_cast<int64_t>(sizeof(float)) * cfg_.d_model * (2 * cfg_.n_layers + 1);
   }
   int64_t matmul_params() const override {
@@ -299,14 +172,14 @@ class CudaLlama final : public CausalLm {
     b.normed = normed_.get(std::max<int64_t>(n_logits, 1) * d);
     const int64_t widest = std::max({d, qd, ff});
     b.h = h_.get(n * widest);
-    b.gu = any_bf16_gu_ ? gu_.get(n * 2 * ff) : nullptr;
-    b.guf = any_f32_gu_ ? guf_.get(n * 2 * ff) : nullptr;
+    b.gu = w_.any_bf16_gu ? gu_.get(n * 2 * ff) : nullptr;
+    b.guf = w_.any_f32_gu ? guf_.get(n * 2 * ff) : nullptr;
     b.qkv = qkv_.get(n * (qd + 2 * kvd));
     b.q = q_.get(n * qd);
-    b.attn = any_quant_ ? attn_.get(n * qd) : nullptr;
-    b.qx = any_quant_ ? qx_.get(n * widest) : nullptr;
-    b.meta = any_quant_ ? meta_.get(n * widest / 32) : nullptr;
-    b.wdq = any_quant_ && n > cuda::kMmqGemvMaxRows && !mmq_gemm_ ? wdq_.get(kDequantSliceElems)
+    b.attn = w_.any_quant ? attn_.get(n * qd) : nullptr;
+    b.qx = w_.any_quant ? qx_.get(n * widest) : nullptr;
+    b.meta = w_.any_quant ? meta_.get(n * widest / 32) : nullptr;
+    b.wdq = w_.any_quant && n > cuda::kMmqGemvMaxRows && !mmq_gemm_ ? wdq_.get(kDequantSliceElems)
                                                                  : nullptr;
     b.out = logits_.get(n_logits * V);
     b.tokens = d_tokens;
@@ -405,22 +278,22 @@ class CudaLlama final : public CausalLm {
     const int64_t* d_rows = b.rows;
     const cuda::PagedAttentionTile* d_tiles = b.tiles;
     cuda::RopeConfig rope{cfg_.rope.layout, cfg_.rope.n_rot, cfg_.rope.theta_base,
-                          cfg_.rope.position_scale, rope_freqs_};
+                          cfg_.rope.position_scale, w_.rope_freqs};
     const float scale = 1.f / std::sqrt(static_cast<float>(hd));
-    cuda::embedding_gather<float>(embd_type_, embd_, V, d, d_tokens, n, x, s);
+    cuda::embedding_gather<float>(w_.embd_type, w_.embd, V, d, d_tokens, n, x, s);
     prof_.mark("embedding", {static_cast<double>(n) * d * 6});
     const int64_t qkvd = qd + 2 * kvd;
     const cuda::OpCost attn_cost = prof_.enabled() ? attention_cost() : cuda::OpCost{};
     const cuda::OpCost norm_cost{static_cast<double>(n) * d * 6};  // f32 in, bf16 out
     for (int64_t li = 0; li < cfg_.n_layers; ++li) {
-      const Layer& l = layers_[li];
+      const Layer& l = w_.layers[li];
       __half* kc = static_cast<__half*>(cache.k(li).raw_data());
       __half* vc = static_cast<__half*>(cache.v(li).raw_data());
       // One row: RoPE and the KV write ride in the QKV GEMV's epilogue (one weight type).
       const bool rope_in_qkv =
-          n == 1 && rope_inv_freq_ &&
+          n == 1 && w_.rope_inv_freq &&
           (l.qkv.quant() ? l.qkv.parts.size() == 1 : cuda::gemv_bf16_f32_supported(l.qkv.w, h, d));
-      const cuda::QkvRope qkv_rope{qd, kvd, hd, cfg_.rope.n_rot, rope_inv_freq_, d_pos, d_rows, kc, vc};
+      const cuda::QkvRope qkv_rope{qd, kvd, hd, cfg_.rope.n_rot, w_.rope_inv_freq, d_pos, d_rows, kc, vc};
       // q|k|v = norm(x) Wqkv^T (f32 rows of qkvd)
       if (l.qkv.quant()) {
         if (rope_in_qkv) {
@@ -488,13 +361,13 @@ class CudaLlama final : public CausalLm {
     }
     if (n_logits > 0) {  // a step of prefill chunks only has no logits to compute
       cuda::gather_rows_f32(x, d_logit_rows, n_logits, d, normed, s);  // only rows that need logits
-      if (output_.quant()) {
-        project(output_, In::norm(normed, out_norm_), n_logits, b, out, V, false);
+      if (w_.output.quant()) {
+        project(w_.output, In::norm(normed, w_.out_norm), n_logits, b, out, V, false);
       } else {
-        cuda::rms_norm_rows_bf16(normed, out_norm_, cfg_.norm_eps, n_logits, d, h, s);
-        matmul(h, output_, n_logits, out, false);
+        cuda::rms_norm_rows_bf16(normed, w_.out_norm, cfg_.norm_eps, n_logits, d, h, s);
+        matmul(h, w_.output, n_logits, out, false);
       }
-      prof_.mark("output norm + head", proj_cost(output_, n_logits, 4, 4));
+      prof_.mark("output norm + head", proj_cost(w_.output, n_logits, 4, 4));
     }
   }
 
@@ -599,105 +472,6 @@ class CudaLlama final : public CausalLm {
     }
   }
 
-  // After load / fill_dummy: which intermediate buffers the projections need.
-  void finish_load() {
-    // One-row bf16 steps rotate q / k in the QKV GEMV's epilogue (interleaved pairs, no bias).
-    if (cfg_.rope.layout == ref::RopeLayout::kInterleaved && !cfg_.qkv_bias && cfg_.rope.n_rot > 0) {
-      const int64_t pairs = cfg_.rope.n_rot / 2;
-      std::vector<float> factors;
-      if (rope_freqs_) {
-        factors.resize(pairs);
-        TESSERA_CUDA_CHECK(cudaMemcpy(factors.data(), rope_freqs_, pairs * sizeof(float), cudaMemcpyDeviceToHost));
-      }
-      const std::vector<double> inv = cuda::rope_inv_freq(cfg_.rope.n_rot, cfg_.rope.theta_base,
-                                                          cfg_.rope.position_scale,
-                                                          rope_freqs_ ? factors.data() : nullptr);
-      rope_inv_freq_ = arena_.alloc<double>(pairs);
-      TESSERA_CUDA_CHECK(cudaMemcpy(rope_inv_freq_, inv.data(), pairs * sizeof(double), cudaMemcpyHostToDevice));
-    }
-    any_quant_ = output_.quant();
-    for (const Layer& l : layers_) {
-      any_quant_ |= l.qkv.quant() || l.wo.quant() || l.wgu.quant() || l.wd.quant();
-      const bool f32_gu = l.wgu.quant() || l.wd.quant();
-      any_f32_gu_ |= f32_gu;
-      any_bf16_gu_ |= !f32_gu;
-    }
-  }
-
-  // A host weight {rows, cols} of any type, dequantized and rounded to bf16 into device dst.
-  static void upload_bf16(const Tensor& t, bf16* dst) {
-    const int64_t rows = t.dim(0), cols = t.dim(1);
-    const int64_t row_bytes = *dtype_row_bytes(t.dtype(), cols);
-    const auto* src = static_cast<const uint8_t*>(t.raw_data());
-    std::vector<float> row(cols);
-    std::vector<uint16_t> host(static_cast<size_t>(rows * cols));
-    for (int64_t r = 0; r < rows; ++r) {
-      cpu::dequantize_row(t.dtype(), src + r * row_bytes, row.data(), cols);
-      for (int64_t c = 0; c < cols; ++c) host[r * cols + c] = f32_to_bf16(row[c]);
-    }
-    TESSERA_CUDA_CHECK(cudaMemcpy(dst, host.data(), host.size() * 2, cudaMemcpyHostToDevice));
-  }
-  // Host weights [rows_i][k] stacked by rows into one projection. All of a quantized type the
-  // integer-dot kernels take: kept quantized, repacked (one matrix when all types are equal,
-  // else one part per tensor); otherwise all dequantized to one bf16 matrix.
-  Proj proj(std::initializer_list<Tensor> ts) {
-    Proj p;
-    p.k = ts.begin()->dim(1);
-    bool quant = true, same = true;
-    for (const Tensor& t : ts) {
-      p.n += t.dim(0);
-      quant &= cuda::mmq_supported(t.dtype()) && t.dim(1) % cuda::mmq_act_block(t.dtype()) == 0;
-      same &= t.dtype() == ts.begin()->dtype();
-    }
-    if (!quant) {
-      p.w = arena_.alloc<bf16>(p.n * p.k);
-      int64_t row = 0;
-      for (const Tensor& t : ts) {
-        upload_bf16(t, p.w + row * p.k);
-        row += t.dim(0);
-      }
-      weight_bytes_ += 2 * p.n * p.k;
-      return p;
-    }
-    auto upload = [&](DType type, const uint8_t* blocks, int64_t row0, int64_t n) {
-      const size_t bytes = cuda::gemv_quant_layout(type, n, p.k).bytes;
-      std::vector<uint8_t> packed(bytes);
-      cuda::repack_quant(type, blocks, n, p.k, packed.data());
-      uint8_t* dev = arena_.alloc<uint8_t>(static_cast<int64_t>(bytes));
-      TESSERA_CUDA_CHECK(cudaMemcpy(dev, packed.data(), bytes, cudaMemcpyHostToDevice));
-      p.parts.push_back({type, dev, row0, n});
-      weight_bytes_ += n * *dtype_row_bytes(type, p.k);
-    };
-    if (same && ts.size() > 1) {  // concatenated GGUF rows are one block matrix
-      const DType type = ts.begin()->dtype();
-      const int64_t row_bytes = *dtype_row_bytes(type, p.k);
-      std::vector<uint8_t> blocks(static_cast<size_t>(p.n * row_bytes));
-      int64_t row = 0;
-      for (const Tensor& t : ts) {
-        std::memcpy(blocks.data() + row * row_bytes, t.raw_data(), static_cast<size_t>(t.dim(0) * row_bytes));
-        row += t.dim(0);
-      }
-      upload(type, blocks.data(), 0, p.n);
-      return p;
-    }
-    int64_t row = 0;
-    for (const Tensor& t : ts) {
-      upload(t.dtype(), static_cast<const uint8_t*>(t.raw_data()), row, t.dim(0));
-      row += t.dim(0);
-    }
-    return p;
-  }
-  float* vector(const WeightSource& w, const std::string& name, int64_t n) {
-    float* dst = arena_.alloc<float>(n);
-    upload_vector(w, name, n, dst);
-    return dst;
-  }
-  static void upload_vector(const WeightSource& w, const std::string& name, int64_t n, float* dst) {
-    const Tensor host = weight_vector_f32(w, name, n);
-    TESSERA_CUDA_CHECK(cudaMemcpy(dst, host.data<float>(), static_cast<size_t>(n) * 4,
-                                  cudaMemcpyHostToDevice));
-  }
-
   // Pinned host buffers: per-step tables staged to the device (with a device twin each), and the
   // results coming back.
   enum Slot {
@@ -783,15 +557,8 @@ class CudaLlama final : public CausalLm {
   LlmConfig cfg_;
   cudaStream_t stream_ = nullptr;
   cuda::OpProfiler prof_;  // TESSERA_CUDA_PROFILE
-  DeviceArena arena_;
+  cuda_llama::Weights w_;
   cuda::GemmBf16 gemm_;
-  DType embd_type_ = DType::kBF16;
-  void* embd_ = nullptr;
-  Proj output_;
-  float* out_norm_ = nullptr;
-  float* rope_freqs_ = nullptr;  // device, or null
-  double* rope_inv_freq_ = nullptr;  // device angle per position of each pair (gemv.h), or null
-  std::vector<Layer> layers_;
   Grow<float> residual_, normed_, qkv_, q_, attn_, guf_, logits_, attn_ws_;
   Grow<bf16> h_, gu_;
   Grow<int8_t> qx_;
@@ -802,9 +569,6 @@ class CudaLlama final : public CausalLm {
     return v && std::strcmp(v, "1") == 0;
   }();
   Grow<cuda::MmqActMeta> meta_;
-  int64_t weight_bytes_ = 0;
-  // Which intermediate buffers the layers' projection types need (set by finish_load()).
-  bool any_quant_ = false, any_bf16_gu_ = false, any_f32_gu_ = false;
   Grow<int32_t> ids_;
   static constexpr int64_t kMaxGraphRows = 512;
   std::map<std::pair<int64_t, int64_t>, cudaGraphExec_t> graphs_;
