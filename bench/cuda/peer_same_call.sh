@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: Tessera and llama.cpp on Llama-3-8B-shaped random weights, same GPU, same call,
 # one side-by-side table (peer_same_call.md under $OUT):
-#   batch-1 decode at a 512-token context, bf16 / q8_0 / q4_0 / q4_k
+#   batch-1 decode at a 512-token context, bf16 / q8_0 / q4_0 ($TYPES)
 #       (tessera bench --decode-ctx 512 | llama-bench tg64 -d 512, each on its own weights type);
 #   prefill 512 / 2048, bf16 (tessera bench | llama-bench pp);
 #   batched decode, 128 sequences at 512-token contexts, bf16 (tessera bench | S_TG of
@@ -37,14 +37,14 @@ if ! $L/llama-bench --help > /dev/null 2>&1; then
 fi
 mkdir -p /tmp/gguf-py && tar xzf $P/gguf-py.tar.gz -C /tmp/gguf-py
 M=$P/tok_donor.gguf
-TYPES=${TYPES:-bf16 q8_0 q4_0 q4_k}
+TYPES=${TYPES:-bf16 q8_0 q4_0}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader >> "$log"
 
 # Tessera: the engine bench per weights type (batch-1 at a 512-token context; bf16 also prefill
 # and 128 sequences), then the serving workload.
 for ty in $TYPES; do
   note "tessera bench $ty"
-  if [ "$ty" = bf16 ]; then extra="--prefill 512,2048 --batch 128 --batch-gen 32"; else extra="--prefill 512 --batch 16 --batch-gen 4"; fi
+  if [ "$ty" = bf16 ]; then extra="--prefill 512,2048 --batch 128 --batch-gen 32"; else extra="--prefill 64 --batch 2 --batch-gen 2"; fi
   timeout 150 /tmp/bin/tessera bench -m $M --device cuda --dummy llama3-8b --dummy-type $ty --decode-ctx 512 \
     --decode-tokens 64 $extra --out "$out/tessera_bench_$ty.md" >> "$log" 2>&1
 done
