@@ -94,7 +94,7 @@ try:
     for line in open("/tmp/peer/lbb.txt"):
         c = [v.strip() for v in line.split("|")]
         if len(c) > 9 and c[1] == "512" and c[2] == "128" and c[3] == "128":
-            s_tg, s = float(c[-3]), float(c[-2])  # S_TG t/s, S t/s
+            s_tg, s = float(c[-4]), float(c[-2])  # S_TG t/s, S t/s (columns end T_TG, S_TG, T, S)
 except OSError: pass
 serve = load(f"{out}/tessera_serve.json") or {}
 b16 = bench("bf16")
