@@ -10,6 +10,7 @@
 #include "cuda/cuda_test_util.h"
 #include "formats/quant_blocks.h"
 #include "kernels/cuda/embedding.h"
+#include "kernels/cuda/gemv.h"
 #include "kernels/cuda/rope_kv.h"
 #include "kernels/cuda/swiglu.h"
 #include "kernels/ref/dequant.h"
@@ -95,10 +96,12 @@ TYPED_TEST(DecodeKernelsCuda, RopeKvWriteMatchesReference) {
       {2, 0, ref::RopeLayout::kInterleaved, false, 1.f}};
   // Few rows spread each row's heads over several blocks (4 heads each): head counts that do
   // and do not divide evenly.
+  for (bool table : {false, true})
   for (auto [n_heads, n_kv] : std::vector<std::pair<int64_t, int64_t>>{{6, 2}, {9, 3}, {32, 8}})
   for (const Case& c : cases) {
     SCOPED_TRACE("heads=" + std::to_string(n_heads) + "/" + std::to_string(n_kv) +
-                 " head_dim=" + std::to_string(c.head_dim) + " n_rot=" + std::to_string(c.n_rot));
+                 " head_dim=" + std::to_string(c.head_dim) + " n_rot=" + std::to_string(c.n_rot) +
+                 (table ? " angle table" : " pow"));
     const int64_t rows = 5, cache_rows_total = 9;
     const std::vector<int32_t> pos = {0, 1, 17, 32767, 131071};
     const std::vector<int64_t> crow = {3, 0, 8, 5, 6};  // rows 1, 2, 4, 7 must stay untouched
@@ -115,7 +118,11 @@ TYPED_TEST(DecodeKernelsCuda, RopeKvWriteMatchesReference) {
     test::DevBuf<__half> kc(cache_rows_total * n_kv * c.head_dim), vc(kc.size());
     kc.poison();
     vc.poison();
-    cuda::RopeConfig cfg{c.layout, c.n_rot, 500000.f, c.pscale, c.factors ? dff.get() : nullptr};
+    // Angles formed per row (pow), or read from the table the model keeps (rope_inv_freq).
+    const auto inv = cuda::rope_inv_freq(c.n_rot, 500000.f, c.pscale, c.factors ? ff.data() : nullptr);
+    test::DevBuf<double> dinv(inv.empty() ? std::vector<double>{0.0} : inv);
+    cuda::RopeConfig cfg{c.layout, c.n_rot, 500000.f, c.pscale, c.factors ? dff.get() : nullptr,
+                         table ? dinv.get() : nullptr};
     cuda::rope_kv_write<T>(dq.get(), dk.get(), dv.get(), dpos.get(), dcrow.get(), rows, n_heads,
                            n_kv, c.head_dim, cfg, kc.get(), vc.get(), nullptr);
     test::check_launch();

@@ -28,12 +28,17 @@ __global__ void rope_kv_kernel(const T* q_in, int64_t ld_q, const T* k, const T*
   __shared__ double cs_s[kMaxPairs], sn_s[kMaxPairs];
   const int64_t r = blockIdx.x;
   const int64_t crow = cache_rows[r];
-  const double pos = static_cast<double>(positions[r]) * cfg.position_scale;
   const int64_t half_rot = cfg.n_rot / 2, slots = head_dim / 2;
-  for (int64_t j = threadIdx.x; j < half_rot; j += kThreads) {
-    double freq = pow(static_cast<double>(cfg.theta_base), -2.0 * j / cfg.n_rot);
-    if (cfg.freq_factors) freq /= cfg.freq_factors[j];
-    sincos(pos * freq, &sn_s[j], &cs_s[j]);
+  if (cfg.inv_freq) {
+    const double pos = static_cast<double>(positions[r]);
+    for (int64_t j = threadIdx.x; j < half_rot; j += kThreads) sincos(pos * cfg.inv_freq[j], &sn_s[j], &cs_s[j]);
+  } else {
+    const double pos = static_cast<double>(positions[r]) * cfg.position_scale;
+    for (int64_t j = threadIdx.x; j < half_rot; j += kThreads) {
+      double freq = pow(static_cast<double>(cfg.theta_base), -2.0 * j / cfg.n_rot);
+      if (cfg.freq_factors) freq /= cfg.freq_factors[j];
+      sincos(pos * freq, &sn_s[j], &cs_s[j]);
+    }
   }
   // This block's heads (of the n_heads + n_kv_heads rotated ones) and v elements.
   const int64_t heads = n_heads + n_kv_heads, per = (heads + gridDim.y - 1) / gridDim.y;

@@ -25,6 +25,10 @@ struct RopeConfig {
   float theta_base = 10000.f;
   float position_scale = 1.f;
   const float* freq_factors = nullptr;  // DEVICE pointer to n_rot/2 divisors, or null
+  // DEVICE table of each pair's angle per position (cuda::rope_inv_freq in gemv.h: theta_base
+  // ^ (-2i / n_rot) * position_scale / freq_factors[i], in double), or null: then every row forms
+  // it with pow (the table saves ~100 FP64 instructions per pair and row).
+  const double* inv_freq = nullptr;
 };
 
 template <class T>

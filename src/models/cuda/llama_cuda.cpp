@@ -278,7 +278,7 @@ class CudaLlama final : public CausalLm {
     const int64_t* d_rows = b.rows;
     const cuda::PagedAttentionTile* d_tiles = b.tiles;
     cuda::RopeConfig rope{cfg_.rope.layout, cfg_.rope.n_rot, cfg_.rope.theta_base,
-                          cfg_.rope.position_scale, w_.rope_freqs};
+                          cfg_.rope.position_scale, w_.rope_freqs, w_.rope_inv_freq};
     const float scale = 1.f / std::sqrt(static_cast<float>(hd));
     cuda::embedding_gather<float>(w_.embd_type, w_.embd, V, d, d_tokens, n, x, s);
     prof_.mark("embedding", {static_cast<double>(n) * d * 6});
@@ -291,7 +291,7 @@ class CudaLlama final : public CausalLm {
       __half* vc = static_cast<__half*>(cache.v(li).raw_data());
       // One row: RoPE and the KV write ride in the QKV GEMV's epilogue (one weight type).
       const bool rope_in_qkv =
-          n == 1 && w_.rope_inv_freq &&
+          n == 1 && w_.rope_inv_freq && cfg_.rope.layout == ref::RopeLayout::kInterleaved && !cfg_.qkv_bias &&
           (l.qkv.quant() ? l.qkv.parts.size() == 1 : cuda::gemv_bf16_f32_supported(l.qkv.w, h, d));
       const cuda::QkvRope qkv_rope{qd, kvd, hd, cfg_.rope.n_rot, w_.rope_inv_freq, d_pos, d_rows, kc, vc};
       // q|k|v = norm(x) Wqkv^T (f32 rows of qkvd)

@@ -139,21 +139,18 @@ void Weights::fill_dummy(uint64_t seed, DType type, cudaStream_t stream) {
 // After load / fill_dummy: the RoPE angle table, and which intermediate buffers the projections
 // need.
 void Weights::finish_load() {
-  // One-row bf16 steps rotate q / k in the QKV GEMV's epilogue (interleaved pairs, no bias).
-  if (cfg_.rope.layout == ref::RopeLayout::kInterleaved && !cfg_.qkv_bias && cfg_.rope.n_rot > 0) {
+  // Each rotated pair's angle per position, for the RoPE kernel and the QKV GEMV epilogue.
+  if (cfg_.rope.n_rot > 0) {
     const int64_t pairs = cfg_.rope.n_rot / 2;
     std::vector<float> factors;
     if (rope_freqs) {
       factors.resize(pairs);
-      TESSERA_CUDA_CHECK(
-          cudaMemcpy(factors.data(), rope_freqs, pairs * sizeof(float), cudaMemcpyDeviceToHost));
+      TESSERA_CUDA_CHECK(cudaMemcpy(factors.data(), rope_freqs, pairs * sizeof(float), cudaMemcpyDeviceToHost));
     }
-    const std::vector<double> inv =
-        cuda::rope_inv_freq(cfg_.rope.n_rot, cfg_.rope.theta_base, cfg_.rope.position_scale,
-                            rope_freqs ? factors.data() : nullptr);
+    const std::vector<double> inv = cuda::rope_inv_freq(cfg_.rope.n_rot, cfg_.rope.theta_base, cfg_.rope.position_scale,
+                                                        rope_freqs ? factors.data() : nullptr);
     rope_inv_freq = arena_.alloc<double>(pairs);
-    TESSERA_CUDA_CHECK(
-        cudaMemcpy(rope_inv_freq, inv.data(), pairs * sizeof(double), cudaMemcpyHostToDevice));
+    TESSERA_CUDA_CHECK(cudaMemcpy(rope_inv_freq, inv.data(), pairs * sizeof(double), cudaMemcpyHostToDevice));
   }
   any_quant = output.quant();
   for (const Layer& l : layers) {
