@@ -11,7 +11,7 @@
 # (c stages the peer's first half, as `peer_same_call.sh stage` does.) Optional fifth call, after
 # c: run(command="bench/cuda/gpu_run.sh d", carry=["build-carry-gpu/d"]) (Hugging Face
 # checkpoints vs transformers on the GPU; d holds pytest wheels). peer_pack.sh needs
-# LLAMA_SRC (and builds llama.cpp here once, ~40 minutes on 2 cores).
+# LLAMA_SRC (and builds llama.cpp here once, ~20 minutes on 2 cores).
 set -eu
 B=${BUILD:-build}
 M=${TESSERA_MODEL:-${XDG_CACHE_HOME:-$HOME/.cache}/tessera/SmolLM2-135M-Instruct.Q4_1.gguf}

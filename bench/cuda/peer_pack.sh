@@ -3,7 +3,7 @@
 # under the device tool's 64 MiB per call): gzip'd tessera from $BUILD (default build/), the
 # tokenizer donor GGUF, llama.cpp's gguf-py, and llama.cpp's llama-bench / llama-batched-bench
 # built HERE for sm_90a from the llama-cpp-python sdist's vendored source ($LLAMA_SRC: a llama.cpp
-# source tree; the build takes ~40 minutes on 2 cores, so the GPU machine does not spend its time
+# source tree; the build takes ~20 minutes on 2 cores, so the GPU machine does not spend its time
 # on it; each static binary is ~47 MB gzip'd). Then two chained calls (the machine stays warm
 # ~30 s; /tmp survives), the first only stages its files:
 #   run(command="bash bench/cuda/peer_same_call.sh stage", carry=["build-carry-peer/a"])
