@@ -45,7 +45,7 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader >> "$log"
 # and 128 sequences), then the serving workload.
 for ty in $TYPES; do
   note "tessera bench $ty"
-  if [ "$ty" = bf16 ]; then extra="--prefill 512,2048 --batch 128 --batch-gen 32"; else extra="--prefill 64 --batch 2 --batch-gen 2"; fi
+  if [ "$ty" = bf16 ]; then extra="--prefill 512,2048 --batch 128 --batch-gen 128"; else extra="--prefill 64 --batch 2 --batch-gen 2"; fi
   timeout 150 /tmp/bin/tessera bench -m $M --device cuda --dummy llama3-8b --dummy-type $ty --decode-ctx 512 \
     --decode-tokens 64 $extra --out "$out/tessera_bench_$ty.md" >> "$log" 2>&1
 done

@@ -115,7 +115,8 @@ int cmd_bench(int argc, char** argv) {
   args.value("model", &model);
   args.value("out", &out_path);
   const bool json = args.flag("json");
-  if (args.flag("profile")) setenv("TESSERA_CUDA_PROFILE", "1", 1);  // read when the model loads
+  const bool profile = args.flag("profile");
+  if (profile) setenv("TESSERA_CUDA_PROFILE", "1", 1);  // read when the model loads
   std::string device = "cpu", dummy, dummy_type = "bf16";
   args.value("device", &device);
   args.value("dummy", &dummy);
@@ -170,6 +171,7 @@ int cmd_bench(int argc, char** argv) {
     peak_name = "f32 FMA";
   }
 
+  if (profile && device != "cuda") std::fprintf(stderr, "bench: --profile applies to --device cuda only\n");
   if (batch_ctx < 0) batch_ctx = device == "cuda" ? 512 : 32;
   const int max_prefill = *std::max_element(prefill.begin(), prefill.end());
   const int max_batch = *std::max_element(batches.begin(), batches.end());
@@ -184,7 +186,7 @@ int cmd_bench(int argc, char** argv) {
   };
   const int64_t max_batch_len = batch_ctx + batch_gen + prefill_steps(max_batch) + 16;
   eo.context_length = static_cast<int32_t>(
-      std::max<int64_t>({max_prefill + 8, 32 + decode_ctx + decode_tokens + 8, max_batch_len}));
+      std::max<int64_t>({max_prefill + 8, decode_ctx + decode_tokens + 8, max_batch_len}));
   eo.kv_cache_tokens = std::max<int64_t>(static_cast<int64_t>(max_batch) * max_batch_len,
                                          eo.context_length);
   eo.max_running = max_batch;
@@ -286,6 +288,9 @@ int cmd_bench(int argc, char** argv) {
      << decode_ctx << "-token prompt, " << decode_tokens << " tokens generated. Batched decode: "
      << batch_ctx << "-token prompts, " << batch_gen
      << " tokens generated each; only steps that decode every sequence together count.\n";
+  if (profile && device == "cuda")
+    md << "\nProfiled run (--profile): steps ran eagerly, without CUDA graphs, with an event after "
+          "every op; these numbers are slower than an unprofiled run's.\n";
   if (json) {
     std::printf("{\"copy_gbs\": %.2f, \"fma_gflops\": %.2f, \"results\": [", bw / 1e9, fma / 1e9);
     for (size_t i = 0; i < rows.size(); ++i)

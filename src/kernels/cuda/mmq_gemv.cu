@@ -155,7 +155,10 @@ mmq_gemv_kernel(MmqMat w, const int8_t* qx, const MmqActMeta* meta, Epi epi) {
   pdl_trigger();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t r0 = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * kR;
-  if (r0 >= w.n) return;
+  if (r0 >= w.n) {  // no rows for this warp: still order after the predecessor
+    pdl_wait();
+    return;
+  }
   bool waited = false;
   const int64_t nb = w.k / 32;
   int64_t rows[kR];

@@ -1,7 +1,7 @@
 // The QKV-projection epilogue shared by the GEMVs (gemv.h, mmq.h): RoPE on q and k rows and the
 // f16 KV-cache write (QkvRope in gemv.h). Called by every lane of a warp with the R reduced sums
-// of rows r0 .. r0 + R - 1 (r0 % R == 0, R even; the q / k / v boundaries are multiples of 4, so
-// a group lies in one of them).
+// of rows r0 .. r0 + R - 1 (r0 % R == 0, R = 2 or 4; the q / k / v boundaries are multiples of 4,
+// so a group lies in one of them).
 #pragma once
 
 #include <cuda_fp16.h>
@@ -19,6 +19,7 @@ struct QkvRopeEpi {
   QkvRope a;
   template <int R>
   __device__ void operator()(int64_t r0, const float (&v)[R], int64_t n, int lane) const {
+    static_assert(R == 2 || R == 4, "a row group must lie within q, k or v (multiples of 4)");
     const int64_t crow = *a.cache_row;
     if (r0 >= a.q_rows + a.kv_rows) {  // v rows: no rotation
 #pragma unroll

@@ -48,7 +48,7 @@ __global__ void rope_kv_kernel(const T* q_in, int64_t ld_q, const T* k, const T*
   for (int64_t i = blockIdx.y * v_per + threadIdx.x; i < v1; i += kThreads)
     v_cache[crow * n_v + i] = __float2half_rn(to_f32(v[r * ld_kv + i]));
   __syncthreads();
-  const int items = static_cast<int>((head1 - head0) * slots);  // <= 512 x 256
+  const int items = static_cast<int>((head1 - head0) * slots);  // heads x 256 < 2^31
   for (int it = threadIdx.x; it < items; it += kThreads) {
     const int64_t head = head0 + it / static_cast<int>(slots), j = it % static_cast<int>(slots);
     const bool is_q = head < n_heads;

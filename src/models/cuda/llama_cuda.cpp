@@ -188,12 +188,14 @@ class CudaLlama final : public CausalLm {
     b.tiles = d_tiles;
     b.tables = d_tables;
     b.logit_rows = d_logit_rows;
-    // Split-KV attention scratch: its size depends on (rows, table stride) only, as graphs need.
-    b.attn_ws_bytes = cuda::paged_attention_workspace_bytes(
+    // Split-KV attention scratch. Its size follows from (rows, table stride), a decode graph's
+    // key, so only the buffer's address is in Bufs: it moves (and graphs are dropped) only when
+    // the buffer grows, not whenever a small batch's split count changes.
+    attn_ws_bytes_ = cuda::paged_attention_workspace_bytes(
         n, cfg_.n_heads, hd,
         cuda::paged_attention_splits(static_cast<int64_t>(tiles_.size()), cfg_.n_kv_heads,
                                      table_stride_, cache.block_size()));
-    b.attn_ws = b.attn_ws_bytes > 0 ? attn_ws_.get(static_cast<int64_t>(b.attn_ws_bytes / 4)) : nullptr;
+    b.attn_ws = attn_ws_.get(std::max<int64_t>(1, static_cast<int64_t>(attn_ws_bytes_ / 4)));
 
     // Decode-only steps (one token per sequence) replay a CUDA graph per (rows, table stride):
     // ~10 launches per layer collapse into one. Graphs hold buffer addresses, so any buffer
@@ -257,7 +259,6 @@ class CudaLlama final : public CausalLm {
     int64_t* rows;
     cuda::PagedAttentionTile* tiles;
     float* attn_ws;
-    size_t attn_ws_bytes;
   };
 
   void drop_graphs() {
@@ -324,14 +325,14 @@ class CudaLlama final : public CausalLm {
         cuda::paged_attention<float, float>(q, d_pos, d_tiles, static_cast<int64_t>(tiles_.size()),
                                             d_tables, table_stride_, cache.block_size(), kc, vc,
                                             cfg_.n_heads, cfg_.n_kv_heads, hd, scale, b.attn, s,
-                                            {b.attn_ws, b.attn_ws_bytes, n});
+                                            {b.attn_ws, attn_ws_bytes_, n});
         prof_.mark("attention", attn_cost);
         project(l.wo, In::rows(b.attn), n, b, x, d, /*accumulate=*/true);
       } else {  // attention writes bf16: it only feeds the output projection
         cuda::paged_attention<float, bf16>(q, d_pos, d_tiles, static_cast<int64_t>(tiles_.size()),
                                            d_tables, table_stride_, cache.block_size(), kc, vc,
                                            cfg_.n_heads, cfg_.n_kv_heads, hd, scale, h, s,
-                                           {b.attn_ws, b.attn_ws_bytes, n});
+                                           {b.attn_ws, attn_ws_bytes_, n});
         prof_.mark("attention", attn_cost);
         matmul(h, l.wo, n, x, /*accumulate=*/true);  // residual += attention out
       }
@@ -557,7 +558,7 @@ class CudaLlama final : public CausalLm {
   LlmConfig cfg_;
   cudaStream_t stream_ = nullptr;
   cuda::OpProfiler prof_;  // TESSERA_CUDA_PROFILE
-  cuda_llama::Weights w_;
+  cuda_llama::Weights w_;  // holds a reference to cfg_: declared after it
   cuda::GemmBf16 gemm_;
   Grow<float> residual_, normed_, qkv_, q_, attn_, guf_, logits_, attn_ws_;
   Grow<bf16> h_, gu_;
@@ -583,6 +584,7 @@ class CudaLlama final : public CausalLm {
   std::vector<int64_t> cache_rows_;
   std::vector<cuda::PagedAttentionTile> tiles_;
   int64_t table_stride_ = 1;
+  size_t attn_ws_bytes_ = 0;  // this call's split-KV workspace need (run())
 };
 
 }  // namespace

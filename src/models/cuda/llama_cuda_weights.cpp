@@ -66,12 +66,12 @@ void Weights::load(const WeightSource& w) {
     embd = t;
   }
   output = proj({cfg_.tied_embeddings ? table : w.matrix("output.weight", cfg_.vocab, d)});
-  out_norm = vector(w, "output_norm.weight", d);
-  if (w.has("rope_freqs.weight")) rope_freqs = vector(w, "rope_freqs.weight", cfg_.rope.n_rot / 2);
+  out_norm = upload_f32(w, "output_norm.weight", d);
+  if (w.has("rope_freqs.weight")) rope_freqs = upload_f32(w, "rope_freqs.weight", cfg_.rope.n_rot / 2);
   for (int64_t i = 0; i < cfg_.n_layers; ++i) {
     const std::string p = "blk." + std::to_string(i) + ".";
     Layer& l = layers[i];
-    l.attn_norm = vector(w, p + "attn_norm.weight", d);
+    l.attn_norm = upload_f32(w, p + "attn_norm.weight", d);
     l.qkv = proj({w.matrix(p + "attn_q.weight", qd, d), w.matrix(p + "attn_k.weight", kvd, d),
                   w.matrix(p + "attn_v.weight", kvd, d)});
     l.wo = proj({w.matrix(p + "attn_output.weight", d, qd)});
@@ -81,7 +81,7 @@ void Weights::load(const WeightSource& w) {
       upload_vector(w, p + "attn_k.bias", kvd, l.bqkv + qd);
       upload_vector(w, p + "attn_v.bias", kvd, l.bqkv + qd + kvd);
     }
-    l.ffn_norm = vector(w, p + "ffn_norm.weight", d);
+    l.ffn_norm = upload_f32(w, p + "ffn_norm.weight", d);
     l.wgu = proj({w.matrix(p + "ffn_gate.weight", ff, d), w.matrix(p + "ffn_up.weight", ff, d)});
     l.wd = proj({w.matrix(p + "ffn_down.weight", d, ff)});
   }
@@ -212,7 +212,7 @@ Proj Weights::proj(std::initializer_list<Tensor> ts) {
   }
   return p;
 }
-float* Weights::vector(const WeightSource& w, const std::string& name, int64_t n) {
+float* Weights::upload_f32(const WeightSource& w, const std::string& name, int64_t n) {
   float* dst = arena_.alloc<float>(n);
   upload_vector(w, name, n, dst);
   return dst;

@@ -62,7 +62,7 @@ struct Layer {
 
 class Weights {
  public:
-  explicit Weights(const LlmConfig& cfg) : cfg_(cfg), layers(cfg.n_layers) {}
+  explicit Weights(const LlmConfig& cfg) : layers(cfg.n_layers), cfg_(cfg) {}
 
   // Real weights, by their GGUF names, through the same source the CPU model loads from (which
   // checks presence, shape and type).
@@ -86,7 +86,7 @@ class Weights {
  private:
   void finish_load();
   Proj proj(std::initializer_list<Tensor> ts);
-  float* vector(const WeightSource& w, const std::string& name, int64_t n);
+  float* upload_f32(const WeightSource& w, const std::string& name, int64_t n);
   const LlmConfig& cfg_;
   DeviceArena arena_;
 };
