@@ -394,14 +394,6 @@ bool vec_ok(const void* w, const void* x, int64_t k) {
   return k % 8 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
 }
 
-void check_rope(const QkvRope& r) {
-  TESSERA_CHECK_ARG(r.q_rows % 4 == 0 && r.kv_rows % 4 == 0 && r.head_dim % 4 == 0 &&
-                        r.head_dim > 0 && r.n_rot % 2 == 0 && r.n_rot >= 0 && r.n_rot <= r.head_dim &&
-                        r.q_rows % r.head_dim == 0 && r.kv_rows % r.head_dim == 0,
-                    "cuda::gemv_*_qkv_rope: q_rows, kv_rows, head_dim must be multiples of 4 "
-                    "(rows whole heads), n_rot even and <= head_dim");
-}
-
 }  // namespace
 
 void set_gemv_rows_per_warp(int rows) { g_rows_per_warp.store(rows == 2 || rows == 4 ? rows : 0); }

@@ -237,11 +237,7 @@ void launch_qkv_rope(const MmqMat& w, const int8_t* qx, const MmqActMeta* meta, 
 void mmq_gemv_qkv_rope(DType t, const void* packed, int64_t k, const int8_t* qx,
                        const MmqActMeta* meta, float* q, const QkvRope& r, cudaStream_t s) {
   TESSERA_CHECK_ARG(mmq_supported(t), "mmq_gemv_qkv_rope: weight type " + std::string(dtype_name(t)) + " unsupported");
-  TESSERA_CHECK_ARG(r.q_rows % 4 == 0 && r.kv_rows % 4 == 0 && r.head_dim % 4 == 0 && r.head_dim > 0 &&
-                        r.n_rot % 2 == 0 && r.n_rot >= 0 && r.n_rot <= r.head_dim &&
-                        r.q_rows % r.head_dim == 0 && r.kv_rows % r.head_dim == 0,
-                    "mmq_gemv_qkv_rope: q_rows, kv_rows, head_dim must be multiples of 4 (rows whole "
-                    "heads), n_rot even and <= head_dim");
+  check_rope(r);
   const int64_t n = r.q_rows + 2 * r.kv_rows;
   const MmqMat w{static_cast<const uint8_t*>(packed), gemv_quant_layout(t, n, k), n, k};
   switch (t) {

@@ -8,10 +8,20 @@
 
 #include <cstdint>
 
+#include "core/error.h"
 #include "kernels/cuda/convert.cuh"
 #include "kernels/cuda/gemv.h"
 
 namespace tessera::cuda::detail {
+
+// The shapes the epilogue handles (host check of every QKV GEMV entry point).
+inline void check_rope(const QkvRope& r) {
+  TESSERA_CHECK_ARG(r.q_rows % 4 == 0 && r.kv_rows % 4 == 0 && r.head_dim % 4 == 0 &&
+                        r.head_dim > 0 && r.n_rot % 2 == 0 && r.n_rot >= 0 && r.n_rot <= r.head_dim &&
+                        r.q_rows % r.head_dim == 0 && r.kv_rows % r.head_dim == 0,
+                    "cuda QKV GEMV with RoPE: q_rows, kv_rows, head_dim must be multiples of 4 "
+                    "(rows whole heads), n_rot even and <= head_dim");
+}
 
 template <class T>
 struct QkvRopeEpi {
