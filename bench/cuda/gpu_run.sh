@@ -44,7 +44,7 @@ case $phase in
     fi
     ;;
   c)
-    mkdir -p /tmp/peer_in && cp build-carry-peer/a/* /tmp/peer_in/
+    bash bench/cuda/peer_same_call.sh stage > /dev/null
     gunzip -c /tmp/peer_in/tessera.gz > /tmp/bin/tessera && chmod +x /tmp/bin/tessera
     step profile timeout 240 /tmp/bin/tessera bench -m $TESSERA_MODEL --device cuda --dummy llama3-8b --profile \
       --prefill 2048 --batch 128 --batch-gen 8 --decode-tokens 16 --decode-ctx 512 --out /tmp/m/prof.md

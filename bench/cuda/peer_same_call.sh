@@ -13,8 +13,7 @@
 # calls: `peer_same_call.sh stage` copies a/ to /tmp/peer_in and exits; the second call adds b/
 # and runs everything): tessera.gz, tok_donor.gguf (a GGUF whose tokenizer serves the dummy
 # model), gguf-py.tar.gz (llama.cpp's gguf package, for the peer's GGUFs), and llama.cpp itself:
-# llama-bench.gz + llama-batched-bench.gz (built elsewhere for sm_90a), else llama.cpp-src.tar.gz,
-# built here (~6 minutes on 16 cores).
+# llama-bench.gz + llama-batched-bench.gz (built for sm_90a by peer_pack.sh).
 set -u
 P=/tmp/peer_in; mkdir -p $P
 if [ "${1:-}" = stage ]; then cp build-carry-peer/a/* $P/ && ls -la $P; exit; fi
@@ -28,13 +27,8 @@ log=$out/peer_log.txt
 note() { echo "== $* ($(date +%T))" | tee -a "$log"; }
 L=/tmp/bin
 if ! $L/llama-bench --help > /dev/null 2>&1; then
-  note "no prebuilt llama.cpp: building it from $P/llama.cpp-src.tar.gz"
-  mkdir -p /tmp/lc/src && tar xzf $P/llama.cpp-src.tar.gz -C /tmp/lc/src
-  cmake -S /tmp/lc/src -B /tmp/lc/b -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a \
-    -DGGML_NATIVE=OFF -DGGML_CUDA_NCCL=OFF -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF \
-    -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF >> "$log" 2>&1
-  timeout ${BUILD_LIMIT_S:-450} cmake --build /tmp/lc/b --target llama-bench llama-batched-bench -j "$(nproc)" >> "$log" 2>&1
-  L=/tmp/lc/b/bin
+  note "llama-bench does not run: build-carry-peer/ must hold llama.cpp built by bench/cuda/peer_pack.sh"
+  exit 1
 fi
 mkdir -p /tmp/gguf-py && tar xzf $P/gguf-py.tar.gz -C /tmp/gguf-py
 M=$P/tok_donor.gguf

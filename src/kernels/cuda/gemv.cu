@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "kernels/cuda/convert.cuh"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/mmq_common.cuh"
 #include "kernels/cuda/qkv_rope_epi.cuh"
 
 namespace tessera::cuda {
@@ -54,19 +55,6 @@ __device__ __forceinline__ XQ<NQ> load_xq(const QIn& in, int64_t c) {
   x.slo = static_cast<int16_t>(m.y & 0xFFFF);
   x.shi = m.y >> 16;
   return x;
-}
-
-// Low / high nibbles of a 16-byte chunk in Q4_0 order dotted with elements 0..15 / 16..31.
-__device__ __forceinline__ int dot_nibbles(const uint4& w, const uint4& xa, const uint4& xb) {
-  const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
-  const uint32_t a[4] = {xa.x, xa.y, xa.z, xa.w}, b[4] = {xb.x, xb.y, xb.z, xb.w};
-  int s = 0;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    s = dp4a(ws[i] & 0x0F0F0F0Fu, a[i], s);
-    s = dp4a((ws[i] >> 4) & 0x0F0F0F0Fu, b[i], s);
-  }
-  return s;
 }
 
 // ---------------------------------------------------------------- formats
@@ -242,27 +230,17 @@ struct Bf16Fmt {
 // Called by every lane of a warp with the R reduced sums of rows r0 .. r0 + R - 1.
 
 template <class T>
-struct StoreEpi {
+struct StoreEpi {  // y (+)= the sums, rounded to T (accumulate: the f32 residual stream)
   T* y;
+  bool accumulate = false;
   template <int R>
   __device__ void operator()(int64_t r0, const float (&v)[R], int64_t n, int lane) const {
 #pragma unroll
     for (int r = 0; r < R; ++r)
-      if (lane == r && r0 + r < n) y[r0 + r] = from_f32<T>(v[r]);
+      if (lane == r && r0 + r < n)
+        y[r0 + r] = from_f32<T>(accumulate ? to_f32(y[r0 + r]) + v[r] : v[r]);
   }
 };
-
-struct F32Epi {  // y (+)= the sums, f32 (the batched engine's residual stream)
-  float* y;
-  bool accumulate;
-  template <int R>
-  __device__ void operator()(int64_t r0, const float (&v)[R], int64_t n, int lane) const {
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-      if (lane == r && r0 + r < n) y[r0 + r] = accumulate ? y[r0 + r] + v[r] : v[r];
-  }
-};
-
 
 // ---------------------------------------------------------------- the kernel
 // Each warp owns kRows consecutive rows at a time; lanes stride over the rows' chunks, so for
@@ -423,7 +401,7 @@ void gemv_bf16_f32(const uint16_t* w, const __nv_bfloat16* x, int64_t n, int64_t
   TESSERA_CHECK_ARG(k > 0 && vec_ok(w, x, k), "cuda::gemv_bf16_f32: k % 8 and 16-byte alignment needed");
   if (n <= 0) return;
   launch_fmt<Bf16Fmt<__nv_bfloat16>>({reinterpret_cast<const uint8_t*>(w), n, k}, {x}, n, k,
-                                     F32Epi{y, accumulate}, s);
+                                     StoreEpi<float>{y, accumulate}, s);
 }
 
 template <class T>
@@ -433,22 +411,28 @@ void gemv_quant_qkv_rope(DType t, const void* packed, int64_t k, const int8_t* q
   launch_quant(t, packed, r.q_rows + 2 * r.kv_rows, k, qx, xm, QkvRopeEpi<T>{q, r}, s);
 }
 
-template <class T>
-void gemv_bf16_qkv_rope(const uint16_t* w, int64_t k, const T* x, T* q, const QkvRope& r,
-                        cudaStream_t s) {
+namespace {
+// bf16 weights, x of TX, q written as TQ (the runner: TX = TQ; the engine: bf16 x, f32 q).
+template <class TX, class TQ>
+void bf16_qkv_rope(const uint16_t* w, int64_t k, const TX* x, TQ* q, const QkvRope& r,
+                   cudaStream_t s) {
   check_rope(r);
   TESSERA_CHECK_ARG(vec_ok(w, x, k), "cuda::gemv_bf16_qkv_rope: k % 8 and 16-byte alignment needed");
   const int64_t n = r.q_rows + 2 * r.kv_rows;
-  launch_fmt<Bf16Fmt<T>>({reinterpret_cast<const uint8_t*>(w), n, k}, {x}, n, k, QkvRopeEpi<T>{q, r}, s);
+  launch_fmt<Bf16Fmt<TX>>({reinterpret_cast<const uint8_t*>(w), n, k}, {x}, n, k,
+                          QkvRopeEpi<TQ>{q, r}, s);
+}
+}  // namespace
+
+template <class T>
+void gemv_bf16_qkv_rope(const uint16_t* w, int64_t k, const T* x, T* q, const QkvRope& r,
+                        cudaStream_t s) {
+  bf16_qkv_rope(w, k, x, q, r, s);
 }
 
 void gemv_bf16_qkv_rope_f32(const uint16_t* w, int64_t k, const __nv_bfloat16* x, float* q,
                             const QkvRope& r, cudaStream_t s) {
-  check_rope(r);
-  TESSERA_CHECK_ARG(vec_ok(w, x, k), "cuda::gemv_bf16_qkv_rope_f32: k % 8 and 16-byte alignment needed");
-  const int64_t n = r.q_rows + 2 * r.kv_rows;
-  launch_fmt<Bf16Fmt<__nv_bfloat16>>({reinterpret_cast<const uint8_t*>(w), n, k}, {x}, n, k,
-                                     QkvRopeEpi<float>{q, r}, s);
+  bf16_qkv_rope(w, k, x, q, r, s);
 }
 
 #define TESSERA_INSTANTIATE(T)                                                                   \

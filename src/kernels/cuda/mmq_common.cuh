@@ -38,6 +38,19 @@ __device__ __forceinline__ uint32_t q6_lo(uint32_t w, uint32_t h) {
 __device__ __forceinline__ uint32_t q6_hi(uint32_t w, uint32_t h) {
   return mmq_sub_bytes(((w >> 4) & 0x0F0F0F0Fu) | ((h & 0x03030303u) << 4), 0x20202020u);
 }
+// The low / high nibbles of a 16-byte chunk in Q4_0 order (unsigned 0..15) dotted with the
+// int8 elements 0..15 (xa) / 16..31 (xb) of its 32-element block.
+__device__ __forceinline__ int dot_nibbles(const uint4& w, const uint4& xa, const uint4& xb) {
+  const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
+  const uint32_t a[4] = {xa.x, xa.y, xa.z, xa.w}, b[4] = {xb.x, xb.y, xb.z, xb.w};
+  int s = 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    s = mmq_dp4a(ws[i] & 0x0F0F0F0Fu, a[i], s);
+    s = mmq_dp4a((ws[i] >> 4) & 0x0F0F0F0Fu, b[i], s);
+  }
+  return s;
+}
 // int -> float, exact for |c| < 2^22, in two full-rate ops (IADD + FADD): I2F runs at a quarter
 // of the FP32 rate and was the GEMM epilogue's bottleneck (one per block and output).
 __device__ __forceinline__ float mmq_i2f(int c) { return __int_as_float(c + 0x4B400000) - 12582912.0f; }

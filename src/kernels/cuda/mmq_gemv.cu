@@ -38,19 +38,6 @@ struct Q8_0G {
   }
 };
 
-// 16 bytes of 4-bit quants in Q4_0 order dotted with a block, nibbles unsigned.
-__device__ __forceinline__ int dot_u4(const uint4& q, const XBlk& x) {
-  const uint32_t w[4] = {q.x, q.y, q.z, q.w}, a[4] = {x.a.x, x.a.y, x.a.z, x.a.w},
-                 b[4] = {x.b.x, x.b.y, x.b.z, x.b.w};
-  int s = 0;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    s = mmq_dp4a(w[i] & 0x0F0F0F0Fu, a[i], s);
-    s = mmq_dp4a((w[i] >> 4) & 0x0F0F0F0Fu, b[i], s);
-  }
-  return s;
-}
-
 struct Q4_0G {
   struct W { uint4 q; uint32_t sc; };
   __device__ static W load(const MmqMat& m, int64_t r, int64_t c) {
@@ -79,7 +66,7 @@ struct Q4_1G {
     return {__ldcs(q), __ldg(s)};
   }
   __device__ static float dot(const W& w, const XBlk& x) {
-    const int s = dot_u4(w.q, x);
+    const int s = dot_nibbles(w.q, x.a, x.b);
     return mmq_f16(w.dm) * x.d * mmq_i2f(s) + mmq_f16(w.dm >> 16) * x.s;
   }
 };
@@ -93,7 +80,7 @@ struct Q4_KG {
     return {__ldcs(q), __ldg(s), __ldg(d)};
   }
   __device__ static float dot(const W& w, const XBlk& x) {
-    const int s = dot_u4(w.q, x) * static_cast<int>(w.scmn & 0xFF);
+    const int s = dot_nibbles(w.q, x.a, x.b) * static_cast<int>(w.scmn & 0xFF);
     return mmq_f16(w.dm) * x.d * mmq_i2f(s) -  // |s| <= 63 * 32 * 15 * 127 < 2^22
            mmq_f16(w.dm >> 16) * x.d * (static_cast<float>(w.scmn >> 8) * x.s);
   }
@@ -212,24 +199,41 @@ mmq_gemv_kernel(MmqMat w, const int8_t* qx, const MmqActMeta* meta, Epi epi) {
   epi(r0, v, w.n, lane);
 }
 
+unsigned grid_for(const MmqMat& w) {
+  return static_cast<unsigned>((w.n + kWarps * kR - 1) / (kWarps * kR));
+}
+
 template <class F>
 void launch_m(const MmqMat& w, const int8_t* qx, const MmqActMeta* meta, int64_t m, float* y,
               int64_t ldy, bool acc, cudaStream_t s) {
-  const unsigned grid = static_cast<unsigned>((w.n + kWarps * kR - 1) / (kWarps * kR));
   switch (m) {
-#define TESSERA_M(M) \
-  case M: launch_kernel(mmq_gemv_kernel<F, M, StoreRows>, grid, kThreads, 0, s, w, qx, meta, StoreRows{y, ldy, acc}); return;
+#define TESSERA_M(M)                                                                          \
+  case M:                                                                                     \
+    launch_kernel(mmq_gemv_kernel<F, M, StoreRows>, grid_for(w), kThreads, 0, s, w, qx, meta, \
+                  StoreRows{y, ldy, acc});                                                    \
+    return;
     TESSERA_M(1) TESSERA_M(2) TESSERA_M(3) TESSERA_M(4) TESSERA_M(5) TESSERA_M(6) TESSERA_M(7) TESSERA_M(8)
 #undef TESSERA_M
   }
 }
 
-template <class F>
-void launch_qkv_rope(const MmqMat& w, const int8_t* qx, const MmqActMeta* meta, float* q,
-                     const QkvRope& r, cudaStream_t s) {
-  const unsigned grid = static_cast<unsigned>((w.n + kWarps * kR - 1) / (kWarps * kR));
-  launch_kernel(mmq_gemv_kernel<F, 1, QkvRopeRow>, grid, kThreads, 0, s, w, qx, meta,
-                QkvRopeRow{QkvRopeEpi<float>{q, r}});
+// Calls f(F{}) with the format F of weight type t (mmq_supported types).
+template <class Fn>
+void with_format(DType t, Fn&& f) {
+  switch (t) {
+    case DType::kQ8_0:
+      return f(Q8_0G{});
+    case DType::kQ4_0:
+      return f(Q4_0G{});
+    case DType::kQ4_1:
+      return f(Q4_1G{});
+    case DType::kQ4_K:
+      return f(Q4_KG{});
+    case DType::kQ6_K:
+      return f(Q6_KG{});
+    default:
+      break;
+  }
 }
 
 }  // namespace
@@ -240,14 +244,10 @@ void mmq_gemv_qkv_rope(DType t, const void* packed, int64_t k, const int8_t* qx,
   check_rope(r);
   const int64_t n = r.q_rows + 2 * r.kv_rows;
   const MmqMat w{static_cast<const uint8_t*>(packed), gemv_quant_layout(t, n, k), n, k};
-  switch (t) {
-    case DType::kQ8_0: return launch_qkv_rope<Q8_0G>(w, qx, meta, q, r, s);
-    case DType::kQ4_0: return launch_qkv_rope<Q4_0G>(w, qx, meta, q, r, s);
-    case DType::kQ4_1: return launch_qkv_rope<Q4_1G>(w, qx, meta, q, r, s);
-    case DType::kQ4_K: return launch_qkv_rope<Q4_KG>(w, qx, meta, q, r, s);
-    case DType::kQ6_K: return launch_qkv_rope<Q6_KG>(w, qx, meta, q, r, s);
-    default: break;
-  }
+  with_format(t, [&](auto fmt) {
+    launch_kernel(mmq_gemv_kernel<decltype(fmt), 1, QkvRopeRow>, grid_for(w), kThreads, 0, s, w, qx,
+                  meta, QkvRopeRow{QkvRopeEpi<float>{q, r}});
+  });
 }
 
 void mmq_gemv(DType t, const void* packed, int64_t n, int64_t k, const int8_t* qx,
@@ -258,14 +258,7 @@ void mmq_gemv(DType t, const void* packed, int64_t n, int64_t k, const int8_t* q
   TESSERA_CHECK_ARG(ldy >= n, "mmq_gemv: ldy < n");
   if (m == 0 || n == 0) return;
   const MmqMat w{static_cast<const uint8_t*>(packed), gemv_quant_layout(t, n, k), n, k};
-  switch (t) {
-    case DType::kQ8_0: return launch_m<Q8_0G>(w, qx, meta, m, y, ldy, accumulate, s);
-    case DType::kQ4_0: return launch_m<Q4_0G>(w, qx, meta, m, y, ldy, accumulate, s);
-    case DType::kQ4_1: return launch_m<Q4_1G>(w, qx, meta, m, y, ldy, accumulate, s);
-    case DType::kQ4_K: return launch_m<Q4_KG>(w, qx, meta, m, y, ldy, accumulate, s);
-    case DType::kQ6_K: return launch_m<Q6_KG>(w, qx, meta, m, y, ldy, accumulate, s);
-    default: break;
-  }
+  with_format(t, [&](auto fmt) { launch_m<decltype(fmt)>(w, qx, meta, m, y, ldy, accumulate, s); });
 }
 
 }  // namespace tessera::cuda

@@ -85,6 +85,20 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
+// Rescales a warp's output accumulator (the mma C fragments of 16 query vectors x head_dim: rows
+// g and g + 8 hold elements [0..1] and [2..3]) by its two rows' alpha, as the online softmax's
+// running max rises.
+template <int HD>
+__device__ __forceinline__ void scale_rows(float (&o)[HD / 8][4], const float (&alpha)[2]) {
+#pragma unroll
+  for (int i = 0; i < HD / 8; ++i) {
+    o[i][0] *= alpha[0];
+    o[i][1] *= alpha[0];
+    o[i][2] *= alpha[1];
+    o[i][3] *= alpha[1];
+  }
+}
+
 // Two consecutive outputs (8 or 4 bytes, aligned by the caller).
 template <class O>
 __device__ __forceinline__ void store2(O* p, float x, float y) {

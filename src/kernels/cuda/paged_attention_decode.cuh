@@ -185,13 +185,7 @@ __global__ void __launch_bounds__(kNarrowThreads) narrow_kernel(const Args<T, O>
       m_run[h] = m_new[h];
       l_run[h] *= alpha[h];
     }
-#pragma unroll
-    for (int i = 0; i < HD / 8; ++i) {
-      o[i][0] *= alpha[0];
-      o[i][1] *= alpha[0];
-      o[i][2] *= alpha[1];
-      o[i][3] *= alpha[1];
-    }
+    scale_rows<HD>(o, alpha);
     uint32_t pa[4];  // P as the A fragment of the PV product (16 keys)
 #pragma unroll
     for (int nt = 0; nt < kNt; ++nt) {

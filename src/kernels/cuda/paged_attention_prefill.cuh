@@ -223,13 +223,7 @@ __global__ void __launch_bounds__(kWideThreads, 2) wide_kernel(const Args<T, O> 
         m_run[h] = m_new;
         l_run[h] *= alpha[h];
       }
-#pragma unroll
-      for (int i = 0; i < HD / 8; ++i) {
-        o[i][0] *= alpha[0];
-        o[i][1] *= alpha[0];
-        o[i][2] *= alpha[1];
-        o[i][3] *= alpha[1];
-      }
+      scale_rows<HD>(o, alpha);
       uint32_t pa[kWideKeys / 16][4];  // P as A fragments of the PV product, per 16 keys
 #pragma unroll
       for (int nt = 0; nt < kWideKeys / 8; ++nt) {

@@ -67,7 +67,11 @@ void Weights::load(const WeightSource& w) {
   }
   output = proj({cfg_.tied_embeddings ? table : w.matrix("output.weight", cfg_.vocab, d)});
   out_norm = upload_f32(w, "output_norm.weight", d);
-  if (w.has("rope_freqs.weight")) rope_freqs = upload_f32(w, "rope_freqs.weight", cfg_.rope.n_rot / 2);
+  std::vector<float> rope_factors;  // Llama-3 style per-pair divisors, or none
+  if (w.has("rope_freqs.weight")) {
+    const Tensor f = weight_vector_f32(w, "rope_freqs.weight", cfg_.rope.n_rot / 2);
+    rope_factors.assign(f.data<float>(), f.data<float>() + cfg_.rope.n_rot / 2);
+  }
   for (int64_t i = 0; i < cfg_.n_layers; ++i) {
     const std::string p = "blk." + std::to_string(i) + ".";
     Layer& l = layers[i];
@@ -85,7 +89,7 @@ void Weights::load(const WeightSource& w) {
     l.wgu = proj({w.matrix(p + "ffn_gate.weight", ff, d), w.matrix(p + "ffn_up.weight", ff, d)});
     l.wd = proj({w.matrix(p + "ffn_down.weight", d, ff)});
   }
-  finish_load();
+  finish_load(rope_factors.empty() ? nullptr : rope_factors.data());
 }
 
 void Weights::fill_dummy(uint64_t seed, DType type, cudaStream_t stream) {
@@ -132,23 +136,18 @@ void Weights::fill_dummy(uint64_t seed, DType type, cudaStream_t stream) {
     l.wgu = mat(2 * ff, d);
     l.wd = mat(d, ff);
   }
-  finish_load();
+  finish_load(nullptr);
   TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
 // After load / fill_dummy: the RoPE angle table, and which intermediate buffers the projections
 // need.
-void Weights::finish_load() {
+void Weights::finish_load(const float* rope_factors) {
   // Each rotated pair's angle per position, for the RoPE kernel and the QKV GEMV epilogue.
   if (cfg_.rope.n_rot > 0) {
     const int64_t pairs = cfg_.rope.n_rot / 2;
-    std::vector<float> factors;
-    if (rope_freqs) {
-      factors.resize(pairs);
-      TESSERA_CUDA_CHECK(cudaMemcpy(factors.data(), rope_freqs, pairs * sizeof(float), cudaMemcpyDeviceToHost));
-    }
-    const std::vector<double> inv = cuda::rope_inv_freq(cfg_.rope.n_rot, cfg_.rope.theta_base, cfg_.rope.position_scale,
-                                                        rope_freqs ? factors.data() : nullptr);
+    const std::vector<double> inv = cuda::rope_inv_freq(cfg_.rope.n_rot, cfg_.rope.theta_base,
+                                                        cfg_.rope.position_scale, rope_factors);
     rope_inv_freq = arena_.alloc<double>(pairs);
     TESSERA_CUDA_CHECK(cudaMemcpy(rope_inv_freq, inv.data(), pairs * sizeof(double), cudaMemcpyHostToDevice));
   }

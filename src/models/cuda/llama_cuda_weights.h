@@ -76,7 +76,6 @@ class Weights {
   void* embd = nullptr;  // the token table, as stored (f32 / f16 / bf16 / Q8_0) or bf16
   Proj output;
   float* out_norm = nullptr;
-  float* rope_freqs = nullptr;      // device, or null
   double* rope_inv_freq = nullptr;  // device angle per position of each pair (gemv.h), or null
   std::vector<Layer> layers;
   int64_t weight_bytes = 0;  // projections and head as stored (quantized: GGUF block bytes)
@@ -84,7 +83,8 @@ class Weights {
   bool any_quant = false, any_bf16_gu = false, any_f32_gu = false;
 
  private:
-  void finish_load();
+  // The RoPE angle table (rope_factors: host, n_rot / 2, or null) and the buffer needs.
+  void finish_load(const float* rope_factors);
   Proj proj(std::initializer_list<Tensor> ts);
   float* upload_f32(const WeightSource& w, const std::string& name, int64_t n);
   const LlmConfig& cfg_;
