@@ -9,29 +9,26 @@
 #   128 x (512 prompt + 128 generated), total tokens/s (tessera serve under bench/serve_load.py,
 #       128 closed-loop HTTP clients, 512-token token-id prompts, started at once and started over
 #       2 s | S of llama-batched-bench).
-# Inputs (bench/cuda/peer_pack.sh packs them into build-carry-peer/a and /b, staged over two
-# calls: `peer_same_call.sh stage` copies a/ to /tmp/peer_in and exits; the second call adds b/
-# and runs everything): tessera.gz, tok_donor.gguf (a GGUF whose tokenizer serves the dummy
-# model), gguf-py.tar.gz (llama.cpp's gguf package, for the peer's GGUFs), and llama.cpp itself:
-# llama-bench.gz + llama-batched-bench.gz (built for sm_90a by peer_pack.sh).
+# Inputs: build-carry-peer (bench/cuda/peer_pack.sh: llama.tar.xz = llama-bench +
+# llama-batched-bench built for sm_90a; gguf-py.tar.gz = llama.cpp's gguf package, for the peer's
+# GGUFs; tok_donor.gguf = a GGUF whose tokenizer serves the dummy model), and /tmp/bin/tessera,
+# which `bench/cuda/gpu_run.sh a` unpacked in a call before.
 set -u
-P=/tmp/peer_in; mkdir -p $P
-if [ "${1:-}" = stage ]; then cp build-carry-peer/a/* $P/ && ls -la $P; exit; fi
-cp build-carry-peer/b/* $P/ 2>/dev/null
 out=${OUT:-peer_out}; mkdir -p "$out" /tmp/bin /tmp/peer
 here=$(cd "$(dirname "$0")" && pwd)
-for f in $P/*.gz; do t=$(basename "$f" .gz); gunzip -c "$f" > /tmp/bin/$t; chmod +x /tmp/bin/$t; done
+if command -v xz > /dev/null; then xz -dc build-carry-peer/llama.tar.xz | tar xf - -C /tmp/bin
+else python3 -c "import lzma,tarfile; tarfile.open(fileobj=lzma.open('build-carry-peer/llama.tar.xz')).extractall('/tmp/bin')"; fi
 d=$(dirname "$(find /usr/local /opt /usr/lib -name 'libcublasLt.so.13*' 2>/dev/null | head -1)")
 export LD_LIBRARY_PATH=$d:${LD_LIBRARY_PATH:-}
 log=$out/peer_log.txt
 note() { echo "== $* ($(date +%T))" | tee -a "$log"; }
 L=/tmp/bin
 if ! $L/llama-bench --help > /dev/null 2>&1; then
-  note "llama-bench does not run: build-carry-peer/ must hold llama.cpp built by bench/cuda/peer_pack.sh"
+  note "llama-bench does not run: build-carry-peer/ must hold llama.cpp packed by bench/cuda/peer_pack.sh"
   exit 1
 fi
-mkdir -p /tmp/gguf-py && tar xzf $P/gguf-py.tar.gz -C /tmp/gguf-py
-M=$P/tok_donor.gguf
+mkdir -p /tmp/gguf-py && tar xzf build-carry-peer/gguf-py.tar.gz -C /tmp/gguf-py
+M=build-carry-peer/tok_donor.gguf
 TYPES=${TYPES:-bf16 q8_0 q4_0}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader >> "$log"
 
