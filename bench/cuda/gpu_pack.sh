@@ -21,7 +21,9 @@ rm -rf $D && mkdir -p $D/a $D/b
 tests="backend_cuda_test row_ops_cuda_test gemv_cuda_test mmq_cuda_test paged_attention_cuda_test
        sample_cuda_test decode_kernels_cuda_test llama_cuda_test engine_sample_cuda_test"
 echo "gpu_pack: compressing the CUDA tests and tessera (~1 minute)" >&2
-tar cf - -C "$B" $tests tessera | xz -6 -T2 --lzma2=dict=128MiB > $D/a/bins.tar.xz
+# EXTRA_BINS: more binaries (absolute paths; experiments) for /tmp/bin on the GPU machine.
+{ tar cf - -C "$B" $tests tessera; for f in ${EXTRA_BINS:-}; do tar cf - -C "$(dirname "$f")" "$(basename "$f")"; done; } |
+  xz -6 -T2 --lzma2=dict=128MiB > $D/a/bins.tar.xz
 # 3 MiB of margin: the tool counts the carry and the tree its own way (65 MB in all was refused).
 limit=$((61 * 1024 * 1024 - $(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1)))
 part1=$((limit - $(du -sb $D/a | cut -f1)))

@@ -22,8 +22,8 @@ step() {  # step NAME CMD...: runs, records rc, keeps the log
   { echo "== $name rc=$rc"; cat /tmp/m/$name.log; } >> "$log"
 }
 unxz_tar() {  # unxz_tar FILE DIR (python's lzma where xz is missing)
-  if command -v xz > /dev/null; then xz -dc "$1" | tar xf - -C "$2"
-  else python3 -c "import lzma,sys,tarfile; tarfile.open(fileobj=lzma.open(sys.argv[1])).extractall(sys.argv[2])" "$1" "$2"; fi
+  if command -v xz > /dev/null; then xz -dc "$1" | tar xif - -C "$2"
+  else python3 -c "import lzma,sys,tarfile; tarfile.open(fileobj=lzma.open(sys.argv[1]), ignore_zeros=True).extractall(sys.argv[2])" "$1" "$2"; fi
 }
 case $phase in
   a)

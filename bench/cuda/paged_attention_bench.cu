@@ -123,7 +123,8 @@ int main() {
     bool bandwidth;  // floor from K/V bytes (decode) or FLOPs (prefill)
     std::vector<int> splits;  // kNone, kAuto or forced counts
   };
-  const Case cases[] = {{"decode 128 seqs x ctx 512", 128, 512, 1, true, {kNone, kAuto}},
+  const Case cases[] = {{"decode 128 seqs x ctx 512", 128, 512, 1, true, {kNone, kAuto, 2, 3, 4}},
+                        {"decode 128 seqs x ctx 640", 128, 640, 1, true, {kNone, 2, 3}},
                         {"decode 32 seqs x ctx 4096", 32, 4096, 1, true, {kNone, kAuto}},
                         {"decode 4 seqs x ctx 4096", 4, 4096, 1, true, {kNone, kAuto, 4, 8, 16}},
                         {"decode 1 seq x ctx 4096", 1, 4096, 1, true, {kNone, kAuto, 8, 16, 64}},
@@ -161,6 +162,7 @@ int main() {
       const size_t ws_bytes = cuda::paged_attention_workspace_bytes(b.rows, kHeads, kDim, count);
       ws = nullptr;
       if (ws_bytes > 0) TESSERA_CUDA_CHECK(cudaMalloc(&ws, ws_bytes));
+      cuda::paged_attention_workspace_reset(ws, ws_bytes, s);
       cuda::PagedAttentionWorkspace w{nullptr, 0, b.rows, 0};  // rows: decode-only launches
       if (mode != kNone) w = {ws, ws_bytes, b.rows, mode};
       int rot = 0;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <string>
@@ -121,6 +122,7 @@ void run_case(const Case& c, uint64_t seed) {
   const size_t ws_bytes = cuda::paged_attention_workspace_bytes(rows, c.n_heads, hd, splits);
   test::DevBuf<float> dws(std::max<size_t>(ws_bytes / 4, 1));
   dws.poison();  // partials left unwritten (and then read) show up as NaN
+  cuda::paged_attention_workspace_reset(dws.get(), ws_bytes, nullptr);  // but not the counters
   if (c.splits != Case::kNoWorkspace) ws = {dws.get(), ws_bytes, rows, c.splits};
   cuda::paged_attention<T, O>(dq.get(), dpos.get(), dtiles.get(), static_cast<int64_t>(tiles.size()),
                               dtables.get(), max_blocks, bs, dk.get(), dv.get(), c.n_heads,
@@ -130,6 +132,15 @@ void run_case(const Case& c, uint64_t seed) {
   std::vector<float> got(got_t.size());
   for (size_t i = 0; i < got.size(); ++i) got[i] = to_float(got_t[i]);
   ASSERT_TRUE(test::all_written(got));
+  // A second launch on the same workspace (its split counters re-armed by the first) gives the
+  // same bits.
+  dout.poison();
+  cuda::paged_attention<T, O>(dq.get(), dpos.get(), dtiles.get(), static_cast<int64_t>(tiles.size()),
+                              dtables.get(), max_blocks, bs, dk.get(), dv.get(), c.n_heads,
+                              c.n_kv_heads, hd, 0.125f, dout.get(), nullptr, ws);
+  test::check_launch();
+  const auto again = dout.download();
+  ASSERT_EQ(std::memcmp(again.data(), got_t.data(), again.size() * sizeof(O)), 0) << "second launch differs";
   // The reference rounded to the output type (bf16 outputs carry its rounding).
   if constexpr (!std::is_same_v<O, float>)
     for (float& w : want) w = to_float(from_float<O>(w));

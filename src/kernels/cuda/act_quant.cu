@@ -28,8 +28,7 @@ swiglu_quant_kernel(const T* gate, const T* up, int64_t n, T* out, int8_t* qx, A
   pdl_trigger();
   const int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x;
   if (i >= n) return;
-  const float g = to_f32(gate[i]);
-  const T s = from_f32<T>(g / (1.f + expf(-g)) * to_f32(up[i]));  // as cuda::swiglu
+  const T s = from_f32<T>(silu_mul(to_f32(gate[i]), to_f32(up[i])));  // as cuda::swiglu
   if (out) out[i] = s;
   if (qx) quantize_block_warp(to_f32(s), i, qx, meta);
 }

@@ -1,4 +1,5 @@
-// Device-side scalar conversions shared by the CUDA kernels (f32 <-> float/__half/__nv_bfloat16).
+// Device-side scalar helpers shared by the CUDA kernels: conversions (f32 <-> float/__half/
+// __nv_bfloat16) and SiLU.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -30,5 +31,8 @@ template <> __device__ __forceinline__ float2 pair_to_f32<__half>(uint32_t w) {
 template <> __device__ __forceinline__ float2 pair_to_f32<__nv_bfloat16>(uint32_t w) {
   return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
 }
+
+// silu(g) * u; expf (not __expf) keeps silu within f32 rounding of the reference.
+__device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.f + expf(-g)) * u; }
 
 }  // namespace tessera::cuda::detail

@@ -226,6 +226,16 @@ struct Bf16Fmt {
   }
 };
 
+// Launch row 2i is matrix row i and launch row 2i + 1 is row half + i (gate and up of a gate|up
+// projection): any even row group holds whole pairs, for SwigluEpi.
+template <class Fmt>
+struct PairedRowsFmt : Fmt {
+  struct Mat { typename Fmt::Mat m; int64_t half; };
+  __device__ static typename Fmt::Row row(const Mat& m, int64_t r) {
+    return Fmt::row(m.m, (r & 1) ? m.half + (r >> 1) : (r >> 1));
+  }
+};
+
 // ---------------------------------------------------------------- epilogues
 // Called by every lane of a warp with the R reduced sums of rows r0 .. r0 + R - 1.
 
@@ -239,6 +249,18 @@ struct StoreEpi {  // y (+)= the sums, rounded to T (accumulate: the f32 residua
     for (int r = 0; r < R; ++r)
       if (lane == r && r0 + r < n)
         y[r0 + r] = from_f32<T>(accumulate ? to_f32(y[r0 + r]) + v[r] : v[r]);
+  }
+};
+
+template <class T>
+struct SwigluEpi {  // y[i] = silu(gate_i) * up_i from the pairs of PairedRowsFmt, rounded to T
+  T* y;
+  template <int R>
+  __device__ void operator()(int64_t r0, const float (&v)[R], int64_t n, int lane) const {
+    static_assert(R % 2 == 0, "a row group must hold whole gate/up pairs");
+#pragma unroll
+    for (int p = 0; p < R / 2; ++p)
+      if (lane == p && r0 + 2 * p + 1 < n) y[r0 / 2 + p] = from_f32<T>(silu_mul(v[2 * p], v[2 * p + 1]));
   }
 };
 
@@ -402,6 +424,15 @@ void gemv_bf16_f32(const uint16_t* w, const __nv_bfloat16* x, int64_t n, int64_t
   if (n <= 0) return;
   launch_fmt<Bf16Fmt<__nv_bfloat16>>({reinterpret_cast<const uint8_t*>(w), n, k}, {x}, n, k,
                                      StoreEpi<float>{y, accumulate}, s);
+}
+
+void gemv_bf16_swiglu(const uint16_t* w, const __nv_bfloat16* x, int64_t ff, int64_t k,
+                      __nv_bfloat16* act, cudaStream_t s) {
+  TESSERA_CHECK_ARG(k > 0 && vec_ok(w, x, k), "cuda::gemv_bf16_swiglu: k % 8 and 16-byte alignment needed");
+  if (ff <= 0) return;
+  using Fmt = PairedRowsFmt<Bf16Fmt<__nv_bfloat16>>;
+  launch_fmt<Fmt>({{reinterpret_cast<const uint8_t*>(w), 2 * ff, k}, ff}, {x}, 2 * ff, k,
+                  SwigluEpi<__nv_bfloat16>{act}, s);
 }
 
 template <class T>

@@ -75,6 +75,12 @@ bool gemv_bf16_f32_supported(const void* w, const void* x, int64_t k);
 void gemv_bf16_f32(const uint16_t* w, const __nv_bfloat16* x, int64_t n, int64_t k, float* y,
                    bool accumulate, cudaStream_t stream);
 
+// A bf16 gate|up projection (rows gate [0, ff) | up [ff, 2 ff)) of one bf16 row x with SwiGLU
+// in the epilogue: act[i] = silu(gate_i) * up_i, rounded to bf16 (a warp's row group holds
+// gate row i with up row i). Needs what gemv_bf16_f32 needs.
+void gemv_bf16_swiglu(const uint16_t* w, const __nv_bfloat16* x, int64_t ff, int64_t k,
+                      __nv_bfloat16* act, cudaStream_t stream);
+
 // QKV projection with RoPE and the KV-cache write fused into the epilogue. Rows of W are
 // q (q_rows) | k (kv_rows) | v (kv_rows); q_rows, kv_rows and head_dim multiples of 4. Pairs of
 // adjacent rows (2i, 2i+1) of each q/k head rotate by pos * inv_freq[i] when 2i < n_rot

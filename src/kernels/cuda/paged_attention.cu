@@ -15,48 +15,11 @@ namespace {
 using namespace paged;
 
 constexpr int kSplitAlign = kWideKeys;  // a split's key range: whole 64-key chunks
-constexpr int kCombineThreads = 128;
-
-// Merges the splits of every query vector of block (tile, kv head) into out. Every partial is
-// written (an empty one as m = -inf, l = 0, o = 0), so the loads of all splits are independent
-// and issue together.
-template <class O, int HD>
-__global__ void __launch_bounds__(kCombineThreads)
-combine_kernel(const PagedAttentionTile* __restrict__ tiles, int n_kv_heads, int group, int n_heads,
-               int splits, const float* __restrict__ ws_o, const float2* __restrict__ ws_ml,
-               O* __restrict__ out) {
-  detail::pdl_wait();
-  detail::pdl_trigger();
-  int tile_index, kvh;
-  block_pair(n_kv_heads, tile_index, kvh);
-  const PagedAttentionTile tile = tiles[tile_index];
-  const int n_vec = tile.n_rows * group;
-  for (int i = threadIdx.x; i < n_vec * (HD / 4); i += kCombineThreads) {
-    const int m = i / (HD / 4), d = (i % (HD / 4)) * 4;
-    const int64_t v = static_cast<int64_t>(tile.row0 + m / group) * n_heads + kvh * group + m % group;
-    const float2* ml = ws_ml + v * splits;
-    const float* o = ws_o + v * splits * HD + d;
-    float mx = -INFINITY;
-#pragma unroll 8
-    for (int s = 0; s < splits; ++s) mx = fmaxf(mx, ml[s].x);
-    float l = 0.f;
-    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll 8
-    for (int s = 0; s < splits; ++s) {
-      const float2 e = ml[s];
-      const float f = e.x == -INFINITY ? 0.f : exp2f(e.x - mx);
-      const float4 p = *reinterpret_cast<const float4*>(o + s * HD);
-      l += e.y * f;
-      acc.x += p.x * f;
-      acc.y += p.y * f;
-      acc.z += p.z * f;
-      acc.w += p.w * f;
-    }
-    const float inv = 1.f / l;
-    store2(out + v * HD + d, acc.x * inv, acc.y * inv);
-    store2(out + v * HD + d + 2, acc.z * inv, acc.w * inv);
-  }
-}
+// The workspace: [pair counters, fixed size][partial outputs][partial (max, sum)]. The counters
+// lead at a fixed size so that launches of any rows and split counts find them at the same
+// place, zero (each launch leaves them so).
+constexpr int64_t kMaxSplitPairs = 4096;
+constexpr size_t kCounterBytes = kMaxSplitPairs * sizeof(unsigned);
 
 // Opts a kernel into more than 48 KB of dynamic shared memory, once per kernel (a template
 // on the kernel itself: kernels of one signature must not share the flag).
@@ -111,7 +74,7 @@ int paged_attention_splits(int64_t n_tiles, int64_t n_kv_heads, int64_t table_st
                            int64_t block_size) {
   if (n_tiles <= 0 || n_kv_heads <= 0 || table_stride <= 0 || block_size <= 0) return 1;
   const int64_t pairs = n_tiles * n_kv_heads, sms = sm_count();
-  if (pairs >= sms) return 1;
+  if (pairs >= sms || pairs > kMaxSplitPairs) return 1;
   // About two blocks per SM (the narrow kernel holds three), but splits of >= 256 keys (64 per
   // warp) where the table holds >= 2048 positions: a block's fixed latency (tile, positions,
   // table, first copies, partial, combine) outweighs shorter ranges (H200, 1 x 4096: 16 splits
@@ -124,7 +87,14 @@ int paged_attention_splits(int64_t n_tiles, int64_t n_kv_heads, int64_t table_st
 
 size_t paged_attention_workspace_bytes(int64_t rows, int64_t n_heads, int64_t head_dim, int splits) {
   if (splits <= 1 || rows <= 0) return 0;
-  return static_cast<size_t>(rows * n_heads * splits) * static_cast<size_t>(head_dim * 4 + 8);
+  return kCounterBytes + static_cast<size_t>(rows * n_heads * splits) * static_cast<size_t>(head_dim * 4 + 8);
+}
+
+void paged_attention_workspace_reset(void* data, size_t bytes, cudaStream_t stream) {
+  if (data == nullptr || bytes == 0) return;
+  const cudaError_t e = cudaMemsetAsync(data, 0, std::min(bytes, kCounterBytes), stream);
+  if (e != cudaSuccess)
+    throw_error(ErrorCode::kInternal, std::string("paged_attention_workspace_reset: ") + cudaGetErrorString(e));
 }
 
 template <class T, class O>
@@ -152,12 +122,15 @@ void paged_attention(const T* q, const int32_t* q_pos, const PagedAttentionTile*
                                                   : paged_attention_splits(n_tiles, n_kv_heads,
                                                                            table_stride, block_size));
     TESSERA_CHECK_ARG(splits < 65536, "paged_attention: too many splits");
+    TESSERA_CHECK_ARG(splits == 1 || n_tiles * n_kv_heads <= kMaxSplitPairs,
+                      "paged_attention: too many (tile, kv head) pairs to split");
     if (splits > 1)
       TESSERA_CHECK_ARG(ws.bytes >= paged_attention_workspace_bytes(ws.rows, n_heads, head_dim, splits) &&
                             reinterpret_cast<uintptr_t>(ws.data) % 16 == 0,
                         "paged_attention: workspace too small or not 16-byte aligned");
   }
-  float* ws_o = static_cast<float*>(ws.data);
+  auto* counters = static_cast<unsigned*>(ws.data);
+  float* ws_o = splits > 1 ? reinterpret_cast<float*>(static_cast<char*>(ws.data) + kCounterBytes) : nullptr;
   float2* ws_ml = splits > 1 ? reinterpret_cast<float2*>(ws_o + ws.rows * n_heads * splits * head_dim)
                              : nullptr;
   int block_shift = -1;  // power-of-two block sizes index the table by shifts
@@ -181,7 +154,8 @@ void paged_attention(const T* q, const int32_t* q_pos, const PagedAttentionTile*
                         splits > 1 ? static_cast<int>(split_span(cap, splits)) : INT_MAX / 2,
                         static_cast<int>(cap),
                         ws_o,
-                        ws_ml};
+                        ws_ml,
+                        counters};
   // A tile of one row has `group` vectors: with group <= 16 a decode-only launch (as many
   // tiles as rows) has only narrow tiles; otherwise both kernels run, each taking its tiles.
   const bool any_narrow = group <= 16;
@@ -200,10 +174,6 @@ void paged_attention(const T* q, const int32_t* q_pos, const PagedAttentionTile*
       detail::launch_kernel(wide_kernel<T, O, HD>, grid, kWideThreads, wide_smem_bytes(HD), stream,
                             args);
     }
-    if (splits > 1)
-      detail::launch_kernel(combine_kernel<O, HD>, dim3(pairs), kCombineThreads, 0, stream, tiles,
-                            static_cast<int>(n_kv_heads), group, static_cast<int>(n_heads), splits,
-                            ws_o, ws_ml, out);
   };
   switch (head_dim) {
     case 32:  // small models (and the tiny test checkpoints)

@@ -18,13 +18,16 @@
 // Split-KV (flash-decoding): with a workspace, a launch with few (tile, kv head) pairs for the
 // device cuts each sequence's key range into `splits` fixed ranges of the block table; a block
 // handles (tile, kv head, split), writes its unnormalized partial (max, sum, output) to the
-// workspace, and a second kernel combines the splits into `out`. The split count depends only
+// workspace, and the last block of a (tile, kv head) to finish merges the splits into `out`
+// (counted in the workspace: it must be zeroed once by paged_attention_workspace_reset, and
+// every launch leaves it so; one launch at a time per workspace). The split count depends only
 // on host-known sizes (n_tiles, n_kv_heads, the table's capacity table_stride * block_size and
 // the SM count), never on the sequences' lengths, so a captured graph stays valid:
 //
 //   const int splits = paged_attention_splits(n_tiles, n_kv_heads, table_stride, block_size);
 //   const size_t bytes = paged_attention_workspace_bytes(rows, n_heads, head_dim, splits);
 //   PagedAttentionWorkspace ws{buffer_of_at_least(bytes), bytes, rows};
+//   paged_attention_workspace_reset(ws.data, ws.bytes, stream);  // once, after allocating
 //   paged_attention<float, float>(q, q_pos, tiles, n_tiles, ..., out, stream, ws);
 //
 // No allocation or synchronization inside: graph-capturable.
@@ -79,6 +82,8 @@ int paged_attention_splits(int64_t n_tiles, int64_t n_kv_heads, int64_t table_st
                            int64_t block_size);
 // Workspace bytes for `splits` splits (0 when splits <= 1).
 size_t paged_attention_workspace_bytes(int64_t rows, int64_t n_heads, int64_t head_dim, int splits);
+// Zeroes a new workspace's split counters (stream-ordered; a buffer of `bytes`).
+void paged_attention_workspace_reset(void* data, size_t bytes, cudaStream_t stream);
 
 template <class T, class O = T>
 void paged_attention(const T* q, const int32_t* q_pos, const PagedAttentionTile* tiles,

@@ -36,6 +36,7 @@ struct Args {
   int cap;  // table_stride * block_size: positions the block table can hold
   float* __restrict__ ws_o;
   float2* __restrict__ ws_ml;
+  unsigned* counters;  // splits > 1: per (tile, kv head) block pair, splits arrived (0 between launches)
 };
 
 __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
@@ -129,6 +130,52 @@ __device__ __forceinline__ int64_t cache_row(const Args<T, O>& a, int32_t entry,
   return a.block_shift >= 0
              ? (static_cast<int64_t>(entry) << a.block_shift) + (p & (a.block_size - 1))
              : static_cast<int64_t>(entry) * a.block_size + p % a.block_size;
+}
+
+// Split-KV: called by every thread of every block of a launch with splits > 1 once the block
+// wrote its partials. The last of a pair's `splits` blocks to arrive merges them into out (and
+// re-arms the pair's counter for the next launch), so no second kernel is launched. Every
+// partial is written (an empty range as m = -inf, l = 0, o = 0), so the merge's loads are
+// independent and issue together. The usual threadfence-then-count handshake orders the other
+// blocks' partials before the merge reads them (through L2: __ldcg).
+template <int HD, class T, class O>
+__device__ void merge_splits_if_last(const Args<T, O>& a, const PagedAttentionTile& tile, int kvh) {
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    last = atomicAdd(a.counters + blockIdx.x, 1u) == static_cast<unsigned>(a.splits - 1);
+    if (last) a.counters[blockIdx.x] = 0;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  const int n_vec = tile.n_rows * a.group;
+  for (int i = threadIdx.x; i < n_vec * (HD / 4); i += blockDim.x) {
+    const int m = i / (HD / 4), d = (i % (HD / 4)) * 4;
+    const int64_t v = static_cast<int64_t>(tile.row0 + m / a.group) * a.n_heads + kvh * a.group + m % a.group;
+    const float2* ml = a.ws_ml + v * a.splits;
+    const float* o = a.ws_o + v * a.splits * HD + d;
+    float mx = -INFINITY;
+#pragma unroll 8
+    for (int s = 0; s < a.splits; ++s) mx = fmaxf(mx, __ldcg(ml + s).x);
+    float l = 0.f;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 8
+    for (int s = 0; s < a.splits; ++s) {
+      const float2 e = __ldcg(ml + s);
+      const float f = e.x == -INFINITY ? 0.f : exp2f(e.x - mx);
+      const float4 p = __ldcg(reinterpret_cast<const float4*>(o + s * HD));
+      l += e.y * f;
+      acc.x += p.x * f;
+      acc.y += p.y * f;
+      acc.z += p.z * f;
+      acc.w += p.w * f;
+    }
+    const float inv = 1.f / l;
+    store2(a.out + v * HD + d, acc.x * inv, acc.y * inv);
+    store2(a.out + v * HD + d + 2, acc.z * inv, acc.w * inv);
+  }
 }
 
 }  // namespace tessera::cuda::paged

@@ -26,15 +26,20 @@ constexpr size_t narrow_smem_bytes(int hd) {
 // the split's range (chunks w, w + 4, ...), loaded through its own cp.async pipeline with
 // warp-level synchronization only: no block barrier in the key loop. The four partial
 // softmaxes merge through shared memory at the end.
+//
+// The tiles, positions and block tables were staged before the step's first kernel, so they
+// are read before pdl_wait(); q and the newest K/V rows come from the previous kernel.
 template <class T, class O, int HD>
 __global__ void __launch_bounds__(kNarrowThreads) narrow_kernel(const Args<T, O> a) {
-  detail::pdl_wait();  // inputs come from the previous kernel (PDL, launch.h)
   detail::pdl_trigger();
   int tile_index, kvh;
   block_pair(a.n_kv_heads, tile_index, kvh);
   const PagedAttentionTile tile = a.tiles[tile_index];
   const int group = a.group, n_vec = tile.n_rows * group;
-  if (n_vec > 16) return;  // the wide kernel's tile
+  if (n_vec > 16) {  // the wide kernel's tile; still ordered after the predecessor, so that
+    detail::pdl_wait();  // this kernel never completes before it (PDL's chain is transitive)
+    return;
+  }
   extern __shared__ __align__(16) __half smem[];
   constexpr int kStages = kNarrowStages;
   constexpr int kStage = 2 * kNarrowKeys * (HD + kPad);  // halves per stage (K then V)
@@ -64,6 +69,7 @@ __global__ void __launch_bounds__(kNarrowThreads) narrow_kernel(const Args<T, O>
   int max_pos = 0;
   for (int r = 0; r < tile.n_rows; ++r) max_pos = max(max_pos, a.q_pos[tile.row0 + r]);
   const int k_end = min(max_pos + 1, k_begin + a.span);
+  detail::pdl_wait();  // the predecessor's q and K/V rows from here on (PDL, launch.h)
   // Starts the copies of chunk `chunk` into stage st (keys past the range become zeros).
   auto issue = [&](int chunk, int st, const int32_t(&e)[kPer]) {
     __half* kdst = stages + st * kStage;
@@ -256,6 +262,7 @@ __global__ void __launch_bounds__(kNarrowThreads) narrow_kernel(const Args<T, O>
       if (dim == 0) a.ws_ml[v * a.splits + split] = make_float2(mx, l);
     }
   }
+  if (a.splits > 1) merge_splits_if_last<HD>(a, tile, kvh);
 }
 
 }  // namespace tessera::cuda::paged

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 
+#include "kernels/cuda/convert.cuh"
 #include "kernels/cuda/launch.cuh"
 
 namespace tessera::cuda {
 namespace {
+using detail::silu_mul;
 
 constexpr int kThreads = 256;
 
@@ -84,8 +86,6 @@ __global__ void rms_norm_rows_bf16_kernel(const float* x, const float* w, float 
       yr[i] = __float2bfloat16_rn(xr[i] * inv * w[i]);
   }
 }
-
-__device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.f + expf(-g)) * u; }
 
 // Grid (column groups, rows): no 64-bit division per element. kVec: 8 columns per thread as
 // 16-byte loads/stores (ff % 8 == 0, aligned).

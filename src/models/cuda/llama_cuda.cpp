@@ -45,11 +45,12 @@ class Grow {
   ~Grow() {
     if (p_) cudaFree(p_);
   }
-  T* get(int64_t n) {
+  T* get(int64_t n, bool zero_new = false) {  // zero_new: a new allocation starts zeroed
     if (n > cap_) {
       if (p_) TESSERA_CUDA_CHECK(cudaFree(p_));
       p_ = nullptr;
       TESSERA_CUDA_CHECK(cudaMalloc(&p_, static_cast<size_t>(n) * sizeof(T)));
+      if (zero_new) TESSERA_CUDA_CHECK(cudaMemset(p_, 0, static_cast<size_t>(n) * sizeof(T)));
       cap_ = n;
     }
     return p_;
@@ -195,7 +196,8 @@ class CudaLlama final : public CausalLm {
         n, cfg_.n_heads, hd,
         cuda::paged_attention_splits(static_cast<int64_t>(tiles_.size()), cfg_.n_kv_heads,
                                      table_stride_, cache.block_size()));
-    b.attn_ws = attn_ws_.get(std::max<int64_t>(1, static_cast<int64_t>(attn_ws_bytes_ / 4)));
+    // (Zeroed when allocated: paged_attention's split counters; launches leave them zero.)
+    b.attn_ws = attn_ws_.get(std::max<int64_t>(1, static_cast<int64_t>(attn_ws_bytes_ / 4)), true);
 
     // Decode-only steps (one token per sequence) replay a CUDA graph per (rows, table stride):
     // ~10 launches per layer collapse into one. Graphs hold buffer addresses, so any buffer
@@ -339,24 +341,34 @@ class CudaLlama final : public CausalLm {
       prof_.mark("o", proj_cost(l.wo, n, l.wo.quant() ? 4 : 2, 8));
       // gate|up, bf16 when both it and down are bf16, else f32
       const bool f32_gu = l.wgu.quant() || l.wd.quant();
+      const bf16* down_in = h;  // a bf16 down's input: the SwiGLU output
       if (l.wgu.quant()) {
         project(l.wgu, In::norm(x, l.ffn_norm), n, b, b.guf, 2 * ff, false);
+        prof_.mark("norm + gate|up", proj_cost(l.wgu, n, 4, 4));
       } else {
         cuda::rms_norm_rows_bf16(x, l.ffn_norm, cfg_.norm_eps, n, d, h, s);
         prof_.mark("norm", norm_cost);
-        if (f32_gu) matmul(h, l.wgu, n, b.guf, false);
-        else matmul(h, l.wgu, n, gu);
+        const auto* w = reinterpret_cast<const uint16_t*>(l.wgu.w);
+        if (!f32_gu && n == 1 && cuda::gemv_bf16_f32_supported(w, h, d)) {  // SwiGLU in the epilogue
+          cuda::gemv_bf16_swiglu(w, h, ff, d, gu, s);
+          down_in = gu;
+        } else if (f32_gu) {
+          matmul(h, l.wgu, n, b.guf, false);
+        } else {
+          matmul(h, l.wgu, n, gu);
+        }
+        prof_.mark(down_in == gu ? "gate|up + swiglu" : "gate|up",
+                   proj_cost(l.wgu, n, 2, down_in == gu ? 1 : f32_gu ? 4 : 2));
       }
-      prof_.mark(l.wgu.quant() ? "norm + gate|up" : "gate|up",
-                 proj_cost(l.wgu, n, l.wgu.quant() ? 4 : 2, f32_gu ? 4 : 2));
-      if (l.wd.quant()) {
-        project(l.wd, In::swiglu(b.guf), n, b, x, d, /*accumulate=*/true);
-      } else {
+      if (!l.wd.quant() && down_in == h) {
         if (f32_gu) cuda::swiglu_rows_f32_bf16(b.guf, n, ff, h, s);
         else cuda::swiglu_rows_bf16(gu, n, ff, h, s);
         prof_.mark("swiglu", {static_cast<double>(n) * ff * (f32_gu ? 10 : 6)});
-        matmul(h, l.wd, n, x, /*accumulate=*/true);  // residual += MLP out
       }
+      if (l.wd.quant())
+        project(l.wd, In::swiglu(b.guf), n, b, x, d, /*accumulate=*/true);
+      else
+        matmul(down_in, l.wd, n, x, /*accumulate=*/true);  // residual += MLP out
       prof_.mark(l.wd.quant() ? "swiglu + down" : "down",
                  proj_cost(l.wd, n, l.wd.quant() ? 8 : 2, 8));
     }
