@@ -175,7 +175,8 @@ TYPED_TEST(PagedAttentionCuda, DecodeBatchOfManySequences) {
   TESSERA_SKIP_WITHOUT_GPU();
   std::vector<Chunk> decodes;
   for (int i = 0; i < 40; ++i) decodes.push_back({(i * 37) % 700, 1});
-  run_case<TypeParam>({32, 8, 128, 16, decodes}, 5);
+  run_case<TypeParam>({32, 8, 128, 16, decodes}, 5);  // a pair per SM or more: 3-warp blocks
+  run_case<TypeParam>({32, 8, 128, 16, decodes, 2, 64}, 6);  // ... and split, merged by the last
 }
 
 // Split-KV decode (flash-decoding): 1..4 sequences, contexts around block and chunk edges and

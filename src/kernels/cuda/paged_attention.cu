@@ -165,9 +165,14 @@ void paged_attention(const T* q, const int32_t* q_pos, const PagedAttentionTile*
   auto launch = [&](auto hd) {
     constexpr int HD = decltype(hd)::value;
     if (any_narrow) {
-      enable_smem<narrow_kernel<T, O, HD>>(narrow_smem_bytes(HD));
-      detail::launch_kernel(narrow_kernel<T, O, HD>, grid, kNarrowThreads, narrow_smem_bytes(HD),
-                            stream, args);
+      auto narrow = [&](auto warps) {
+        constexpr int W = decltype(warps)::value;
+        enable_smem<narrow_kernel<T, O, HD, W>>(narrow_smem_bytes(HD, W));
+        detail::launch_kernel(narrow_kernel<T, O, HD, W>, grid, W * 32, narrow_smem_bytes(HD, W),
+                              stream, args);
+      };
+      if (static_cast<int64_t>(pairs) >= sm_count()) narrow(std::integral_constant<int, 3>{});
+      else narrow(std::integral_constant<int, 4>{});
     }
     if (any_wide) {
       enable_smem<wide_kernel<T, O, HD>>(wide_smem_bytes(HD));

@@ -8,7 +8,11 @@
 
 namespace tessera::cuda::paged {
 
-constexpr int kNarrowWarps = 4, kNarrowThreads = kNarrowWarps * 32;
+// Warps per block W: 4, or 3 where a launch has a (tile, kv head) pair per SM or more: the
+// block is register- and shared-memory-bound at 3 blocks per SM with 4 warps, 4 with 3 (the
+// same 12 warps), and 4 blocks per SM cut the last partial wave (H200, 128 sequences x 512
+// keys: 86 vs 91 us; decode of 128 sequences through the engine +2 %). Few pairs (split
+// launches, batch-1 decode) keep 4 warps: each block's range is short (1 x 512: 14 vs 17 us).
 constexpr int kNarrowKeys = 16;  // keys per warp chunk
 // cp.async stages per warp. Two keep three blocks per SM. Four (139 KB per block, one block
 // per SM) measured no faster on split launches (1 x 4096, 16 splits: 21.3 vs 20.8 us) and
@@ -17,20 +21,21 @@ constexpr int kNarrowStages = 2;
 
 // Dynamic shared memory: per warp kNarrowStages stages of K and V (kNarrowKeys rows each); the
 // same bytes later hold the warps' partial results (16 vectors x HD f32 per warp + m, l).
-constexpr size_t narrow_smem_bytes(int hd) {
-  return size_t{kNarrowWarps} * kNarrowStages * 2 * kNarrowKeys * (hd + kPad) * sizeof(__half);
+constexpr size_t narrow_smem_bytes(int hd, int warps) {
+  return size_t(warps) * kNarrowStages * 2 * kNarrowKeys * (hd + kPad) * sizeof(__half);
 }
 
 // Block = (tile, kv head, split). Every warp takes the tile's (<= 16) query vectors, vector
 // m = (row m / G of the tile, query head kvh * G + m % G), and its own chunks of 16 keys of
-// the split's range (chunks w, w + 4, ...), loaded through its own cp.async pipeline with
-// warp-level synchronization only: no block barrier in the key loop. The four partial
-// softmaxes merge through shared memory at the end.
+// the split's range (chunks w, w + W, ...), loaded through its own cp.async pipeline with
+// warp-level synchronization only: no block barrier in the key loop. The W partial softmaxes
+// merge through shared memory at the end.
 //
 // The tiles, positions and block tables were staged before the step's first kernel, so they
 // are read before pdl_wait(); q and the newest K/V rows come from the previous kernel.
-template <class T, class O, int HD>
-__global__ void __launch_bounds__(kNarrowThreads) narrow_kernel(const Args<T, O> a) {
+template <class T, class O, int HD, int W>
+__global__ void __launch_bounds__(W * 32) narrow_kernel(const Args<T, O> a) {
+  constexpr int kNarrowWarps = W, kNarrowThreads = W * 32;
   detail::pdl_trigger();
   int tile_index, kvh;
   block_pair(a.n_kv_heads, tile_index, kvh);
