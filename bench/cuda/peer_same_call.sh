@@ -11,8 +11,8 @@
 #       2 s | S of llama-batched-bench).
 # Inputs: build-carry-peer (bench/cuda/peer_pack.sh: llama.tar.xz = llama-bench +
 # llama-batched-bench built for sm_90a; gguf-py.tar.gz = llama.cpp's gguf package, for the peer's
-# GGUFs; tok_donor.gguf = a GGUF whose tokenizer serves the dummy model), and /tmp/bin/tessera,
-# which `bench/cuda/gpu_run.sh a` unpacked in a call before.
+# GGUFs; tok_donor.gguf = a GGUF whose tokenizer serves the dummy model), and tessera:
+# $TESSERA_BIN, default /tmp/bin/tessera (which `bench/cuda/gpu_run.sh a` unpacked in a call before).
 set -u
 out=${OUT:-peer_out}; mkdir -p "$out" /tmp/bin /tmp/peer
 here=$(cd "$(dirname "$0")" && pwd)
@@ -23,6 +23,7 @@ export LD_LIBRARY_PATH=$d:${LD_LIBRARY_PATH:-}
 log=$out/peer_log.txt
 note() { echo "== $* ($(date +%T))" | tee -a "$log"; }
 L=/tmp/bin
+T=${TESSERA_BIN:-/tmp/bin/tessera}
 if ! $L/llama-bench --help > /dev/null 2>&1; then
   note "llama-bench does not run: build-carry-peer/ must hold llama.cpp packed by bench/cuda/peer_pack.sh"
   exit 1
@@ -37,11 +38,11 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader >> "$log"
 for ty in $TYPES; do
   note "tessera bench $ty"
   if [ "$ty" = bf16 ]; then extra="--prefill 512,2048 --batch 128 --batch-gen 128"; else extra="--prefill 64 --batch 2 --batch-gen 2"; fi
-  timeout 150 /tmp/bin/tessera bench -m $M --device cuda --dummy llama3-8b --dummy-type $ty --decode-ctx 512 \
+  timeout 150 $T bench -m $M --device cuda --dummy llama3-8b --dummy-type $ty --decode-ctx 512 \
     --decode-tokens 64 $extra --out "$out/tessera_bench_$ty.md" >> "$log" 2>&1
 done
 note "tessera serve, 128 clients x (512 + 128)"
-/tmp/bin/tessera serve -m $M --device cuda --dummy llama3-8b --port 18080 --ctx 2048 --max-running 128 \
+$T serve -m $M --device cuda --dummy llama3-8b --port 18080 --ctx 2048 --max-running 128 \
   --max-queue 128 --kv-cache-tokens 262144 --max-step-tokens 2048 2> /tmp/peer/serve.log &
 spid=$!
 for i in $(seq 1 120); do grep -q listening /tmp/peer/serve.log && break; sleep 1; done
