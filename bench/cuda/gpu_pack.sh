@@ -12,7 +12,7 @@
 #   run(command="bench/cuda/gpu_run.sh a", carry=["build-carry-gpu/a"])   # every CUDA op's test
 #   run(command="bench/cuda/gpu_run.sh b", carry=["build-carry-gpu/b"])   # model tests, profile
 #   run(command="bash bench/cuda/peer_same_call.sh", carry=["build-carry-peer"])  # vs llama.cpp
-set -eu
+set -eu -o pipefail
 B=${BUILD:-build}
 M=${TESSERA_MODEL:-${XDG_CACHE_HOME:-$HOME/.cache}/tessera/SmolLM2-135M-Instruct.Q4_1.gguf}
 DONOR=${DONOR:-build-carry/tok_donor.gguf}
@@ -33,5 +33,7 @@ python3 -m pip download -q --no-deps -d $D/b pytest iniconfig pluggy packaging p
   echo "gpu_pack: no pytest wheels (the Hugging Face GPU test cannot run)" >&2
 bash bench/cuda/peer_pack.sh
 cp "$DONOR" build-carry-peer/tok_donor.gguf
-[ "$(du -sb $D/b | cut -f1)" -le $limit ] || { echo "gpu_pack: $D/b is over the limit" >&2; exit 1; }
+for c in $D/b build-carry-peer; do
+  [ "$(du -sb $c | cut -f1)" -le $limit ] || { echo "gpu_pack: $c is over the limit" >&2; exit 1; }
+done
 du -sb $D/* build-carry-peer

@@ -24,6 +24,10 @@ log=$out/peer_log.txt
 note() { echo "== $* ($(date +%T))" | tee -a "$log"; }
 L=/tmp/bin
 T=${TESSERA_BIN:-/tmp/bin/tessera}
+if [ ! -x "$T" ]; then
+  note "no tessera at $T: run bench/cuda/gpu_run.sh a first (or set TESSERA_BIN)"
+  exit 1
+fi
 if ! $L/llama-bench --help > /dev/null 2>&1; then
   note "llama-bench does not run: build-carry-peer/ must hold llama.cpp packed by bench/cuda/peer_pack.sh"
   exit 1

@@ -75,9 +75,9 @@ int paged_attention_splits(int64_t n_tiles, int64_t n_kv_heads, int64_t table_st
   if (n_tiles <= 0 || n_kv_heads <= 0 || table_stride <= 0 || block_size <= 0) return 1;
   const int64_t pairs = n_tiles * n_kv_heads, sms = sm_count();
   if (pairs >= sms || pairs > kMaxSplitPairs) return 1;
-  // About two blocks per SM (the narrow kernel holds three), but splits of >= 256 keys (64 per
-  // warp) where the table holds >= 2048 positions: a block's fixed latency (tile, positions,
-  // table, first copies, partial, combine) outweighs shorter ranges (H200, 1 x 4096: 16 splits
+  // About two blocks per SM (a split launch's narrow kernel holds three), but splits of >= 256
+  // keys (64 per warp) where the table holds >= 2048 positions: a block's fixed latency (tile,
+  // positions, table, first copies, partial, merge) outweighs shorter ranges (H200, 1 x 4096: 16 splits
   // 20 us, 32 splits 22 us; 4 x 4096: 8 splits 32 us, 16 splits 42 us). Short tables are all
   // latency: up to 8 splits (1 x 512: 8 splits 13.7 us, 4 splits 14.4 us).
   const int64_t cap = table_stride * block_size;

@@ -229,7 +229,7 @@ __global__ void __launch_bounds__(W * 32) narrow_kernel(const Args<T, O> a) {
     l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
     l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
   }
-  // Merge the four warps' partial softmaxes of the same 16 vectors (the stages are free).
+  // Merge the W warps' partial softmaxes of the same 16 vectors (the stages are free).
   float* red_o = reinterpret_cast<float*>(smem);  // [warp][16 vectors][HD]
   float* red_m = red_o + kNarrowWarps * 16 * HD;  // [warp][16]
   float* red_l = red_m + kNarrowWarps * 16;       // [warp][16]

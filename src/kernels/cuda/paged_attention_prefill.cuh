@@ -79,7 +79,7 @@ __global__ void __launch_bounds__(kWideThreads, 2) wide_kernel(const Args<T, O> 
       a.ws_o[(v * a.splits + split) * HD + i % HD] = 0.f;
       if (i % HD == 0) a.ws_ml[v * a.splits + split] = make_float2(-INFINITY, 0.f);
     }
-    merge_splits_if_last<HD>(a, tile, kvh);
+    merge_splits_if_last<HD>(a, tile, kvh);  // (only splits > 1 leave a range empty)
     return;
   }
 

@@ -45,13 +45,14 @@ class Grow {
   ~Grow() {
     if (p_) cudaFree(p_);
   }
-  T* get(int64_t n, bool zero_new = false) {  // zero_new: a new allocation starts zeroed
+  T* get(int64_t n, bool* fresh = nullptr) {  // fresh: set when this call allocated
+    if (fresh) *fresh = false;
     if (n > cap_) {
       if (p_) TESSERA_CUDA_CHECK(cudaFree(p_));
       p_ = nullptr;
       TESSERA_CUDA_CHECK(cudaMalloc(&p_, static_cast<size_t>(n) * sizeof(T)));
-      if (zero_new) TESSERA_CUDA_CHECK(cudaMemset(p_, 0, static_cast<size_t>(n) * sizeof(T)));
       cap_ = n;
+      if (fresh) *fresh = true;
     }
     return p_;
   }
@@ -196,8 +197,10 @@ class CudaLlama final : public CausalLm {
         n, cfg_.n_heads, hd,
         cuda::paged_attention_splits(static_cast<int64_t>(tiles_.size()), cfg_.n_kv_heads,
                                      table_stride_, cache.block_size()));
-    // (Zeroed when allocated: paged_attention's split counters; launches leave them zero.)
-    b.attn_ws = attn_ws_.get(std::max<int64_t>(1, static_cast<int64_t>(attn_ws_bytes_ / 4)), true);
+    bool fresh_ws = false;
+    b.attn_ws = attn_ws_.get(std::max<int64_t>(1, static_cast<int64_t>(attn_ws_bytes_ / 4)), &fresh_ws);
+    if (fresh_ws)  // a new buffer: zero its split counters, in stream order (launches keep them 0)
+      cuda::paged_attention_workspace_reset(b.attn_ws, attn_ws_bytes_, stream_);
 
     // Decode-only steps (one token per sequence) replay a CUDA graph per (rows, table stride):
     // ~10 launches per layer collapse into one. Graphs hold buffer addresses, so any buffer
