@@ -179,7 +179,8 @@ TEST(GemvBf16F32, MatchesReferenceAndAccumulates) {
 // with up row i): against ref::matmul then ref::swiglu in f32, rounded to bf16.
 TEST(GemvBf16Swiglu, MatchesMatmulThenSwiglu) {
   TESSERA_SKIP_WITHOUT_GPU();
-  for (auto [ff, k] : std::vector<std::pair<int64_t, int64_t>>{{1, 8}, {3, 16}, {7, 64}, {512, 1024}, {14336, 4096}}) {
+  for (auto [ff, k] : std::vector<std::pair<int64_t, int64_t>>{
+           {1, 8}, {3, 16}, {7, 64}, {512, 1024}, {14336, 4096}}) {
     const int64_t n = 2 * ff;
     std::vector<float> x = test::random_floats(k, 31), wf = test::random_floats(n * k, 32);
     std::vector<uint16_t> xb(k), w(n * k);
@@ -188,13 +189,15 @@ TEST(GemvBf16Swiglu, MatchesMatmulThenSwiglu) {
     test::DevBuf<uint16_t> dx(xb), dw(w);
     test::DevBuf<__nv_bfloat16> act(ff);
     act.poison();
-    cuda::gemv_bf16_swiglu(dw.get(), reinterpret_cast<const __nv_bfloat16*>(dx.get()), ff, k, act.get(), nullptr);
+    cuda::gemv_bf16_swiglu(dw.get(), reinterpret_cast<const __nv_bfloat16*>(dx.get()), ff, k,
+                           act.get(), nullptr);
     test::check_launch();
     std::vector<float> gu(n), want(ff);
     ref::matmul(DType::kBF16, w.data(), n, k, x.data(), 1, gu.data());
     ref::swiglu(gu.data(), gu.data() + ff, ff, want.data());
     check<__nv_bfloat16>(test::to_f32(act.download()), test::round_to<__nv_bfloat16>(want),
-                         test::Dt<__nv_bfloat16>::nmse, "ff=" + std::to_string(ff) + " k=" + std::to_string(k));
+                         test::Dt<__nv_bfloat16>::nmse,
+                         "ff=" + std::to_string(ff) + " k=" + std::to_string(k));
   }
 }
 

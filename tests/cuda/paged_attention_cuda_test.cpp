@@ -135,12 +135,14 @@ void run_case(const Case& c, uint64_t seed) {
   // A second launch on the same workspace (its split counters re-armed by the first) gives the
   // same bits.
   dout.poison();
-  cuda::paged_attention<T, O>(dq.get(), dpos.get(), dtiles.get(), static_cast<int64_t>(tiles.size()),
-                              dtables.get(), max_blocks, bs, dk.get(), dv.get(), c.n_heads,
-                              c.n_kv_heads, hd, 0.125f, dout.get(), nullptr, ws);
+  cuda::paged_attention<T, O>(dq.get(), dpos.get(), dtiles.get(),
+                              static_cast<int64_t>(tiles.size()), dtables.get(), max_blocks, bs,
+                              dk.get(), dv.get(), c.n_heads, c.n_kv_heads, hd, 0.125f, dout.get(),
+                              nullptr, ws);
   test::check_launch();
   const auto again = dout.download();
-  ASSERT_EQ(std::memcmp(again.data(), got_t.data(), again.size() * sizeof(O)), 0) << "second launch differs";
+  ASSERT_EQ(std::memcmp(again.data(), got_t.data(), again.size() * sizeof(O)), 0)
+      << "second launch differs";
   // The reference rounded to the output type (bf16 outputs carry its rounding).
   if constexpr (!std::is_same_v<O, float>)
     for (float& w : want) w = to_float(from_float<O>(w));
@@ -175,7 +177,7 @@ TYPED_TEST(PagedAttentionCuda, DecodeBatchOfManySequences) {
   TESSERA_SKIP_WITHOUT_GPU();
   std::vector<Chunk> decodes;
   for (int i = 0; i < 40; ++i) decodes.push_back({(i * 37) % 700, 1});
-  run_case<TypeParam>({32, 8, 128, 16, decodes}, 5);  // a pair per SM or more: 3-warp blocks
+  run_case<TypeParam>({32, 8, 128, 16, decodes}, 5);         // a pair per SM or more: 3-warp blocks
   run_case<TypeParam>({32, 8, 128, 16, decodes, 2, 64}, 6);  // ... and split, merged by the last
 }
 

@@ -230,7 +230,10 @@ struct Bf16Fmt {
 // projection): any even row group holds whole pairs, for SwigluEpi.
 template <class Fmt>
 struct PairedRowsFmt : Fmt {
-  struct Mat { typename Fmt::Mat m; int64_t half; };
+  struct Mat {
+    typename Fmt::Mat m;
+    int64_t half;
+  };
   __device__ static typename Fmt::Row row(const Mat& m, int64_t r) {
     return Fmt::row(m.m, (r & 1) ? m.half + (r >> 1) : (r >> 1));
   }
@@ -260,7 +263,8 @@ struct SwigluEpi {  // y[i] = silu(gate_i) * up_i from the pairs of PairedRowsFm
     static_assert(R % 2 == 0, "a row group must hold whole gate/up pairs");
 #pragma unroll
     for (int p = 0; p < R / 2; ++p)
-      if (lane == p && r0 + 2 * p + 1 < n) y[r0 / 2 + p] = from_f32<T>(silu_mul(v[2 * p], v[2 * p + 1]));
+      if (lane == p && r0 + 2 * p + 1 < n)
+        y[r0 / 2 + p] = from_f32<T>(silu_mul(v[2 * p], v[2 * p + 1]));
   }
 };
 
@@ -428,7 +432,8 @@ void gemv_bf16_f32(const uint16_t* w, const __nv_bfloat16* x, int64_t n, int64_t
 
 void gemv_bf16_swiglu(const uint16_t* w, const __nv_bfloat16* x, int64_t ff, int64_t k,
                       __nv_bfloat16* act, cudaStream_t s) {
-  TESSERA_CHECK_ARG(k > 0 && vec_ok(w, x, k), "cuda::gemv_bf16_swiglu: k % 8 and 16-byte alignment needed");
+  TESSERA_CHECK_ARG(k > 0 && vec_ok(w, x, k),
+                    "cuda::gemv_bf16_swiglu: k % 8 and 16-byte alignment needed");
   if (ff <= 0) return;
   using Fmt = PairedRowsFmt<Bf16Fmt<__nv_bfloat16>>;
   launch_fmt<Fmt>({{reinterpret_cast<const uint8_t*>(w), 2 * ff, k}, ff}, {x}, 2 * ff, k,

@@ -77,8 +77,8 @@ int paged_attention_splits(int64_t n_tiles, int64_t n_kv_heads, int64_t table_st
   if (pairs >= sms || pairs > kMaxSplitPairs) return 1;
   // About two blocks per SM (a split launch's narrow kernel holds three), but splits of >= 256
   // keys (64 per warp) where the table holds >= 2048 positions: a block's fixed latency (tile,
-  // positions, table, first copies, partial, merge) outweighs shorter ranges (H200, 1 x 4096: 16 splits
-  // 20 us, 32 splits 22 us; 4 x 4096: 8 splits 32 us, 16 splits 42 us). Short tables are all
+  // positions, table, first copies, partial, merge) outweighs shorter ranges (H200, 1 x 4096: 16
+  // splits 20 us, 32 splits 22 us; 4 x 4096: 8 splits 32 us, 16 splits 42 us). Short tables are all
   // latency: up to 8 splits (1 x 512: 8 splits 13.7 us, 4 splits 14.4 us).
   const int64_t cap = table_stride * block_size;
   const int64_t want = std::min((2 * sms + pairs - 1) / pairs, std::max<int64_t>(8, cap / 256));
@@ -87,14 +87,16 @@ int paged_attention_splits(int64_t n_tiles, int64_t n_kv_heads, int64_t table_st
 
 size_t paged_attention_workspace_bytes(int64_t rows, int64_t n_heads, int64_t head_dim, int splits) {
   if (splits <= 1 || rows <= 0) return 0;
-  return kCounterBytes + static_cast<size_t>(rows * n_heads * splits) * static_cast<size_t>(head_dim * 4 + 8);
+  return kCounterBytes +
+         static_cast<size_t>(rows * n_heads * splits) * static_cast<size_t>(head_dim * 4 + 8);
 }
 
 void paged_attention_workspace_reset(void* data, size_t bytes, cudaStream_t stream) {
   if (data == nullptr || bytes == 0) return;
   const cudaError_t e = cudaMemsetAsync(data, 0, std::min(bytes, kCounterBytes), stream);
   if (e != cudaSuccess)
-    throw_error(ErrorCode::kInternal, std::string("paged_attention_workspace_reset: ") + cudaGetErrorString(e));
+    throw_error(ErrorCode::kInternal,
+                std::string("paged_attention_workspace_reset: ") + cudaGetErrorString(e));
 }
 
 template <class T, class O>
@@ -130,7 +132,8 @@ void paged_attention(const T* q, const int32_t* q_pos, const PagedAttentionTile*
                         "paged_attention: workspace too small or not 16-byte aligned");
   }
   auto* counters = static_cast<unsigned*>(ws.data);
-  float* ws_o = splits > 1 ? reinterpret_cast<float*>(static_cast<char*>(ws.data) + kCounterBytes) : nullptr;
+  float* ws_o =
+      splits > 1 ? reinterpret_cast<float*>(static_cast<char*>(ws.data) + kCounterBytes) : nullptr;
   float2* ws_ml = splits > 1 ? reinterpret_cast<float2*>(ws_o + ws.rows * n_heads * splits * head_dim)
                              : nullptr;
   int block_shift = -1;  // power-of-two block sizes index the table by shifts
@@ -171,8 +174,10 @@ void paged_attention(const T* q, const int32_t* q_pos, const PagedAttentionTile*
         detail::launch_kernel(narrow_kernel<T, O, HD, W>, grid, W * 32, narrow_smem_bytes(HD, W),
                               stream, args);
       };
-      if (static_cast<int64_t>(pairs) >= sm_count()) narrow(std::integral_constant<int, 3>{});
-      else narrow(std::integral_constant<int, 4>{});
+      if (static_cast<int64_t>(pairs) >= sm_count())
+        narrow(std::integral_constant<int, 3>{});
+      else
+        narrow(std::integral_constant<int, 4>{});
     }
     if (any_wide) {
       enable_smem<wide_kernel<T, O, HD>>(wide_smem_bytes(HD));

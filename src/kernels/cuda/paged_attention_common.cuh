@@ -36,7 +36,8 @@ struct Args {
   int cap;  // table_stride * block_size: positions the block table can hold
   float* __restrict__ ws_o;
   float2* __restrict__ ws_ml;
-  unsigned* counters;  // splits > 1: per (tile, kv head) block pair, splits arrived (0 between launches)
+  // splits > 1: per (tile, kv head) pair, the splits that arrived (0 between launches)
+  unsigned* counters;
 };
 
 __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
@@ -153,7 +154,8 @@ __device__ void merge_splits_if_last(const Args<T, O>& a, const PagedAttentionTi
   const int n_vec = tile.n_rows * a.group;
   for (int i = threadIdx.x; i < n_vec * (HD / 4); i += blockDim.x) {
     const int m = i / (HD / 4), d = (i % (HD / 4)) * 4;
-    const int64_t v = static_cast<int64_t>(tile.row0 + m / a.group) * a.n_heads + kvh * a.group + m % a.group;
+    const int64_t v =
+        static_cast<int64_t>(tile.row0 + m / a.group) * a.n_heads + kvh * a.group + m % a.group;
     const float2* ml = a.ws_ml + v * a.splits;
     const float* o = a.ws_o + v * a.splits * HD + d;
     float mx = -INFINITY;

@@ -41,8 +41,9 @@ __global__ void __launch_bounds__(W * 32) narrow_kernel(const Args<T, O> a) {
   block_pair(a.n_kv_heads, tile_index, kvh);
   const PagedAttentionTile tile = a.tiles[tile_index];
   const int group = a.group, n_vec = tile.n_rows * group;
-  if (n_vec > 16) {  // the wide kernel's tile; still ordered after the predecessor, so that
-    detail::pdl_wait();  // this kernel never completes before it (PDL's chain is transitive)
+  if (n_vec > 16) {  // the wide kernel's tile. Still ordered after the predecessor, so that
+    // this kernel never completes before it (PDL's chain is transitive).
+    detail::pdl_wait();
     return;
   }
   extern __shared__ __align__(16) __half smem[];

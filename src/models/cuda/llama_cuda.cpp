@@ -198,7 +198,8 @@ class CudaLlama final : public CausalLm {
         cuda::paged_attention_splits(static_cast<int64_t>(tiles_.size()), cfg_.n_kv_heads,
                                      table_stride_, cache.block_size()));
     bool fresh_ws = false;
-    b.attn_ws = attn_ws_.get(std::max<int64_t>(1, static_cast<int64_t>(attn_ws_bytes_ / 4)), &fresh_ws);
+    b.attn_ws =
+        attn_ws_.get(std::max<int64_t>(1, static_cast<int64_t>(attn_ws_bytes_ / 4)), &fresh_ws);
     if (fresh_ws)  // a new buffer: zero its split counters, in stream order (launches keep them 0)
       cuda::paged_attention_workspace_reset(b.attn_ws, attn_ws_bytes_, stream_);
 
@@ -352,7 +353,8 @@ class CudaLlama final : public CausalLm {
         cuda::rms_norm_rows_bf16(x, l.ffn_norm, cfg_.norm_eps, n, d, h, s);
         prof_.mark("norm", norm_cost);
         const auto* w = reinterpret_cast<const uint16_t*>(l.wgu.w);
-        if (!f32_gu && n == 1 && cuda::gemv_bf16_f32_supported(w, h, d)) {  // SwiGLU in the epilogue
+        // One row: SwiGLU in the GEMV's epilogue.
+        if (!f32_gu && n == 1 && cuda::gemv_bf16_f32_supported(w, h, d)) {
           cuda::gemv_bf16_swiglu(w, h, ff, d, gu, s);
           down_in = gu;
         } else if (f32_gu) {
@@ -360,8 +362,9 @@ class CudaLlama final : public CausalLm {
         } else {
           matmul(h, l.wgu, n, gu);
         }
-        prof_.mark(down_in == gu ? "gate|up + swiglu" : "gate|up",
-                   proj_cost(l.wgu, n, 2, down_in == gu ? 1 : f32_gu ? 4 : 2));
+        const bool fused = down_in == gu;
+        const double out_bytes = fused ? 1 : f32_gu ? 4 : 2;  // per gate|up output
+        prof_.mark(fused ? "gate|up + swiglu" : "gate|up", proj_cost(l.wgu, n, 2, out_bytes));
       }
       if (!l.wd.quant() && down_in == h) {
         if (f32_gu) cuda::swiglu_rows_f32_bf16(b.guf, n, ff, h, s);
