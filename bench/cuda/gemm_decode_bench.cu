@@ -27,7 +27,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <functional>
 #include <limits>
 #include <map>
 #include <set>
@@ -38,6 +37,7 @@
 #include "backend/cuda/ceilings.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gemm_bf16.h"
+#include "bench_timing.cuh"
 #include "kernels/cuda/fill_random.h"
 
 using namespace tessera;
@@ -177,40 +177,9 @@ void add_split_variants(Search& s, cublasLtMatmulAlgo_t a, const int* splits, in
 
 // Mean time per launch (us) of a graph of `launches` calls of fn(i): median of `reps` replays
 // after one warm-up; +inf if a call fails.
-float graph_us(const std::function<bool(int, cudaStream_t)>& fn, int launches, int reps,
-               cudaStream_t s) {
-  cudaGraph_t g = nullptr;
-  cudaGraphExec_t ge = nullptr;
-  TESSERA_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
-  bool ok = true;
-  for (int i = 0; i < launches && ok; ++i) ok = fn(i, s);
-  const cudaError_t end = cudaStreamEndCapture(s, &g);
-  if (!ok || end != cudaSuccess || cudaGraphInstantiate(&ge, g, 0) != cudaSuccess) {
-    if (g) cudaGraphDestroy(g);
-    cudaGetLastError();
-    return kInf;
-  }
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  cudaGraphLaunch(ge, s);
-  std::vector<float> t;
-  for (int i = 0; i < reps; ++i) {
-    cudaEventRecord(e0, s);
-    cudaGraphLaunch(ge, s);
-    cudaEventRecord(e1, s);
-    cudaEventSynchronize(e1);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, e0, e1);
-    t.push_back(1e3f * ms / launches);
-  }
-  TESSERA_CUDA_CHECK(cudaGetLastError());
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  cudaGraphExecDestroy(ge);
-  cudaGraphDestroy(g);
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+template <class F>
+float graph_us(F&& fn, int launches, int reps, cudaStream_t s) {
+  return 1e3f * bench::graph_median_ms(fn, launches, s, 1, reps);
 }
 
 std::vector<float> to_host_f32(const void* y, int64_t count, bool bf16) {

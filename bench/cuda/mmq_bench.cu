@@ -13,13 +13,14 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <functional>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "backend/cuda/ceilings.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gemm_bf16.h"
+#include "bench_timing.cuh"
 #include "kernels/cuda/fill_random.h"
 #include "kernels/cuda/gemv.h"
 #include "kernels/cuda/mmq.h"
@@ -44,32 +45,15 @@ __global__ void int8_mma_peak(int* out, int iters) {
   if (s == 0x7fffffff) out[0] = s;
 }
 
-float time_ms(const std::function<void(cudaStream_t)>& fn, cudaStream_t s, int launches) {
-  cudaGraph_t g;
-  cudaGraphExec_t ge;
-  TESSERA_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
-  for (int i = 0; i < launches; ++i) fn(s);
-  TESSERA_CUDA_CHECK(cudaStreamEndCapture(s, &g));
-  TESSERA_CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  for (int i = 0; i < 3; ++i) cudaGraphLaunch(ge, s);
-  std::vector<float> t;
-  for (int i = 0; i < 15; ++i) {
-    cudaEventRecord(e0, s);
-    cudaGraphLaunch(ge, s);
-    cudaEventRecord(e1, s);
-    cudaEventSynchronize(e1);
-    float ms;
-    cudaEventElapsedTime(&ms, e0, e1);
-    t.push_back(ms / launches);
-  }
-  TESSERA_CUDA_CHECK(cudaGetLastError());
-  cudaGraphExecDestroy(ge);
-  cudaGraphDestroy(g);
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+// Median time per launch (ms) of `launches` calls of fn(stream) replayed as one graph.
+template <class F>
+float time_ms(F&& fn, cudaStream_t s, int launches) {
+  return bench::graph_median_ms(
+      [&](int, cudaStream_t st) {
+        fn(st);
+        return true;
+      },
+      launches, s, 3, 15);
 }
 
 }  // namespace
@@ -89,29 +73,7 @@ int main(int argc, char** argv) {
   TESSERA_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
 
   // Ceilings.
-  const size_t copy_bytes = size_t{1} << 31;
-  void *ca, *cb;
-  TESSERA_CUDA_CHECK(cudaMalloc(&ca, copy_bytes));
-  TESSERA_CUDA_CHECK(cudaMalloc(&cb, copy_bytes));
-  // The copy outside a graph (a memcpy node in a graph measured ~35% slower on H200).
-  float copy_ms = 1e30f;
-  {
-    cudaEvent_t e0, e1;
-    cudaEventCreate(&e0);
-    cudaEventCreate(&e1);
-    for (int i = 0; i < 6; ++i) {
-      cudaEventRecord(e0, s);
-      TESSERA_CUDA_CHECK(cudaMemcpyAsync(cb, ca, copy_bytes, cudaMemcpyDeviceToDevice, s));
-      cudaEventRecord(e1, s);
-      cudaEventSynchronize(e1);
-      float ms;
-      cudaEventElapsedTime(&ms, e0, e1);
-      if (i > 0) copy_ms = std::min(copy_ms, ms);
-    }
-  }
-  const double bw = 2.0 * copy_bytes / (copy_ms * 1e-3);
-  cudaFree(ca);
-  cudaFree(cb);
+  const double bw = cuda::measure_copy_bandwidth_gbs() * 1e9;
   int* dummy;
   TESSERA_CUDA_CHECK(cudaMalloc(&dummy, 4));
   int sms = 0;

@@ -207,13 +207,6 @@ __global__ void combine_kernel(const float* ws_acc, const float2* ws_ml, int n_s
   if (qx) quantize_block_warp(to_f32(r), sh * HD + d, qx, meta);
 }
 
-int sm_count() {
-  int dev = 0, n = 0;
-  cudaGetDevice(&dev);
-  cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
-  return n > 0 ? n : 1;
-}
-
 // Chunk length: enough blocks for ~3 per SM (what fits at group 4 with ~160 registers, so one
 // wave and no tail), at least 32 keys (one block iteration at HD=128),
 // a multiple of 32 so row groups stay aligned with chunk starts.

@@ -9,6 +9,7 @@
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/mmq_common.cuh"
 #include "kernels/cuda/qkv_rope_epi.cuh"
+#include "kernels/cuda/warp.cuh"
 
 namespace tessera::cuda {
 namespace {
@@ -20,12 +21,6 @@ constexpr int kWarps = 4, kThreads = kWarps * 32;
 // Rows per warp R: each x chunk, loaded once into registers, feeds R rows. R = 2 when n / 4 row
 // groups would leave over 30% of the resident warps idle (n = 4096: about half), else the
 // format's kLargeNRows (measured on H200, docs/design/cuda_kernels.md: 4, but 2 for Q8_0).
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 
 __device__ __forceinline__ int dp4a(uint32_t a, uint32_t b, int c) {
   return __dp4a(static_cast<int>(a), static_cast<int>(b), c);
@@ -347,12 +342,10 @@ gemv_bf16_scalar_kernel(const uint16_t* w, const T* x, int64_t n, int64_t k, T* 
 // Blocks resident at once on the device (the persistent grid's size).
 template <class Kernel>
 int64_t resident_blocks(Kernel kernel) {
-  int dev = 0, sms = 1, per_sm = 1;
-  cudaGetDevice(&dev);
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  int per_sm = 1;
   cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0);
   if (per_sm < 1) per_sm = 1;
-  return static_cast<int64_t>(sms) * per_sm;
+  return static_cast<int64_t>(sm_count()) * per_sm;
 }
 
 template <class Kernel>

@@ -1,11 +1,28 @@
 #include "kernels/cuda/launch.h"
 
+#include <cuda_runtime.h>
+
 #include <atomic>
 
 namespace tessera::cuda {
 namespace {
 std::atomic<bool> g_pdl{true};
-}
+constexpr int kMaxDevices = 64;
+std::atomic<int> g_sms[kMaxDevices] = {};  // 0: not asked yet
+}  // namespace
+
 bool pdl_enabled() { return g_pdl.load(std::memory_order_relaxed); }
 void set_pdl_enabled(bool on) { g_pdl.store(on, std::memory_order_relaxed); }
+
+int sm_count() {
+  int dev = 0, n = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) return 1;
+  n = g_sms[dev].load(std::memory_order_relaxed);
+  if (n == 0) {
+    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0)
+      n = 1;
+    g_sms[dev].store(n, std::memory_order_relaxed);
+  }
+  return n;
+}
 }  // namespace tessera::cuda

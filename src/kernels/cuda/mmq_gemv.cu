@@ -8,6 +8,7 @@
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/mmq_common.cuh"
 #include "kernels/cuda/qkv_rope_epi.cuh"
+#include "kernels/cuda/warp.cuh"
 
 namespace tessera::cuda {
 namespace {
@@ -191,11 +192,7 @@ mmq_gemv_kernel(MmqMat w, const int8_t* qx, const MmqActMeta* meta, Epi epi) {
 #pragma unroll
   for (int r = 0; r < kR; ++r)
 #pragma unroll
-    for (int t = 0; t < M; ++t) {
-      v[r][t] = acc[r][t];
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) v[r][t] += __shfl_xor_sync(0xffffffffu, v[r][t], o);
-    }
+    for (int t = 0; t < M; ++t) v[r][t] = warp_sum(acc[r][t]);
   epi(r0, v, w.n, lane);
 }
 

@@ -11,9 +11,12 @@
 #include "kernels/cuda/gemv.h"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/mmq.h"
+#include "kernels/cuda/warp.cuh"
 
 namespace tessera::cuda {
 namespace {
+using detail::warp_max;
+using detail::warp_sum;
 
 constexpr int kThreads = 256, kWarps = kThreads / 32;
 
@@ -67,16 +70,6 @@ struct SwigluSrc {
   }
 };
 
-__device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-__device__ __forceinline__ int warp_sum(int v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 __device__ __forceinline__ float f16_round(float v) { return __half2float(__float2half_rn(v)); }
 
 // Legacy Q8 rows: one warp per 32-element block, lane = element.

@@ -32,19 +32,6 @@ void enable_smem(size_t bytes) {
                                           cudaGetErrorString(status));
 }
 
-int sm_count() {
-  constexpr int kMaxDevices = 64;
-  static int counts[kMaxDevices] = {};  // 0 = not asked yet
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) return 132;
-  if (counts[dev] == 0) {
-    int n = 0;
-    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0) n = 132;
-    counts[dev] = n;
-  }
-  return counts[dev];
-}
-
 // Keys per split for `splits` splits of capacity `cap`: whole chunks.
 int64_t split_span(int64_t cap, int64_t splits) {
   const int64_t per = (cap + splits - 1) / splits;

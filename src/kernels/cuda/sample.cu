@@ -80,53 +80,50 @@ struct Shared {
   int n;
 };
 
-// Block-wide sums of (a, b), returned to every thread. A fixed tree: the same inputs give the
-// same bits on every run.
-__device__ void block_sum2(double& a, double& b, Shared& sh) {
+// Block-wide reduction of a by op_a and of b by op_b, returned to every thread, through red (one
+// pair per warp). A fixed tree: the same inputs give the same bits on every run.
+template <class T, class OpA, class OpB>
+__device__ void block_reduce2(T& a, T& b, OpA op_a, OpB op_b, T (&red)[kWarps][2]) {
   for (int off = 16; off; off >>= 1) {
-    a += __shfl_down_sync(0xffffffffu, a, off);
-    b += __shfl_down_sync(0xffffffffu, b, off);
+    a = op_a(a, __shfl_down_sync(0xffffffffu, a, off));
+    b = op_b(b, __shfl_down_sync(0xffffffffu, b, off));
   }
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   __syncthreads();  // the previous call's readers are done
-  if (lane == 0) sh.red[warp][0] = a, sh.red[warp][1] = b;
+  if (lane == 0) red[warp][0] = a, red[warp][1] = b;
   __syncthreads();
   if (warp == 0) {
-    a = sh.red[lane][0];
-    b = sh.red[lane][1];
+    a = red[lane][0];
+    b = red[lane][1];
     for (int off = 16; off; off >>= 1) {
-      a += __shfl_down_sync(0xffffffffu, a, off);
-      b += __shfl_down_sync(0xffffffffu, b, off);
+      a = op_a(a, __shfl_down_sync(0xffffffffu, a, off));
+      b = op_b(b, __shfl_down_sync(0xffffffffu, b, off));
     }
-    if (lane == 0) sh.red[0][0] = a, sh.red[0][1] = b;
+    if (lane == 0) red[0][0] = a, red[0][1] = b;
   }
   __syncthreads();
-  a = sh.red[0][0];
-  b = sh.red[0][1];
+  a = red[0][0];
+  b = red[0][1];
 }
 
-// Block-wide min of lo and max of hi, returned to every thread.
+struct Plus {
+  __device__ double operator()(double x, double y) const { return x + y; }
+};
+struct Min {
+  __device__ u64 operator()(u64 x, u64 y) const { return min(x, y); }
+};
+struct Max {
+  __device__ u64 operator()(u64 x, u64 y) const { return max(x, y); }
+};
+
+// Block-wide sums of (a, b).
+__device__ void block_sum2(double& a, double& b, Shared& sh) {
+  block_reduce2(a, b, Plus{}, Plus{}, sh.red);
+}
+
+// Block-wide min of lo and max of hi.
 __device__ void block_minmax(u64& lo, u64& hi, Shared& sh) {
-  for (int off = 16; off; off >>= 1) {
-    lo = min(lo, __shfl_down_sync(0xffffffffu, lo, off));
-    hi = max(hi, __shfl_down_sync(0xffffffffu, hi, off));
-  }
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  __syncthreads();
-  if (lane == 0) sh.mm[warp][0] = lo, sh.mm[warp][1] = hi;
-  __syncthreads();
-  if (warp == 0) {
-    lo = sh.mm[lane][0];
-    hi = sh.mm[lane][1];
-    for (int off = 16; off; off >>= 1) {
-      lo = min(lo, __shfl_down_sync(0xffffffffu, lo, off));
-      hi = max(hi, __shfl_down_sync(0xffffffffu, hi, off));
-    }
-    if (lane == 0) sh.mm[0][0] = lo, sh.mm[0][1] = hi;
-  }
-  __syncthreads();
-  lo = sh.mm[0][0];
-  hi = sh.mm[0][1];
+  block_reduce2(lo, hi, Min{}, Max{}, sh.mm);
 }
 
 // A candidate's weight, computed as the host computes it: 1 (counting, top-k), or

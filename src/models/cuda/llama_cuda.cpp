@@ -5,27 +5,24 @@
 
 #include <algorithm>
 #include <cmath>
-#include <map>
-#include <set>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <set>
 #include <string>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gemm_bf16.h"
 #include "backend/cuda/op_profiler.h"
 #include "core/error.h"
-#include "core/half.h"
-#include "kernels/cpu/matmul.h"
 #include "kernels/cuda/dequant_packed.h"
 #include "kernels/cuda/embedding.h"
-#include "kernels/cuda/fill_random.h"
 #include "kernels/cuda/gemv.h"
 #include "kernels/cuda/mmq.h"
 #include "kernels/cuda/paged_attention.h"
 #include "kernels/cuda/rope_kv.h"
-#include "kernels/cuda/sample.h"
 #include "kernels/cuda/row_ops.h"
+#include "kernels/cuda/sample.h"
 #include "models/cuda/llama_cuda_weights.h"
 #include "models/llama.h"
 #include "models/llama_hf.h"
@@ -422,12 +419,9 @@ class CudaLlama final : public CausalLm {
     else
       gemm_.run(x, p.w, y, rows, p.n, p.k, accumulate, stream_);
   }
-  void matmul(const bf16* x, const Proj& p, int64_t rows, bf16* y) {  // rounded to bf16
-    const auto* w = reinterpret_cast<const uint16_t*>(p.w);
-    if (rows == 1 && cuda::gemv_bf16_f32_supported(w, x, p.k))
-      cuda::gemv_bf16<bf16>(w, x, p.n, p.k, y, stream_);
-    else
-      gemm_.run(x, p.w, y, rows, p.n, p.k, stream_);
+  // Rounded to bf16: the gate|up output (an aligned single row takes gemv_bf16_swiglu instead).
+  void matmul(const bf16* x, const Proj& p, int64_t rows, bf16* y) {
+    gemm_.run(x, p.w, y, rows, p.n, p.k, stream_);
   }
 
   // The input of a quantized projection: RMSNorm of f32 rows (x, norm weight), f32 rows, or
