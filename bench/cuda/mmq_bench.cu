@@ -8,7 +8,10 @@
 // rotating over weight copies totalling >= 4x the L2, median of 15 replays after warm-up,
 // random data (dummy quant blocks, uniform activations).
 //
-//   mmq_bench [q4_0 q8_0 q4_k q6_k q4_1]      (default q4_0 q8_0 q4_k)
+//   mmq_bench [--k-split] [q4_0 q8_0 q4_k q6_k q4_1]      (default q4_0 q8_0 q4_k)
+//
+// --k-split: instead of the table, the GEMV at 1, 2 and 4 rows with 1, 2 and 4 warps per row
+// group (mmq_gemv's k_split) and its default, to tune the default.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -60,7 +63,12 @@ float time_ms(F&& fn, cudaStream_t s, int launches) {
 
 int main(int argc, char** argv) {
   std::vector<DType> types;
+  bool k_split_table = false;
   for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--k-split") {
+      k_split_table = true;
+      continue;
+    }
     auto t = dtype_from_name(argv[i]);
     if (!t || !cuda::mmq_supported(*t)) {
       std::fprintf(stderr, "unknown type %s\n", argv[i]);
@@ -88,8 +96,13 @@ int main(int argc, char** argv) {
   const int64_t ms[] = {1, 4, 8, 16, 32, 64, 128, 256, 512, 2048};
   cuda::GemmBf16 gemm;
   std::map<std::pair<int64_t, int64_t>, float> bf16_us;  // (n * k + k, rows): type-independent
-  std::printf("| type | shape | rows | MB | floor us | mmq us | %% of floor | TOPS | bf16 cuBLASLt us | speed-up |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
+  if (k_split_table) {
+    std::printf("| type | shape | rows | floor us | k split 1 us | 2 us | 4 us | default us | %% of floor |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|\n");
+  } else {
+    std::printf("| type | shape | rows | MB | floor us | mmq us | %% of floor | TOPS | bf16 cuBLASLt us | speed-up |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
+  }
   for (DType t : types)
     for (const Shape& sh : shapes) {
       const size_t wbytes = cuda::gemv_quant_layout(t, sh.n, sh.k).bytes;
@@ -116,7 +129,25 @@ int main(int argc, char** argv) {
       cuda::fill_uniform_bf16(reinterpret_cast<uint16_t*>(xb), mmax * sh.k, -1.f, 1.f, 4, s);
       cuda::mmq_quantize_rows(t, x, sh.k, mmax, sh.k, qx, meta, s);
       TESSERA_CUDA_CHECK(cudaStreamSynchronize(s));
+      const double gguf = static_cast<double>(sh.n) * *dtype_row_bytes(t, sh.k);
+      for (int64_t m : {1, 2, 4}) {
+        if (!k_split_table) break;
+        float us[4];
+        for (int ks : {1, 2, 4, 0}) {
+          int it = 0;
+          us[ks == 0 ? 3 : ks / 2] = 1e3f * time_ms([&](cudaStream_t st) {
+            cuda::mmq_gemv(t, w[it++ % copies], sh.n, sh.k, qx, meta, m, y, sh.n, false, st, ks);
+          }, s, 20);
+        }
+        const double floor_us = (gguf + m * sh.k * 1.25 + m * sh.n * 4.0) / bw * 1e6;
+        std::printf("| %s | %s %lldx%lld | %lld | %.2f | %.2f | %.2f | %.2f | %.2f | %.1f%% |\n",
+                    std::string(dtype_name(t)).c_str(), sh.name, static_cast<long long>(sh.n),
+                    static_cast<long long>(sh.k), static_cast<long long>(m), floor_us, us[0], us[1],
+                    us[2], us[3], 100.0 * floor_us / us[3]);
+        std::fflush(stdout);
+      }
       for (int64_t m : ms) {
+        if (k_split_table) break;
         int it = 0;
         const float us = 1e3f * time_ms([&](cudaStream_t st) {
           cuda::mmq_matmul(t, w[it++ % copies], sh.n, sh.k, qx, meta, m, y, sh.n, false, st);
@@ -126,7 +157,6 @@ int main(int argc, char** argv) {
           bf_us = 1e3f * time_ms([&](cudaStream_t st) {
             gemm.run(xb, reinterpret_cast<const __nv_bfloat16*>(wb), y, m, sh.n, sh.k, false, st);
           }, s, 20);
-        const double gguf = static_cast<double>(sh.n) * *dtype_row_bytes(t, sh.k);
         const double bytes = gguf + m * sh.k * 1.25 + m * sh.n * 4.0;
         const double ops = 2.0 * sh.n * sh.k * m;
         const double floor_us = std::max(bytes / bw, ops / int8_rate) * 1e6;

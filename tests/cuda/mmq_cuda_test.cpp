@@ -178,7 +178,8 @@ struct Case {
 
 // y = the chosen kernel on device-quantized x; ldy = n + 3 (poisoned gaps must stay NaN).
 std::vector<float> run_gpu(DType t, const std::vector<uint8_t>& blocks, const std::vector<float>& x,
-                           const Case& c, Path path, bool accumulate, const std::vector<float>& y0) {
+                           const Case& c, Path path, bool accumulate, const std::vector<float>& y0,
+                           int k_split = 0) {
   const int64_t ldy = c.n + 3;
   std::vector<uint8_t> packed(cuda::gemv_quant_layout(t, c.n, c.k).bytes);
   cuda::repack_quant(t, blocks.data(), c.n, c.k, packed.data());
@@ -191,8 +192,11 @@ std::vector<float> run_gpu(DType t, const std::vector<uint8_t>& blocks, const st
   if (accumulate)
     for (int64_t i = 0; i < c.m; ++i) std::memcpy(&yinit[i * ldy], &y0[i * c.n], c.n * 4);
   test::DevBuf<float> dy(yinit);
-  auto fn = path == Path::kGemv ? cuda::mmq_gemv : path == Path::kMma ? cuda::mmq_mma : cuda::mmq_matmul;
-  fn(t, dw.get(), c.n, c.k, qx.get(), meta.get(), c.m, dy.get(), ldy, accumulate, nullptr);
+  if (path == Path::kGemv)
+    cuda::mmq_gemv(t, dw.get(), c.n, c.k, qx.get(), meta.get(), c.m, dy.get(), ldy, accumulate, nullptr, k_split);
+  else
+    (path == Path::kMma ? cuda::mmq_mma : cuda::mmq_matmul)(t, dw.get(), c.n, c.k, qx.get(), meta.get(), c.m,
+                                                          dy.get(), ldy, accumulate, nullptr);
   test::check_launch();
   const auto y = dy.download();
   std::vector<float> out(c.m * c.n);
@@ -234,6 +238,13 @@ TEST(MmqMatmul, EveryKernelMatchesTheReferenceForEveryType) {
         // cancellation that is ~1e-7 of the output (measured up to 2.4e-7 at k = 32).
         EXPECT_LE(test::nmse(got, cpu_y), 1e-6) << what << " vs cpu::matmul, path " << static_cast<int>(p);
       }
+      // The GEMV with k split over 2 and 4 warps per row group (the default picks by shape).
+      if (c.m <= cuda::kMmqGemvMaxRows)
+        for (int ks : {1, 2, 4}) {
+          const auto got = run_gpu(t, blocks, x, c, Path::kGemv, false, {}, ks);
+          ASSERT_TRUE(test::all_written(got)) << what << " k split " << ks;
+          EXPECT_LE(test::nmse(got, want), bound) << what << " k split " << ks;
+        }
       // Accumulating into existing values (the residual adds).
       std::vector<float> y0(c.m * c.n), want_acc(c.m * c.n);
       for (size_t i = 0; i < y0.size(); ++i) {
@@ -287,13 +298,6 @@ TEST(MmqMatmul, QkvRopeEpilogueRotatesTheGemvSums) {
     test::DevBuf<double> dfreq(freq);
     test::DevBuf<int32_t> dpos(std::vector<int32_t>{pos});
     test::DevBuf<int64_t> drow(std::vector<int64_t>{crow});
-    test::DevBuf<__half> kc(rows_total * kvr), vc(rows_total * kvr);
-    kc.poison();
-    vc.poison();
-    q.poison();
-    const cuda::QkvRope r{qr, kvr, hd, n_rot, dfreq.get(), dpos.get(), drow.get(), kc.get(), vc.get()};
-    cuda::mmq_gemv_qkv_rope(t, dw.get(), k, qx.get(), meta.get(), q.get(), r, nullptr);
-    test::check_launch();
     const auto sums = y.download();
     std::vector<float> wq(sums.begin(), sums.begin() + qr), wk(sums.begin() + qr, sums.begin() + qr + kvr),
         wv(sums.begin() + qr + kvr, sums.end());
@@ -303,18 +307,29 @@ TEST(MmqMatmul, QkvRopeEpilogueRotatesTheGemvSums) {
     rp.theta_base = 10000.f;
     ref::rope(wq.data(), &pos, 1, n_heads, hd, rp);
     ref::rope(wk.data(), &pos, 1, n_kv, hd, rp);
-    const std::string what(dtype_name(t));
-    EXPECT_LE(test::nmse(q.download(), wq), 1e-10) << what;
-    const auto kh = test::to_f32(kc.download()), vh = test::to_f32(vc.download());
-    for (int64_t rr = 0; rr < rows_total; ++rr)
-      for (int64_t i = 0; i < kvr; ++i) {
-        if (rr != crow) {
-          ASSERT_TRUE(std::isnan(kh[rr * kvr + i]) && std::isnan(vh[rr * kvr + i])) << what << " row " << rr;
-          continue;
+    for (int ks : {0, 1, 2, 4}) {  // the default k split and each forced one
+      test::DevBuf<__half> kc(rows_total * kvr), vc(rows_total * kvr);
+      kc.poison();
+      vc.poison();
+      q.poison();
+      const cuda::QkvRope r{qr, kvr, hd, n_rot, dfreq.get(), dpos.get(), drow.get(), kc.get(), vc.get()};
+      cuda::mmq_gemv_qkv_rope(t, dw.get(), k, qx.get(), meta.get(), q.get(), r, nullptr, ks);
+      test::check_launch();
+      const std::string what = std::string(dtype_name(t)) + " k split " + std::to_string(ks);
+      EXPECT_LE(test::nmse(q.download(), wq), 1e-10) << what;
+      const auto kh = test::to_f32(kc.download()), vh = test::to_f32(vc.download());
+      for (int64_t rr = 0; rr < rows_total; ++rr)
+        for (int64_t i = 0; i < kvr; ++i) {
+          if (rr != crow) {
+            ASSERT_TRUE(std::isnan(kh[rr * kvr + i]) && std::isnan(vh[rr * kvr + i])) << what << " row " << rr;
+            continue;
+          }
+          // f16 rounding, and the sums' order (k split) may move a value across a rounding edge
+          EXPECT_NEAR(kh[rr * kvr + i], wk[i], 1e-3f * std::fabs(wk[i]) + 1e-4f) << what << " k " << i;
+          EXPECT_NEAR(vh[rr * kvr + i], wv[i], 1e-3f * std::fabs(wv[i]) + 1e-4f) << what << " v " << i;
+          if (ks == 0) EXPECT_EQ(vh[rr * kvr + i], f16_to_f32(f32_to_f16(wv[i]))) << what << " v " << i;
         }
-        EXPECT_NEAR(kh[rr * kvr + i], wk[i], 1e-3f * std::fabs(wk[i]) + 1e-4f) << what << " k " << i;
-        EXPECT_EQ(vh[rr * kvr + i], f16_to_f32(f32_to_f16(wv[i]))) << what << " v " << i;
-      }
+    }
   }
 }
 
@@ -323,6 +338,7 @@ TEST(MmqMatmul, RejectsBadArguments) {
   EXPECT_FALSE(cuda::mmq_supported(DType::kBF16));
   EXPECT_THROW(cuda::mmq_quantize_rows(DType::kQ4_K, nullptr, 0, 1, 96, nullptr, nullptr, nullptr), Error);
   EXPECT_THROW(cuda::mmq_gemv(DType::kQ4_0, nullptr, 4, 32, nullptr, nullptr, 9, nullptr, 4, false, nullptr), Error);
+  EXPECT_THROW(cuda::mmq_gemv(DType::kQ4_0, nullptr, 4, 32, nullptr, nullptr, 1, nullptr, 4, false, nullptr, 3), Error);
   EXPECT_THROW(cuda::mmq_mma(DType::kQ5_K, nullptr, 4, 256, nullptr, nullptr, 9, nullptr, 4, false, nullptr), Error);
 }
 

@@ -67,12 +67,14 @@ void mmq_matmul(DType wtype, const void* packed, int64_t n, int64_t k, const int
 // (QkvRope, gemv.h: interleaved pairs; rows q | k | v): q (f32, q_rows) rotated, k rotated and v
 // written as f16 to cache row *rope.cache_row. The products are mmq_gemv's.
 void mmq_gemv_qkv_rope(DType wtype, const void* packed, int64_t k, const int8_t* qx,
-                       const MmqActMeta* meta, float* q, const QkvRope& rope, cudaStream_t stream);
+                       const MmqActMeta* meta, float* q, const QkvRope& rope, cudaStream_t stream,
+                       int k_split = 0);
 
-// The two kernels, forced (tests, benchmarks). gemv: m <= kMmqGemvMaxRows; mma: any m.
+// The two kernels, forced (tests, benchmarks). gemv: m <= kMmqGemvMaxRows; mma: any m. The
+// GEMVs' k_split (1, 2 or 4 warps per row group; 0: chosen by shape) is for tests and benchmarks.
 void mmq_gemv(DType wtype, const void* packed, int64_t n, int64_t k, const int8_t* qx,
               const MmqActMeta* meta, int64_t m, float* y, int64_t ldy, bool accumulate,
-              cudaStream_t stream);
+              cudaStream_t stream, int k_split = 0);
 void mmq_mma(DType wtype, const void* packed, int64_t n, int64_t k, const int8_t* qx,
              const MmqActMeta* meta, int64_t m, float* y, int64_t ldy, bool accumulate,
              cudaStream_t stream);

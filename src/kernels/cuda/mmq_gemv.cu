@@ -2,7 +2,9 @@
 // kR weight rows, its lanes stride over 32-element blocks, and every weight block loaded feeds
 // all M activation rows, so the weights are read once per call. Launched with PDL (launch.h):
 // the first weight loads are issued before waiting for the kernel that produced the activations.
+#include <cstdlib>
 #include <string>
+#include <type_traits>
 
 #include "core/error.h"
 #include "kernels/cuda/launch.cuh"
@@ -110,13 +112,15 @@ struct Q6_KG {
   }
 };
 
-// Epilogues, called by every lane with the reduced sums v[r][t] of rows r0 + r, activation row t.
-struct StoreRows {  // y[t][r0 + r] (+)= v[r][t]
+// Epilogues, called by every lane of a group's first warp with the sums v[r][t] of group g's
+// rows (g kR + r for consecutive rows), activation row t.
+struct StoreRows {  // y[t][g kR + r] (+)= v[r][t]
   float* y;
   int64_t ldy;
   bool accumulate;
   template <int M>
-  __device__ void operator()(int64_t r0, const float (&v)[kR][M], int64_t n, int lane) const {
+  __device__ void operator()(int64_t g, const float (&v)[kR][M], int64_t n, int lane) const {
+    const int64_t r0 = g * kR;
 #pragma unroll
     for (int r = 0; r < kR; ++r)
 #pragma unroll
@@ -129,50 +133,51 @@ struct StoreRows {  // y[t][r0 + r] (+)= v[r][t]
 };
 struct QkvRopeRow {  // one activation row: q|k|v with RoPE and the KV-cache write (gemv.h)
   QkvRopeEpi<float> epi;
-  __device__ void operator()(int64_t r0, const float (&v)[kR][1], int64_t n, int lane) const {
+  __device__ void operator()(int64_t g, const float (&v)[kR][1], int64_t n, int lane) const {
     float s[kR];
 #pragma unroll
     for (int r = 0; r < kR; ++r) s[r] = v[r][0];
-    epi(r0, s, n, lane);
+    epi(g * kR, s, n, lane);
   }
 };
 
-template <class F, int M, class Epi>
+// A block of kWarps warps holds kWarps / KS row groups of kR rows. KS warps share a group, each
+// taking every KS-th run of 32 blocks along k (KS = 1: a warp per group): splitting k
+// multiplies the warps, and so the loads in flight, of projections with few and long rows
+// (m = 1: 4096 x 14336 has 1024 row groups for 132 SMs). The KS partial sums meet in shared
+// memory, added in warp order (deterministic), and the group's first warp runs the epilogue.
+// The first kU weight blocks of each row are loaded before pdl_wait() (weights never change),
+// in a first step apart from the loop so that their registers are free after it (as one loop,
+// Q4_0 took 152 instead of 94 registers).
+template <class F, int M, int KS, class Epi>
 __global__ void __launch_bounds__(kThreads)
 mmq_gemv_kernel(MmqMat w, const int8_t* qx, const MmqActMeta* meta, Epi epi) {
+  static_assert(kWarps % KS == 0, "whole row groups per block");
   pdl_trigger();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t r0 = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * kR;
-  if (r0 >= w.n) {  // no rows for this warp: still order after the predecessor
+  const int64_t g = static_cast<int64_t>(blockIdx.x) * (kWarps / KS) + warp / KS;
+  if (g * kR >= w.n) {  // no rows for this group (all its warps): still order after the predecessor
     pdl_wait();
     return;
   }
-  bool waited = false;
-  const int64_t nb = w.k / 32;
   int64_t rows[kR];
 #pragma unroll
-  for (int r = 0; r < kR; ++r) rows[r] = r0 + r < w.n ? r0 + r : r0;  // past n: alias, never stored
-  float acc[kR][M] = {};
-  if (lane >= nb) {  // no block for this lane: still order after the predecessor
-    pdl_wait();
-    waited = true;
-  }
-  for (int64_t c0 = lane; c0 < nb; c0 += 32 * kU) {
-    typename F::W wv[kU][kR];
+  for (int r = 0; r < kR; ++r) rows[r] = g * kR + r < w.n ? g * kR + r : g * kR;  // past n: alias, never stored
+  const int64_t nb = w.k / 32, step = 32 * KS * kU;
+  auto load = [&](int64_t c0, typename F::W (&wv)[kU][kR]) {
 #pragma unroll
     for (int u = 0; u < kU; ++u)
 #pragma unroll
       for (int r = 0; r < kR; ++r) {
-        const int64_t c = c0 + 32 * u;
+        const int64_t c = c0 + 32 * KS * u;
         wv[u][r] = F::load(w, rows[r], c < nb ? c : c0);
       }
-    if (!waited) {  // weights never change; the activations (and y) come from earlier kernels
-      pdl_wait();
-      waited = true;
-    }
+  };
+  float acc[kR][M] = {};
+  auto add = [&](int64_t c0, const typename F::W (&wv)[kU][kR]) {
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
-      const int64_t c = c0 + 32 * u;
+      const int64_t c = c0 + 32 * KS * u;
       if (c >= nb) break;
 #pragma unroll
       for (int t = 0; t < M; ++t) {
@@ -187,31 +192,103 @@ mmq_gemv_kernel(MmqMat w, const int8_t* qx, const MmqActMeta* meta, Epi epi) {
         for (int r = 0; r < kR; ++r) acc[r][t] += F::dot(wv[u][r], x);
       }
     }
+  };
+  int64_t c0 = (warp % KS) * 32 + lane;  // this lane's first block
+  if (c0 < nb) {
+    typename F::W wv[kU][kR];
+    load(c0, wv);
+    pdl_wait();  // the activations (and y) come from earlier kernels
+    add(c0, wv);
+    c0 += step;
+  } else {
+    pdl_wait();  // no block for this lane: still order after the predecessor
+  }
+  for (; c0 < nb; c0 += step) {
+    typename F::W wv[kU][kR];
+    load(c0, wv);
+    add(c0, wv);
   }
   float v[kR][M];
 #pragma unroll
   for (int r = 0; r < kR; ++r)
 #pragma unroll
     for (int t = 0; t < M; ++t) v[r][t] = warp_sum(acc[r][t]);
-  epi(r0, v, w.n, lane);
+  if constexpr (KS > 1) {
+    __shared__ float part_sums[kWarps][kR][M];
+#pragma unroll
+    for (int r = 0; r < kR; ++r)
+#pragma unroll
+      for (int t = 0; t < M; ++t)
+        if (lane == r * M + t) part_sums[warp][r][t] = v[r][t];  // kR * M <= 32
+    // The group's own barrier (id 1 + group; 0 is __syncthreads): groups past n returned.
+    asm volatile("bar.sync %0, %1;" ::"r"(1 + warp / KS), "r"(KS * 32) : "memory");
+    if (warp % KS != 0) return;
+#pragma unroll
+    for (int r = 0; r < kR; ++r)
+#pragma unroll
+      for (int t = 0; t < M; ++t) {
+        float sum = 0.f;
+#pragma unroll
+        for (int p = 0; p < KS; ++p) sum += part_sums[warp + p][r][t];
+        v[r][t] = sum;
+      }
+  }
+  epi(g, v, w.n, lane);
 }
 
-unsigned grid_for(const MmqMat& w) {
-  return static_cast<unsigned>((w.n + kWarps * kR - 1) / (kWarps * kR));
+unsigned grid_for(const MmqMat& w, int ks) {
+  const int64_t rows_per_block = kWarps / ks * kR;
+  return static_cast<unsigned>((w.n + rows_per_block - 1) / rows_per_block);
+}
+
+// TESSERA_MMQ_K_SPLIT=1|2|4 overrides the default (same-binary A/B benchmarks).
+int k_split_override() {
+  static const int v = [] {
+    const char* e = std::getenv("TESSERA_MMQ_K_SPLIT");
+    return e ? std::atoi(e) : 0;
+  }();
+  return v;
+}
+
+// Calls f(KS) with the k split for m rows of w; 0 asks for the default. At one row, when the
+// row groups alone leave fewer than 12 warps per SM: 2 warps per group, 4 for rows of >= 12 KB
+// (H200, m = 1, in us: Q4_0 4096 x 14336 11.8 / 9.3 / 9.7 for 1 / 2 / 4, Q8_0 18.7 / 17.0 /
+// 15.1; 4096 x 4096 Q4_0 4.2 / 3.7, Q8_0 5.2 / 5.4; 6144 x 4096 Q4_0 4.9 / 5.2).
+template <class Fn>
+void with_k_split(const MmqMat& w, int64_t m, int k_split, Fn&& f) {
+  if (k_split <= 0) k_split = k_split_override();
+  if (k_split <= 0) {
+    const int64_t groups = (w.n + kR - 1) / kR, nb = w.k / 32;
+    const size_t row_bytes = w.L.bytes / static_cast<size_t>(w.n);
+    k_split = 1;
+    if (m == 1 && groups < 12 * sm_count() && nb >= 32 * kU * 2) k_split = row_bytes >= 12288 && nb >= 32 * kU * 4 ? 4 : 2;
+  }
+  switch (k_split) {
+    case 1:
+      return f(std::integral_constant<int, 1>{});
+    case 2:
+      return f(std::integral_constant<int, 2>{});
+    case 4:
+      return f(std::integral_constant<int, 4>{});
+  }
+  throw_error(ErrorCode::kInvalidArgument, "mmq_gemv: k split must be 1, 2 or 4");
 }
 
 template <class F>
 void launch_m(const MmqMat& w, const int8_t* qx, const MmqActMeta* meta, int64_t m, float* y,
-              int64_t ldy, bool acc, cudaStream_t s) {
-  switch (m) {
-#define TESSERA_M(M)                                                                          \
-  case M:                                                                                     \
-    launch_kernel(mmq_gemv_kernel<F, M, StoreRows>, grid_for(w), kThreads, 0, s, w, qx, meta, \
-                  StoreRows{y, ldy, acc});                                                    \
+              int64_t ldy, bool acc, int k_split, cudaStream_t s) {
+  with_k_split(w, m, k_split, [&](auto ks) {
+    constexpr int KS = decltype(ks)::value;
+    switch (m) {
+#define TESSERA_M(M)                                                                                     \
+  case M:                                                                                                \
+    launch_kernel(mmq_gemv_kernel<F, M, KS, StoreRows>, grid_for(w, KS), kThreads, 0, s, w, qx, meta, \
+                  StoreRows{y, ldy, acc});                                                               \
     return;
-    TESSERA_M(1) TESSERA_M(2) TESSERA_M(3) TESSERA_M(4) TESSERA_M(5) TESSERA_M(6) TESSERA_M(7) TESSERA_M(8)
+      TESSERA_M(1) TESSERA_M(2) TESSERA_M(3) TESSERA_M(4) TESSERA_M(5) TESSERA_M(6) TESSERA_M(7) TESSERA_M(8)
 #undef TESSERA_M
-  }
+    }
+  });
 }
 
 // Calls f(F{}) with the format F of weight type t (mmq_supported types).
@@ -236,26 +313,30 @@ void with_format(DType t, Fn&& f) {
 }  // namespace
 
 void mmq_gemv_qkv_rope(DType t, const void* packed, int64_t k, const int8_t* qx,
-                       const MmqActMeta* meta, float* q, const QkvRope& r, cudaStream_t s) {
+                       const MmqActMeta* meta, float* q, const QkvRope& r, cudaStream_t s,
+                       int k_split) {
   TESSERA_CHECK_ARG(mmq_supported(t), "mmq_gemv_qkv_rope: weight type " + std::string(dtype_name(t)) + " unsupported");
   check_rope(r);
   const int64_t n = r.q_rows + 2 * r.kv_rows;
   const MmqMat w{static_cast<const uint8_t*>(packed), gemv_quant_layout(t, n, k), n, k};
   with_format(t, [&](auto fmt) {
-    launch_kernel(mmq_gemv_kernel<decltype(fmt), 1, QkvRopeRow>, grid_for(w), kThreads, 0, s, w, qx,
-                  meta, QkvRopeRow{QkvRopeEpi<float>{q, r}});
+    with_k_split(w, 1, k_split, [&](auto ks) {
+      constexpr int KS = decltype(ks)::value;
+      launch_kernel(mmq_gemv_kernel<decltype(fmt), 1, KS, QkvRopeRow>, grid_for(w, KS), kThreads, 0, s,
+                    w, qx, meta, QkvRopeRow{QkvRopeEpi<float>{q, r}});
+    });
   });
 }
 
 void mmq_gemv(DType t, const void* packed, int64_t n, int64_t k, const int8_t* qx,
               const MmqActMeta* meta, int64_t m, float* y, int64_t ldy, bool accumulate,
-              cudaStream_t s) {
+              cudaStream_t s, int k_split) {
   TESSERA_CHECK_ARG(mmq_supported(t), "mmq_gemv: weight type " + std::string(dtype_name(t)) + " unsupported");
   TESSERA_CHECK_ARG(m >= 0 && m <= kMmqGemvMaxRows, "mmq_gemv: 0..8 rows");
   TESSERA_CHECK_ARG(ldy >= n, "mmq_gemv: ldy < n");
   if (m == 0 || n == 0) return;
   const MmqMat w{static_cast<const uint8_t*>(packed), gemv_quant_layout(t, n, k), n, k};
-  with_format(t, [&](auto fmt) { launch_m<decltype(fmt)>(w, qx, meta, m, y, ldy, accumulate, s); });
+  with_format(t, [&](auto fmt) { launch_m<decltype(fmt)>(w, qx, meta, m, y, ldy, accumulate, k_split, s); });
 }
 
 }  // namespace tessera::cuda

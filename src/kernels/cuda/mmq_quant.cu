@@ -1,10 +1,11 @@
 // Activation quantization for the integer-dot projections (mmq.h): the CPU path's Q8 / Q8_K rows
-// (kernels/cpu/quantize_act.cpp), bit for bit. Grid (row, part): a row's quantization blocks are
-// spread over blockIdx.y so few rows (decode) still fill the GPU; every part of a row computes
+// (kernels/cpu/quantize_act.cpp), bit for bit. Grid (row, part): a row's elements
+// are spread over blockIdx.y so few rows (decode) still fill the GPU; every part of a row computes
 // the row statistics it needs (RMSNorm's sum of squares) itself, in the same fixed order.
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
 
 #include "core/error.h"
@@ -16,18 +17,28 @@
 namespace tessera::cuda {
 namespace {
 using detail::warp_max;
-using detail::warp_sum;
 
-constexpr int kThreads = 256, kWarps = kThreads / 32;
+// 8 consecutive floats from p: two 16-byte loads where p is 16-byte aligned (vec), else eight.
+__device__ __forceinline__ void load8(const float* p, bool vec, float (&v)[8]) {
+  if (vec) {
+    const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+  } else {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = p[j];
+  }
+}
 
-bool is_k(DType t) { return t == DType::kQ4_K || t == DType::kQ6_K; }
-
-// Row sources: value(r, i) is the f32 value the unfused kernel would have stored.
+// Row sources: value8(r, i, v) gives elements i .. i + 7 of row r (i % 8 == 0) as the unfused
+// kernel would have stored them; prepare<T>(r) computes row r's statistics, called by all T
+// threads of the block (a block barrier inside). vec: the rows are 16-byte aligned (host check).
 struct PlainSrc {
   const float* x;
   int64_t ldx;
-  __device__ void prepare(int64_t, float*) {}
-  __device__ float value(int64_t r, int64_t i) const { return x[r * ldx + i]; }
+  bool vec;
+  template <int kThreads>
+  __device__ void prepare(int64_t) {}
+  __device__ void value8(int64_t r, int64_t i, float (&v)[8]) const { load8(x + r * ldx + i, vec, v); }
 };
 
 // RMSNorm with the CPU's rounding steps (kernels/cpu/llm_ops.cpp): f32 squares summed in double,
@@ -37,8 +48,11 @@ struct RmsSrc {
   const float* w;
   float eps;
   int64_t d;
+  bool vec;
   float inv;
-  __device__ void prepare(int64_t r, float*) {
+  template <int kThreads>
+  __device__ void prepare(int64_t r) {
+    constexpr int kWarps = kThreads / 32;
     __shared__ double partial[kWarps];
     double ss = 0;
     for (int64_t i = threadIdx.x; i < d; i += kThreads) {
@@ -54,86 +68,117 @@ struct RmsSrc {
     const float mean = static_cast<float>(total / static_cast<double>(d));
     inv = 1.0f / sqrtf(mean + eps);
   }
-  __device__ float value(int64_t r, int64_t i) const {
-    const float t = __fmul_rn(x[r * d + i], inv);
-    return __fmul_rn(t, w[i]);
+  __device__ void value8(int64_t r, int64_t i, float (&v)[8]) const {
+    float g[8];
+    load8(x + r * d + i, vec, v);
+    load8(w + i, vec, g);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = __fmul_rn(__fmul_rn(v[j], inv), g[j]);
   }
 };
 
+// SwiGLU of a fused gate|up row: silu(gate[i]) * up[i], gate at gu[r][0, ff), up at gu[r][ff, 2 ff).
 struct SwigluSrc {
   const float* gu;
   int64_t ff;
-  __device__ void prepare(int64_t, float*) {}
-  __device__ float value(int64_t r, int64_t i) const {
-    const float g = gu[r * 2 * ff + i], u = gu[r * 2 * ff + ff + i];
-    return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.f, expf(-g))), u);
+  bool vec;
+  template <int kThreads>
+  __device__ void prepare(int64_t) {}
+  __device__ void value8(int64_t r, int64_t i, float (&v)[8]) const {
+    float u[8];
+    load8(gu + r * 2 * ff + i, vec, v);
+    load8(gu + r * 2 * ff + ff + i, vec, u);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = __fmul_rn(__fdiv_rn(v[j], __fadd_rn(1.f, expf(-v[j]))), u[j]);
   }
 };
 
+// Whether rows of ld floats from x are 16-byte aligned (the sources' vec).
+inline bool rows_aligned(const float* x, int64_t ld) {
+  return reinterpret_cast<uintptr_t>(x) % 16 == 0 && ld % 4 == 0;
+}
+
 __device__ __forceinline__ float f16_round(float v) { return __half2float(__float2half_rn(v)); }
 
-// Legacy Q8 rows: one warp per 32-element block, lane = element.
-template <class Src>
-__global__ void __launch_bounds__(kThreads) quant_q8_kernel(Src src, int64_t k, int8_t* qx, MmqActMeta* meta) {
-  detail::pdl_wait();  // inputs come from the previous kernel (PDL, launch.h)
-  detail::pdl_trigger();
-  const int64_t r = blockIdx.x;
-  src.prepare(r, nullptr);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  for (int64_t b = blockIdx.y * int64_t{kWarps} + warp; b < k / 32; b += int64_t{gridDim.y} * kWarps) {
-    const float v = src.value(r, b * 32 + lane);
-    const float amax = warp_max(fabsf(v));
-    const float d = __fdiv_rn(amax, 127.0f);
-    const float id = amax != 0.f ? __fdiv_rn(127.0f, amax) : 0.f;
-    const int q = max(-127, min(127, __float2int_rn(__fmul_rn(v, id))));
-    qx[r * k + b * 32 + lane] = static_cast<int8_t>(q);
-    const int sum = warp_sum(q);
-    if (lane == 0) meta[r * (k / 32) + b] = {f16_round(d), f16_round(__fmul_rn(d, static_cast<float>(sum)))};
+// Quantizes elements [0, k) of row r of src into qx[0, k) and meta[0, k / 32). Thread t of the
+// `threads` taking part (t and threads: multiples of 32 per warp, the same for every lane of a
+// warp) holds 8 consecutive elements at 8 t, 8 (t + threads), ... Legacy Q8 (kK false): a
+// 32-element block is 4 lanes, scale d = amax / 127 and the block sum's d * sum, both rounded to
+// f16 as block_q8_1 stores them. Q8_K (kK true, k % 256 == 0): a 256-element block is one warp,
+// scale from the first element of largest magnitude (iscale = -127 / x), integer sums per 32.
+template <bool kK, class Src>
+__device__ void quantize_row(const Src& src, int64_t r, int64_t k, int64_t t, int64_t threads, int8_t* qx,
+                             MmqActMeta* meta) {
+  const int lane = threadIdx.x % 32;
+  const int64_t warp_t = t - lane;  // the warp's first thread: all lanes iterate together
+  for (int64_t e0 = 8 * warp_t; e0 < k; e0 += 8 * threads) {
+    const int64_t e = e0 + 8 * lane;
+    const bool active = e < k;  // legacy rows end on a 32-element block, maybe mid-warp
+    float v[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    if (active) src.value8(r, e, v);
+    float amax = 0.f;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(v[j]));
+    int q[8];
+    if constexpr (!kK) {
+      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+      const float d = __fdiv_rn(amax, 127.0f);
+      const float id = amax != 0.f ? __fdiv_rn(127.0f, amax) : 0.f;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) q[j] = max(-127, min(127, __float2int_rn(__fmul_rn(v[j], id))));
+      int sum = q[0] + q[1] + q[2] + q[3] + q[4] + q[5] + q[6] + q[7];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      if (active && lane % 4 == 0) meta[e / 32] = {f16_round(d), f16_round(__fmul_rn(d, static_cast<float>(sum)))};
+    } else {
+      amax = warp_max(amax);
+      // The first element (lowest index) of largest magnitude sets the sign of the scale.
+      int first = 1 << 30;
+      float xmax = 0.f;
+#pragma unroll
+      for (int j = 7; j >= 0; --j)
+        if (fabsf(v[j]) == amax) {
+          first = 8 * lane + j;
+          xmax = v[j];
+        }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) {
+        const int of = __shfl_xor_sync(0xffffffffu, first, o);
+        const float ox = __shfl_xor_sync(0xffffffffu, xmax, o);
+        if (of < first) first = of, xmax = ox;
+      }
+      const float iscale = amax != 0.f ? __fdiv_rn(-127.f, xmax) : 0.f;
+      const float d = iscale != 0.f ? __fdiv_rn(1.f, iscale) : 0.f;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) q[j] = min(127, __float2int_rn(__fmul_rn(iscale, v[j])));
+      int sum = q[0] + q[1] + q[2] + q[3] + q[4] + q[5] + q[6] + q[7];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      if (lane % 4 == 0) meta[e / 32] = {d, static_cast<float>(sum)};
+    }
+    if (active) {
+      uint2 packed;
+      packed.x = (q[0] & 0xFF) | (q[1] & 0xFF) << 8 | (q[2] & 0xFF) << 16 | static_cast<uint32_t>(q[3] & 0xFF) << 24;
+      packed.y = (q[4] & 0xFF) | (q[5] & 0xFF) << 8 | (q[6] & 0xFF) << 16 | static_cast<uint32_t>(q[7] & 0xFF) << 24;
+      *reinterpret_cast<uint2*>(qx + e) = packed;
+    }
   }
 }
 
-// Q8_K rows: one warp per 256-element block; lane holds elements j * 32 + lane (sub-block j).
-template <class Src>
-__global__ void __launch_bounds__(kThreads) quant_q8k_kernel(Src src, int64_t k, int8_t* qx, MmqActMeta* meta) {
+constexpr int kThreads = 256;
+
+bool is_k(DType t) { return t == DType::kQ4_K || t == DType::kQ6_K; }
+
+// Grid (row, part): the row's 8-element runs are spread over its parts' threads.
+template <bool kK, class Src>
+__global__ void __launch_bounds__(kThreads) quant_kernel(Src src, int64_t k, int8_t* qx, MmqActMeta* meta) {
   detail::pdl_wait();  // inputs come from the previous kernel (PDL, launch.h)
   detail::pdl_trigger();
   const int64_t r = blockIdx.x;
-  src.prepare(r, nullptr);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  for (int64_t b = blockIdx.y * int64_t{kWarps} + warp; b < k / 256; b += int64_t{gridDim.y} * kWarps) {
-    float v[8];
-    float amax = 0.f;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      v[j] = src.value(r, b * 256 + j * 32 + lane);
-      amax = fmaxf(amax, fabsf(v[j]));
-    }
-    amax = warp_max(amax);
-    // The first element (lowest index) of largest magnitude sets the sign of the scale.
-    int first = 256;
-    float xmax = 0.f;
-#pragma unroll
-    for (int j = 7; j >= 0; --j)
-      if (fabsf(v[j]) == amax) {
-        first = j * 32 + lane;
-        xmax = v[j];
-      }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const int of = __shfl_xor_sync(0xffffffffu, first, o);
-      const float ox = __shfl_xor_sync(0xffffffffu, xmax, o);
-      if (of < first) first = of, xmax = ox;
-    }
-    const float iscale = amax != 0.f ? __fdiv_rn(-127.f, xmax) : 0.f;
-    const float d = iscale != 0.f ? __fdiv_rn(1.f, iscale) : 0.f;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const int q = min(127, __float2int_rn(__fmul_rn(iscale, v[j])));
-      qx[r * k + b * 256 + j * 32 + lane] = static_cast<int8_t>(q);
-      const int sum = warp_sum(q);
-      if (lane == 0) meta[r * (k / 32) + b * 8 + j] = {d, static_cast<float>(sum)};
-    }
-  }
+  src.template prepare<kThreads>(r);
+  quantize_row<kK>(src, r, k, int64_t{blockIdx.y} * kThreads + threadIdx.x, int64_t{gridDim.y} * kThreads,
+                           qx + r * k, meta + r * (k / 32));
 }
 
 template <class Src>
@@ -143,14 +188,14 @@ void launch(DType t, const Src& src, int64_t m, int64_t k, int8_t* qx, MmqActMet
                     "mmq quantize: k must be a multiple of " + std::to_string(mmq_act_block(t)));
   if (m <= 0) return;
   TESSERA_CHECK_ARG(m < (int64_t{1} << 31), "mmq quantize: too many rows");
-  // Parts per row: one while the rows alone give >= 64 blocks, else up to one warp per
-  // quantization block (a decode row of 14336 SwiGLU values: 56 blocks instead of 1).
-  const int64_t parts = m >= 64 ? 1 : std::min<int64_t>((k / mmq_act_block(t) + kWarps - 1) / kWarps, 64);
+  // Parts per row: one while the rows alone give >= 64 blocks, else up to one block per 2048
+  // elements (a decode row of 14336 SwiGLU values: 7 blocks instead of 1).
+  const int64_t parts = m >= 64 ? 1 : std::min<int64_t>((k + 8 * kThreads - 1) / (8 * kThreads), 64);
   const dim3 grid(static_cast<unsigned>(m), static_cast<unsigned>(parts));
   if (is_k(t))
-    detail::launch_kernel(quant_q8k_kernel<Src>, grid, kThreads, 0, s, src, k, qx, meta);
+    detail::launch_kernel(quant_kernel<true, Src>, grid, kThreads, 0, s, src, k, qx, meta);
   else
-    detail::launch_kernel(quant_q8_kernel<Src>, grid, kThreads, 0, s, src, k, qx, meta);
+    detail::launch_kernel(quant_kernel<false, Src>, grid, kThreads, 0, s, src, k, qx, meta);
 }
 
 }  // namespace
@@ -161,17 +206,17 @@ int64_t mmq_act_block(DType t) { return is_k(t) ? 256 : 32; }
 
 void mmq_quantize_rows(DType t, const float* x, int64_t ldx, int64_t m, int64_t k, int8_t* qx,
                        MmqActMeta* meta, cudaStream_t s) {
-  launch(t, PlainSrc{x, ldx}, m, k, qx, meta, s);
+  launch(t, PlainSrc{x, ldx, rows_aligned(x, ldx)}, m, k, qx, meta, s);
 }
 
 void mmq_rms_norm_quantize_rows(DType t, const float* x, const float* w, float eps, int64_t m,
                                 int64_t d, int8_t* qx, MmqActMeta* meta, cudaStream_t s) {
-  launch(t, RmsSrc{x, w, eps, d, 0.f}, m, d, qx, meta, s);
+  launch(t, RmsSrc{x, w, eps, d, rows_aligned(x, d) && rows_aligned(w, d), 0.f}, m, d, qx, meta, s);
 }
 
 void mmq_swiglu_quantize_rows(DType t, const float* gu, int64_t m, int64_t ff, int8_t* qx,
                               MmqActMeta* meta, cudaStream_t s) {
-  launch(t, SwigluSrc{gu, ff}, m, ff, qx, meta, s);
+  launch(t, SwigluSrc{gu, ff, rows_aligned(gu, ff)}, m, ff, qx, meta, s);
 }
 
 }  // namespace tessera::cuda
