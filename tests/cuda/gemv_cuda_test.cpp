@@ -17,6 +17,8 @@
 #include "formats/quant_blocks.h"
 #include "kernels/cuda/act_quant.h"
 #include "kernels/cuda/gemv.h"
+#include "kernels/cuda/launch.h"
+#include "kernels/cuda/row_ops.h"
 #include "kernels/ref/act_quant.h"
 #include "kernels/ref/dequant.h"
 #include "kernels/ref/llm_ops.h"
@@ -173,6 +175,42 @@ TEST(GemvBf16F32, MatchesReferenceAndAccumulates) {
   test::DevBuf<uint16_t> w(64), x(16);
   EXPECT_FALSE(cuda::gemv_bf16_f32_supported(w.get(), x.get(), 12));      // k % 8
   EXPECT_FALSE(cuda::gemv_bf16_f32_supported(w.get() + 1, x.get(), 8));  // alignment
+}
+
+// Under programmatic dependent launch the GEMV starts while the kernel producing its input still
+// runs, and may read it only after pdl_wait(). A chain of (RMSNorm x_i into the one shared bf16
+// row, GEMV -> y_i) on a non-blocking stream must give every y_i bit for bit as the same pair run
+// alone: a GEMV whose input loads were moved above the wait reads x_(i-1)'s row.
+TEST(GemvBf16F32, GemvAfterItsProducerUnderPdlReadsTheNewRow) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  const bool pdl = cuda::pdl_enabled();
+  cuda::set_pdl_enabled(true);
+  cudaStream_t s;
+  TESSERA_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  const int chain = 12;
+  const int64_t n = 4096, k = 4096;
+  std::vector<uint16_t> w(n * k);
+  const std::vector<float> wf = test::random_floats(n * k, 31);
+  for (int64_t i = 0; i < n * k; ++i) w[i] = f32_to_bf16(wf[i]);
+  test::DevBuf<uint16_t> dw(w), h(k);
+  test::DevBuf<float> x(test::random_floats(chain * k, 32)), norm_w(test::random_floats(k, 33));
+  test::DevBuf<float> chained(chain * n), alone(chain * n);
+  auto* hp = reinterpret_cast<__nv_bfloat16*>(h.get());
+  auto pair = [&](int i, float* y, cudaStream_t st) {
+    cuda::rms_norm_rows_bf16(x.get() + i * k, norm_w.get(), 1e-5f, 1, k, hp, st);
+    cuda::gemv_bf16_f32(dw.get(), hp, n, k, y + i * n, false, st);
+  };
+  for (int i = 0; i < chain; ++i) pair(i, chained.get(), s);
+  TESSERA_CUDA_CHECK(cudaStreamSynchronize(s));
+  for (int i = 0; i < chain; ++i) {
+    pair(i, alone.get(), s);
+    TESSERA_CUDA_CHECK(cudaStreamSynchronize(s));
+  }
+  test::check_launch();
+  const auto a = chained.download(), b = alone.download();
+  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4));
+  TESSERA_CUDA_CHECK(cudaStreamDestroy(s));
+  cuda::set_pdl_enabled(pdl);
 }
 
 // The bf16 gate|up GEMV with SwiGLU in the epilogue (rows gate | up, a warp pairing gate row i

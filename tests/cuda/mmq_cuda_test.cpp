@@ -23,6 +23,7 @@
 #include "kernels/cpu/matmul_internal.h"
 #include "kernels/cuda/dequant_packed.h"
 #include "kernels/cuda/gemv.h"
+#include "kernels/cuda/launch.h"
 #include "kernels/cuda/mmq.h"
 #include "kernels/ref/dequant.h"
 #include "kernels/ref/llm_ops.h"
@@ -331,6 +332,47 @@ TEST(MmqMatmul, QkvRopeEpilogueRotatesTheGemvSums) {
         }
     }
   }
+}
+
+// Under programmatic dependent launch a GEMV starts while the kernel producing its activations
+// still runs, and may read them only after pdl_wait(). A chain of (quantize x_i into the one
+// shared buffer, GEMV -> y_i) on a non-blocking stream, x_i different each time, must give every
+// y_i bit for bit as the same pair run alone: a GEMV whose activation loads were moved above
+// the wait reads x_(i-1)'s rows (as a compiler-hoisted __ldg did, while the tests above passed).
+TEST(MmqMatmul, GemvAfterItsProducerUnderPdlReadsTheNewRows) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  const bool pdl = cuda::pdl_enabled();
+  cuda::set_pdl_enabled(true);
+  cudaStream_t s;
+  TESSERA_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  const int chain = 12;
+  for (DType t : {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K})
+    for (int64_t m : {1, 4}) {
+      const int64_t n = 4096, k = 4096;
+      const auto blocks = test::random_quant_blocks(t, n, k, 77);
+      std::vector<uint8_t> packed(cuda::gemv_quant_layout(t, n, k).bytes);
+      cuda::repack_quant(t, blocks.data(), n, k, packed.data());
+      test::DevBuf<uint8_t> dw(packed);
+      test::DevBuf<float> x(random_rows(chain * m, k, 78)), norm_w(random_rows(1, k, 79));
+      test::DevBuf<int8_t> qx(m * k);
+      test::DevBuf<cuda::MmqActMeta> meta(m * k / 32);
+      test::DevBuf<float> chained(chain * m * n), alone(chain * m * n);
+      auto pair = [&](int i, float* y, cudaStream_t st) {
+        cuda::mmq_rms_norm_quantize_rows(t, x.get() + i * m * k, norm_w.get(), 1e-5f, m, k, qx.get(), meta.get(), st);
+        cuda::mmq_gemv(t, dw.get(), n, k, qx.get(), meta.get(), m, y + i * m * n, n, false, st);
+      };
+      for (int i = 0; i < chain; ++i) pair(i, chained.get(), s);
+      TESSERA_CUDA_CHECK(cudaStreamSynchronize(s));
+      for (int i = 0; i < chain; ++i) {
+        pair(i, alone.get(), s);
+        TESSERA_CUDA_CHECK(cudaStreamSynchronize(s));
+      }
+      test::check_launch();
+      const auto a = chained.download(), b = alone.download();
+      EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << dtype_name(t) << " m " << m;
+    }
+  TESSERA_CUDA_CHECK(cudaStreamDestroy(s));
+  cuda::set_pdl_enabled(pdl);
 }
 
 TEST(MmqMatmul, RejectsBadArguments) {
