@@ -1,7 +1,8 @@
-// Multi-row integer-dot GEMV (mmq.h) for 1..kMmqGemvMaxRows activation rows: each warp owns
-// kR weight rows, its lanes stride over 32-element blocks, and every weight block loaded feeds
-// all M activation rows, so the weights are read once per call. Launched with PDL (launch.h):
-// the first weight loads are issued before waiting for the kernel that produced the activations.
+// Multi-row integer-dot GEMV (mmq.h) for 1..kMmqGemvMaxRows activation rows: a group of kR
+// weight rows belongs to one warp (or, at one row with few groups, to KS warps splitting k), its
+// lanes stride over 32-element blocks, and every weight block loaded feeds all M activation rows,
+// so the weights are read once per call. Launched with PDL (launch.h): the first weight loads are
+// issued before waiting for the kernel that produced the activations.
 #include <cstdlib>
 #include <string>
 #include <type_traits>
