@@ -130,8 +130,7 @@ int main(int argc, char** argv) {
       cuda::mmq_quantize_rows(t, x, sh.k, mmax, sh.k, qx, meta, s);
       TESSERA_CUDA_CHECK(cudaStreamSynchronize(s));
       const double gguf = static_cast<double>(sh.n) * *dtype_row_bytes(t, sh.k);
-      for (int64_t m : {1, 2, 4}) {
-        if (!k_split_table) break;
+      for (int64_t m : k_split_table ? std::vector<int64_t>{1, 2, 4} : std::vector<int64_t>{}) {
         float us[4];
         for (int ks : {1, 2, 4, 0}) {
           int it = 0;
@@ -146,8 +145,7 @@ int main(int argc, char** argv) {
                     us[2], us[3], 100.0 * floor_us / us[3]);
         std::fflush(stdout);
       }
-      for (int64_t m : ms) {
-        if (k_split_table) break;
+      for (int64_t m : k_split_table ? std::vector<int64_t>{} : std::vector<int64_t>(std::begin(ms), std::end(ms))) {
         int it = 0;
         const float us = 1e3f * time_ms([&](cudaStream_t st) {
           cuda::mmq_matmul(t, w[it++ % copies], sh.n, sh.k, qx, meta, m, y, sh.n, false, st);

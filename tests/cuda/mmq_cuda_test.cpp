@@ -35,7 +35,8 @@ namespace {
 
 
 // Uniform [-1, 1] rows; row 0 has an all-zero first block, row 1 a dominant negative element
-// (Q8_K's sign rule), every row different.
+// (Q8_K's sign rule), rows 2 and 3 (k > 200) two of the largest magnitude with opposite signs,
+// positive first and negative first (the rule takes the first), every row different.
 std::vector<float> random_rows(int64_t m, int64_t k, uint32_t seed) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> u(-1.f, 1.f);
@@ -43,6 +44,11 @@ std::vector<float> random_rows(int64_t m, int64_t k, uint32_t seed) {
   for (auto& v : x) v = u(rng);
   for (int64_t i = 0; i < 32 && i < k; ++i) x[i] = 0.f;
   if (m > 1) x[k + 5] = -7.5f;
+  if (k > 200)
+    for (int64_t r = 2; r < 4 && r < m; ++r) {
+      x[r * k + 3] = r == 2 ? 7.5f : -7.5f;
+      x[r * k + 200] = r == 2 ? -7.5f : 7.5f;
+    }
   return x;
 }
 
@@ -116,8 +122,8 @@ TEST(MmqQuant, RowsEqualTheCpuRowsByteForByte) {
   TESSERA_SKIP_WITHOUT_GPU();
   for (DType t : test::kQuantTypes)
     for (int64_t k : test::is_k_quant(t) ? std::vector<int64_t>{256, 768, 4096} : std::vector<int64_t>{32, 96, 576, 4096})
-    for (int64_t m : {3, 70}) {  // few rows: each row spread over several blocks; many: one each
-      const int64_t ld = k + 64;
+    for (int64_t m : {3, 70})  // few rows: each row spread over several blocks; many: one each
+    for (int64_t ld : {k + 64, k + 1}) {  // 16-byte aligned rows, and not (scalar loads)
       auto x = random_rows(m, k, static_cast<uint32_t>(k));
       std::vector<float> strided(m * ld, 1e30f);
       for (int64_t i = 0; i < m; ++i) std::memcpy(&strided[i * ld], &x[i * k], k * 4);
@@ -129,7 +135,7 @@ TEST(MmqQuant, RowsEqualTheCpuRowsByteForByte) {
       cuda::mmq_quantize_rows(t, dx.get(), ld, m, k, qx.get(), meta.get(), nullptr);
       test::check_launch();
       EXPECT_TRUE(same_rows({qx.download(), meta.download()}, cpu_rows(t, x, m, k)))
-          << dtype_name(t) << " k " << k << " m " << m;
+          << dtype_name(t) << " k " << k << " m " << m << " ld " << ld;
     }
 }
 
@@ -257,6 +263,28 @@ TEST(MmqMatmul, EveryKernelMatchesTheReferenceForEveryType) {
     }
 }
 
+// The k split's whole range of paths: rows long enough that every warp of a 4-warp group runs
+// the peeled step, both unrolled blocks and the loop, with a ragged last step (k not a multiple
+// of 32 x 4 x 2 blocks), n not a multiple of the 4-row group, 1 and 8 activation rows.
+TEST(MmqMatmul, GemvKSplitsOfLongRowsMatchTheReference) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  for (DType t : test::kQuantTypes)
+    for (int64_t m : {1, 8}) {
+      const Case c{37, test::is_k_quant(t) ? 16384 + 256 : 16384 + 96, m};
+      const auto blocks = test::random_quant_blocks(t, c.n, c.k, 90 + m);
+      const auto x = random_rows(c.m, c.k, 91);
+      const CpuRows rows = cpu_rows(t, x, c.m, c.k);
+      std::vector<float> want(c.m * c.n);
+      ref::matmul(t, blocks.data(), c.n, c.k, rows.deq.data(), c.m, want.data());
+      for (int ks : {1, 2, 4}) {
+        const auto got = run_gpu(t, blocks, x, c, Path::kGemv, false, {}, ks);
+        ASSERT_TRUE(test::all_written(got));
+        EXPECT_LE(test::nmse(got, want), t == DType::kQ4_1 ? 1e-5 : 1e-9)
+            << dtype_name(t) << " m " << m << " k split " << ks;
+      }
+    }
+}
+
 TEST(MmqMatmul, RowInABatchMatchesItAlone) {
   TESSERA_SKIP_WITHOUT_GPU();
   for (DType t : {DType::kQ4_0, DType::kQ4_K}) {
@@ -284,7 +312,7 @@ TEST(MmqMatmul, QkvRopeEpilogueRotatesTheGemvSums) {
   TESSERA_SKIP_WITHOUT_GPU();
   for (DType t : test::kQuantTypes) {
     const int64_t n_heads = 8, n_kv = 2, hd = 64, n_rot = 48, qr = n_heads * hd, kvr = n_kv * hd;
-    const int64_t n = qr + 2 * kvr, k = 512, crow = 3, rows_total = 6;
+    const int64_t n = qr + 2 * kvr, k = 16384 + 256, crow = 3, rows_total = 6;  // long rows: every k split's paths
     const int32_t pos = 4099;
     const auto blocks = test::random_quant_blocks(t, n, k, 21);
     std::vector<uint8_t> packed(cuda::gemv_quant_layout(t, n, k).bytes);
@@ -337,12 +365,12 @@ TEST(MmqMatmul, QkvRopeEpilogueRotatesTheGemvSums) {
 // Under programmatic dependent launch a GEMV starts while the kernel producing its activations
 // still runs, and may read them only after pdl_wait(). A chain of (quantize x_i into the one
 // shared buffer, GEMV -> y_i) on a non-blocking stream, x_i different each time, must give every
-// y_i bit for bit as the same pair run alone: a GEMV whose activation loads were moved above
-// the wait reads x_(i-1)'s rows (as a compiler-hoisted __ldg did, while the tests above passed).
+// y_i bit for bit as the same pair run alone without PDL: a GEMV whose activation loads were
+// moved above the wait reads x_(i-1)'s rows (as a compiler-hoisted __ldg did, while the tests
+// above passed).
 TEST(MmqMatmul, GemvAfterItsProducerUnderPdlReadsTheNewRows) {
   TESSERA_SKIP_WITHOUT_GPU();
   const bool pdl = cuda::pdl_enabled();
-  cuda::set_pdl_enabled(true);
   cudaStream_t s;
   TESSERA_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   const int chain = 12;
@@ -361,8 +389,10 @@ TEST(MmqMatmul, GemvAfterItsProducerUnderPdlReadsTheNewRows) {
         cuda::mmq_rms_norm_quantize_rows(t, x.get() + i * m * k, norm_w.get(), 1e-5f, m, k, qx.get(), meta.get(), st);
         cuda::mmq_gemv(t, dw.get(), n, k, qx.get(), meta.get(), m, y + i * m * n, n, false, st);
       };
+      cuda::set_pdl_enabled(true);
       for (int i = 0; i < chain; ++i) pair(i, chained.get(), s);
       TESSERA_CUDA_CHECK(cudaStreamSynchronize(s));
+      cuda::set_pdl_enabled(false);  // the reference: each pair alone, without overlap
       for (int i = 0; i < chain; ++i) {
         pair(i, alone.get(), s);
         TESSERA_CUDA_CHECK(cudaStreamSynchronize(s));
@@ -381,6 +411,9 @@ TEST(MmqMatmul, RejectsBadArguments) {
   EXPECT_THROW(cuda::mmq_quantize_rows(DType::kQ4_K, nullptr, 0, 1, 96, nullptr, nullptr, nullptr), Error);
   EXPECT_THROW(cuda::mmq_gemv(DType::kQ4_0, nullptr, 4, 32, nullptr, nullptr, 9, nullptr, 4, false, nullptr), Error);
   EXPECT_THROW(cuda::mmq_gemv(DType::kQ4_0, nullptr, 4, 32, nullptr, nullptr, 1, nullptr, 4, false, nullptr, 3), Error);
+  EXPECT_THROW(cuda::mmq_gemv(DType::kQ4_0, nullptr, 4, 32, nullptr, nullptr, 1, nullptr, 4, false, nullptr, -1), Error);
+  const auto* odd = reinterpret_cast<const int8_t*>(uintptr_t{8});  // not 16-byte aligned
+  EXPECT_THROW(cuda::mmq_gemv(DType::kQ4_0, nullptr, 4, 32, odd, nullptr, 1, nullptr, 4, false, nullptr), Error);
   EXPECT_THROW(cuda::mmq_mma(DType::kQ5_K, nullptr, 4, 256, nullptr, nullptr, 9, nullptr, 4, false, nullptr), Error);
 }
 

@@ -3,6 +3,8 @@
 // lanes stride over 32-element blocks, and every weight block loaded feeds all M activation rows,
 // so the weights are read once per call. Launched with PDL (launch.h): the first weight loads are
 // issued before waiting for the kernel that produced the activations.
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <type_traits>
@@ -244,23 +246,30 @@ unsigned grid_for(const MmqMat& w, int ks) {
   return static_cast<unsigned>((w.n + rows_per_block - 1) / rows_per_block);
 }
 
-// TESSERA_MMQ_K_SPLIT=1|2|4 overrides the default (same-binary A/B benchmarks).
+// TESSERA_MMQ_K_SPLIT=1|2|4 overrides the default (same-binary A/B benchmarks); other values
+// are ignored with a warning.
 int k_split_override() {
   static const int v = [] {
     const char* e = std::getenv("TESSERA_MMQ_K_SPLIT");
-    return e ? std::atoi(e) : 0;
+    if (e == nullptr || *e == 0) return 0;
+    const int ks = std::atoi(e);
+    if (ks == 1 || ks == 2 || ks == 4) return ks;
+    std::fprintf(stderr, "tessera: ignoring TESSERA_MMQ_K_SPLIT=%s (1, 2 or 4)\n", e);
+    return 0;
   }();
   return v;
 }
 
 // Calls f(KS) with the k split for m rows of w; 0 asks for the default. At one row, when the
-// row groups alone leave fewer than 12 warps per SM: 2 warps per group, 4 for rows of >= 12 KB
-// (H200, m = 1, in us: Q4_0 4096 x 14336 11.8 / 9.3 / 9.7 for 1 / 2 / 4, Q8_0 18.7 / 17.0 /
-// 15.1; 4096 x 4096 Q4_0 4.2 / 3.7, Q8_0 5.2 / 5.4; 6144 x 4096 Q4_0 4.9 / 5.2).
+// row groups alone leave fewer than 12 warps per SM: 2 warps per group, 4 for rows of >= 12 KB.
+// H200, m = 1, in a graph, us for KS = 1 / 2 / 4 (docs/design/gpu_runs/s6_mmq_k_split_final.md):
+// 4096 x 14336 Q4_0 15.9 / 9.7 / 9.9, Q8_0 19.5 / 16.4 / 16.3; 4096 x 4096 Q4_0 5.5 / 3.8 / 4.2;
+// 6144 x 4096 (1536 groups: split too) Q4_0 6.1 / 5.1 / 5.8, Q8_0 8.2 / 8.2 / 8.1.
 template <class Fn>
 void with_k_split(const MmqMat& w, int64_t m, int k_split, Fn&& f) {
-  if (k_split <= 0) k_split = k_split_override();
-  if (k_split <= 0) {
+  TESSERA_CHECK_ARG(k_split >= 0, "mmq_gemv: k split must be 0 (default), 1, 2 or 4");
+  if (k_split == 0) k_split = k_split_override();
+  if (k_split == 0) {
     const int64_t groups = (w.n + kR - 1) / kR, nb = w.k / 32;
     const size_t row_bytes = w.L.bytes / static_cast<size_t>(w.n);
     k_split = 1;
@@ -337,6 +346,7 @@ void mmq_gemv(DType t, const void* packed, int64_t n, int64_t k, const int8_t* q
   TESSERA_CHECK_ARG(mmq_supported(t), "mmq_gemv: weight type " + std::string(dtype_name(t)) + " unsupported");
   TESSERA_CHECK_ARG(m >= 0 && m <= kMmqGemvMaxRows, "mmq_gemv: 0..8 rows");
   TESSERA_CHECK_ARG(ldy >= n, "mmq_gemv: ldy < n");
+  TESSERA_CHECK_ARG(reinterpret_cast<uintptr_t>(qx) % 16 == 0, "mmq_gemv: qx must be 16-byte aligned");
   if (m == 0 || n == 0) return;
   const MmqMat w{static_cast<const uint8_t*>(packed), gemv_quant_layout(t, n, k), n, k};
   with_format(t, [&](auto fmt) { launch_m<decltype(fmt)>(w, qx, meta, m, y, ldy, accumulate, k_split, s); });

@@ -101,8 +101,8 @@ inline bool rows_aligned(const float* x, int64_t ld) {
 __device__ __forceinline__ float f16_round(float v) { return __half2float(__float2half_rn(v)); }
 
 // Quantizes elements [0, k) of row r of src into qx[0, k) and meta[0, k / 32). Thread t of the
-// `threads` taking part (t and threads: multiples of 32 per warp, the same for every lane of a
-// warp) holds 8 consecutive elements at 8 t, 8 (t + threads), ... Legacy Q8 (kK false): a
+// `threads` taking part (threads a multiple of 32; lane t % 32 of a warp of consecutive t) holds 8
+// consecutive elements at 8 t, 8 (t + threads), ...; a warp's lanes loop together. Legacy Q8 (kK false): a
 // 32-element block is 4 lanes, scale d = amax / 127 and the block sum's d * sum, both rounded to
 // f16 as block_q8_1 stores them. Q8_K (kK true, k % 256 == 0): a 256-element block is one warp,
 // scale from the first element of largest magnitude (iscale = -127 / x), integer sums per 32.
@@ -188,6 +188,7 @@ void launch(DType t, const Src& src, int64_t m, int64_t k, int8_t* qx, MmqActMet
                     "mmq quantize: k must be a multiple of " + std::to_string(mmq_act_block(t)));
   if (m <= 0) return;
   TESSERA_CHECK_ARG(m < (int64_t{1} << 31), "mmq quantize: too many rows");
+  TESSERA_CHECK_ARG(reinterpret_cast<uintptr_t>(qx) % 16 == 0, "mmq quantize: qx must be 16-byte aligned");
   // Parts per row: one while the rows alone give >= 64 blocks, else up to one block per 2048
   // elements (a decode row of 14336 SwiGLU values: 7 blocks instead of 1).
   const int64_t parts = m >= 64 ? 1 : std::min<int64_t>((k + 8 * kThreads - 1) / (8 * kThreads), 64);
