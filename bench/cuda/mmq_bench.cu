@@ -112,65 +112,70 @@ int main(int argc, char** argv) {
         TESSERA_CUDA_CHECK(cudaMalloc(&w[c], wbytes));
         cuda::fill_random_quant(t, w[c], sh.n, sh.k, cuda::dummy_quant_scale(t, sh.k), 100 + c, s);
       }
-      uint16_t* wb;  // one bf16 copy (bf16 weights of these shapes exceed the L2 by themselves)
-      TESSERA_CUDA_CHECK(cudaMalloc(&wb, sh.n * sh.k * 2));
-      cuda::fill_uniform_bf16(wb, sh.n * sh.k, -0.02f, 0.02f, 7, s);
       const int64_t mmax = 2048;
       float *x, *y;
       int8_t* qx;
       cuda::MmqActMeta* meta;
-      __nv_bfloat16* xb;
       TESSERA_CUDA_CHECK(cudaMalloc(&x, mmax * sh.k * 4));
       TESSERA_CUDA_CHECK(cudaMalloc(&y, mmax * sh.n * 4));
       TESSERA_CUDA_CHECK(cudaMalloc(&qx, mmax * sh.k));
       TESSERA_CUDA_CHECK(cudaMalloc(&meta, mmax * sh.k / 32 * 8));
-      TESSERA_CUDA_CHECK(cudaMalloc(&xb, mmax * sh.k * 2));
       cuda::fill_uniform_f32(x, mmax * sh.k, -1.f, 1.f, 3, s);
-      cuda::fill_uniform_bf16(reinterpret_cast<uint16_t*>(xb), mmax * sh.k, -1.f, 1.f, 4, s);
       cuda::mmq_quantize_rows(t, x, sh.k, mmax, sh.k, qx, meta, s);
       TESSERA_CUDA_CHECK(cudaStreamSynchronize(s));
-      const double gguf = static_cast<double>(sh.n) * *dtype_row_bytes(t, sh.k);
-      for (int64_t m : k_split_table ? std::vector<int64_t>{1, 2, 4} : std::vector<int64_t>{}) {
-        float us[4];
-        for (int ks : {1, 2, 4, 0}) {
-          int it = 0;
-          us[ks == 0 ? 3 : ks / 2] = 1e3f * time_ms([&](cudaStream_t st) {
-            cuda::mmq_gemv(t, w[it++ % copies], sh.n, sh.k, qx, meta, m, y, sh.n, false, st, ks);
-          }, s, 20);
+      const std::string type(dtype_name(t));
+      const auto name = [&] { return std::string(sh.name) + " " + std::to_string(sh.n) + "x" + std::to_string(sh.k); };
+      // Bytes one call must move: GGUF weights, int8 rows with their scales, f32 outputs.
+      const auto bytes = [&](int64_t m) {
+        return static_cast<double>(sh.n) * *dtype_row_bytes(t, sh.k) + m * sh.k * 1.25 + m * sh.n * 4.0;
+      };
+      if (k_split_table) {
+        for (int64_t m : {1, 2, 4}) {
+          float us[4];
+          for (int ks : {1, 2, 4, 0}) {
+            int it = 0;
+            us[ks == 0 ? 3 : ks / 2] = 1e3f * time_ms([&](cudaStream_t st) {
+              cuda::mmq_gemv(t, w[it++ % copies], sh.n, sh.k, qx, meta, m, y, sh.n, false, st, ks);
+            }, s, 20);
+          }
+          const double floor_us = bytes(m) / bw * 1e6;
+          std::printf("| %s | %s | %lld | %.2f | %.2f | %.2f | %.2f | %.2f | %.1f%% |\n", type.c_str(),
+                      name().c_str(), static_cast<long long>(m), floor_us, us[0], us[1], us[2], us[3],
+                      100.0 * floor_us / us[3]);
+          std::fflush(stdout);
         }
-        const double floor_us = (gguf + m * sh.k * 1.25 + m * sh.n * 4.0) / bw * 1e6;
-        std::printf("| %s | %s %lldx%lld | %lld | %.2f | %.2f | %.2f | %.2f | %.2f | %.1f%% |\n",
-                    std::string(dtype_name(t)).c_str(), sh.name, static_cast<long long>(sh.n),
-                    static_cast<long long>(sh.k), static_cast<long long>(m), floor_us, us[0], us[1],
-                    us[2], us[3], 100.0 * floor_us / us[3]);
-        std::fflush(stdout);
-      }
-      for (int64_t m : k_split_table ? std::vector<int64_t>{} : std::vector<int64_t>(std::begin(ms), std::end(ms))) {
-        int it = 0;
-        const float us = 1e3f * time_ms([&](cudaStream_t st) {
-          cuda::mmq_matmul(t, w[it++ % copies], sh.n, sh.k, qx, meta, m, y, sh.n, false, st);
-        }, s, 20);
-        float& bf_us = bf16_us[{sh.n * sh.k + sh.k, m}];
-        if (bf_us == 0.f)
-          bf_us = 1e3f * time_ms([&](cudaStream_t st) {
-            gemm.run(xb, reinterpret_cast<const __nv_bfloat16*>(wb), y, m, sh.n, sh.k, false, st);
+      } else {
+        uint16_t* wb;  // one bf16 copy (bf16 weights of these shapes exceed the L2 by themselves)
+        __nv_bfloat16* xb;
+        TESSERA_CUDA_CHECK(cudaMalloc(&wb, sh.n * sh.k * 2));
+        TESSERA_CUDA_CHECK(cudaMalloc(&xb, mmax * sh.k * 2));
+        cuda::fill_uniform_bf16(wb, sh.n * sh.k, -0.02f, 0.02f, 7, s);
+        cuda::fill_uniform_bf16(reinterpret_cast<uint16_t*>(xb), mmax * sh.k, -1.f, 1.f, 4, s);
+        for (int64_t m : ms) {
+          int it = 0;
+          const float us = 1e3f * time_ms([&](cudaStream_t st) {
+            cuda::mmq_matmul(t, w[it++ % copies], sh.n, sh.k, qx, meta, m, y, sh.n, false, st);
           }, s, 20);
-        const double bytes = gguf + m * sh.k * 1.25 + m * sh.n * 4.0;
-        const double ops = 2.0 * sh.n * sh.k * m;
-        const double floor_us = std::max(bytes / bw, ops / int8_rate) * 1e6;
-        std::printf("| %s | %s %lldx%lld | %lld | %.1f | %.2f | %.2f | %.1f%% | %.0f | %.2f | %.2fx |\n",
-                    std::string(dtype_name(t)).c_str(), sh.name, static_cast<long long>(sh.n),
-                    static_cast<long long>(sh.k), static_cast<long long>(m), bytes / 1e6, floor_us, us,
-                    100.0 * floor_us / us, ops / (us * 1e-6) / 1e12, bf_us, bf_us / us);
-        std::fflush(stdout);
+          float& bf_us = bf16_us[{sh.n * sh.k + sh.k, m}];
+          if (bf_us == 0.f)
+            bf_us = 1e3f * time_ms([&](cudaStream_t st) {
+              gemm.run(xb, reinterpret_cast<const __nv_bfloat16*>(wb), y, m, sh.n, sh.k, false, st);
+            }, s, 20);
+          const double ops = 2.0 * sh.n * sh.k * m;
+          const double floor_us = std::max(bytes(m) / bw, ops / int8_rate) * 1e6;
+          std::printf("| %s | %s | %lld | %.1f | %.2f | %.2f | %.1f%% | %.0f | %.2f | %.2fx |\n", type.c_str(),
+                      name().c_str(), static_cast<long long>(m), bytes(m) / 1e6, floor_us, us,
+                      100.0 * floor_us / us, ops / (us * 1e-6) / 1e12, bf_us, bf_us / us);
+          std::fflush(stdout);
+        }
+        cudaFree(wb);
+        cudaFree(xb);
       }
       for (auto* p : w) cudaFree(p);
-      cudaFree(wb);
       cudaFree(x);
       cudaFree(y);
       cudaFree(qx);
       cudaFree(meta);
-      cudaFree(xb);
     }
   return 0;
 }

@@ -1,5 +1,6 @@
-// Helpers for GPU tests: RAII device buffers, poisoned outputs, host <-> device copies, and the
-// dtype traits (rounding, tolerances of DESIGN section 4) for __half / __nv_bfloat16.
+// Helpers for GPU tests: RAII device buffers, poisoned outputs, host <-> device copies, the
+// dtype traits (rounding, tolerances of DESIGN section 4) for __half / __nv_bfloat16, and a
+// runner for kernels chained under programmatic dependent launch.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -12,6 +13,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "core/half.h"
+#include "kernels/cuda/launch.h"
 
 namespace tessera::test {
 
@@ -52,6 +54,28 @@ class DevBuf {
 inline void check_launch() {
   TESSERA_CUDA_CHECK(cudaGetLastError());
   TESSERA_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+// Runs pair(i, out, stream) for i < n on a non-blocking stream twice: back to back under
+// programmatic dependent launch (launch.h) writing `chained`, where each pair's kernels may start
+// before the previous ones finish; then each pair alone, PDL off and synchronized, writing
+// `alone` (the reference). Restores the PDL switch.
+template <class Pair>
+void run_chained_then_alone(int n, float* chained, float* alone, Pair&& pair) {
+  const bool pdl = cuda::pdl_enabled();
+  cudaStream_t s;
+  TESSERA_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cuda::set_pdl_enabled(true);
+  for (int i = 0; i < n; ++i) pair(i, chained, s);
+  TESSERA_CUDA_CHECK(cudaStreamSynchronize(s));
+  cuda::set_pdl_enabled(false);
+  for (int i = 0; i < n; ++i) {
+    pair(i, alone, s);
+    TESSERA_CUDA_CHECK(cudaStreamSynchronize(s));
+  }
+  check_launch();
+  TESSERA_CUDA_CHECK(cudaStreamDestroy(s));
+  cuda::set_pdl_enabled(pdl);
 }
 
 template <class T> struct Dt;

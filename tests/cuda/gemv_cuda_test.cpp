@@ -17,7 +17,6 @@
 #include "formats/quant_blocks.h"
 #include "kernels/cuda/act_quant.h"
 #include "kernels/cuda/gemv.h"
-#include "kernels/cuda/launch.h"
 #include "kernels/cuda/row_ops.h"
 #include "kernels/ref/act_quant.h"
 #include "kernels/ref/dequant.h"
@@ -183,10 +182,6 @@ TEST(GemvBf16F32, MatchesReferenceAndAccumulates) {
 // alone without PDL: a GEMV whose input loads were moved above the wait reads x_(i-1)'s row.
 TEST(GemvBf16F32, GemvAfterItsProducerUnderPdlReadsTheNewRow) {
   TESSERA_SKIP_WITHOUT_GPU();
-  const bool pdl = cuda::pdl_enabled();
-  cuda::set_pdl_enabled(true);
-  cudaStream_t s;
-  TESSERA_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   const int chain = 12;
   const int64_t n = 4096, k = 4096;
   std::vector<uint16_t> w(n * k);
@@ -196,22 +191,12 @@ TEST(GemvBf16F32, GemvAfterItsProducerUnderPdlReadsTheNewRow) {
   test::DevBuf<float> x(test::random_floats(chain * k, 32)), norm_w(test::random_floats(k, 33));
   test::DevBuf<float> chained(chain * n), alone(chain * n);
   auto* hp = reinterpret_cast<__nv_bfloat16*>(h.get());
-  auto pair = [&](int i, float* y, cudaStream_t st) {
+  test::run_chained_then_alone(chain, chained.get(), alone.get(), [&](int i, float* y, cudaStream_t st) {
     cuda::rms_norm_rows_bf16(x.get() + i * k, norm_w.get(), 1e-5f, 1, k, hp, st);
     cuda::gemv_bf16_f32(dw.get(), hp, n, k, y + i * n, false, st);
-  };
-  for (int i = 0; i < chain; ++i) pair(i, chained.get(), s);
-  TESSERA_CUDA_CHECK(cudaStreamSynchronize(s));
-  cuda::set_pdl_enabled(false);  // the reference: each pair alone, without overlap
-  for (int i = 0; i < chain; ++i) {
-    pair(i, alone.get(), s);
-    TESSERA_CUDA_CHECK(cudaStreamSynchronize(s));
-  }
-  test::check_launch();
+  });
   const auto a = chained.download(), b = alone.download();
   EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4));
-  TESSERA_CUDA_CHECK(cudaStreamDestroy(s));
-  cuda::set_pdl_enabled(pdl);
 }
 
 // The bf16 gate|up GEMV with SwiGLU in the epilogue (rows gate | up, a warp pairing gate row i

@@ -23,7 +23,6 @@
 #include "kernels/cpu/matmul_internal.h"
 #include "kernels/cuda/dequant_packed.h"
 #include "kernels/cuda/gemv.h"
-#include "kernels/cuda/launch.h"
 #include "kernels/cuda/mmq.h"
 #include "kernels/ref/dequant.h"
 #include "kernels/ref/llm_ops.h"
@@ -370,9 +369,6 @@ TEST(MmqMatmul, QkvRopeEpilogueRotatesTheGemvSums) {
 // above passed).
 TEST(MmqMatmul, GemvAfterItsProducerUnderPdlReadsTheNewRows) {
   TESSERA_SKIP_WITHOUT_GPU();
-  const bool pdl = cuda::pdl_enabled();
-  cudaStream_t s;
-  TESSERA_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   const int chain = 12;
   for (DType t : {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K})
     for (int64_t m : {1, 4}) {
@@ -385,24 +381,13 @@ TEST(MmqMatmul, GemvAfterItsProducerUnderPdlReadsTheNewRows) {
       test::DevBuf<int8_t> qx(m * k);
       test::DevBuf<cuda::MmqActMeta> meta(m * k / 32);
       test::DevBuf<float> chained(chain * m * n), alone(chain * m * n);
-      auto pair = [&](int i, float* y, cudaStream_t st) {
+      test::run_chained_then_alone(chain, chained.get(), alone.get(), [&](int i, float* y, cudaStream_t st) {
         cuda::mmq_rms_norm_quantize_rows(t, x.get() + i * m * k, norm_w.get(), 1e-5f, m, k, qx.get(), meta.get(), st);
         cuda::mmq_gemv(t, dw.get(), n, k, qx.get(), meta.get(), m, y + i * m * n, n, false, st);
-      };
-      cuda::set_pdl_enabled(true);
-      for (int i = 0; i < chain; ++i) pair(i, chained.get(), s);
-      TESSERA_CUDA_CHECK(cudaStreamSynchronize(s));
-      cuda::set_pdl_enabled(false);  // the reference: each pair alone, without overlap
-      for (int i = 0; i < chain; ++i) {
-        pair(i, alone.get(), s);
-        TESSERA_CUDA_CHECK(cudaStreamSynchronize(s));
-      }
-      test::check_launch();
+      });
       const auto a = chained.download(), b = alone.download();
       EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << dtype_name(t) << " m " << m;
     }
-  TESSERA_CUDA_CHECK(cudaStreamDestroy(s));
-  cuda::set_pdl_enabled(pdl);
 }
 
 TEST(MmqMatmul, RejectsBadArguments) {

@@ -22,10 +22,6 @@ constexpr int kWarps = 4, kThreads = kWarps * 32;
 // groups would leave over 30% of the resident warps idle (n = 4096: about half), else the
 // format's kLargeNRows (measured on H200, docs/design/cuda_kernels.md: 4, but 2 for Q8_0).
 
-__device__ __forceinline__ int dp4a(uint32_t a, uint32_t b, int c) {
-  return __dp4a(static_cast<int>(a), static_cast<int>(b), c);
-}
-
 // ---------------------------------------------------------------- activations
 
 struct QIn {  // quantized activations (act_quant.h)
@@ -71,10 +67,10 @@ struct Q8Fmt {
   __device__ static W load(const Row& r, int64_t c) { return {__ldcs(r.q + c), __ldg(r.s + c / 2)}; }
   __device__ static X load_x(const In& in, int64_t c) { return load_xq<1>(in, c); }
   __device__ static float dot(const W& w, const X& x, int64_t) {
-    int s = dp4a(w.q.x, x.q[0].x, 0);
-    s = dp4a(w.q.y, x.q[0].y, s);
-    s = dp4a(w.q.z, x.q[0].z, s);
-    s = dp4a(w.q.w, x.q[0].w, s);
+    int s = mmq_dp4a(w.q.x, x.q[0].x, 0);
+    s = mmq_dp4a(w.q.y, x.q[0].y, s);
+    s = mmq_dp4a(w.q.z, x.q[0].z, s);
+    s = mmq_dp4a(w.q.w, x.q[0].w, s);
     return f16_bits_to_f32(static_cast<uint16_t>(w.s)) * x.d * static_cast<float>(s);
   }
 };
@@ -174,8 +170,8 @@ struct Q6_KFmt {
     for (int i = 0; i < 4; ++i) {  // 6-bit values 0..63: non-negative as signed bytes
       const uint32_t lo = (ws[i] & 0x0F0F0F0Fu) | (((w.h.x >> (2 * i)) & 0x03030303u) << 4);
       const uint32_t hi = ((ws[i] >> 4) & 0x0F0F0F0Fu) | (((w.h.y >> (2 * i)) & 0x03030303u) << 4);
-      sa = dp4a(lo, a[i], sa);
-      sb = dp4a(hi, b[i], sb);
+      sa = mmq_dp4a(lo, a[i], sa);
+      sb = mmq_dp4a(hi, b[i], sb);
     }
     const int sca = static_cast<int8_t>(w.sd & 0xFF), scb = static_cast<int8_t>((w.sd >> 8) & 0xFF);
     const int tot = sca * (sa - 32 * x.slo) + scb * (sb - 32 * x.shi);

@@ -18,6 +18,8 @@ namespace tessera::cuda {
 namespace {
 using detail::warp_max;
 
+constexpr int kThreads = 256, kWarps = kThreads / 32;
+
 // 8 consecutive floats from p: two 16-byte loads where p is 16-byte aligned (vec), else eight.
 __device__ __forceinline__ void load8(const float* p, bool vec, float (&v)[8]) {
   if (vec) {
@@ -30,13 +32,12 @@ __device__ __forceinline__ void load8(const float* p, bool vec, float (&v)[8]) {
 }
 
 // Row sources: value8(r, i, v) gives elements i .. i + 7 of row r (i % 8 == 0) as the unfused
-// kernel would have stored them; prepare<T>(r) computes row r's statistics, called by all T
-// threads of the block (a block barrier inside). vec: the rows are 16-byte aligned (host check).
+// kernel would have stored them; prepare(r) computes row r's statistics, called by all threads
+// of the block (a block barrier inside). vec: the rows are 16-byte aligned (host check).
 struct PlainSrc {
   const float* x;
   int64_t ldx;
   bool vec;
-  template <int kThreads>
   __device__ void prepare(int64_t) {}
   __device__ void value8(int64_t r, int64_t i, float (&v)[8]) const { load8(x + r * ldx + i, vec, v); }
 };
@@ -50,9 +51,7 @@ struct RmsSrc {
   int64_t d;
   bool vec;
   float inv;
-  template <int kThreads>
   __device__ void prepare(int64_t r) {
-    constexpr int kWarps = kThreads / 32;
     __shared__ double partial[kWarps];
     double ss = 0;
     for (int64_t i = threadIdx.x; i < d; i += kThreads) {
@@ -82,12 +81,12 @@ struct SwigluSrc {
   const float* gu;
   int64_t ff;
   bool vec;
-  template <int kThreads>
   __device__ void prepare(int64_t) {}
   __device__ void value8(int64_t r, int64_t i, float (&v)[8]) const {
     float u[8];
     load8(gu + r * 2 * ff + i, vec, v);
     load8(gu + r * 2 * ff + ff + i, vec, u);
+    // convert.cuh's silu_mul in explicitly rounded steps: no contraction into FMAs, the CPU's bits
 #pragma unroll
     for (int j = 0; j < 8; ++j) v[j] = __fmul_rn(__fdiv_rn(v[j], __fadd_rn(1.f, expf(-v[j]))), u[j]);
   }
@@ -100,17 +99,24 @@ inline bool rows_aligned(const float* x, int64_t ld) {
 
 __device__ __forceinline__ float f16_round(float v) { return __half2float(__float2half_rn(v)); }
 
-// Quantizes elements [0, k) of row r of src into qx[0, k) and meta[0, k / 32). Thread t of the
-// `threads` taking part (threads a multiple of 32; lane t % 32 of a warp of consecutive t) holds 8
-// consecutive elements at 8 t, 8 (t + threads), ...; a warp's lanes loop together. Legacy Q8 (kK false): a
-// 32-element block is 4 lanes, scale d = amax / 127 and the block sum's d * sum, both rounded to
-// f16 as block_q8_1 stores them. Q8_K (kK true, k % 256 == 0): a 256-element block is one warp,
-// scale from the first element of largest magnitude (iscale = -127 / x), integer sums per 32.
+bool is_k(DType t) { return t == DType::kQ4_K || t == DType::kQ6_K; }
+
+// Grid (row, part). Thread t of a row's gridDim.y * kThreads holds 8 consecutive elements at
+// 8 t, 8 (t + threads), ...; a warp's lanes loop together. Legacy Q8 (kK false): a 32-element
+// block is 4 lanes, scale d = amax / 127 and the block sum's d * sum, both rounded to f16 as
+// block_q8_1 stores them. Q8_K (kK true, k % 256 == 0): a 256-element block is one warp, scale
+// from the first element of largest magnitude (iscale = -127 / x), integer sums per 32.
 template <bool kK, class Src>
-__device__ void quantize_row(const Src& src, int64_t r, int64_t k, int64_t t, int64_t threads, int8_t* qx,
-                             MmqActMeta* meta) {
+__global__ void __launch_bounds__(kThreads) quant_kernel(Src src, int64_t k, int8_t* qx, MmqActMeta* meta) {
+  detail::pdl_wait();  // inputs come from the previous kernel (PDL, launch.h)
+  detail::pdl_trigger();
+  const int64_t r = blockIdx.x;
+  src.prepare(r);
+  qx += r * k;
+  meta += r * (k / 32);
   const int lane = threadIdx.x % 32;
-  const int64_t warp_t = t - lane;  // the warp's first thread: all lanes iterate together
+  const int64_t threads = int64_t{gridDim.y} * kThreads;
+  const int64_t warp_t = int64_t{blockIdx.y} * kThreads + threadIdx.x - lane;  // the warp's first thread
   for (int64_t e0 = 8 * warp_t; e0 < k; e0 += 8 * threads) {
     const int64_t e = e0 + 8 * lane;
     const bool active = e < k;  // legacy rows end on a 32-element block, maybe mid-warp
@@ -120,17 +126,14 @@ __device__ void quantize_row(const Src& src, int64_t r, int64_t k, int64_t t, in
 #pragma unroll
     for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(v[j]));
     int q[8];
+    float d;
     if constexpr (!kK) {
       amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
       amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
-      const float d = __fdiv_rn(amax, 127.0f);
+      d = __fdiv_rn(amax, 127.0f);
       const float id = amax != 0.f ? __fdiv_rn(127.0f, amax) : 0.f;
 #pragma unroll
       for (int j = 0; j < 8; ++j) q[j] = max(-127, min(127, __float2int_rn(__fmul_rn(v[j], id))));
-      int sum = q[0] + q[1] + q[2] + q[3] + q[4] + q[5] + q[6] + q[7];
-      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-      if (active && lane % 4 == 0) meta[e / 32] = {f16_round(d), f16_round(__fmul_rn(d, static_cast<float>(sum)))};
     } else {
       amax = warp_max(amax);
       // The first element (lowest index) of largest magnitude sets the sign of the scale.
@@ -149,36 +152,22 @@ __device__ void quantize_row(const Src& src, int64_t r, int64_t k, int64_t t, in
         if (of < first) first = of, xmax = ox;
       }
       const float iscale = amax != 0.f ? __fdiv_rn(-127.f, xmax) : 0.f;
-      const float d = iscale != 0.f ? __fdiv_rn(1.f, iscale) : 0.f;
+      d = iscale != 0.f ? __fdiv_rn(1.f, iscale) : 0.f;
 #pragma unroll
       for (int j = 0; j < 8; ++j) q[j] = min(127, __float2int_rn(__fmul_rn(iscale, v[j])));
-      int sum = q[0] + q[1] + q[2] + q[3] + q[4] + q[5] + q[6] + q[7];
-      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-      if (lane % 4 == 0) meta[e / 32] = {d, static_cast<float>(sum)};
     }
-    if (active) {
-      uint2 packed;
-      packed.x = (q[0] & 0xFF) | (q[1] & 0xFF) << 8 | (q[2] & 0xFF) << 16 | static_cast<uint32_t>(q[3] & 0xFF) << 24;
-      packed.y = (q[4] & 0xFF) | (q[5] & 0xFF) << 8 | (q[6] & 0xFF) << 16 | static_cast<uint32_t>(q[7] & 0xFF) << 24;
-      *reinterpret_cast<uint2*>(qx + e) = packed;
-    }
+    int sum = q[0] + q[1] + q[2] + q[3] + q[4] + q[5] + q[6] + q[7];  // of the lane's 32-block
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    if (!active) continue;
+    if (lane % 4 == 0)
+      meta[e / 32] = kK ? MmqActMeta{d, static_cast<float>(sum)}
+                        : MmqActMeta{f16_round(d), f16_round(__fmul_rn(d, static_cast<float>(sum)))};
+    uint2 packed;
+    packed.x = (q[0] & 0xFF) | (q[1] & 0xFF) << 8 | (q[2] & 0xFF) << 16 | static_cast<uint32_t>(q[3] & 0xFF) << 24;
+    packed.y = (q[4] & 0xFF) | (q[5] & 0xFF) << 8 | (q[6] & 0xFF) << 16 | static_cast<uint32_t>(q[7] & 0xFF) << 24;
+    *reinterpret_cast<uint2*>(qx + e) = packed;
   }
-}
-
-constexpr int kThreads = 256;
-
-bool is_k(DType t) { return t == DType::kQ4_K || t == DType::kQ6_K; }
-
-// Grid (row, part): the row's 8-element runs are spread over its parts' threads.
-template <bool kK, class Src>
-__global__ void __launch_bounds__(kThreads) quant_kernel(Src src, int64_t k, int8_t* qx, MmqActMeta* meta) {
-  detail::pdl_wait();  // inputs come from the previous kernel (PDL, launch.h)
-  detail::pdl_trigger();
-  const int64_t r = blockIdx.x;
-  src.template prepare<kThreads>(r);
-  quantize_row<kK>(src, r, k, int64_t{blockIdx.y} * kThreads + threadIdx.x, int64_t{gridDim.y} * kThreads,
-                           qx + r * k, meta + r * (k / 32));
 }
 
 template <class Src>
