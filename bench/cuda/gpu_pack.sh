@@ -19,6 +19,7 @@ DONOR=${DONOR:-build-carry/tok_donor.gguf}
 D=build-carry-gpu
 rm -rf $D && mkdir -p $D/a $D/b
 tests="backend_cuda_test row_ops_cuda_test gemv_cuda_test mmq_cuda_test paged_attention_cuda_test
+       act_quant_cuda_test decode_attention_cuda_test rms_norm_cuda_test llama_decode_cuda_test
        sample_cuda_test decode_kernels_cuda_test llama_cuda_test engine_sample_cuda_test"
 echo "gpu_pack: compressing the CUDA tests and tessera (~1 minute)" >&2
 # EXTRA_BINS: more binaries (absolute paths; experiments) for /tmp/bin on the GPU machine.

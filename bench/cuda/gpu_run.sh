@@ -32,7 +32,8 @@ case $phase in
     cp $src/model.part.1 /tmp/m/
     nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader | tee -a "$out/summary.txt"
     for t in backend_cuda_test row_ops_cuda_test gemv_cuda_test mmq_cuda_test paged_attention_cuda_test \
-             sample_cuda_test decode_kernels_cuda_test; do
+             sample_cuda_test decode_kernels_cuda_test act_quant_cuda_test decode_attention_cuda_test \
+             rms_norm_cuda_test llama_decode_cuda_test; do
       step $t /tmp/bin/$t --gtest_brief=1
     done
     ;;

@@ -15,6 +15,7 @@
 
 #include "backend/cpu/thread_pool.h"
 #include "cuda/cuda_test_util.h"
+#include "kernels/cuda/decode_persistent.h"
 #include "models/cuda/llama_cuda.h"
 #include "models/registry.h"
 #include "support/test_util.h"
@@ -253,6 +254,56 @@ TEST(LlamaCudaDummy, OneRowStepsMatchOneChunk) {
                 name.c_str(), 100 * a.top1, a.mean_kl, e);
     EXPECT_LE(e, t == DType::kBF16 ? 1e-4 : 1e-2) << name;
     EXPECT_GE(a.top1, t == DType::kBF16 ? 0.95 : 0.85) << name;
+  }
+}
+
+// With TESSERA_PERSISTENT_DECODE=1, one-row steps of quantized models take the persistent
+// decode kernel (every layer in one launch, kernels/cuda/decode_persistent.h) instead of the
+// kernel chain (norm + quantize, GEMVs, paged attention, ...). Same random weights, 40 teacher-forced
+// one-row steps: the logits must agree closely (they differ by attention's rounding, f32 here
+// vs f16 q and probabilities on tensor cores there, and the GEMVs' k-split summation order).
+// smollm2-135m: head_dim 64, 3 query heads per kv head; llama3-8b-shaped Q4_K (Q8_K
+// activations): head_dim 128, group 4 (a 32000-token head to keep it light).
+TEST(LlamaCudaDummy, PersistentDecodeMatchesTheKernelChain) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  ThreadPool pool(1);
+  std::vector<int32_t> ids(40);
+  for (int i = 0; i < 40; ++i) ids[i] = (i * 7919 + 13) % 30000;
+  const std::vector<int32_t> blocks = {3, 1, 2};
+  struct Case {
+    const char* arch;
+    DType type;
+  };
+  for (const Case c : {Case{"smollm2-135m", DType::kQ8_0}, Case{"smollm2-135m", DType::kQ4_0},
+                       Case{"smollm2-135m", DType::kQ4_1}, Case{"llama3-8b", DType::kQ4_K}}) {
+    auto create = [&] {
+      return models::cuda_llama_create_dummy(c.arch, std::string(c.arch) == "llama3-8b" ? 32000 : 0, c.type);
+    };
+    ::unsetenv("TESSERA_PERSISTENT_DECODE");  // off by default (still slower)
+    auto chain = create();
+    ::setenv("TESSERA_PERSISTENT_DECODE", "1", 1);
+    auto persistent = create();
+    ::unsetenv("TESSERA_PERSISTENT_DECODE");
+    auto cache_a = chain->make_kv_cache(4, 16);
+    auto cache_b = persistent->make_kv_cache(4, 16);
+    const uint64_t launches = cuda::decode_persistent_launches();
+    const auto want = run_alone(*chain, cache_a, ids, blocks, 1, pool);
+    EXPECT_EQ(cuda::decode_persistent_launches(), launches) << "the chain model took the persistent step";
+    const auto got = run_alone(*persistent, cache_b, ids, blocks, 1, pool);
+    EXPECT_EQ(cuda::decode_persistent_launches() - launches, ids.size()) << "one launch per one-row step";
+    for (float v : got) ASSERT_TRUE(std::isfinite(v));
+    const int64_t V = chain->config().vocab;
+    // Position 0 attends to one key (its output is v exactly on both paths): only the GEMVs'
+    // summation order differs.
+    const std::vector<float> want0(want.begin(), want.begin() + V), got0(got.begin(), got.begin() + V);
+    EXPECT_LE(test::nmse(got0, want0), 1e-6) << c.arch << " position 0";
+    const Agreement a = compare(want, got, V);
+    const double e = test::nmse(got, want);
+    const std::string name = std::string(c.arch) + " " + std::string(dtype_name(c.type));
+    std::printf("%s persistent vs kernel chain: top-1 %.1f%%, mean KL %.2e, nMSE %.2e\n", name.c_str(),
+                100 * a.top1, a.mean_kl, e);
+    EXPECT_LE(e, 2e-3) << name;
+    EXPECT_GE(a.top1, 0.85) << name;
   }
 }
 

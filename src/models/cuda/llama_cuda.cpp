@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -15,6 +16,7 @@
 #include "backend/cuda/gemm_bf16.h"
 #include "backend/cuda/op_profiler.h"
 #include "core/error.h"
+#include "kernels/cuda/decode_persistent.h"
 #include "kernels/cuda/dequant_packed.h"
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/gemv.h"
@@ -200,6 +202,8 @@ class CudaLlama final : public CausalLm {
     if (fresh_ws)  // a new buffer: zero its split counters, in stream order (launches keep them 0)
       cuda::paged_attention_workspace_reset(b.attn_ws, attn_ws_bytes_, stream_);
 
+    if (n == 1 && persistent_ok()) prepare_persistent(b, cache);
+
     // Decode-only steps (one token per sequence) replay a CUDA graph per (rows, table stride):
     // ~10 launches per layer collapse into one. Graphs hold buffer addresses, so any buffer
     // that moved since they were captured invalidates them all. A shape is captured the
@@ -262,7 +266,56 @@ class CudaLlama final : public CausalLm {
     int64_t* rows;
     cuda::PagedAttentionTile* tiles;
     float* attn_ws;
+    cuda::PersistentLayer* player;  // one-row steps through decode_persistent: its layer table
+    float* pws;                     // and workspace (null otherwise)
   };
+
+  // Whether one-row steps take decode_persistent: asked for (TESSERA_PERSISTENT_DECODE=1, read
+  // when the model is created: it is still slower than the kernel chain, see
+  // docs/design/cuda_engine.md), every layer's four projections quantized, one part each, all
+  // of one type it handles, and RoPE in the QKV epilogue's form (interleaved, no bias).
+  bool persistent_ok() {
+    if (persistent_ok_) return *persistent_ok_;
+    bool ok = persistent_on_ && w_.rope_inv_freq != nullptr && !cfg_.qkv_bias &&
+              cfg_.rope.layout == ref::RopeLayout::kInterleaved && !w_.layers.empty();
+    const DType t = ok && w_.layers[0].qkv.parts.size() == 1 ? w_.layers[0].qkv.parts[0].type : DType::kBF16;
+    ok = ok && cuda::decode_persistent_supported(t, cfg_.d_model, cfg_.n_heads, cfg_.n_kv_heads,
+                                                 cfg_.head_dim, cfg_.d_ff);
+    bool aligned = true;
+    for (const Layer& l : w_.layers) {
+      for (const Proj* p : {&l.qkv, &l.wo, &l.wgu, &l.wd})
+        ok = ok && p->parts.size() == 1 && p->parts[0].type == t;
+      for (const float* w : {l.attn_norm, l.ffn_norm}) aligned = aligned && reinterpret_cast<uintptr_t>(w) % 16 == 0;
+    }
+    persistent_norms_aligned_ = aligned;
+    persistent_ok_ = ok;
+    return ok;
+  }
+
+  // The persistent step's layer table (this cache's K/V pointers; uploaded when they change)
+  // and workspace (grown to this call's table capacity) into b.
+  void prepare_persistent(Bufs& b, KvCache& cache) {
+    std::vector<cuda::PersistentLayer> table(cfg_.n_layers);
+    for (int64_t li = 0; li < cfg_.n_layers; ++li) {
+      const Layer& l = w_.layers[li];
+      table[li] = {l.qkv.parts[0].packed, l.wo.parts[0].packed, l.wgu.parts[0].packed, l.wd.parts[0].packed,
+                   l.attn_norm, l.ffn_norm, static_cast<__half*>(cache.k(li).raw_data()),
+                   static_cast<__half*>(cache.v(li).raw_data())};
+    }
+    bool fresh = false;
+    b.player = player_.get(cfg_.n_layers, &fresh);
+    if (fresh || std::memcmp(table.data(), player_host_.data(),
+                             std::min(table.size(), player_host_.size()) * sizeof(table[0])) != 0 ||
+        table.size() != player_host_.size()) {
+      player_host_ = std::move(table);  // stays alive (unchanged) until the copy has run
+      TESSERA_CUDA_CHECK(cudaMemcpyAsync(b.player, player_host_.data(), player_host_.size() * sizeof(player_host_[0]),
+                                         cudaMemcpyHostToDevice, stream_));
+    }
+    const size_t bytes = cuda::decode_persistent_workspace_bytes(
+        cfg_.n_kv_heads, cfg_.n_heads, cfg_.head_dim, table_stride_ * cache.block_size());
+    b.pws = pws_.get(static_cast<int64_t>((bytes + 3) / 4), &fresh);
+    if (fresh) cuda::decode_persistent_workspace_reset(b.pws, stream_);
+  }
 
   void drop_graphs() {
     for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
@@ -289,7 +342,40 @@ class CudaLlama final : public CausalLm {
     const int64_t qkvd = qd + 2 * kvd;
     const cuda::OpCost attn_cost = prof_.enabled() ? attention_cost() : cuda::OpCost{};
     const cuda::OpCost norm_cost{static_cast<double>(n) * d * 6};  // f32 in, bf16 out
-    for (int64_t li = 0; li < cfg_.n_layers; ++li) {
+    if (b.pws != nullptr) {  // one row: every layer in one persistent kernel
+      cuda::PersistentDecode p{};
+      p.type = w_.layers[0].qkv.parts[0].type;
+      p.layers = b.player;
+      p.n_layers = cfg_.n_layers;
+      p.d = d;
+      p.n_heads = cfg_.n_heads;
+      p.n_kv_heads = cfg_.n_kv_heads;
+      p.head_dim = hd;
+      p.ff = ff;
+      p.norm_eps = cfg_.norm_eps;
+      p.norms_aligned = persistent_norms_aligned_;
+      p.scale = scale;
+      p.n_rot = cfg_.rope.n_rot;
+      p.inv_freq = w_.rope_inv_freq;
+      p.pos = b.pos;
+      p.cache_row = b.rows;
+      p.block_table = b.tables;
+      p.block_size = cache.block_size();
+      p.table_capacity = table_stride_ * cache.block_size();
+      p.x = x;
+      p.q = q;
+      p.attn = b.attn;
+      p.gu = b.guf;
+      p.qx = b.qx;
+      p.meta = b.meta;
+      p.ws = b.pws;
+      cuda::decode_persistent(p, s);
+      double bytes = 0;
+      for (const Layer& l : w_.layers)
+        for (const Proj* pr : {&l.qkv, &l.wo, &l.wgu, &l.wd}) bytes += proj_cost(*pr, 1, 0, 0).bytes;
+      prof_.mark("layers (persistent)", {bytes + attention_cost().bytes * cfg_.n_layers});
+    }
+    for (int64_t li = 0; li < cfg_.n_layers && b.pws == nullptr; ++li) {
       const Layer& l = w_.layers[li];
       __half* kc = static_cast<__half*>(cache.k(li).raw_data());
       __half* vc = static_cast<__half*>(cache.v(li).raw_data());
@@ -597,6 +683,16 @@ class CudaLlama final : public CausalLm {
   std::vector<cuda::PagedAttentionTile> tiles_;
   int64_t table_stride_ = 1;
   size_t attn_ws_bytes_ = 0;  // this call's split-KV workspace need (run())
+  // decode_persistent (one-row steps)
+  const bool persistent_on_ = [] {
+    const char* v = std::getenv("TESSERA_PERSISTENT_DECODE");
+    return v && std::strcmp(v, "1") == 0;
+  }();
+  std::optional<bool> persistent_ok_;
+  bool persistent_norms_aligned_ = false;
+  Grow<cuda::PersistentLayer> player_;
+  std::vector<cuda::PersistentLayer> player_host_;
+  Grow<float> pws_;
 };
 
 }  // namespace

@@ -1,0 +1,134 @@
+// The weight formats of the integer-dot GEMVs (mmq.h), shared by mmq_gemv.cu and the persistent
+// decode step (decode_persistent.cu): per format F, F::W (one row's 32-element block as loaded),
+// F::load(mat, row, block) and F::dot(W, X) -> the block's f32 contribution.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cuda/mmq_common.cuh"
+
+namespace tessera::cuda::detail {
+
+constexpr int kGemvRows = 4;    // rows of a group (one warp, or KS warps splitting k)
+constexpr int kGemvUnroll = 2;  // weight blocks per row a lane loads per step
+
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
+struct XBlk {  // one 32-element activation block: elements 0..15, 16..31, its meta
+  uint4 a, b;
+  float d, s;
+};
+
+// Per format: W (one row's block), load(mat, row, block), dot(W, X) -> f32 contribution.
+struct Q8_0G {
+  struct W { uint4 a, b; uint32_t sc; };
+  __device__ static W load(const MmqMat& m, int64_t r, int64_t c) {
+    const uint4* q = reinterpret_cast<const uint4*>(m.base + m.L.qs + r * m.k + c * 32);
+    const uint16_t* s = reinterpret_cast<const uint16_t*>(m.base + m.L.scales) + r * (m.k / 32) + c;
+    return {__ldcs(q), __ldcs(q + 1), __ldg(s)};
+  }
+  // Asks the L2 for what load(m, r, c) reads (the persistent step, before a grid barrier).
+  __device__ static void prefetch(const MmqMat& m, int64_t r, int64_t c) {
+    prefetch_l2(m.base + m.L.qs + r * m.k + c * 32);
+    prefetch_l2(reinterpret_cast<const uint16_t*>(m.base + m.L.scales) + r * (m.k / 32) + c);
+  }
+  __device__ static float dot(const W& w, const XBlk& x) {
+    int s = 0;
+    s = mmq_dp4a(w.a.x, x.a.x, s); s = mmq_dp4a(w.a.y, x.a.y, s);
+    s = mmq_dp4a(w.a.z, x.a.z, s); s = mmq_dp4a(w.a.w, x.a.w, s);
+    s = mmq_dp4a(w.b.x, x.b.x, s); s = mmq_dp4a(w.b.y, x.b.y, s);
+    s = mmq_dp4a(w.b.z, x.b.z, s); s = mmq_dp4a(w.b.w, x.b.w, s);
+    return mmq_f16(w.sc) * x.d * mmq_i2f(s);  // |s| <= 32 * 127 * 127
+  }
+};
+
+struct Q4_0G {
+  struct W { uint4 q; uint32_t sc; };
+  __device__ static W load(const MmqMat& m, int64_t r, int64_t c) {
+    const uint4* q = reinterpret_cast<const uint4*>(m.base + m.L.qs + r * (m.k / 2) + c * 16);
+    const uint16_t* s = reinterpret_cast<const uint16_t*>(m.base + m.L.scales) + r * (m.k / 32) + c;
+    return {__ldcs(q), __ldg(s)};
+  }
+  __device__ static void prefetch(const MmqMat& m, int64_t r, int64_t c) {
+    prefetch_l2(m.base + m.L.qs + r * (m.k / 2) + c * 16);
+    prefetch_l2(reinterpret_cast<const uint16_t*>(m.base + m.L.scales) + r * (m.k / 32) + c);
+  }
+  __device__ static float dot(const W& w, const XBlk& x) {
+    const uint32_t ws[4] = {w.q.x, w.q.y, w.q.z, w.q.w}, a[4] = {x.a.x, x.a.y, x.a.z, x.a.w},
+                   b[4] = {x.b.x, x.b.y, x.b.z, x.b.w};
+    int s = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      s = mmq_dp4a(q4_0_lo(ws[i]), a[i], s);
+      s = mmq_dp4a(q4_0_hi(ws[i]), b[i], s);
+    }
+    return mmq_f16(w.sc) * x.d * mmq_i2f(s);  // |s| <= 32 * 127 * 127
+  }
+};
+
+struct Q4_1G {
+  struct W { uint4 q; uint32_t dm; };
+  __device__ static W load(const MmqMat& m, int64_t r, int64_t c) {
+    const uint4* q = reinterpret_cast<const uint4*>(m.base + m.L.qs + r * (m.k / 2) + c * 16);
+    const uint32_t* s = reinterpret_cast<const uint32_t*>(m.base + m.L.scales) + r * (m.k / 32) + c;
+    return {__ldcs(q), __ldg(s)};
+  }
+  __device__ static void prefetch(const MmqMat& m, int64_t r, int64_t c) {
+    prefetch_l2(m.base + m.L.qs + r * (m.k / 2) + c * 16);
+    prefetch_l2(reinterpret_cast<const uint32_t*>(m.base + m.L.scales) + r * (m.k / 32) + c);
+  }
+  __device__ static float dot(const W& w, const XBlk& x) {
+    const int s = dot_nibbles(w.q, x.a, x.b);
+    return mmq_f16(w.dm) * x.d * mmq_i2f(s) + mmq_f16(w.dm >> 16) * x.s;
+  }
+};
+
+struct Q4_KG {
+  struct W { uint4 q; uint32_t scmn, dm; };
+  __device__ static W load(const MmqMat& m, int64_t r, int64_t c) {
+    const uint4* q = reinterpret_cast<const uint4*>(m.base + m.L.qs + r * (m.k / 2) + c * 16);
+    const uint16_t* s = reinterpret_cast<const uint16_t*>(m.base + m.L.scales) + r * (m.k / 32) + c;
+    const uint32_t* d = reinterpret_cast<const uint32_t*>(m.base + m.L.d) + r * (m.k / 256) + c / 8;
+    return {__ldcs(q), __ldg(s), __ldg(d)};
+  }
+  __device__ static void prefetch(const MmqMat& m, int64_t r, int64_t c) {
+    prefetch_l2(m.base + m.L.qs + r * (m.k / 2) + c * 16);
+    prefetch_l2(reinterpret_cast<const uint16_t*>(m.base + m.L.scales) + r * (m.k / 32) + c);
+  }
+  __device__ static float dot(const W& w, const XBlk& x) {
+    const int s = dot_nibbles(w.q, x.a, x.b) * static_cast<int>(w.scmn & 0xFF);
+    return mmq_f16(w.dm) * x.d * mmq_i2f(s) -  // |s| <= 63 * 32 * 15 * 127 < 2^22
+           mmq_f16(w.dm >> 16) * x.d * (static_cast<float>(w.scmn >> 8) * x.s);
+  }
+};
+
+struct Q6_KG {
+  struct W { uint4 q; uint2 h; uint32_t sd; };
+  __device__ static W load(const MmqMat& m, int64_t r, int64_t c) {
+    const uint4* q = reinterpret_cast<const uint4*>(m.base + m.L.qs + r * (m.k / 2) + c * 16);
+    const uint2* h = reinterpret_cast<const uint2*>(m.base + m.L.qh + r * (m.k / 4) + c * 8);
+    const uint16_t* sc = reinterpret_cast<const uint16_t*>(m.base + m.L.scales + r * (m.k / 16)) + c;
+    const uint16_t* d = reinterpret_cast<const uint16_t*>(m.base + m.L.d) + r * (m.k / 256) + c / 8;
+    return {__ldcs(q), __ldcs(h), uint32_t{__ldg(sc)} | uint32_t{__ldg(d)} << 16};
+  }
+  __device__ static void prefetch(const MmqMat& m, int64_t r, int64_t c) {
+    prefetch_l2(m.base + m.L.qs + r * (m.k / 2) + c * 16);
+    prefetch_l2(m.base + m.L.qh + r * (m.k / 4) + c * 8);
+  }
+  __device__ static float dot(const W& w, const XBlk& x) {
+    const uint32_t ws[4] = {w.q.x, w.q.y, w.q.z, w.q.w}, a[4] = {x.a.x, x.a.y, x.a.z, x.a.w},
+                   b[4] = {x.b.x, x.b.y, x.b.z, x.b.w};
+    int sa = 0, sb = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      sa = mmq_dp4a(q6_lo(ws[i], w.h.x >> (2 * i)), a[i], sa);
+      sb = mmq_dp4a(q6_hi(ws[i], w.h.y >> (2 * i)), b[i], sb);
+    }
+    const int tot = static_cast<int8_t>(w.sd & 0xFF) * sa + static_cast<int8_t>((w.sd >> 8) & 0xFF) * sb;
+    return mmq_f16(w.sd >> 16) * x.d * static_cast<float>(tot);
+  }
+};
+
+}  // namespace tessera::cuda::detail
