@@ -414,6 +414,10 @@ Expected<std::unique_ptr<Engine>> Engine::load(const std::string& path, const En
     } else {
       impl->pool = &default_thread_pool();
     }
+    // Decode-only steps carry up to max_running rows. (Preparing the prefill sizes too, up to
+    // max_step_tokens, measured slightly slower prefill on the H200: 2048 tokens 42.1k vs
+    // 42.8k tokens/s; docs/design/cuda_engine.md, session 7.)
+    impl->model->prepare_rows(opt.max_running);
     const auto& c = impl->model->config();
     int64_t ctx = opt.context_length > 0 ? opt.context_length
                                          : std::min<int64_t>(c.context_length, 4096);

@@ -97,6 +97,9 @@ class CausalLm {
   // True when forward_sample() samples on the device (the caller then prepares sampling rows
   // instead of taking logits to the host).
   virtual bool samples_on_device() const { return false; }
+  // Called once before serving steps of up to max_rows rows (decodes + prefill tokens): a
+  // model may choose and cache its kernels for those sizes here rather than stall a step later.
+  virtual void prepare_rows(int64_t max_rows) { (void)max_rows; }
   // Sampling without moving logits: like forward(), but samples each logits row on the device
   // with batch.rows[row] (the host sampler's token for the same draw) and writes the token ids
   // to ids. False when the model has no such path (samples_on_device() is false).

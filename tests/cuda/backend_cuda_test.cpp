@@ -118,8 +118,10 @@ struct GemmCase {
   bool accumulate, bf16_out;
   int64_t ldy = 0, col0 = 0;
 };
-// Policy -1: the default plan (the heuristic's pick unless TESSERA_GEMM_TUNE=1); 0: the timed
-// selection (the heuristic's pick where it does not apply); >= 1: a forced K split.
+// Policy -1: the default plan (the heuristic's pick unless TESSERA_GEMM_TUNE=1); -2: the
+// default plan after prepare_rows for the power-of-two row bucket holding c.m (its winner must
+// serve this row count); 0: the timed selection (the heuristic's pick where it does not apply);
+// >= 1: a forced K split.
 std::vector<cuda::GemmBf16::PlanInfo> check_gemm(const GemmCase& c,
                                                  const std::vector<int>& splits) {
   std::vector<cuda::GemmBf16::PlanInfo> chosen;
@@ -159,6 +161,12 @@ std::vector<cuda::GemmBf16::PlanInfo> check_gemm(const GemmCase& c,
                  ? std::make_unique<cuda::GemmBf16>()  // the engine's default: no selection
                  : std::make_unique<cuda::GemmBf16>(size_t{32} << 20, split, /*select=*/split == 0);
     cuda::GemmBf16& gemm = *g;
+    bool prepared = false;
+    if (split == -2) {
+      int64_t bucket = 1;
+      while (bucket < c.m) bucket *= 2;
+      prepared = gemm.prepare_rows(wp, bucket, c.n, c.k, c.accumulate, c.bf16_out, nullptr);
+    }
     dy.upload(y0);
     dyb.upload(y0b);
     if (c.bf16_out)
@@ -168,6 +176,7 @@ std::vector<cuda::GemmBf16::PlanInfo> check_gemm(const GemmCase& c,
     test::check_launch();
     const auto info = gemm.plan_info(c.m, c.n, c.k, c.accumulate, c.bf16_out);
     chosen.push_back(info);
+    if (split == -2) EXPECT_EQ(info.selected, prepared) << "the bucket's winner was not reused";
     std::printf("gemm m %lld n %lld k %lld%s%s: policy %d -> split %d, selected %d\n",
                 static_cast<long long>(c.m), static_cast<long long>(c.n),
                 static_cast<long long>(c.k), c.accumulate ? " +=" : "", c.bf16_out ? " bf16" : "",
@@ -216,6 +225,17 @@ TEST(GemmBf16, DecodeShapesMatchHostReference) {
   check_gemm({128, 4096, 4096, false, true}, {0, 1, 2, 4});
   auto prefill = check_gemm({1024, 4096, 14336, true, false}, {0});
   EXPECT_FALSE(prefill[0].selected) << "prefill-sized products keep the heuristic's pick";
+}
+
+// prepare_rows (what the engine runs at start) times a row bucket once; a later plan of any row
+// count in the bucket takes its winner and must still compute the product exactly.
+TEST(GemmBf16, PreparedRowBucketServesEveryRowCountInIt) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  check_gemm({100, 4096, 14336, true, false}, {-2});   // down, bucket 128
+  check_gemm({100, 28672, 4096, false, true}, {-2});   // gate|up, bf16 out
+  check_gemm({40, 28672, 4096, false, true}, {-2});    // bucket 64
+  auto small = check_gemm({100, 4096, 4096, true, false}, {-2});
+  EXPECT_FALSE(small[0].selected) << "o fits the L2: nothing to prepare";
 }
 
 TEST(GemmBf16, WritesOnlyItsColumnSlice) {

@@ -251,9 +251,48 @@ void GemmBf16::select(Plan& p, const void* x, const void* w, void* y, int64_t n,
   }
 }
 
+namespace {
+int64_t pow2_ceil(int64_t n) {
+  int64_t b = 1;
+  while (b < n) b *= 2;
+  return b;
+}
+}  // namespace
+
+bool GemmBf16::prepare_rows(const __nv_bfloat16* w, int64_t n, int64_t m, int64_t k, bool accumulate,
+                            bool bf16_out, cudaStream_t stream) {
+  TESSERA_CHECK_ARG(n >= 1 && m >= 1 && k >= 1, "gemm_bf16: empty product");
+  if (n > kTuneMaxRows || !selects_for(m, k)) return false;
+  Plan& p = plan(n, m, k, m, accumulate, bf16_out);
+  void *x = nullptr, *y = nullptr;
+  const size_t x_bytes = static_cast<size_t>(n * k) * 2, y_bytes = static_cast<size_t>(n * m) * (bf16_out ? 2 : 4);
+  TESSERA_CUDA_CHECK(cudaMalloc(&x, x_bytes));
+  TESSERA_CUDA_CHECK(cudaMalloc(&y, y_bytes));
+  TESSERA_CUDA_CHECK(cudaMemsetAsync(x, 0, x_bytes, stream));
+  TESSERA_CUDA_CHECK(cudaMemsetAsync(y, 0, y_bytes, stream));
+  select(p, x, w, y, n, m, m, accumulate, stream);
+  TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream));
+  cudaFree(x);
+  cudaFree(y);
+  p.first_call_done = true;
+  if (p.selected) prepared_[std::make_tuple(pow2_ceil(n), m, k, m, accumulate, bf16_out)] = p.algo;
+  return p.selected;
+}
+
 void GemmBf16::first_call(Plan& p, const void* x, const void* w, void* y, int64_t n, int64_t m,
                           int64_t k, int64_t ldy, bool accumulate, cudaStream_t stream) {
   p.first_call_done = true;
+  if (const auto it = prepared_.find(std::make_tuple(pow2_ceil(n), m, k, ldy, accumulate, p.bf16_out));
+      it != prepared_.end()) {  // prepare_rows' winner for this row bucket, if it fits this plan
+    cublasLtMatmulHeuristicResult_t r{};
+    if (cublasLtMatmulAlgoCheck(handle_.get(), p.op, p.a, p.b, p.c, p.c, &it->second, &r) ==
+            CUBLAS_STATUS_SUCCESS &&
+        r.workspaceSize <= workspace_bytes_) {
+      p.algo = it->second;
+      p.selected = true;
+      return;
+    }
+  }
   if (!tune_ || n > kTuneMaxRows || static_cast<size_t>(m) * k * 2 < l2_bytes_ * 3 / 2) return;
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess ||

@@ -16,6 +16,8 @@
 // its stream and takes ~0.1-0.3 s (an accumulating call's y is saved and restored around the
 // trials), so it is off by default: in the engine it stalls the first step of every new row
 // count. Inside a CUDA-graph capture there is no timing (the heuristic's pick is kept).
+// prepare_rows() runs the same selection ahead of time, once per power-of-two row bucket (the
+// engine does it at start for its batch sizes), and every later plan in the bucket reuses it.
 //
 //   cuda::GemmBf16 gemm;
 //   gemm.run(x, w, y, n, m, k, /*accumulate=*/false, stream);
@@ -55,6 +57,17 @@ class GemmBf16 {
   void run(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int64_t n, int64_t m,
            int64_t k, cudaStream_t stream);
 
+  // Runs the timed selection now for n rows of this product (y = x w^T, ldy = m), on scratch
+  // activations and the caller's weight w (it must stream from HBM: >= 1.5x the L2, and n <=
+  // kTuneMaxRows, else nothing happens), synchronizing the stream. The winner serves the plan
+  // of n rows and the first call of every plan whose rows round up to the same power of two
+  // (if cublasLtMatmulAlgoCheck accepts it there), with or without TESSERA_GEMM_TUNE. Returns
+  // whether a configuration other than the heuristic's won.
+  bool prepare_rows(const __nv_bfloat16* w, int64_t n, int64_t m, int64_t k, bool accumulate,
+                    bool bf16_out, cudaStream_t stream);
+  // Whether an m x k weight is large enough for the selection (>= 1.5x the L2).
+  bool selects_for(int64_t m, int64_t k) const { return static_cast<size_t>(m) * k * 2 >= l2_bytes_ * 3 / 2; }
+
   // The plan of n rows x m outputs (ldy = m) after its first call: its K split, and whether
   // the selection replaced the heuristic's pick. {0, false} when there is no such plan.
   struct PlanInfo {
@@ -89,6 +102,9 @@ class GemmBf16 {
   bool tune_;
   size_t l2_bytes_ = 0;
   std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, bool, bool>, Plan> plans_;
+  // prepare_rows' winners by (rows rounded up to a power of two, m, k, ldy, accumulate,
+  // bf16 out); absent: not prepared, or the heuristic's pick won.
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, bool, bool>, cublasLtMatmulAlgo_t> prepared_;
 };
 
 }  // namespace tessera::cuda

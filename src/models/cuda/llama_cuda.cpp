@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <optional>
@@ -119,6 +120,32 @@ class CudaLlama final : public CausalLm {
   }
 
   bool samples_on_device() const override { return true; }
+
+  // The bf16 projections' cuBLASLt kernels for each power-of-two row count from 16 up to
+  // max_rows (at most GemmBf16::kTuneMaxRows), timed now (GemmBf16::prepare_rows) so that no
+  // serving step stalls on it; every row count in a bucket then reuses its winner. Only
+  // weights that stream from HBM take part (Llama-3-8B: gate|up, down, the head).
+  // TESSERA_GEMM_PREPARE=0 skips it (A/B benchmarks).
+  void prepare_rows(int64_t max_rows) override {
+    const char* env = std::getenv("TESSERA_GEMM_PREPARE");
+    if ((env && std::strcmp(env, "0") == 0) || w_.layers.empty()) return;
+    const Layer& l = w_.layers[0];  // every layer has the same shapes
+    struct Use {
+      const Proj* p;
+      bool accumulate, bf16_out;
+    };
+    const bool bf16_gu = !l.wgu.quant() && !l.wd.quant();
+    const Use uses[] = {{&l.qkv, false, false}, {&l.wo, true, false}, {&l.wgu, false, bf16_gu},
+                        {&l.wd, true, false}, {&w_.output, false, false}};
+    const int64_t top = std::min<int64_t>(max_rows, cuda::GemmBf16::kTuneMaxRows);
+    auto eligible = [&](const Use& u) { return !u.p->quant() && u.p->w && gemm_.selects_for(u.p->n, u.p->k); };
+    if (top < 16 || std::none_of(std::begin(uses), std::end(uses), eligible)) return;
+    std::fprintf(stderr, "tessera: timing cuBLASLt kernels for 16..%lld rows (a few seconds)\n",
+                 static_cast<long long>(top));
+    for (int64_t rows = 16; rows / 2 < top; rows *= 2)
+      for (const Use& u : uses)
+        if (eligible(u)) gemm_.prepare_rows(u.p->w, rows, u.p->n, u.p->k, u.accumulate, u.bf16_out, stream_);
+  }
 
   bool forward_sample(std::span<const int32_t> tokens, std::span<const SeqChunk> chunks,
                       KvCache& cache, const SampleBatch& batch, int32_t* ids, ThreadPool&) override {
