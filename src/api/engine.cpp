@@ -414,10 +414,6 @@ Expected<std::unique_ptr<Engine>> Engine::load(const std::string& path, const En
     } else {
       impl->pool = &default_thread_pool();
     }
-    // Decode-only steps carry up to max_running rows. (Preparing the prefill sizes too, up to
-    // max_step_tokens, measured slightly slower prefill on the H200: 2048 tokens 42.1k vs
-    // 42.8k tokens/s; docs/design/cuda_engine.md, session 7.)
-    impl->model->prepare_rows(opt.max_running);
     const auto& c = impl->model->config();
     int64_t ctx = opt.context_length > 0 ? opt.context_length
                                          : std::min<int64_t>(c.context_length, 4096);
@@ -426,6 +422,10 @@ Expected<std::unique_ptr<Engine>> Engine::load(const std::string& path, const En
                       "kv_block_size must be in [1, 1024]");
     TESSERA_CHECK_ARG(opt.max_step_tokens >= 1 && opt.max_running >= 1,
                       "max_step_tokens and max_running must be >= 1");
+    // Decode-only steps carry up to max_running rows. (Preparing the prefill sizes too, up to
+    // max_step_tokens, measured slightly slower prefill on the H200: 2048 tokens 42.1k vs
+    // 42.8k tokens/s; docs/design/cuda_engine.md, session 7.)
+    impl->model->prepare_rows(opt.max_running);
     const int64_t bs = opt.kv_block_size;
     const int64_t kv_tokens = std::max<int64_t>(opt.kv_cache_tokens, ctx);
     const int64_t n_blocks = (kv_tokens + bs - 1) / bs;

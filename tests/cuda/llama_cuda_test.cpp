@@ -293,6 +293,16 @@ TEST(LlamaCudaDummy, PersistentDecodeMatchesTheKernelChain) {
     EXPECT_EQ(cuda::decode_persistent_launches() - launches, ids.size()) << "one launch per one-row step";
     for (float v : got) ASSERT_TRUE(std::isfinite(v));
     const int64_t V = chain->config().vocab;
+    {  // the engine's way: one-row steps replayed from CUDA graphs, the same bits as eager
+      auto cache_g = persistent->make_kv_cache(4, 16);
+      std::vector<float> row(V);
+      for (int32_t pos = 0; pos < static_cast<int32_t>(ids.size()); ++pos) {
+        const models::SeqChunk ch{pos, 1, blocks, true};
+        persistent->forward({&ids[pos], 1}, {&ch, 1}, cache_g, row.data(), /*all_logits=*/false, pool);
+        const std::vector<float> eager(got.begin() + pos * V, got.begin() + (pos + 1) * V);
+        ASSERT_LE(test::nmse(row, eager), 1e-10) << c.arch << " graph step at position " << pos;
+      }
+    }
     // Position 0 attends to one key (its output is v exactly on both paths): only the GEMVs'
     // summation order differs.
     const std::vector<float> want0(want.begin(), want.begin() + V), got0(got.begin(), got.begin() + V);

@@ -264,16 +264,19 @@ bool GemmBf16::prepare_rows(const __nv_bfloat16* w, int64_t n, int64_t m, int64_
   TESSERA_CHECK_ARG(n >= 1 && m >= 1 && k >= 1, "gemm_bf16: empty product");
   if (n > kTuneMaxRows || !selects_for(m, k)) return false;
   Plan& p = plan(n, m, k, m, accumulate, bf16_out);
-  void *x = nullptr, *y = nullptr;
   const size_t x_bytes = static_cast<size_t>(n * k) * 2, y_bytes = static_cast<size_t>(n * m) * (bf16_out ? 2 : 4);
-  TESSERA_CUDA_CHECK(cudaMalloc(&x, x_bytes));
-  TESSERA_CUDA_CHECK(cudaMalloc(&y, y_bytes));
-  TESSERA_CUDA_CHECK(cudaMemsetAsync(x, 0, x_bytes, stream));
-  TESSERA_CUDA_CHECK(cudaMemsetAsync(y, 0, y_bytes, stream));
-  select(p, x, w, y, n, m, m, accumulate, stream);
+  struct Scratch {  // freed on every path out
+    void* p = nullptr;
+    ~Scratch() { cudaFree(p); }
+  } x, y;
+  if (cudaMalloc(&x.p, x_bytes) != cudaSuccess || cudaMalloc(&y.p, y_bytes) != cudaSuccess) {
+    cudaGetLastError();  // no memory to spare: keep the heuristic's pick
+    return false;
+  }
+  TESSERA_CUDA_CHECK(cudaMemsetAsync(x.p, 0, x_bytes, stream));
+  TESSERA_CUDA_CHECK(cudaMemsetAsync(y.p, 0, y_bytes, stream));
+  select(p, x.p, w, y.p, n, m, m, accumulate, stream);
   TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream));
-  cudaFree(x);
-  cudaFree(y);
   p.first_call_done = true;
   if (p.selected) prepared_[std::make_tuple(pow2_ceil(n), m, k, m, accumulate, bf16_out)] = p.algo;
   return p.selected;

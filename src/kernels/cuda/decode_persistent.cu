@@ -47,6 +47,7 @@ struct Params {
   const int64_t* cache_row;
   const int32_t* table;
   int block_size, max_chunks;
+  int cap;  // positions the block table holds: keys past it are never read
   bool vec;  // every f32 row source is 16-byte aligned
   float *x, *q, *attn, *gu;
   int8_t* qx;
@@ -249,12 +250,13 @@ __device__ __noinline__ void attention_phase(const Params& p, const __half* k_ca
     const int sk = chunk * kKeys + skey;
     const int vd = (t % (HD / 2)) * 2, vg = t / (HD / 2);  // P V: dim pair, key group
     int32_t entry_s = 0;
-    if (sk <= pos) entry_s = p.table[sk / p.block_size];
+    const bool s_ok = sk <= pos && sk < p.cap;
+    if (s_ok) entry_s = p.table[sk / p.block_size];
     int32_t entry_v[kKeysPerGroup];
 #pragma unroll
     for (int j = 0; j < kKeysPerGroup; ++j) {
       const int key = chunk * kKeys + vg * kKeysPerGroup + j;
-      entry_v[j] = key <= pos ? p.table[key / p.block_size] : 0;
+      entry_v[j] = key <= pos && key < p.cap ? p.table[key / p.block_size] : 0;
     }
     for (int i = t; i < G * HD / 4; i += kThreads)
       reinterpret_cast<float4*>(&sm.q[0][0])[i] = reinterpret_cast<const float4*>(p.q + kvh * G * HD)[i];
@@ -264,7 +266,7 @@ __device__ __noinline__ void attention_phase(const Params& p, const __half* k_ca
       const __half* src = k_cache + row * p.kvd + kvh * HD + spart * kPartDims;
 #pragma unroll
       for (int c = 0; c < kPartDims / 8; ++c)
-        kk[c] = sk <= pos ? *reinterpret_cast<const uint4*>(src + c * 8) : make_uint4(0, 0, 0, 0);
+        kk[c] = s_ok ? *reinterpret_cast<const uint4*>(src + c * 8) : make_uint4(0, 0, 0, 0);
     }
     float2 vv[kKeysPerGroup];
 #pragma unroll
@@ -272,7 +274,7 @@ __device__ __noinline__ void attention_phase(const Params& p, const __half* k_ca
       const int key = chunk * kKeys + vg * kKeysPerGroup + j;
       const int64_t row = int64_t{entry_v[j]} * p.block_size + key % p.block_size;
       const uint32_t raw =
-          key <= pos ? *reinterpret_cast<const uint32_t*>(v_cache + row * p.kvd + kvh * HD + vd) : 0u;
+          key <= pos && key < p.cap ? *reinterpret_cast<const uint32_t*>(v_cache + row * p.kvd + kvh * HD + vd) : 0u;
       vv[j] = __half22float2(*reinterpret_cast<const __half2*>(&raw));
     }
     __syncthreads();  // q in shared memory
@@ -295,7 +297,7 @@ __device__ __noinline__ void attention_phase(const Params& p, const __half* k_ca
       s += __shfl_xor_sync(0xffffffffu, s, 1);
       s += __shfl_xor_sync(0xffffffffu, s, 2);
       s += __shfl_xor_sync(0xffffffffu, s, 4);
-      if (spart == 0) sm.p[h][skey] = sk <= pos ? s * p.scale_log2 : -INFINITY;
+      if (spart == 0) sm.p[h][skey] = s_ok ? s * p.scale_log2 : -INFINITY;
     }
     __syncthreads();
     // 2. Softmax per head over the chunk's keys (lane 0's key <= pos: the max is finite).
@@ -581,6 +583,7 @@ void decode_persistent(const PersistentDecode& a, cudaStream_t stream) {
     p.table = a.block_table;
     p.block_size = static_cast<int>(a.block_size);
     p.max_chunks = static_cast<int>((a.table_capacity + kKeys - 1) / kKeys);
+    p.cap = static_cast<int>(a.table_capacity);
     p.vec = aligned16(a.x) && aligned16(a.attn) && aligned16(a.gu) && a.d % 4 == 0 && qd % 4 == 0 &&
             a.ff % 4 == 0 && a.norms_aligned;
     p.x = a.x;

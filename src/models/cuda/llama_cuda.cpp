@@ -229,7 +229,9 @@ class CudaLlama final : public CausalLm {
     if (fresh_ws)  // a new buffer: zero its split counters, in stream order (launches keep them 0)
       cuda::paged_attention_workspace_reset(b.attn_ws, attn_ws_bytes_, stream_);
 
-    if (n == 1 && persistent_ok()) prepare_persistent(b, cache);
+    // Set for every call once enabled (not only one-row ones): Bufs keys the graphs, and a
+    // field that came and went with the row count would drop them at every switch.
+    if (persistent_ok()) prepare_persistent(b, cache);
 
     // Decode-only steps (one token per sequence) replay a CUDA graph per (rows, table stride):
     // ~10 launches per layer collapse into one. Graphs hold buffer addresses, so any buffer
@@ -369,7 +371,8 @@ class CudaLlama final : public CausalLm {
     const int64_t qkvd = qd + 2 * kvd;
     const cuda::OpCost attn_cost = prof_.enabled() ? attention_cost() : cuda::OpCost{};
     const cuda::OpCost norm_cost{static_cast<double>(n) * d * 6};  // f32 in, bf16 out
-    if (b.pws != nullptr) {  // one row: every layer in one persistent kernel
+    const bool persistent = n == 1 && b.pws != nullptr;
+    if (persistent) {  // one row: every layer in one persistent kernel
       cuda::PersistentDecode p{};
       p.type = w_.layers[0].qkv.parts[0].type;
       p.layers = b.player;
@@ -402,7 +405,7 @@ class CudaLlama final : public CausalLm {
         for (const Proj* pr : {&l.qkv, &l.wo, &l.wgu, &l.wd}) bytes += proj_cost(*pr, 1, 0, 0).bytes;
       prof_.mark("layers (persistent)", {bytes + attention_cost().bytes * cfg_.n_layers});
     }
-    for (int64_t li = 0; li < cfg_.n_layers && b.pws == nullptr; ++li) {
+    for (int64_t li = 0; li < cfg_.n_layers && !persistent; ++li) {
       const Layer& l = w_.layers[li];
       __half* kc = static_cast<__half*>(cache.k(li).raw_data());
       __half* vc = static_cast<__half*>(cache.v(li).raw_data());
