@@ -296,7 +296,7 @@ void GemmBf16::first_call(Plan& p, const void* x, const void* w, void* y, int64_
       return;
     }
   }
-  if (!tune_ || n > kTuneMaxRows || static_cast<size_t>(m) * k * 2 < l2_bytes_ * 3 / 2) return;
+  if (!tune_ || n > kTuneMaxRows || !selects_for(m, k)) return;
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess ||
       capture != cudaStreamCaptureStatusNone)

@@ -4,12 +4,12 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <vector>
-#include <cstdint>
-#include <type_traits>
 #include <string>
+#include <type_traits>
+#include <vector>
 
 #include "backend/cuda/cuda_check.h"
 #include "core/error.h"
@@ -59,28 +59,24 @@ struct Params {
   float2* part_ml;  // [kv head][chunk][group]: (max in log2 units, sum)
 };
 
+// TESSERA_PERSISTENT_TIMING: block 0's thread 0 writes the clock to timing[slot].
+__device__ __forceinline__ void clock_to(unsigned long long* timing, int slot) {
+  if (timing != nullptr && blockIdx.x == 0 && threadIdx.x == 0) {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    timing[slot] = t;
+  }
+}
+__shared__ int timing_slot;  // block 0's next barrier entry
+__device__ __forceinline__ void record_time(unsigned long long* timing) {
+  if (timing != nullptr && blockIdx.x == 0 && threadIdx.x == 0) clock_to(timing, timing_slot++);
+}
+// Attention stage clocks of block 0's first item (the last layer's), at timing[4096 + i].
+__device__ __forceinline__ void stage_time(unsigned long long* timing, int i) { clock_to(timing, 4096 + i); }
+
 // All blocks meet: every write before it (by any block) is visible to every read after it. The
 // counter only grows (by gridDim.x per barrier, and every launch passes the same number of
 // barriers with the same grid), so a barrier's generation is the counter / gridDim.x.
-__shared__ int timing_slot;  // block 0's next timing entry
-
-__device__ __forceinline__ void record_time(unsigned long long* timing) {
-  if (timing != nullptr && blockIdx.x == 0 && threadIdx.x == 0) {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    timing[timing_slot++] = t;
-  }
-}
-
-// Attention stage clocks of block 0's first item (the last layer's), at timing[4096 + i].
-__device__ __forceinline__ void stage_time(unsigned long long* timing, int i) {
-  if (timing != nullptr && blockIdx.x == 0 && threadIdx.x == 0) {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    timing[4096 + i] = t;
-  }
-}
-
 __device__ __forceinline__ void grid_barrier(unsigned long long* bar, unsigned long long* timing) {
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -101,20 +97,13 @@ __device__ __forceinline__ void grid_barrier(unsigned long long* bar, unsigned l
 }
 
 // Epilogues (every lane of a group's first warp, with the group's kR sums).
-struct AccumRows {  // y[r0 + r] += v[r]
+struct StoreRow {  // y[r0 + r] (+)= v[r]
   float* y;
+  bool accumulate;
   __device__ void operator()(int64_t r0, const float (&v)[kR], int64_t n, int lane) const {
 #pragma unroll
     for (int r = 0; r < kR; ++r)
-      if (lane == r && r0 + r < n) y[r0 + r] += v[r];
-  }
-};
-struct StoreRowsF {  // y[r0 + r] = v[r]
-  float* y;
-  __device__ void operator()(int64_t r0, const float (&v)[kR], int64_t n, int lane) const {
-#pragma unroll
-    for (int r = 0; r < kR; ++r)
-      if (lane == r && r0 + r < n) y[r0 + r] = v[r];
+      if (lane == r && r0 + r < n) y[r0 + r] = accumulate ? y[r0 + r] + v[r] : v[r];
   }
 };
 
@@ -249,21 +238,24 @@ __device__ __noinline__ void attention_phase(const Params& p, const __half* k_ca
     const int skey = t / 8, spart = t % 8;  // scores: key, part
     const int sk = chunk * kKeys + skey;
     const int vd = (t % (HD / 2)) * 2, vg = t / (HD / 2);  // P V: dim pair, key group
-    int32_t entry_s = 0;
-    const bool s_ok = sk <= pos && sk < p.cap;
-    if (s_ok) entry_s = p.table[sk / p.block_size];
-    int32_t entry_v[kKeysPerGroup];
+    // A key is read when visible (<= pos) and inside the block table; its cache row.
+    auto visible = [&](int key) { return key <= pos && key < p.cap; };
+    auto cache_row = [&](int key) {
+      return int64_t{p.table[key / p.block_size]} * p.block_size + key % p.block_size;
+    };
+    const bool s_ok = visible(sk);
+    const int64_t row_s = s_ok ? cache_row(sk) : 0;
+    int64_t row_v[kKeysPerGroup];
 #pragma unroll
     for (int j = 0; j < kKeysPerGroup; ++j) {
       const int key = chunk * kKeys + vg * kKeysPerGroup + j;
-      entry_v[j] = key <= pos && key < p.cap ? p.table[key / p.block_size] : 0;
+      row_v[j] = visible(key) ? cache_row(key) : -1;
     }
     for (int i = t; i < G * HD / 4; i += kThreads)
       reinterpret_cast<float4*>(&sm.q[0][0])[i] = reinterpret_cast<const float4*>(p.q + kvh * G * HD)[i];
     uint4 kk[kPartDims / 8];
     {
-      const int64_t row = int64_t{entry_s} * p.block_size + sk % p.block_size;
-      const __half* src = k_cache + row * p.kvd + kvh * HD + spart * kPartDims;
+      const __half* src = k_cache + row_s * p.kvd + kvh * HD + spart * kPartDims;
 #pragma unroll
       for (int c = 0; c < kPartDims / 8; ++c)
         kk[c] = s_ok ? *reinterpret_cast<const uint4*>(src + c * 8) : make_uint4(0, 0, 0, 0);
@@ -271,10 +263,8 @@ __device__ __noinline__ void attention_phase(const Params& p, const __half* k_ca
     float2 vv[kKeysPerGroup];
 #pragma unroll
     for (int j = 0; j < kKeysPerGroup; ++j) {
-      const int key = chunk * kKeys + vg * kKeysPerGroup + j;
-      const int64_t row = int64_t{entry_v[j]} * p.block_size + key % p.block_size;
       const uint32_t raw =
-          key <= pos && key < p.cap ? *reinterpret_cast<const uint32_t*>(v_cache + row * p.kvd + kvh * HD + vd) : 0u;
+          row_v[j] >= 0 ? *reinterpret_cast<const uint32_t*>(v_cache + row_v[j] * p.kvd + kvh * HD + vd) : 0u;
       vv[j] = __half22float2(*reinterpret_cast<const __half2*>(&raw));
     }
     __syncthreads();  // q in shared memory
@@ -395,13 +385,13 @@ __global__ void __launch_bounds__(kThreads, 2) persistent_kernel(const __grid_co
     attention_phase<HD>(p, L.k_cache, L.v_cache, attn_s);
     // 3. quantize (each block), o, x += o
     gemv_phase<F>(MmqMat{static_cast<const uint8_t*>(L.wo), p.l_o, p.d, p.qd}, p.ks_o, qx_s, meta_s,
-                  AccumRows{p.x}, [&] {
+                  StoreRow{p.x, true}, [&] {
                     grid_barrier(p.barrier, p.timing);
                     form_row<kK>(PlainSrc{p.attn, p.qd, p.vec}, p.qd, qx_s, meta_s);
                   });
     // 4. norm + quantize (each block), gate|up
     gemv_phase<F>(MmqMat{static_cast<const uint8_t*>(L.wgu), p.l_gu, 2 * p.ff, p.d}, p.ks_gu, qx_s, meta_s,
-                  StoreRowsF{p.gu}, [&] {
+                  StoreRow{p.gu, false}, [&] {
                     grid_barrier(p.barrier, p.timing);
                     form_row<kK>(RmsSrc{p.x, L.ffn_norm, p.eps, p.d, p.vec, 0.f}, p.d, qx_s, meta_s);
                   });
@@ -412,7 +402,7 @@ __global__ void __launch_bounds__(kThreads, 2) persistent_kernel(const __grid_co
                           int64_t{gridDim.x} * kThreads);
     // 6. down, x += down
     gemv_phase<F>(MmqMat{static_cast<const uint8_t*>(L.wd), p.l_d, p.d, p.ff}, p.ks_d, p.qx, p.meta,
-                  AccumRows{p.x}, [&] { grid_barrier(p.barrier, p.timing); });
+                  StoreRow{p.x, true}, [&] { grid_barrier(p.barrier, p.timing); });
   }
   __syncthreads();
   record_time(p.timing);
@@ -521,7 +511,7 @@ bool decode_persistent_supported(DType type, int64_t d, int64_t n_heads, int64_t
   if (n_kv_heads <= 0 || n_kv_heads > kMaxKvHeads || n_heads % n_kv_heads != 0 || n_heads / n_kv_heads > kMaxGroup)
     return false;
   const int64_t blk = mmq_act_block(type), qd = n_heads * head_dim;
-  return d % blk == 0 && qd % blk == 0 && ff % blk == 0 && d <= kMaxRow && qd <= kMaxRow && d % 4 == 0 &&
+  return d % blk == 0 && qd % blk == 0 && ff % blk == 0 && d <= kMaxRow && qd <= kMaxRow &&
          ff < (int64_t{1} << 30);
 }
 
@@ -584,8 +574,7 @@ void decode_persistent(const PersistentDecode& a, cudaStream_t stream) {
     p.block_size = static_cast<int>(a.block_size);
     p.max_chunks = static_cast<int>((a.table_capacity + kKeys - 1) / kKeys);
     p.cap = static_cast<int>(a.table_capacity);
-    p.vec = aligned16(a.x) && aligned16(a.attn) && aligned16(a.gu) && a.d % 4 == 0 && qd % 4 == 0 &&
-            a.ff % 4 == 0 && a.norms_aligned;
+    p.vec = aligned16(a.x) && aligned16(a.attn) && aligned16(a.gu) && a.norms_aligned;  // widths: blocks of 32
     p.x = a.x;
     p.q = a.q;
     p.attn = a.attn;

@@ -333,9 +333,7 @@ class CudaLlama final : public CausalLm {
     }
     bool fresh = false;
     b.player = player_.get(cfg_.n_layers, &fresh);
-    if (fresh || std::memcmp(table.data(), player_host_.data(),
-                             std::min(table.size(), player_host_.size()) * sizeof(table[0])) != 0 ||
-        table.size() != player_host_.size()) {
+    if (fresh || std::memcmp(table.data(), player_host_.data(), table.size() * sizeof(table[0])) != 0) {
       player_host_ = std::move(table);  // stays alive (unchanged) until the copy has run
       TESSERA_CUDA_CHECK(cudaMemcpyAsync(b.player, player_host_.data(), player_host_.size() * sizeof(player_host_[0]),
                                          cudaMemcpyHostToDevice, stream_));
@@ -400,10 +398,12 @@ class CudaLlama final : public CausalLm {
       p.meta = b.meta;
       p.ws = b.pws;
       cuda::decode_persistent(p, s);
-      double bytes = 0;
-      for (const Layer& l : w_.layers)
-        for (const Proj* pr : {&l.qkv, &l.wo, &l.wgu, &l.wd}) bytes += proj_cost(*pr, 1, 0, 0).bytes;
-      prof_.mark("layers (persistent)", {bytes + attention_cost().bytes * cfg_.n_layers});
+      if (prof_.enabled()) {
+        double bytes = attn_cost.bytes * cfg_.n_layers;
+        for (const Layer& l : w_.layers)
+          for (const Proj* pr : {&l.qkv, &l.wo, &l.wgu, &l.wd}) bytes += proj_cost(*pr, 1, 0, 0).bytes;
+        prof_.mark("layers (persistent)", {bytes});
+      }
     }
     for (int64_t li = 0; li < cfg_.n_layers && !persistent; ++li) {
       const Layer& l = w_.layers[li];
