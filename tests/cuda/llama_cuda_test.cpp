@@ -264,28 +264,58 @@ TEST(LlamaCudaDummy, OneRowStepsMatchOneChunk) {
 // vs f16 q and probabilities on tensor cores there, and the GEMVs' k-split summation order).
 // smollm2-135m: head_dim 64, 3 query heads per kv head; llama3-8b-shaped Q4_K (Q8_K
 // activations): head_dim 128, group 4 (a 32000-token head to keep it light).
+// Two small shapes no named architecture has: group 1 (every query head its own kv head), and
+// group 8 with 8 kv heads over 1100 positions (35 chunks x 8 kv heads = 280 attention items,
+// more than the grid's 2 x 132 blocks on an H200, so blocks take several items).
+models::LlmConfig small_llama(int64_t d, int64_t heads, int64_t kv_heads, int64_t ff) {
+  models::LlmConfig c = models::dummy_config("llama3-8b");
+  c.architecture = "llama";
+  c.n_layers = 2;
+  c.d_model = d;
+  c.n_heads = heads;
+  c.n_kv_heads = kv_heads;
+  c.head_dim = d / heads;
+  c.d_ff = ff;
+  c.vocab = 4096;
+  c.rope.n_rot = c.head_dim;
+  return c;
+}
+
 TEST(LlamaCudaDummy, PersistentDecodeMatchesTheKernelChain) {
   TESSERA_SKIP_WITHOUT_GPU();
   ThreadPool pool(1);
-  std::vector<int32_t> ids(40);
-  for (int i = 0; i < 40; ++i) ids[i] = (i * 7919 + 13) % 30000;
-  const std::vector<int32_t> blocks = {3, 1, 2};
   struct Case {
-    const char* arch;
+    const char* name;
     DType type;
+    int positions;
+    std::function<models::LlmConfig()> cfg;  // null: the named architecture
   };
-  for (const Case c : {Case{"smollm2-135m", DType::kQ8_0}, Case{"smollm2-135m", DType::kQ4_0},
-                       Case{"smollm2-135m", DType::kQ4_1}, Case{"llama3-8b", DType::kQ4_K}}) {
+  const std::vector<Case> cases = {
+      {"smollm2-135m", DType::kQ8_0, 40, nullptr},
+      {"smollm2-135m", DType::kQ4_0, 40, nullptr},
+      {"smollm2-135m", DType::kQ4_1, 40, nullptr},
+      {"llama3-8b", DType::kQ4_K, 40, nullptr},
+      {"group 1 (4 heads of 128)", DType::kQ4_0, 40, [] { return small_llama(512, 4, 4, 1024); }},
+      {"group 8, 1100 positions", DType::kQ8_0, 1100, [] { return small_llama(4096, 64, 8, 2048); }},
+  };
+  for (const Case& c : cases) {
+    std::vector<int32_t> ids(c.positions);
+    for (int i = 0; i < c.positions; ++i) ids[i] = (i * 7919 + 13) % 4000;
+    const int64_t block_size = 16, n_blocks = (c.positions + block_size - 1) / block_size + 1;
+    std::vector<int32_t> blocks(n_blocks);  // a shuffled table: block i at (7 i + 3) mod n_blocks
+    for (int64_t i = 0; i < n_blocks; ++i) blocks[i] = static_cast<int32_t>((7 * i + 3) % n_blocks);
+    if (std::gcd(int64_t{7}, n_blocks) != 1) std::iota(blocks.rbegin(), blocks.rend(), 0);
     auto create = [&] {
-      return models::cuda_llama_create_dummy(c.arch, std::string(c.arch) == "llama3-8b" ? 32000 : 0, c.type);
+      if (c.cfg) return models::cuda_llama_create_dummy(c.cfg(), c.type);
+      return models::cuda_llama_create_dummy(c.name, std::string(c.name) == "llama3-8b" ? 32000 : 0, c.type);
     };
     ::unsetenv("TESSERA_PERSISTENT_DECODE");  // off by default (still slower)
     auto chain = create();
     ::setenv("TESSERA_PERSISTENT_DECODE", "1", 1);
     auto persistent = create();
     ::unsetenv("TESSERA_PERSISTENT_DECODE");
-    auto cache_a = chain->make_kv_cache(4, 16);
-    auto cache_b = persistent->make_kv_cache(4, 16);
+    auto cache_a = chain->make_kv_cache(n_blocks, block_size);
+    auto cache_b = persistent->make_kv_cache(n_blocks, block_size);
     const uint64_t launches = cuda::decode_persistent_launches();
     const auto want = run_alone(*chain, cache_a, ids, blocks, 1, pool);
     EXPECT_EQ(cuda::decode_persistent_launches(), launches) << "the chain model took the persistent step";
@@ -294,22 +324,22 @@ TEST(LlamaCudaDummy, PersistentDecodeMatchesTheKernelChain) {
     for (float v : got) ASSERT_TRUE(std::isfinite(v));
     const int64_t V = chain->config().vocab;
     {  // the engine's way: one-row steps replayed from CUDA graphs, the same bits as eager
-      auto cache_g = persistent->make_kv_cache(4, 16);
+      auto cache_g = persistent->make_kv_cache(n_blocks, block_size);
       std::vector<float> row(V);
       for (int32_t pos = 0; pos < static_cast<int32_t>(ids.size()); ++pos) {
         const models::SeqChunk ch{pos, 1, blocks, true};
         persistent->forward({&ids[pos], 1}, {&ch, 1}, cache_g, row.data(), /*all_logits=*/false, pool);
         const std::vector<float> eager(got.begin() + pos * V, got.begin() + (pos + 1) * V);
-        ASSERT_LE(test::nmse(row, eager), 1e-10) << c.arch << " graph step at position " << pos;
+        ASSERT_LE(test::nmse(row, eager), 1e-10) << c.name << " graph step at position " << pos;
       }
     }
     // Position 0 attends to one key (its output is v exactly on both paths): only the GEMVs'
     // summation order differs.
     const std::vector<float> want0(want.begin(), want.begin() + V), got0(got.begin(), got.begin() + V);
-    EXPECT_LE(test::nmse(got0, want0), 1e-6) << c.arch << " position 0";
+    EXPECT_LE(test::nmse(got0, want0), 1e-6) << c.name << " position 0";
     const Agreement a = compare(want, got, V);
     const double e = test::nmse(got, want);
-    const std::string name = std::string(c.arch) + " " + std::string(dtype_name(c.type));
+    const std::string name = std::string(c.name) + " " + std::string(dtype_name(c.type));
     std::printf("%s persistent vs kernel chain: top-1 %.1f%%, mean KL %.2e, nMSE %.2e\n", name.c_str(),
                 100 * a.top1, a.mean_kl, e);
     EXPECT_LE(e, 2e-3) << name;

@@ -25,21 +25,56 @@ namespace {
 using namespace detail;
 
 constexpr int kThreads = kQuantThreads, kWarps = kThreads / 32;  // RmsSrc::prepare's block size
-constexpr int kR = kGemvRows, kU = kGemvUnroll;
+constexpr int kR = kGemvRows;  // rows of a group: the unit of a block's rows and of the epilogues
 constexpr int kKeys = 32;      // keys per attention item: one per lane
 constexpr int kMaxGroup = 8;   // query heads per kv head
 constexpr int kMaxKvHeads = 64;
+constexpr int kMaxLayers = 160;  // the weight table in shared memory (32 bytes per layer)
 constexpr int64_t kMaxRow = 8192;  // widest row formed in shared memory (d, q rows)
 // Workspace: [grid barrier counter u64 | merge counters, one per kv head | partials].
 constexpr size_t kHeaderBytes = 512;
+constexpr int kMaxSlots = 16;        // weight ring slots
+constexpr int kBlocksPerSm = 2;  // each with its own ring: two blocks' stage loops interleave on an SM
+constexpr int kMaxParts = 1024;  // partial sums of one projection per block (rows x warps per row)
+// One stage: up to 8 rows of ~4 KB, or fewer longer ones (H200, q4_0 Llama-3-8B, ms per token
+// by slot size: 16 KB 3.61, 24 KB 2.88, 32 KB 2.76: per-stage costs favour big stages).
+// TESSERA_PERSISTENT_SLOT_KB=8..48 overrides (experiments).
+int slot_bytes() {
+  static const int v = [] {
+    const char* e = std::getenv("TESSERA_PERSISTENT_SLOT_KB");
+    const int kb = e != nullptr ? std::atoi(e) : 0;
+    return (kb >= 8 && kb <= 48 ? kb : 32) * 1024 + 128;
+  }();
+  return v;
+}
+
+// One projection's stages: a stage is `rows` whole rows of the block's range.
+struct Geo {
+  int n, k;                    // rows, columns
+  GemvQuantLayout L;           // the sections' offsets in the repacked buffer
+  int qs_row, sc_row, d_row;   // bytes per row in each section (d_row 0: no such section)
+  int rows;                    // rows per stage: 8, 4, 2 or 1
+  int sc_off, d_off;           // where the sections start in a slot
+};
+
+// The block's ring state (static shared memory). Stage t of the block's sequence (every
+// layer's q|k|v, o, gate|up, down stages in order) goes to slot t % n_slots.
+struct Ring {
+  uint64_t full[kMaxSlots];       // one mbarrier per slot: its copies have landed
+  int left[kMaxSlots];            // warps that have finished the slot's stage (the last refills)
+  int r0[4], rows[4];             // the block's rows of each projection
+  int first[5];                   // stage index of each projection's first stage in a layer; [4]: stages per layer
+  float part[kMaxParts];          // per (block row, warp of the row): the sums of the projection in progress
+};
 
 // The kernel's sizes and pointers (PersistentDecode plus what the host derives).
 struct Params {
   const PersistentLayer* layers;
   int n_layers;
   int d, qd, kvd, ff, n_kv, group;
-  int ks_qkv, ks_o, ks_gu, ks_d;  // k split per projection (warps per row group)
-  GemvQuantLayout l_qkv, l_o, l_gu, l_d;
+  Geo geo[4];  // q|k|v, o, gate|up, down
+  int n_slots, slot_bytes;
+  int smem_wtab, smem_slots;  // dynamic shared memory: the weight table's and the slots' offsets
   float eps, scale_log2;
   int n_rot;
   const double* inv_freq;
@@ -59,6 +94,12 @@ struct Params {
   float2* part_ml;  // [kv head][chunk][group]: (max in log2 units, sum)
 };
 
+constexpr int kRingTiming = 4200;  // timing[]: per projection, block 0's ns waiting for stages, ns in the loop
+__device__ __forceinline__ unsigned long long now_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
 // TESSERA_PERSISTENT_TIMING: block 0's thread 0 writes the clock to timing[slot].
 __device__ __forceinline__ void clock_to(unsigned long long* timing, int slot) {
   if (timing != nullptr && blockIdx.x == 0 && threadIdx.x == 0) {
@@ -96,7 +137,7 @@ __device__ __forceinline__ void grid_barrier(unsigned long long* bar, unsigned l
   __syncthreads();
 }
 
-// Epilogues (every lane of a group's first warp, with the group's kR sums).
+// Epilogues (every lane of a warp, with the sums of 4 consecutive rows r0 .. r0 + 3).
 struct StoreRow {  // y[r0 + r] (+)= v[r]
   float* y;
   bool accumulate;
@@ -107,88 +148,180 @@ struct StoreRow {  // y[r0 + r] (+)= v[r]
   }
 };
 
-// One projection of the row (qx, meta: shared or global memory) by every block: batches of
-// kWarps / ks row groups of kR rows, ks warps per group splitting k as mmq_gemv does, batch b on
-// block b, b + gridDim.x, ... wait() (a grid barrier, then whatever forms the row) is called
-// once by every thread, after the block has asked the L2 for its first batch's weights
-// (prefetch, no registers held across the barrier) and before the first activation load: the
-// weight stream runs across the barrier.
-template <class F, class Epi, class Wait>
-__device__ __noinline__ void gemv_phase(const MmqMat w, int ks, const int8_t* qx,
-                                           const MmqActMeta* meta, const Epi epi, Wait&& wait) {
-  __shared__ float part_sums[2][kWarps][kR];
+// ---- The weight ring ------------------------------------------------------------------------
+// Every block owns a fixed range of row groups of each projection (rows_of) and streams those
+// rows' weights, for every layer in order, through a ring of shared-memory slots filled by bulk
+// copies (cp.async.bulk, completion on one mbarrier per slot). A slot holds one stage: up to
+// 8 whole rows of one projection (each section -- qs, scales, super-block scales -- copied as
+// one 16-byte-aligned span that covers those rows). Thread 0 refills a slot as soon as the block
+// has consumed it, with the next stage of the block's sequence (layer, projection, stage), so
+// the copies run ahead across grid barriers, attention and row forming: weights never depend on
+// activations. Nothing is prefetched that is not consumed by the same launch.
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbar_init(uint64_t* bar) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(bar)) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  uint32_t done;
+  do {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
+        : "=r"(done)
+        : "r"(smem_addr(bar)), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t bytes, uint64_t* bar, uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(
+          smem_addr(dst)),
+      "l"(src), "r"(bytes), "r"(smem_addr(bar)), "l"(policy)
+      : "memory");
+}
+
+// This block's rows of an n-row projection: whole groups of kR rows, as even as they split.
+__device__ __forceinline__ void rows_of(int n, int& r0, int& rows) {
+  const int groups = n / kR, g0 = static_cast<int>(int64_t{groups} * blockIdx.x / gridDim.x),
+            g1 = static_cast<int>(int64_t{groups} * (blockIdx.x + 1) / gridDim.x);
+  r0 = g0 * kR;
+  rows = (g1 - g0) * kR;
+}
+
+// Thread 0, once per launch: the block's rows and stage counts.
+__device__ void ring_init(const Params& p, Ring& rg) {
+  rg.first[0] = 0;
+  for (int i = 0; i < 4; ++i) {
+    rows_of(p.geo[i].n, rg.r0[i], rg.rows[i]);
+    rg.first[i + 1] = rg.first[i] + (rg.rows[i] + p.geo[i].rows - 1) / p.geo[i].rows;
+  }
+  for (int s = 0; s < p.n_slots; ++s) {
+    mbar_init(&rg.full[s]);
+    rg.left[s] = 0;
+  }
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+
+// Copies stage t of the block's sequence into slot t % n_slots (one thread; the slot is free).
+__device__ void ring_issue(const Params& p, const Ring& rg, const uint8_t* const* wtab, uint8_t* slots, int t) {
+  const int per_layer = rg.first[4];
+  if (per_layer == 0 || t >= p.n_layers * per_layer) return;
+  const int layer = t / per_layer, u = t - layer * per_layer;
+  const int proj = (u >= rg.first[1]) + (u >= rg.first[2]) + (u >= rg.first[3]);
+  const Geo& g = p.geo[proj];
+  const int r = rg.r0[proj] + (u - rg.first[proj]) * g.rows, nr = min(g.rows, rg.r0[proj] + rg.rows[proj] - r);
+  const uint8_t* base = wtab[layer * 4 + proj];
+  const int slot = t % p.n_slots;
+  uint8_t* dst = slots + int64_t{slot} * p.slot_bytes;
+  uint64_t* bar = const_cast<uint64_t*>(&rg.full[slot]);
+  const int64_t offs[3] = {static_cast<int64_t>(g.L.qs), static_cast<int64_t>(g.L.scales), static_cast<int64_t>(g.L.d)};
+  const int row_bytes[3] = {g.qs_row, g.sc_row, g.d_row}, dst_off[3] = {0, g.sc_off, g.d_off};
+  int64_t lo[3];
+  uint32_t len[3], total = 0;
+#pragma unroll
+  for (int s = 0; s < 3; ++s) {  // each section's span: from a 16-byte boundary to one
+    lo[s] = (offs[s] + int64_t{r} * row_bytes[s]) & ~int64_t{15};
+    const int64_t hi = (offs[s] + int64_t{r + nr} * row_bytes[s] + 15) & ~int64_t{15};
+    len[s] = row_bytes[s] == 0 ? 0u : static_cast<uint32_t>(hi - lo[s]);
+    total += len[s];
+  }
+  uint64_t policy;  // weights are read once per step: first out of the L2
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  // No proxy fence before overwriting the slot: every warp's reads of it have completed (their
+  // values are in the sums it stored before counting itself out), and a fence here measured
+  // ~0.5 us per stage on the issuing warp.
+  mbar_expect_tx(bar, total);
+#pragma unroll
+  for (int s = 0; s < 3; ++s)
+    if (len[s] != 0) bulk_copy(dst + dst_off[s], base + lo[s], len[s], bar, policy);
+}
+
+// One projection of the row (qx, meta: shared or global memory) over this block's rows of layer
+// li, stage by stage from the ring. A stage's rows are split over the 8 warps (kWarps / rows
+// warps per row, lanes striding over the row's 32-element blocks); each warp leaves its sum in
+// Ring::part and counts itself out of the slot, and the last warp out refills the slot with
+// stage t + n_slots: no block-wide barrier per stage. At the end the sums of each row are added
+// in warp order (deterministic) and the epilogue runs over the block's rows in groups of kR.
+template <class F, class Epi>
+__device__ __noinline__ void ring_gemv(const Params& p, Ring& rg, const uint8_t* const* wtab, uint8_t* slots,
+                                       int li, int proj, const int8_t* qx, const MmqActMeta* meta, const Epi epi) {
+  const Geo& g = p.geo[proj];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int per_batch = kWarps / ks;
-  const int64_t groups = (w.n + kR - 1) / kR, batches = (groups + per_batch - 1) / per_batch;
-  const int64_t nb = w.k / 32, step = int64_t{32} * ks * kU;
-  bool waited = false;
-  int parity = 0;
-  for (int64_t bi = blockIdx.x; bi < batches || !waited; bi += gridDim.x, parity ^= 1) {
-    const int64_t g = bi * per_batch + warp / ks;
-    const bool active = bi < batches && g < groups;
-    int64_t rows[kR];
+  const int wpr = kWarps / g.rows, row = warp / wpr, kpart = warp % wpr;  // warps per stage row
+  const int nb = g.k / 32, r_begin = rg.r0[proj], r_end = r_begin + rg.rows[proj];
+  const int t0 = li * rg.first[4] + rg.first[proj], stages = rg.first[proj + 1] - rg.first[proj];
+  constexpr int kDepth = 4;  // blocks per lane loaded before their dot products
+  auto load_x = [&](int c) {
+    XBlk x;
+    const uint4* xp = reinterpret_cast<const uint4*>(qx + c * 32);
+    x.a = xp[0];
+    x.b = xp[1];
+    const float2 md = *reinterpret_cast<const float2*>(meta + c);
+    x.d = md.x;
+    x.s = md.y;
+    return x;
+  };
+  const int c_first = kpart * 32 + lane, c_step = 32 * wpr;
+  const bool timed = p.timing != nullptr && threadIdx.x == 0;  // block 0 sums; every block's max
+  unsigned long long t_loop = timed ? now_ns() : 0, t_wait = 0;
+  for (int j = 0; j < stages; ++j) {
+    const int t = t0 + j, slot = t % p.n_slots, r = r_begin + j * g.rows, nr = min(g.rows, r_end - r);
+    const uint8_t* s = slots + int64_t{slot} * p.slot_bytes;
+    const unsigned long long w0 = timed ? now_ns() : 0;
+    mbar_wait(&rg.full[slot], (t / p.n_slots) & 1);
+    if (timed) t_wait += now_ns() - w0;
+    if (row < nr) {
+      const uint8_t* qs = s + row * g.qs_row;
+      const uint8_t* sc = s + g.sc_off + (g.L.scales + int64_t{r} * g.sc_row) % 16 + row * g.sc_row;
+      const uint8_t* dd = s + g.d_off + (g.L.d + int64_t{r} * g.d_row) % 16 + row * g.d_row;
+      float acc = 0.f;
+      for (int c0 = c_first; c0 < nb; c0 += kDepth * c_step) {
+        typename F::W w[kDepth];
+        XBlk x[kDepth];
 #pragma unroll
-    for (int r = 0; r < kR; ++r) rows[r] = g * kR + r < w.n ? g * kR + r : g * kR;  // past n: alias
-    auto load = [&](int64_t c0, typename F::W (&wv)[kU][kR]) {
-#pragma unroll
-      for (int u = 0; u < kU; ++u)
-#pragma unroll
-        for (int r = 0; r < kR; ++r) {
-          const int64_t c = c0 + int64_t{32} * ks * u;
-          wv[u][r] = F::load(w, rows[r], c < nb ? c : c0);
+        for (int u = 0; u < kDepth; ++u) {
+          const int c = min(c0 + u * c_step, nb - 1);
+          w[u] = F::lds(qs, sc, dd, c);
+          x[u] = load_x(c);
         }
-    };
-    float acc[kR] = {};
-    auto add = [&](int64_t c0, const typename F::W (&wv)[kU][kR]) {
 #pragma unroll
-      for (int u = 0; u < kU; ++u) {
-        const int64_t c = c0 + int64_t{32} * ks * u;
-        if (c >= nb) break;
-        XBlk x;
-        const uint4* p = reinterpret_cast<const uint4*>(qx + c * 32);
-        x.a = p[0];
-        x.b = p[1];
-        const float2 md = *reinterpret_cast<const float2*>(meta + c);
-        x.d = md.x;
-        x.s = md.y;
-#pragma unroll
-        for (int r = 0; r < kR; ++r) acc[r] += F::dot(wv[u][r], x);
+        for (int u = 0; u < kDepth; ++u)
+          if (c0 + u * c_step < nb) acc += F::dot(w[u], x[u]);
       }
-    };
-    int64_t c0 = (warp % ks) * 32 + lane;
-    if (!waited) {  // the first batch's weights go to the L2 while the barrier waits
-      if (active)
-        for (int64_t c = c0; c < nb; c += int64_t{32} * ks)
-#pragma unroll
-          for (int r = 0; r < kR; ++r) F::prefetch(w, rows[r], c);
-      wait();
-      waited = true;
+      acc = warp_sum(acc);
+      if (lane == 0) rg.part[(j * g.rows + row) * wpr + kpart] = acc;
     }
-    if (!active) continue;  // all warps of a group alike
-    for (; c0 < nb; c0 += step) {
-      typename F::W wv[kU][kR];
-      load(c0, wv);
-      add(c0, wv);
+    __syncwarp();
+    if (lane == 0 && atomicAdd(&rg.left[slot], 1) == kWarps - 1) {
+      rg.left[slot] = 0;
+      ring_issue(p, rg, wtab, slots, t + p.n_slots);
     }
+  }
+  if (timed) {  // block 0's warp 0: time waiting for stages, time in the stage loop (ns, summed over layers);
+                // the longest loop of any block (ns, summed over layers)
+    const unsigned long long loop = now_ns() - t_loop;
+    if (blockIdx.x == 0) {
+      p.timing[kRingTiming + 2 * proj] += t_wait;
+      p.timing[kRingTiming + 2 * proj + 1] += loop;
+    }
+    atomicMax(&p.timing[kRingTiming + 8 + li * 4 + proj], loop);
+  }
+  __syncthreads();
+  for (int gi = warp; gi < rg.rows[proj] / kR; gi += kWarps) {
     float v[kR];
 #pragma unroll
-    for (int r = 0; r < kR; ++r) v[r] = warp_sum(acc[r]);
-    if (ks > 1) {
-#pragma unroll
-      for (int r = 0; r < kR; ++r)
-        if (lane == r) part_sums[parity][warp][r] = v[r];
-      // The group's own barrier (id 1 + group; 0 is __syncthreads). Parity double-buffers the
-      // sums: a warp can run one batch ahead of its group's first warp, not two.
-      asm volatile("bar.sync %0, %1;" ::"r"(1 + warp / ks), "r"(ks * 32) : "memory");
-      if (warp % ks != 0) continue;
-#pragma unroll
-      for (int r = 0; r < kR; ++r) {
-        float sum = 0.f;
-        for (int p = 0; p < ks; ++p) sum += part_sums[parity][warp + p][r];
-        v[r] = sum;
-      }
+    for (int i = 0; i < kR; ++i) {
+      float sum = 0.f;
+      for (int k = 0; k < wpr; ++k) sum += rg.part[(gi * kR + i) * wpr + k];
+      v[i] = sum;
     }
-    epi(g * kR, v, w.n, lane);
+    epi(r_begin + gi * kR, v, g.n, lane);
   }
 }
 
@@ -363,74 +496,94 @@ __device__ __noinline__ void attention_phase(const Params& p, const __half* k_ca
 }
 
 template <class F, bool kK, int HD>
-__global__ void __launch_bounds__(kThreads, 2) persistent_kernel(const __grid_constant__ Params p) {
-  extern __shared__ __align__(16) uint8_t smem[];
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm) persistent_kernel(const __grid_constant__ Params p) {
+  extern __shared__ __align__(128) uint8_t smem[];
+  __shared__ Ring ring;
+  // Dynamic shared memory: the formed row (int8 + meta) or the attention's scratch (never live
+  // at once), the weight table (4 projections per layer), the ring's slots.
   int8_t* qx_s = reinterpret_cast<int8_t*>(smem);
   MmqActMeta* meta_s = reinterpret_cast<MmqActMeta*>(smem + kMaxRow);
-  void* attn_s = smem + kMaxRow + kMaxRow / 32 * sizeof(MmqActMeta);
-  const int n_qkv = p.qd + 2 * p.kvd;
-  if (threadIdx.x == 0) timing_slot = 0;
+  void* attn_s = smem;
+  auto* wtab = reinterpret_cast<const uint8_t**>(smem + p.smem_wtab);
+  uint8_t* slots = smem + p.smem_slots;
+  for (int i = threadIdx.x; i < 4 * p.n_layers; i += kThreads) {
+    const PersistentLayer& L = p.layers[i / 4];
+    const void* w[4] = {L.wqkv, L.wo, L.wgu, L.wd};
+    wtab[i] = static_cast<const uint8_t*>(w[i % 4]);
+  }
+  if (threadIdx.x == 0) {
+    timing_slot = 0;
+    ring_init(p, ring);
+    if (p.timing != nullptr && blockIdx.x == 0)
+      for (int i = 0; i < 8 + 4 * p.n_layers; ++i) p.timing[kRingTiming + i] = 0;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0)
+    for (int t = 0; t < p.n_slots; ++t) ring_issue(p, ring, wtab, slots, t);
   record_time(p.timing);
   for (int li = 0; li < p.n_layers; ++li) {
     const PersistentLayer L = p.layers[li];
     const QkvRope rope{p.qd, p.kvd, HD, p.n_rot, p.inv_freq, p.pos, p.cache_row, L.k_cache, L.v_cache};
     // 1. norm + quantize (each block), q|k|v + RoPE + KV write
-    gemv_phase<F>(MmqMat{static_cast<const uint8_t*>(L.wqkv), p.l_qkv, n_qkv, p.d}, p.ks_qkv, qx_s, meta_s,
-                  QkvRopeEpi<float>{p.q, rope}, [&] {
-                    if (li > 0) grid_barrier(p.barrier, p.timing);
-                    form_row<kK>(RmsSrc{p.x, L.attn_norm, p.eps, p.d, p.vec, 0.f}, p.d, qx_s, meta_s);
-                  });
+    if (li > 0) grid_barrier(p.barrier, p.timing);
+    form_row<kK>(RmsSrc{p.x, L.attn_norm, p.eps, p.d, p.vec, 0.f}, p.d, qx_s, meta_s);
+    ring_gemv<F>(p, ring, wtab, slots, li, 0, qx_s, meta_s, QkvRopeEpi<float>{p.q, rope});
     // 2. attention
     grid_barrier(p.barrier, p.timing);
     attention_phase<HD>(p, L.k_cache, L.v_cache, attn_s);
     // 3. quantize (each block), o, x += o
-    gemv_phase<F>(MmqMat{static_cast<const uint8_t*>(L.wo), p.l_o, p.d, p.qd}, p.ks_o, qx_s, meta_s,
-                  StoreRow{p.x, true}, [&] {
-                    grid_barrier(p.barrier, p.timing);
-                    form_row<kK>(PlainSrc{p.attn, p.qd, p.vec}, p.qd, qx_s, meta_s);
-                  });
+    grid_barrier(p.barrier, p.timing);
+    form_row<kK>(PlainSrc{p.attn, p.qd, p.vec}, p.qd, qx_s, meta_s);
+    ring_gemv<F>(p, ring, wtab, slots, li, 1, qx_s, meta_s, StoreRow{p.x, true});
     // 4. norm + quantize (each block), gate|up
-    gemv_phase<F>(MmqMat{static_cast<const uint8_t*>(L.wgu), p.l_gu, 2 * p.ff, p.d}, p.ks_gu, qx_s, meta_s,
-                  StoreRow{p.gu, false}, [&] {
-                    grid_barrier(p.barrier, p.timing);
-                    form_row<kK>(RmsSrc{p.x, L.ffn_norm, p.eps, p.d, p.vec, 0.f}, p.d, qx_s, meta_s);
-                  });
+    grid_barrier(p.barrier, p.timing);
+    form_row<kK>(RmsSrc{p.x, L.ffn_norm, p.eps, p.d, p.vec, 0.f}, p.d, qx_s, meta_s);
+    ring_gemv<F>(p, ring, wtab, slots, li, 2, qx_s, meta_s, StoreRow{p.gu, false});
     // 5. SwiGLU + quantize, spread over the grid
     grid_barrier(p.barrier, p.timing);
     quantize_row_span<kK>(SwigluSrc{p.gu, p.ff, p.vec}, 0, p.ff, p.qx, p.meta,
                           int64_t{blockIdx.x} * kThreads + threadIdx.x - threadIdx.x % 32,
                           int64_t{gridDim.x} * kThreads);
     // 6. down, x += down
-    gemv_phase<F>(MmqMat{static_cast<const uint8_t*>(L.wd), p.l_d, p.d, p.ff}, p.ks_d, p.qx, p.meta,
-                  StoreRow{p.x, true}, [&] { grid_barrier(p.barrier, p.timing); });
+    grid_barrier(p.barrier, p.timing);
+    ring_gemv<F>(p, ring, wtab, slots, li, 3, p.qx, p.meta, StoreRow{p.x, true});
   }
   __syncthreads();
   record_time(p.timing);
 }
 
-// Dynamic shared memory: the formed row (int8 + meta), then the attention's scratch. Within
-// the default 48 KB (no opt-in needed).
-constexpr size_t smem_bytes(int64_t head_dim) {
-  return kMaxRow + kMaxRow / 32 * sizeof(MmqActMeta) +
-         (head_dim == 64 ? sizeof(AttnSmem<64>) : sizeof(AttnSmem<128>));
-}
-static_assert(smem_bytes(128) <= 48 * 1024 && smem_bytes(64) <= 48 * 1024);
+constexpr int64_t align_to(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
 
-// The k split for an n x k projection over `grid` blocks: the fewest sequential weight steps
-// for the busiest block, counting each batch it takes as one more step (a batch's start and
-// end cost about one: q4_0 Llama-3-8B, H200, us per phase for split 1 vs 2: qkv 11.0 vs 16.6,
-// gate|up 25.5 vs 31.9, down 20.5 vs 17.3, o 10.6 vs 10.8); the smaller split on ties.
-int pick_k_split(int64_t n, int64_t k, int64_t grid) {
-  const int64_t groups = (n + kR - 1) / kR, nb = k / 32;
-  int best = 1;
-  int64_t best_cost = INT64_MAX;
-  for (int ks = 1; ks <= kWarps; ks *= 2) {
-    const int64_t batches = (groups + kWarps / ks - 1) / (kWarps / ks);
-    const int64_t steps = (nb + int64_t{32} * ks * kU - 1) / (int64_t{32} * ks * kU);
-    const int64_t cost = (batches + grid - 1) / grid * (steps + 1);
-    if (cost < best_cost) best = ks, best_cost = cost;
+// Dynamic shared memory below the weight table: the formed row or the attention's scratch.
+constexpr int64_t row_region_bytes(int64_t head_dim) {
+  return align_to(std::max<int64_t>(kMaxRow + kMaxRow / 32 * sizeof(MmqActMeta),
+                                    head_dim == 64 ? sizeof(AttnSmem<64>) : sizeof(AttnSmem<128>)),
+                  128);
+}
+
+// An n x k projection's stages: the most rows (8, 4, 2, 1) whose sections fit a slot; rows 0
+// when not even one row fits (the step is then unsupported).
+Geo make_geo(DType t, int64_t n, int64_t k) {
+  Geo g{};
+  g.n = static_cast<int>(n);
+  g.k = static_cast<int>(k);
+  g.L = gemv_quant_layout(t, n, k);
+  g.qs_row = static_cast<int>(t == DType::kQ8_0 ? k : k / 2);
+  g.sc_row = static_cast<int>((t == DType::kQ4_1 ? 4 : 2) * (k / 32));
+  g.d_row = static_cast<int>(t == DType::kQ4_K ? 4 * (k / 256) : 0);
+  for (int rows = 8; rows >= 1; rows /= 2) {
+    // A section's span starts up to 15 bytes before its rows and ends up to 15 after.
+    const int64_t sc_off = align_to(int64_t{rows} * g.qs_row, 16);
+    const int64_t d_off = sc_off + align_to(int64_t{rows} * g.sc_row + 32, 16);
+    const int64_t end = d_off + (g.d_row != 0 ? align_to(int64_t{rows} * g.d_row + 32, 16) : 0);
+    if (end <= slot_bytes()) {
+      g.rows = rows;
+      g.sc_off = static_cast<int>(sc_off);
+      g.d_off = static_cast<int>(d_off);
+      return g;
+    }
   }
-  return best;
+  return g;
 }
 
 template <class Fn>
@@ -499,20 +652,43 @@ void report_timing(Timing& t, int n_layers, cudaStream_t stream) {
   std::fprintf(stderr, "; attention item 0 stages (us): loads %.2f, scores + softmax %.2f, pv + partial %.2f, count %.2f, merge %.2f",
                (st[1] - st[0]) * 1e-3, (st[2] - st[1]) * 1e-3, (st[3] - st[2]) * 1e-3, (st[4] - st[3]) * 1e-3,
                st[5] > st[4] ? (st[5] - st[4]) * 1e-3 : -1.0);
+  unsigned long long rt[8];
+  TESSERA_CUDA_CHECK(cudaMemcpy(rt, t.dev + kRingTiming, sizeof rt, cudaMemcpyDeviceToHost));
+  std::fprintf(stderr, "; block 0 ring (us per layer, waiting / in the stage loop):");
+  const char* proj[4] = {"qkv", "o", "gate|up", "down"};
+  for (int i = 0; i < 4; ++i)
+    std::fprintf(stderr, " %s %.2f / %.2f", proj[i], rt[2 * i] * 1e-3 / n_layers, rt[2 * i + 1] * 1e-3 / n_layers);
+  std::vector<unsigned long long> mx(4 * n_layers);
+  TESSERA_CUDA_CHECK(cudaMemcpy(mx.data(), t.dev + kRingTiming + 8, mx.size() * sizeof(mx[0]), cudaMemcpyDeviceToHost));
+  std::fprintf(stderr, "; longest block loop (us per layer):");
+  for (int i = 0; i < 4; ++i) {
+    double sum = 0;
+    for (int l = 0; l < n_layers; ++l) sum += mx[4 * l + i] * 1e-3;
+    std::fprintf(stderr, " %s %.2f", proj[i], sum / n_layers);
+  }
   std::fprintf(stderr, "\n");
 }
 
 }  // namespace
 
-bool decode_persistent_supported(DType type, int64_t d, int64_t n_heads, int64_t n_kv_heads,
+bool decode_persistent_supported(DType type, int64_t n_layers, int64_t d, int64_t n_heads, int64_t n_kv_heads,
                                  int64_t head_dim, int64_t ff) {
   if (type != DType::kQ8_0 && type != DType::kQ4_0 && type != DType::kQ4_1 && type != DType::kQ4_K) return false;
   if (head_dim != 64 && head_dim != 128) return false;
+  if (n_layers < 1 || n_layers > kMaxLayers) return false;
   if (n_kv_heads <= 0 || n_kv_heads > kMaxKvHeads || n_heads % n_kv_heads != 0 || n_heads / n_kv_heads > kMaxGroup)
     return false;
-  const int64_t blk = mmq_act_block(type), qd = n_heads * head_dim;
-  return d % blk == 0 && qd % blk == 0 && ff % blk == 0 && d <= kMaxRow && qd <= kMaxRow &&
-         ff < (int64_t{1} << 30);
+  const int64_t blk = mmq_act_block(type), qd = n_heads * head_dim, kvd = n_kv_heads * head_dim;
+  if (!(d % blk == 0 && qd % blk == 0 && ff % blk == 0 && d <= kMaxRow && qd <= kMaxRow && ff < (int64_t{1} << 30)))
+    return false;
+  // Every projection's stage fits a slot, and a block's partial sums of it fit Ring::part.
+  const int64_t grid = int64_t{kBlocksPerSm} * sm_count();
+  const int64_t shapes[4][2] = {{qd + 2 * kvd, d}, {d, qd}, {2 * ff, d}, {d, ff}};
+  for (const auto& nk : shapes) {
+    const Geo g = make_geo(type, nk[0], nk[1]);
+    if (g.rows == 0 || (nk[0] / kR + grid - 1) / grid * kR * (kWarps / g.rows) > kMaxParts) return false;
+  }
+  return true;
 }
 
 size_t decode_persistent_workspace_bytes(int64_t n_kv_heads, int64_t n_heads, int64_t head_dim,
@@ -526,7 +702,7 @@ void decode_persistent_workspace_reset(void* ws, cudaStream_t stream) {
 }
 
 void decode_persistent(const PersistentDecode& a, cudaStream_t stream) {
-  TESSERA_CHECK_ARG(decode_persistent_supported(a.type, a.d, a.n_heads, a.n_kv_heads, a.head_dim, a.ff),
+  TESSERA_CHECK_ARG(decode_persistent_supported(a.type, a.n_layers, a.d, a.n_heads, a.n_kv_heads, a.head_dim, a.ff),
                     "decode_persistent: unsupported type or shape");
   TESSERA_CHECK_ARG(a.n_layers >= 1 && a.block_size >= 1 && a.table_capacity >= 1 &&
                         a.table_capacity < (int64_t{1} << 30) && a.n_rot % 2 == 0 && a.n_rot <= a.head_dim,
@@ -535,12 +711,29 @@ void decode_persistent(const PersistentDecode& a, cudaStream_t stream) {
                     "decode_persistent: qx, q and the workspace must be 16-byte aligned");
   const int64_t qd = a.n_heads * a.head_dim, kvd = a.n_kv_heads * a.head_dim;
   check_rope(QkvRope{qd, kvd, a.head_dim, a.n_rot, a.inv_freq, a.pos, a.cache_row, nullptr, nullptr});
-  const size_t smem = smem_bytes(a.head_dim);
   with_kernel(a.type, a.head_dim, [&](auto kernel) {
+    // Shared memory: as many ring slots as fit next to the static part, the row region and
+    // the weight table.
+    static const int per_block = [] {  // shared memory a block can have with kBlocksPerSm per SM
+      int dev = 0, sm = 0, optin = 0, reserved = 0;
+      TESSERA_CUDA_CHECK(cudaGetDevice(&dev));
+      TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
+      TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+      TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev));
+      return std::min(optin, sm / kBlocksPerSm - reserved);
+    }();
+    cudaFuncAttributes fa{};
+    TESSERA_CUDA_CHECK(cudaFuncGetAttributes(&fa, kernel));
+    const int64_t wtab = row_region_bytes(a.head_dim), slots_at = wtab + align_to(a.n_layers * 4 * 8, 128);
+    const int64_t n_slots = std::min<int64_t>(kMaxSlots, (per_block - static_cast<int64_t>(fa.sharedSizeBytes) - slots_at) / slot_bytes());
+    if (n_slots < 2) throw_error(ErrorCode::kInternal, "decode_persistent: shared memory holds fewer than 2 ring slots");
+    const size_t smem = static_cast<size_t>(slots_at + n_slots * slot_bytes());
+    TESSERA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
     int per_sm = 0;
     TESSERA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));
     if (per_sm < 1) throw_error(ErrorCode::kInternal, "decode_persistent: the kernel does not fit an SM");
-    const int64_t grid = int64_t{std::min(per_sm, 4)} * sm_count();
+    if (per_sm < kBlocksPerSm) throw_error(ErrorCode::kInternal, "decode_persistent: fewer blocks fit an SM than planned");
+    const int64_t grid = int64_t{kBlocksPerSm} * sm_count();
     Params p{};
     p.layers = a.layers;
     p.n_layers = static_cast<int>(a.n_layers);
@@ -550,20 +743,14 @@ void decode_persistent(const PersistentDecode& a, cudaStream_t stream) {
     p.ff = static_cast<int>(a.ff);
     p.n_kv = static_cast<int>(a.n_kv_heads);
     p.group = static_cast<int>(a.n_heads / a.n_kv_heads);
-    p.ks_qkv = pick_k_split(qd + 2 * kvd, a.d, grid);
-    p.ks_o = pick_k_split(a.d, qd, grid);
-    p.ks_gu = pick_k_split(2 * a.ff, a.d, grid);
-    p.ks_d = pick_k_split(a.d, a.ff, grid);
-    static const int ks_env = [] {  // TESSERA_PERSISTENT_KS=1|2|4|8: every projection (experiments)
-      const char* e = std::getenv("TESSERA_PERSISTENT_KS");
-      const int v = e != nullptr ? std::atoi(e) : 0;
-      return v == 1 || v == 2 || v == 4 || v == 8 ? v : 0;
-    }();
-    if (ks_env != 0) p.ks_qkv = p.ks_o = p.ks_gu = p.ks_d = ks_env;
-    p.l_qkv = gemv_quant_layout(a.type, qd + 2 * kvd, a.d);
-    p.l_o = gemv_quant_layout(a.type, a.d, qd);
-    p.l_gu = gemv_quant_layout(a.type, 2 * a.ff, a.d);
-    p.l_d = gemv_quant_layout(a.type, a.d, a.ff);
+    p.geo[0] = make_geo(a.type, qd + 2 * kvd, a.d);
+    p.geo[1] = make_geo(a.type, a.d, qd);
+    p.geo[2] = make_geo(a.type, 2 * a.ff, a.d);
+    p.geo[3] = make_geo(a.type, a.d, a.ff);
+    p.n_slots = static_cast<int>(n_slots);
+    p.slot_bytes = slot_bytes();
+    p.smem_wtab = static_cast<int>(wtab);
+    p.smem_slots = static_cast<int>(slots_at);
     p.eps = a.norm_eps;
     p.scale_log2 = a.scale * 1.4426950408889634f;
     p.n_rot = static_cast<int>(a.n_rot);

@@ -4,9 +4,12 @@
 //
 // Why: at one row a layer is ~9 short kernels whose starts, ramps and drains cost more than
 // their work (H200, q4_0 Llama-3-8B: ~64 us per layer against a ~30 us weight floor). Here a
-// grid of (SMs x resident blocks) runs all layers' phases in order, with a grid barrier
-// between dependent phases; before each barrier a block issues its first weight loads of the
-// next phase (weights never depend on activations), so the weight stream does not stop.
+// grid of 2 blocks per SM runs all layers' phases in order, with a grid barrier between
+// dependent phases. Weights stream through a ring of shared-memory slots per block, filled by
+// bulk copies (cp.async.bulk) in the block's fixed order of stages (every layer's q|k|v, o,
+// gate|up, down rows of that block), each slot refilled as soon as the block has used it: the
+// copies run ahead across barriers, attention and row forming (weights never depend on
+// activations).
 //
 // Per layer (x: the f32 residual row, updated in place):
 //   1. every block forms RMSNorm(x) quantized in its shared memory; q|k|v GEMV with RoPE and the
@@ -24,11 +27,12 @@
 // cache (q not rounded to f16, unlike paged_attention's tensor-core path).
 //
 // Status (H200, dummy Llama-3-8B, 512 context): correct (tests/cuda/llama_cuda_test.cpp,
-// against the kernel chain) but slower than the chain it replaces: q4_0 3.03 vs 2.04 ms per
-// token, q8_0 3.78 vs 2.89, q4_k 3.26 vs 2.00; so the engine takes it only with
-// TESSERA_PERSISTENT_DECODE=1. Per-phase times and what was tried: docs/design/cuda_engine.md
-// and gpu_runs/s7_persistent_phase_times.md. TESSERA_PERSISTENT_TIMING=1 prints them (eager
-// launches, every 50th); TESSERA_PERSISTENT_KS=1|2|4|8 forces one k split for every projection.
+// against the kernel chain) but slower than the chain it replaces: q4_0 2.76 vs 2.05 ms per
+// token; so the engine takes it only with TESSERA_PERSISTENT_DECODE=1. The stage loops run at
+// ~60 % of HBM bandwidth (per-stage costs on 16 warps per SM) and ~1/3 of each layer is outside
+// them (barriers, row forming, attention): docs/design/cuda_engine.md, session 8.
+// TESSERA_PERSISTENT_TIMING=1 prints per-phase times (eager launches, every 50th);
+// TESSERA_PERSISTENT_SLOT_KB sets the ring's slot size (experiments).
 //
 // Graph-capturable (no allocation, no host synchronization); launched cooperatively, so all
 // blocks are resident. The workspace holds the grid barrier's counter and the attention
@@ -49,7 +53,7 @@
 namespace tessera::cuda {
 
 // One layer's device pointers.
-struct PersistentLayer {
+struct PersistentLayer {  // weights 16-byte aligned (they are copied with cp.async.bulk)
   const void* wqkv;  // repacked [q_rows + 2 kv_rows][d]
   const void* wo;    // [d][q_rows]
   const void* wgu;   // [2 ff][d]: gate rows, then up rows
@@ -84,7 +88,7 @@ struct PersistentDecode {
 };
 
 // Whether the persistent step handles these shapes and type (else use the kernel chain).
-bool decode_persistent_supported(DType type, int64_t d, int64_t n_heads, int64_t n_kv_heads,
+bool decode_persistent_supported(DType type, int64_t n_layers, int64_t d, int64_t n_heads, int64_t n_kv_heads,
                                  int64_t head_dim, int64_t ff);
 size_t decode_persistent_workspace_bytes(int64_t n_kv_heads, int64_t n_heads, int64_t head_dim,
                                          int64_t table_capacity);

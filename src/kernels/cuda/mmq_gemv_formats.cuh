@@ -12,10 +12,6 @@ namespace tessera::cuda::detail {
 constexpr int kGemvRows = 4;    // rows of a group (one warp, or KS warps splitting k)
 constexpr int kGemvUnroll = 2;  // weight blocks per row a lane loads per step
 
-__device__ __forceinline__ void prefetch_l2(const void* p) {
-  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-}
-
 struct XBlk {  // one 32-element activation block: elements 0..15, 16..31, its meta
   uint4 a, b;
   float d, s;
@@ -29,10 +25,10 @@ struct Q8_0G {
     const uint16_t* s = reinterpret_cast<const uint16_t*>(m.base + m.L.scales) + r * (m.k / 32) + c;
     return {__ldcs(q), __ldcs(q + 1), __ldg(s)};
   }
-  // Asks the L2 for what load(m, r, c) reads (the persistent step, before a grid barrier).
-  __device__ static void prefetch(const MmqMat& m, int64_t r, int64_t c) {
-    prefetch_l2(m.base + m.L.qs + r * m.k + c * 32);
-    prefetch_l2(reinterpret_cast<const uint16_t*>(m.base + m.L.scales) + r * (m.k / 32) + c);
+  // The same block from one row's sections staged in shared memory (the persistent step).
+  __device__ static W lds(const uint8_t* qs, const uint8_t* sc, const uint8_t*, int c) {
+    const uint4* q = reinterpret_cast<const uint4*>(qs + c * 32);
+    return {q[0], q[1], reinterpret_cast<const uint16_t*>(sc)[c]};
   }
   __device__ static float dot(const W& w, const XBlk& x) {
     int s = 0;
@@ -51,9 +47,8 @@ struct Q4_0G {
     const uint16_t* s = reinterpret_cast<const uint16_t*>(m.base + m.L.scales) + r * (m.k / 32) + c;
     return {__ldcs(q), __ldg(s)};
   }
-  __device__ static void prefetch(const MmqMat& m, int64_t r, int64_t c) {
-    prefetch_l2(m.base + m.L.qs + r * (m.k / 2) + c * 16);
-    prefetch_l2(reinterpret_cast<const uint16_t*>(m.base + m.L.scales) + r * (m.k / 32) + c);
+  __device__ static W lds(const uint8_t* qs, const uint8_t* sc, const uint8_t*, int c) {
+    return {*reinterpret_cast<const uint4*>(qs + c * 16), reinterpret_cast<const uint16_t*>(sc)[c]};
   }
   __device__ static float dot(const W& w, const XBlk& x) {
     const uint32_t ws[4] = {w.q.x, w.q.y, w.q.z, w.q.w}, a[4] = {x.a.x, x.a.y, x.a.z, x.a.w},
@@ -75,9 +70,8 @@ struct Q4_1G {
     const uint32_t* s = reinterpret_cast<const uint32_t*>(m.base + m.L.scales) + r * (m.k / 32) + c;
     return {__ldcs(q), __ldg(s)};
   }
-  __device__ static void prefetch(const MmqMat& m, int64_t r, int64_t c) {
-    prefetch_l2(m.base + m.L.qs + r * (m.k / 2) + c * 16);
-    prefetch_l2(reinterpret_cast<const uint32_t*>(m.base + m.L.scales) + r * (m.k / 32) + c);
+  __device__ static W lds(const uint8_t* qs, const uint8_t* sc, const uint8_t*, int c) {
+    return {*reinterpret_cast<const uint4*>(qs + c * 16), reinterpret_cast<const uint32_t*>(sc)[c]};
   }
   __device__ static float dot(const W& w, const XBlk& x) {
     const int s = dot_nibbles(w.q, x.a, x.b);
@@ -93,9 +87,9 @@ struct Q4_KG {
     const uint32_t* d = reinterpret_cast<const uint32_t*>(m.base + m.L.d) + r * (m.k / 256) + c / 8;
     return {__ldcs(q), __ldg(s), __ldg(d)};
   }
-  __device__ static void prefetch(const MmqMat& m, int64_t r, int64_t c) {
-    prefetch_l2(m.base + m.L.qs + r * (m.k / 2) + c * 16);
-    prefetch_l2(reinterpret_cast<const uint16_t*>(m.base + m.L.scales) + r * (m.k / 32) + c);
+  __device__ static W lds(const uint8_t* qs, const uint8_t* sc, const uint8_t* d, int c) {
+    return {*reinterpret_cast<const uint4*>(qs + c * 16), reinterpret_cast<const uint16_t*>(sc)[c],
+            reinterpret_cast<const uint32_t*>(d)[c / 8]};
   }
   __device__ static float dot(const W& w, const XBlk& x) {
     const int s = dot_nibbles(w.q, x.a, x.b) * static_cast<int>(w.scmn & 0xFF);
@@ -112,10 +106,6 @@ struct Q6_KG {
     const uint16_t* sc = reinterpret_cast<const uint16_t*>(m.base + m.L.scales + r * (m.k / 16)) + c;
     const uint16_t* d = reinterpret_cast<const uint16_t*>(m.base + m.L.d) + r * (m.k / 256) + c / 8;
     return {__ldcs(q), __ldcs(h), uint32_t{__ldg(sc)} | uint32_t{__ldg(d)} << 16};
-  }
-  __device__ static void prefetch(const MmqMat& m, int64_t r, int64_t c) {
-    prefetch_l2(m.base + m.L.qs + r * (m.k / 2) + c * 16);
-    prefetch_l2(m.base + m.L.qh + r * (m.k / 4) + c * 8);
   }
   __device__ static float dot(const W& w, const XBlk& x) {
     const uint32_t ws[4] = {w.q.x, w.q.y, w.q.z, w.q.w}, a[4] = {x.a.x, x.a.y, x.a.z, x.a.w},

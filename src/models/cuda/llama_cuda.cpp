@@ -308,12 +308,13 @@ class CudaLlama final : public CausalLm {
     bool ok = persistent_on_ && w_.rope_inv_freq != nullptr && !cfg_.qkv_bias &&
               cfg_.rope.layout == ref::RopeLayout::kInterleaved && !w_.layers.empty();
     const DType t = ok && w_.layers[0].qkv.parts.size() == 1 ? w_.layers[0].qkv.parts[0].type : DType::kBF16;
-    ok = ok && cuda::decode_persistent_supported(t, cfg_.d_model, cfg_.n_heads, cfg_.n_kv_heads,
+    ok = ok && cuda::decode_persistent_supported(t, cfg_.n_layers, cfg_.d_model, cfg_.n_heads, cfg_.n_kv_heads,
                                                  cfg_.head_dim, cfg_.d_ff);
     bool aligned = true;
     for (const Layer& l : w_.layers) {
       for (const Proj* p : {&l.qkv, &l.wo, &l.wgu, &l.wd})
-        ok = ok && p->parts.size() == 1 && p->parts[0].type == t;
+        ok = ok && p->parts.size() == 1 && p->parts[0].type == t &&
+             reinterpret_cast<uintptr_t>(p->parts[0].packed) % 16 == 0;
       for (const float* w : {l.attn_norm, l.ffn_norm}) aligned = aligned && reinterpret_cast<uintptr_t>(w) % 16 == 0;
     }
     persistent_norms_aligned_ = aligned;
@@ -745,9 +746,9 @@ std::unique_ptr<CausalLm> cuda_llama_create_hf(const hf::TextConfig& config,
   return m;
 }
 
-std::unique_ptr<CausalLm> cuda_llama_create_dummy(const std::string& name, int64_t vocab, DType type) {
-  LlmConfig cfg = dummy_config(name);
-  if (vocab > 0) cfg.vocab = vocab;
+namespace {
+// Random weights for cfg; name labels the errors.
+std::unique_ptr<CausalLm> make_dummy(const LlmConfig& cfg, DType type, const std::string& name) {
   TESSERA_CHECK_ARG(type == DType::kBF16 || cuda::mmq_supported(type),
                     "dummy weights: type " + std::string(dtype_name(type)) +
                         " (supported: bf16, q8_0, q4_0, q4_1, q4_k, q6_k)");
@@ -773,6 +774,17 @@ std::unique_ptr<CausalLm> cuda_llama_create_dummy(const std::string& name, int64
   auto m = std::make_unique<CudaLlama>(cfg);
   m->fill_dummy(0x5eed, type);
   return m;
+}
+}  // namespace
+
+std::unique_ptr<CausalLm> cuda_llama_create_dummy(const std::string& name, int64_t vocab, DType type) {
+  LlmConfig cfg = dummy_config(name);
+  if (vocab > 0) cfg.vocab = vocab;
+  return make_dummy(cfg, type, name);
+}
+
+std::unique_ptr<CausalLm> cuda_llama_create_dummy(const LlmConfig& cfg, DType type) {
+  return make_dummy(cfg, type, cfg.architecture);
 }
 
 }  // namespace tessera::models

@@ -39,5 +39,7 @@ std::unique_ptr<CausalLm> cuda_llama_create_hf(const hf::TextConfig& config,
 // quantized; K types need widths that are multiples of 256); the embedding table is bf16.
 std::unique_ptr<CausalLm> cuda_llama_create_dummy(const std::string& name, int64_t vocab = 0,
                                                   DType type = DType::kBF16);
+// The same for any configuration (tests: shapes no named architecture has).
+std::unique_ptr<CausalLm> cuda_llama_create_dummy(const LlmConfig& cfg, DType type);
 
 }  // namespace tessera::models
