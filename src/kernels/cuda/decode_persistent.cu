@@ -84,6 +84,7 @@ struct Params {
   int block_size, max_chunks;
   int cap;  // positions the block table holds: keys past it are never read
   bool vec;  // every f32 row source is 16-byte aligned
+  bool down_row_shared;  // the down projection's quantized row fits the row region: copied there
   float *x, *q, *attn, *gu;
   int8_t* qx;
   MmqActMeta* meta;
@@ -544,9 +545,21 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) persistent_kernel(cons
     quantize_row_span<kK>(SwigluSrc{p.gu, p.ff, p.vec}, 0, p.ff, p.qx, p.meta,
                           int64_t{blockIdx.x} * kThreads + threadIdx.x - threadIdx.x % 32,
                           int64_t{gridDim.x} * kThreads);
-    // 6. down, x += down
+    // 6. down, x += down (its row copied to shared memory once per block when it fits: the
+    // stages' activation loads from global memory cost ~2 GB of L2 traffic per token)
     grid_barrier(p.barrier, p.timing);
-    ring_gemv<F>(p, ring, wtab, slots, li, 3, p.qx, p.meta, StoreRow{p.x, true});
+    const int8_t* dqx = p.qx;
+    const MmqActMeta* dmeta = p.meta;
+    if (p.down_row_shared) {
+      auto* meta_d = reinterpret_cast<MmqActMeta*>(smem + p.ff);
+      for (int i = threadIdx.x; i < p.ff / 16; i += kThreads)
+        reinterpret_cast<uint4*>(qx_s)[i] = reinterpret_cast<const uint4*>(p.qx)[i];
+      for (int i = threadIdx.x; i < p.ff / 32; i += kThreads) meta_d[i] = p.meta[i];
+      __syncthreads();
+      dqx = qx_s;
+      dmeta = meta_d;
+    }
+    ring_gemv<F>(p, ring, wtab, slots, li, 3, dqx, dmeta, StoreRow{p.x, true});
   }
   __syncthreads();
   record_time(p.timing);
@@ -724,7 +737,7 @@ void decode_persistent(const PersistentDecode& a, cudaStream_t stream) {
     }();
     cudaFuncAttributes fa{};
     TESSERA_CUDA_CHECK(cudaFuncGetAttributes(&fa, kernel));
-    const int64_t wtab = row_region_bytes(a.head_dim), slots_at = wtab + align_to(a.n_layers * 4 * 8, 128);
+    const int64_t row_region = row_region_bytes(a.head_dim), slots_at = row_region + align_to(a.n_layers * 4 * 8, 128);
     const int64_t n_slots = std::min<int64_t>(kMaxSlots, (per_block - static_cast<int64_t>(fa.sharedSizeBytes) - slots_at) / slot_bytes());
     if (n_slots < 2) throw_error(ErrorCode::kInternal, "decode_persistent: shared memory holds fewer than 2 ring slots");
     const size_t smem = static_cast<size_t>(slots_at + n_slots * slot_bytes());
@@ -749,7 +762,7 @@ void decode_persistent(const PersistentDecode& a, cudaStream_t stream) {
     p.geo[3] = make_geo(a.type, a.d, a.ff);
     p.n_slots = static_cast<int>(n_slots);
     p.slot_bytes = slot_bytes();
-    p.smem_wtab = static_cast<int>(wtab);
+    p.smem_wtab = static_cast<int>(row_region);
     p.smem_slots = static_cast<int>(slots_at);
     p.eps = a.norm_eps;
     p.scale_log2 = a.scale * 1.4426950408889634f;
@@ -761,6 +774,7 @@ void decode_persistent(const PersistentDecode& a, cudaStream_t stream) {
     p.block_size = static_cast<int>(a.block_size);
     p.max_chunks = static_cast<int>((a.table_capacity + kKeys - 1) / kKeys);
     p.cap = static_cast<int>(a.table_capacity);
+    p.down_row_shared = a.ff + a.ff / 32 * static_cast<int64_t>(sizeof(MmqActMeta)) <= row_region;
     p.vec = aligned16(a.x) && aligned16(a.attn) && aligned16(a.gu) && a.norms_aligned;  // widths: blocks of 32
     p.x = a.x;
     p.q = a.q;

@@ -27,7 +27,7 @@
 // cache (q not rounded to f16, unlike paged_attention's tensor-core path).
 //
 // Status (H200, dummy Llama-3-8B, 512 context): correct (tests/cuda/llama_cuda_test.cpp,
-// against the kernel chain) but slower than the chain it replaces: q4_0 2.76 vs 2.05 ms per
+// against the kernel chain) but slower than the chain it replaces: q4_0 2.7 vs 1.9 ms per
 // token; so the engine takes it only with TESSERA_PERSISTENT_DECODE=1. The stage loops run at
 // ~60 % of HBM bandwidth (per-stage costs on 16 warps per SM) and ~1/3 of each layer is outside
 // them (barriers, row forming, attention): docs/design/cuda_engine.md, session 8.

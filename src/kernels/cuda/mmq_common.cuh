@@ -32,12 +32,15 @@ __device__ __forceinline__ uint32_t q4_0_hi(uint32_t w) {
 }
 // Q6_K: 4 low bits from w's nibbles, 2 high bits from h (already shifted to bits 0-1 of each
 // byte), as signed bytes q - 32.
-__device__ __forceinline__ uint32_t q6_lo(uint32_t w, uint32_t h) {
-  return mmq_sub_bytes((w & 0x0F0F0F0Fu) | ((h & 0x03030303u) << 4), 0x20202020u);
+// The same as unsigned bytes q (0..63), before the offset.
+__device__ __forceinline__ uint32_t q6_lo_u(uint32_t w, uint32_t h) {
+  return (w & 0x0F0F0F0Fu) | ((h & 0x03030303u) << 4);
 }
-__device__ __forceinline__ uint32_t q6_hi(uint32_t w, uint32_t h) {
-  return mmq_sub_bytes(((w >> 4) & 0x0F0F0F0Fu) | ((h & 0x03030303u) << 4), 0x20202020u);
+__device__ __forceinline__ uint32_t q6_hi_u(uint32_t w, uint32_t h) {
+  return ((w >> 4) & 0x0F0F0F0Fu) | ((h & 0x03030303u) << 4);
 }
+__device__ __forceinline__ uint32_t q6_lo(uint32_t w, uint32_t h) { return mmq_sub_bytes(q6_lo_u(w, h), 0x20202020u); }
+__device__ __forceinline__ uint32_t q6_hi(uint32_t w, uint32_t h) { return mmq_sub_bytes(q6_hi_u(w, h), 0x20202020u); }
 // The low / high nibbles of a 16-byte chunk in Q4_0 order (unsigned 0..15) dotted with the
 // int8 elements 0..15 (xa) / 16..31 (xb) of its 32-element block.
 __device__ __forceinline__ int dot_nibbles(const uint4& w, const uint4& xa, const uint4& xb) {

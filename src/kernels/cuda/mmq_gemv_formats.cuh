@@ -50,15 +50,14 @@ struct Q4_0G {
   __device__ static W lds(const uint8_t* qs, const uint8_t* sc, const uint8_t*, int c) {
     return {*reinterpret_cast<const uint4*>(qs + c * 16), reinterpret_cast<const uint16_t*>(sc)[c]};
   }
+  // sum (q - 8) x = sum q x - 8 sum x, exactly (integers): the nibbles dotted as they are and
+  // the activation's sum by dp4a with ones, fewer instructions than offsetting every nibble.
   __device__ static float dot(const W& w, const XBlk& x) {
-    const uint32_t ws[4] = {w.q.x, w.q.y, w.q.z, w.q.w}, a[4] = {x.a.x, x.a.y, x.a.z, x.a.w},
-                   b[4] = {x.b.x, x.b.y, x.b.z, x.b.w};
-    int s = 0;
+    const uint32_t xs[8] = {x.a.x, x.a.y, x.a.z, x.a.w, x.b.x, x.b.y, x.b.z, x.b.w};
+    int sx = 0;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      s = mmq_dp4a(q4_0_lo(ws[i]), a[i], s);
-      s = mmq_dp4a(q4_0_hi(ws[i]), b[i], s);
-    }
+    for (int i = 0; i < 8; ++i) sx = mmq_dp4a(0x01010101u, xs[i], sx);
+    const int s = dot_nibbles(w.q, x.a, x.b) - 8 * sx;
     return mmq_f16(w.sc) * x.d * mmq_i2f(s);  // |s| <= 32 * 127 * 127
   }
 };
@@ -110,12 +109,17 @@ struct Q6_KG {
   __device__ static float dot(const W& w, const XBlk& x) {
     const uint32_t ws[4] = {w.q.x, w.q.y, w.q.z, w.q.w}, a[4] = {x.a.x, x.a.y, x.a.z, x.a.w},
                    b[4] = {x.b.x, x.b.y, x.b.z, x.b.w};
-    int sa = 0, sb = 0;
+    // sum (q - 32) x = sum q x - 32 sum x per half, exactly (as Q4_0G::dot)
+    int sa = 0, sb = 0, xa = 0, xb = 0;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      sa = mmq_dp4a(q6_lo(ws[i], w.h.x >> (2 * i)), a[i], sa);
-      sb = mmq_dp4a(q6_hi(ws[i], w.h.y >> (2 * i)), b[i], sb);
+      sa = mmq_dp4a(q6_lo_u(ws[i], w.h.x >> (2 * i)), a[i], sa);
+      sb = mmq_dp4a(q6_hi_u(ws[i], w.h.y >> (2 * i)), b[i], sb);
+      xa = mmq_dp4a(0x01010101u, a[i], xa);
+      xb = mmq_dp4a(0x01010101u, b[i], xb);
     }
+    sa -= 32 * xa;
+    sb -= 32 * xb;
     const int tot = static_cast<int8_t>(w.sd & 0xFF) * sa + static_cast<int8_t>((w.sd >> 8) & 0xFF) * sb;
     return mmq_f16(w.sd >> 16) * x.d * static_cast<float>(tot);
   }
