@@ -16,6 +16,7 @@
 #include "backend/cpu/thread_pool.h"
 #include "cuda/cuda_test_util.h"
 #include "kernels/cuda/decode_persistent.h"
+#include "kernels/cuda/launch.h"
 #include "models/cuda/llama_cuda.h"
 #include "models/registry.h"
 #include "support/test_util.h"
@@ -265,8 +266,8 @@ TEST(LlamaCudaDummy, OneRowStepsMatchOneChunk) {
 // smollm2-135m: head_dim 64, 3 query heads per kv head; llama3-8b-shaped Q4_K (Q8_K
 // activations): head_dim 128, group 4 (a 32000-token head to keep it light).
 // Two small shapes no named architecture has: group 1 (every query head its own kv head), and
-// group 8 with 8 kv heads over 1100 positions (35 chunks x 8 kv heads = 280 attention items,
-// more than the grid's 2 x 132 blocks on an H200, so blocks take several items).
+// group 8 with 8 kv heads over enough positions that attention has more items (chunks x kv
+// heads) than the grid has blocks (2 per SM), so blocks take several items.
 models::LlmConfig small_llama(int64_t d, int64_t heads, int64_t kv_heads, int64_t ff) {
   models::LlmConfig c = models::dummy_config("llama3-8b");
   c.architecture = "llama";
@@ -290,21 +291,25 @@ TEST(LlamaCudaDummy, PersistentDecodeMatchesTheKernelChain) {
     int positions;
     std::function<models::LlmConfig()> cfg;  // null: the named architecture
   };
+  // The grid is 2 blocks per SM; 8 kv heads x 32-key chunks: 4 chunks more than the grid holds.
+  const int grid = 2 * cuda::sm_count(), long_positions = (grid / 8 + 4) * 32;
   const std::vector<Case> cases = {
       {"smollm2-135m", DType::kQ8_0, 40, nullptr},
       {"smollm2-135m", DType::kQ4_0, 40, nullptr},
       {"smollm2-135m", DType::kQ4_1, 40, nullptr},
       {"llama3-8b", DType::kQ4_K, 40, nullptr},
       {"group 1 (4 heads of 128)", DType::kQ4_0, 40, [] { return small_llama(512, 4, 4, 1024); }},
-      {"group 8, 1100 positions", DType::kQ8_0, 1100, [] { return small_llama(4096, 64, 8, 2048); }},
+      {"group 8, attention items > blocks", DType::kQ8_0, long_positions,
+       [] { return small_llama(4096, 64, 8, 2048); }},
   };
   for (const Case& c : cases) {
     std::vector<int32_t> ids(c.positions);
     for (int i = 0; i < c.positions; ++i) ids[i] = (i * 7919 + 13) % 4000;
     const int64_t block_size = 16, n_blocks = (c.positions + block_size - 1) / block_size + 1;
-    std::vector<int32_t> blocks(n_blocks);  // a shuffled table: block i at (7 i + 3) mod n_blocks
-    for (int64_t i = 0; i < n_blocks; ++i) blocks[i] = static_cast<int32_t>((7 * i + 3) % n_blocks);
-    if (std::gcd(int64_t{7}, n_blocks) != 1) std::iota(blocks.rbegin(), blocks.rend(), 0);
+    int64_t mul = 7;  // a shuffled table: block i at (mul i + 3) mod n_blocks, mul coprime to it
+    while (std::gcd(mul, n_blocks) != 1) mul += 2;
+    std::vector<int32_t> blocks(n_blocks);
+    for (int64_t i = 0; i < n_blocks; ++i) blocks[i] = static_cast<int32_t>((mul * i + 3) % n_blocks);
     auto create = [&] {
       if (c.cfg) return models::cuda_llama_create_dummy(c.cfg(), c.type);
       return models::cuda_llama_create_dummy(c.name, std::string(c.name) == "llama3-8b" ? 32000 : 0, c.type);
@@ -344,6 +349,14 @@ TEST(LlamaCudaDummy, PersistentDecodeMatchesTheKernelChain) {
                 100 * a.top1, a.mean_kl, e);
     EXPECT_LE(e, 2e-3) << name;
     EXPECT_GE(a.top1, 0.85) << name;
+    // The positions whose attention has more items (chunks x kv heads) than the grid has
+    // blocks, on their own (blocks take several items there).
+    const int64_t kv = chain->config().n_kv_heads, first_multi = (grid + kv - 1) / kv * 32;
+    if (first_multi < c.positions) {
+      const std::vector<float> tw(want.begin() + first_multi * V, want.end()),
+          tg(got.begin() + first_multi * V, got.end());
+      EXPECT_LE(test::nmse(tg, tw), 2e-3) << name << " positions >= " << first_multi;
+    }
   }
 }
 

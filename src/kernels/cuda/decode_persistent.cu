@@ -11,6 +11,8 @@
 #include <type_traits>
 #include <vector>
 
+#include <cuda/atomic>
+
 #include "backend/cuda/cuda_check.h"
 #include "core/error.h"
 #include "kernels/cuda/launch.h"
@@ -37,13 +39,14 @@ constexpr int kMaxSlots = 16;        // weight ring slots
 constexpr int kBlocksPerSm = 2;  // each with its own ring: two blocks' stage loops interleave on an SM
 constexpr int kMaxParts = 1024;  // partial sums of one projection per block (rows x warps per row)
 // One stage: up to 8 rows of ~4 KB, or fewer longer ones (H200, q4_0 Llama-3-8B, ms per token
-// by slot size: 16 KB 3.61, 24 KB 2.88, 32 KB 2.76: per-stage costs favour big stages).
-// TESSERA_PERSISTENT_SLOT_KB=8..48 overrides (experiments).
+// by slot size: 16 KB 3.61, 24 KB 2.88, 32 KB 2.76, i.e. 5, 3 and 2 slots per block: per-stage
+// costs favour big stages over deep rings).
+// TESSERA_PERSISTENT_SLOT_KB=8..40 overrides (experiments).
 int slot_bytes() {
   static const int v = [] {
     const char* e = std::getenv("TESSERA_PERSISTENT_SLOT_KB");
     const int kb = e != nullptr ? std::atoi(e) : 0;
-    return (kb >= 8 && kb <= 48 ? kb : 32) * 1024 + 128;
+    return (kb >= 8 && kb <= 40 ? kb : 32) * 1024 + 128;
   }();
   return v;
 }
@@ -234,9 +237,9 @@ __device__ void ring_issue(const Params& p, const Ring& rg, const uint8_t* const
   }
   uint64_t policy;  // weights are read once per step: first out of the L2
   asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-  // No proxy fence before overwriting the slot: every warp's reads of it have completed (their
-  // values are in the sums it stored before counting itself out), and a fence here measured
-  // ~0.5 us per stage on the issuing warp.
+  // The other warps' reads of the slot happen before this refill (their acq_rel count-out,
+  // ring_gemv); the proxy fence orders them before the async proxy's writes (measured free).
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
   mbar_expect_tx(bar, total);
 #pragma unroll
   for (int s = 0; s < 3; ++s)
@@ -299,7 +302,9 @@ __device__ __noinline__ void ring_gemv(const Params& p, Ring& rg, const uint8_t*
       if (lane == 0) rg.part[(j * g.rows + row) * wpr + kpart] = acc;
     }
     __syncwarp();
-    if (lane == 0 && atomicAdd(&rg.left[slot], 1) == kWarps - 1) {
+    if (lane == 0 &&
+        ::cuda::atomic_ref<int, ::cuda::thread_scope_block>(rg.left[slot]).fetch_add(1, ::cuda::memory_order_acq_rel) ==
+            kWarps - 1) {
       rg.left[slot] = 0;
       ring_issue(p, rg, wtab, slots, t + p.n_slots);
     }
@@ -515,8 +520,6 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) persistent_kernel(cons
   if (threadIdx.x == 0) {
     timing_slot = 0;
     ring_init(p, ring);
-    if (p.timing != nullptr && blockIdx.x == 0)
-      for (int i = 0; i < 8 + 4 * p.n_layers; ++i) p.timing[kRingTiming + i] = 0;
   }
   __syncthreads();
   if (threadIdx.x == 0)
@@ -600,7 +603,7 @@ Geo make_geo(DType t, int64_t n, int64_t k) {
 }
 
 template <class Fn>
-void with_kernel(DType t, int64_t head_dim, Fn&& f) {
+auto with_kernel(DType t, int64_t head_dim, Fn&& f) {
   auto hd = [&](auto fmt, auto kk) {
     using Fmt = decltype(fmt);
     constexpr bool kK = decltype(kk)::value;
@@ -682,6 +685,41 @@ void report_timing(Timing& t, int n_layers, cudaStream_t stream) {
   std::fprintf(stderr, "\n");
 }
 
+// Dynamic shared memory of a launch: the row region, the weight table, then as many ring slots
+// (at most kMaxSlots) as fit with kBlocksPerSm blocks per SM; n_slots 0 when the kernel does not
+// fit kBlocksPerSm blocks per SM at all. Sets the kernel's dynamic shared memory limit.
+struct SmemPlan {
+  int64_t row_region = 0, slots_at = 0, n_slots = 0;
+  size_t bytes = 0;
+};
+template <class Kernel>
+SmemPlan smem_plan(Kernel kernel, int64_t head_dim, int64_t n_layers) {
+  static const int per_block = [] {  // shared memory a block can have with kBlocksPerSm per SM
+    int dev = 0, sm = 0, optin = 0, reserved = 0;
+    TESSERA_CUDA_CHECK(cudaGetDevice(&dev));
+    TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
+    TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev));
+    return std::min(optin, sm / kBlocksPerSm - reserved);
+  }();
+  static const int64_t static_bytes = [&] {
+    cudaFuncAttributes fa{};
+    TESSERA_CUDA_CHECK(cudaFuncGetAttributes(&fa, kernel));
+    return static_cast<int64_t>(fa.sharedSizeBytes);
+  }();
+  SmemPlan plan;
+  plan.row_region = row_region_bytes(head_dim);
+  plan.slots_at = plan.row_region + align_to(n_layers * 4 * 8, 128);
+  const int64_t n = std::min<int64_t>(kMaxSlots, (per_block - static_bytes - plan.slots_at) / slot_bytes());
+  if (n < 1) return plan;
+  plan.bytes = static_cast<size_t>(plan.slots_at + n * slot_bytes());
+  TESSERA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(plan.bytes)));
+  int per_sm = 0;
+  TESSERA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, plan.bytes));
+  if (per_sm >= kBlocksPerSm) plan.n_slots = n;
+  return plan;
+}
+
 }  // namespace
 
 bool decode_persistent_supported(DType type, int64_t n_layers, int64_t d, int64_t n_heads, int64_t n_kv_heads,
@@ -701,7 +739,8 @@ bool decode_persistent_supported(DType type, int64_t n_layers, int64_t d, int64_
     const Geo g = make_geo(type, nk[0], nk[1]);
     if (g.rows == 0 || (nk[0] / kR + grid - 1) / grid * kR * (kWarps / g.rows) > kMaxParts) return false;
   }
-  return true;
+  // At least 2 ring slots with kBlocksPerSm blocks per SM.
+  return with_kernel(type, head_dim, [&](auto kernel) { return smem_plan(kernel, head_dim, n_layers).n_slots >= 2; });
 }
 
 size_t decode_persistent_workspace_bytes(int64_t n_kv_heads, int64_t n_heads, int64_t head_dim,
@@ -725,27 +764,10 @@ void decode_persistent(const PersistentDecode& a, cudaStream_t stream) {
   const int64_t qd = a.n_heads * a.head_dim, kvd = a.n_kv_heads * a.head_dim;
   check_rope(QkvRope{qd, kvd, a.head_dim, a.n_rot, a.inv_freq, a.pos, a.cache_row, nullptr, nullptr});
   with_kernel(a.type, a.head_dim, [&](auto kernel) {
-    // Shared memory: as many ring slots as fit next to the static part, the row region and
-    // the weight table.
-    static const int per_block = [] {  // shared memory a block can have with kBlocksPerSm per SM
-      int dev = 0, sm = 0, optin = 0, reserved = 0;
-      TESSERA_CUDA_CHECK(cudaGetDevice(&dev));
-      TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
-      TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-      TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev));
-      return std::min(optin, sm / kBlocksPerSm - reserved);
-    }();
-    cudaFuncAttributes fa{};
-    TESSERA_CUDA_CHECK(cudaFuncGetAttributes(&fa, kernel));
-    const int64_t row_region = row_region_bytes(a.head_dim), slots_at = row_region + align_to(a.n_layers * 4 * 8, 128);
-    const int64_t n_slots = std::min<int64_t>(kMaxSlots, (per_block - static_cast<int64_t>(fa.sharedSizeBytes) - slots_at) / slot_bytes());
-    if (n_slots < 2) throw_error(ErrorCode::kInternal, "decode_persistent: shared memory holds fewer than 2 ring slots");
-    const size_t smem = static_cast<size_t>(slots_at + n_slots * slot_bytes());
-    TESSERA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-    int per_sm = 0;
-    TESSERA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));
-    if (per_sm < 1) throw_error(ErrorCode::kInternal, "decode_persistent: the kernel does not fit an SM");
-    if (per_sm < kBlocksPerSm) throw_error(ErrorCode::kInternal, "decode_persistent: fewer blocks fit an SM than planned");
+    const SmemPlan plan = smem_plan(kernel, a.head_dim, a.n_layers);
+    if (plan.n_slots < 2) throw_error(ErrorCode::kInternal, "decode_persistent: shared memory holds fewer than 2 ring slots");
+    const int64_t row_region = plan.row_region, slots_at = plan.slots_at, n_slots = plan.n_slots;
+    const size_t smem = plan.bytes;
     const int64_t grid = int64_t{kBlocksPerSm} * sm_count();
     Params p{};
     p.layers = a.layers;
@@ -787,6 +809,8 @@ void decode_persistent(const PersistentDecode& a, cudaStream_t stream) {
     p.counters = reinterpret_cast<unsigned*>(base + 64);
     Timing* timing = timing_state();
     p.timing = timing != nullptr ? timing->dev : nullptr;
+    if (timing != nullptr)  // the ring's sums and maxima (every block adds to them from its start)
+      TESSERA_CUDA_CHECK(cudaMemsetAsync(timing->dev + kRingTiming, 0, (8 + 4 * a.n_layers) * sizeof(unsigned long long), stream));
     p.part_o = reinterpret_cast<float*>(base + kHeaderBytes);
     p.part_ml = reinterpret_cast<float2*>(p.part_o + int64_t{p.n_kv} * p.max_chunks * p.group * a.head_dim);
     cudaLaunchConfig_t cfg = {};
