@@ -246,10 +246,59 @@ __device__ void ring_issue(const Params& p, const Ring& rg, const uint8_t* const
     if (len[s] != 0) bulk_copy(dst + dst_off[s], base + lo[s], len[s], bar, policy);
 }
 
+// Warps per row of a stage: 8-row stages give each warp 2 rows (sharing the activation loads)
+// and half of k; shorter stages spread a row over kWarps / rows warps.
+__host__ __device__ constexpr int rows_per_warp(int stage_rows) { return stage_rows == kWarps ? 2 : 1; }
+__host__ __device__ constexpr int warps_per_row(int stage_rows) {
+  return kWarps * rows_per_warp(stage_rows) / stage_rows;
+}
+
+__device__ __forceinline__ XBlk load_xblk(const int8_t* qx, const MmqActMeta* meta, int c) {
+  XBlk x;
+  const uint4* xp = reinterpret_cast<const uint4*>(qx + c * 32);
+  x.a = xp[0];
+  x.b = xp[1];
+  const float2 md = *reinterpret_cast<const float2*>(meta + c);
+  x.d = md.x;
+  x.s = md.y;
+  return x;
+}
+
+// One warp's part of a stage: rows row0 .. row0 + RW - 1 of the slot s (stage rows start at
+// projection row r), its blocks c_first, c_first + c_step, ...; acc[i] gets row row0 + i.
+template <class F, int RW>
+__device__ __forceinline__ void stage_dots(const Geo& g, const uint8_t* s, int r, int row0, int c_first,
+                                           int c_step, const int8_t* qx, const MmqActMeta* meta,
+                                           float (&acc)[RW]) {
+  constexpr int kDepth = 4 / RW;  // blocks per lane loaded before their dot products
+  const int nb = g.k / 32;
+  const uint8_t* sc0 = s + g.sc_off + (g.L.scales + int64_t{r} * g.sc_row) % 16;
+  const uint8_t* d0 = s + g.d_off + (g.L.d + int64_t{r} * g.d_row) % 16;
+  for (int c0 = c_first; c0 < nb; c0 += kDepth * c_step) {
+    typename F::W w[kDepth][RW];
+    XBlk x[kDepth];
+#pragma unroll
+    for (int u = 0; u < kDepth; ++u) {
+      const int c = min(c0 + u * c_step, nb - 1);
+      x[u] = load_xblk(qx, meta, c);
+#pragma unroll
+      for (int i = 0; i < RW; ++i) {
+        const int row = row0 + i;
+        w[u][i] = F::lds(s + row * g.qs_row, sc0 + row * g.sc_row, d0 + row * g.d_row, c);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kDepth; ++u)
+      if (c0 + u * c_step < nb)
+#pragma unroll
+        for (int i = 0; i < RW; ++i) acc[i] += F::dot(w[u][i], x[u]);
+  }
+}
+
 // One projection of the row (qx, meta: shared or global memory) over this block's rows of layer
-// li, stage by stage from the ring. A stage's rows are split over the 8 warps (kWarps / rows
-// warps per row, lanes striding over the row's 32-element blocks); each warp leaves its sum in
-// Ring::part and counts itself out of the slot, and the last warp out refills the slot with
+// li, stage by stage from the ring. A stage's rows are split over the 8 warps (warps_per_row
+// warps per row, rows_per_warp rows per warp, lanes striding over the row's 32-element blocks);
+// each warp leaves its sums in Ring::part and counts itself out of the slot, and the last warp out refills the slot with
 // stage t + n_slots: no block-wide barrier per stage. At the end the sums of each row are added
 // in warp order (deterministic) and the epilogue runs over the block's rows in groups of kR.
 template <class F, class Epi>
@@ -257,20 +306,10 @@ __device__ __noinline__ void ring_gemv(const Params& p, Ring& rg, const uint8_t*
                                        int li, int proj, const int8_t* qx, const MmqActMeta* meta, const Epi epi) {
   const Geo& g = p.geo[proj];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int wpr = kWarps / g.rows, row = warp / wpr, kpart = warp % wpr;  // warps per stage row
-  const int nb = g.k / 32, r_begin = rg.r0[proj], r_end = r_begin + rg.rows[proj];
+  const int rpw = rows_per_warp(g.rows), wpr = warps_per_row(g.rows);
+  const int row0 = warp / wpr * rpw, kpart = warp % wpr;  // this warp's first stage row, k part
+  const int r_begin = rg.r0[proj], r_end = r_begin + rg.rows[proj];
   const int t0 = li * rg.first[4] + rg.first[proj], stages = rg.first[proj + 1] - rg.first[proj];
-  constexpr int kDepth = 4;  // blocks per lane loaded before their dot products
-  auto load_x = [&](int c) {
-    XBlk x;
-    const uint4* xp = reinterpret_cast<const uint4*>(qx + c * 32);
-    x.a = xp[0];
-    x.b = xp[1];
-    const float2 md = *reinterpret_cast<const float2*>(meta + c);
-    x.d = md.x;
-    x.s = md.y;
-    return x;
-  };
   const int c_first = kpart * 32 + lane, c_step = 32 * wpr;
   const bool timed = p.timing != nullptr && threadIdx.x == 0;  // block 0 sums; every block's max
   unsigned long long t_loop = timed ? now_ns() : 0, t_wait = 0;
@@ -280,26 +319,21 @@ __device__ __noinline__ void ring_gemv(const Params& p, Ring& rg, const uint8_t*
     const unsigned long long w0 = timed ? now_ns() : 0;
     mbar_wait(&rg.full[slot], (t / p.n_slots) & 1);
     if (timed) t_wait += now_ns() - w0;
-    if (row < nr) {
-      const uint8_t* qs = s + row * g.qs_row;
-      const uint8_t* sc = s + g.sc_off + (g.L.scales + int64_t{r} * g.sc_row) % 16 + row * g.sc_row;
-      const uint8_t* dd = s + g.d_off + (g.L.d + int64_t{r} * g.d_row) % 16 + row * g.d_row;
-      float acc = 0.f;
-      for (int c0 = c_first; c0 < nb; c0 += kDepth * c_step) {
-        typename F::W w[kDepth];
-        XBlk x[kDepth];
-#pragma unroll
-        for (int u = 0; u < kDepth; ++u) {
-          const int c = min(c0 + u * c_step, nb - 1);
-          w[u] = F::lds(qs, sc, dd, c);
-          x[u] = load_x(c);
-        }
-#pragma unroll
-        for (int u = 0; u < kDepth; ++u)
-          if (c0 + u * c_step < nb) acc += F::dot(w[u], x[u]);
+    if (row0 < nr) {  // nr is a multiple of kR, so both rows of a pair are in
+      float acc[2] = {0.f, 0.f};
+      if (rpw == 2) {
+        stage_dots<F, 2>(g, s, r, row0, c_first, c_step, qx, meta, acc);
+      } else {
+        float a1[1] = {0.f};
+        stage_dots<F, 1>(g, s, r, row0, c_first, c_step, qx, meta, a1);
+        acc[0] = a1[0];
       }
-      acc = warp_sum(acc);
-      if (lane == 0) rg.part[(j * g.rows + row) * wpr + kpart] = acc;
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        if (i >= rpw) break;
+        const float v = warp_sum(acc[i]);
+        if (lane == 0) rg.part[(j * g.rows + row0 + i) * wpr + kpart] = v;
+      }
     }
     __syncwarp();
     if (lane == 0 &&
@@ -737,7 +771,7 @@ bool decode_persistent_supported(DType type, int64_t n_layers, int64_t d, int64_
   const int64_t shapes[4][2] = {{qd + 2 * kvd, d}, {d, qd}, {2 * ff, d}, {d, ff}};
   for (const auto& nk : shapes) {
     const Geo g = make_geo(type, nk[0], nk[1]);
-    if (g.rows == 0 || (nk[0] / kR + grid - 1) / grid * kR * (kWarps / g.rows) > kMaxParts) return false;
+    if (g.rows == 0 || (nk[0] / kR + grid - 1) / grid * kR * warps_per_row(g.rows) > kMaxParts) return false;
   }
   // At least 2 ring slots with kBlocksPerSm blocks per SM.
   return with_kernel(type, head_dim, [&](auto kernel) { return smem_plan(kernel, head_dim, n_layers).n_slots >= 2; });
