@@ -169,11 +169,15 @@ int k_split_override() {
 
 // Calls f(KS) with the k split for m rows of w; 0 asks for the default. At one row, when the
 // row groups alone leave fewer than 12 warps per SM: 2 warps per group, 4 for rows of >= 12 KB.
+// Q4_K (heavier dot per byte; `at_least_2`) splits every one-row projection at least in 2:
+// H200, same call, q4_k batch-1 decode 2.00 / 2.00 -> 1.95 / 1.95 ms (gate|up and the head
+// split too); the same for q4_0 changed nothing (1.91 / 1.92 vs 1.91 / 1.89;
+// docs/design/gpu_runs/s8_mmq_k_split_at_one_row.txt).
 // H200, m = 1, in a graph, us for KS = 1 / 2 / 4 (docs/design/gpu_runs/s6_mmq_k_split_final.md):
 // 4096 x 14336 Q4_0 15.9 / 9.7 / 9.9, Q8_0 19.5 / 16.4 / 16.3; 4096 x 4096 Q4_0 5.5 / 3.8 / 4.2;
 // 6144 x 4096 (1536 groups: split too) Q4_0 6.1 / 5.1 / 5.8, Q8_0 8.2 / 8.2 / 8.1.
 template <class Fn>
-void with_k_split(const MmqMat& w, int64_t m, int k_split, Fn&& f) {
+void with_k_split(const MmqMat& w, int64_t m, int k_split, bool at_least_2, Fn&& f) {
   TESSERA_CHECK_ARG(k_split >= 0, "mmq_gemv: k split must be 0 (default), 1, 2 or 4");
   if (k_split == 0) k_split = k_split_override();
   if (k_split == 0) {
@@ -181,6 +185,7 @@ void with_k_split(const MmqMat& w, int64_t m, int k_split, Fn&& f) {
     const size_t row_bytes = w.L.bytes / static_cast<size_t>(w.n);
     k_split = 1;
     if (m == 1 && groups < 12 * sm_count() && nb >= 32 * kU * 2) k_split = row_bytes >= 12288 && nb >= 32 * kU * 4 ? 4 : 2;
+    if (m == 1 && at_least_2 && k_split == 1 && nb >= 32 * kU * 2) k_split = 2;
   }
   switch (k_split) {
     case 1:
@@ -196,7 +201,7 @@ void with_k_split(const MmqMat& w, int64_t m, int k_split, Fn&& f) {
 template <class F>
 void launch_m(const MmqMat& w, const int8_t* qx, const MmqActMeta* meta, int64_t m, float* y,
               int64_t ldy, bool acc, int k_split, cudaStream_t s) {
-  with_k_split(w, m, k_split, [&](auto ks) {
+  with_k_split(w, m, k_split, std::is_same_v<F, Q4_KG>, [&](auto ks) {
     constexpr int KS = decltype(ks)::value;
     switch (m) {
 #define TESSERA_M(M)                                                                                     \
@@ -239,7 +244,7 @@ void mmq_gemv_qkv_rope(DType t, const void* packed, int64_t k, const int8_t* qx,
   const int64_t n = r.q_rows + 2 * r.kv_rows;
   const MmqMat w{static_cast<const uint8_t*>(packed), gemv_quant_layout(t, n, k), n, k};
   with_format(t, [&](auto fmt) {
-    with_k_split(w, 1, k_split, [&](auto ks) {
+    with_k_split(w, 1, k_split, std::is_same_v<decltype(fmt), Q4_KG>, [&](auto ks) {
       constexpr int KS = decltype(ks)::value;
       launch_kernel(mmq_gemv_kernel<decltype(fmt), 1, KS, QkvRopeRow>, grid_for(w, KS), kThreads, 0, s,
                     w, qx, meta, QkvRopeRow{QkvRopeEpi<float>{q, r}});
