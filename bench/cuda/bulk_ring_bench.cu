@@ -17,30 +17,16 @@
 #include <cstdio>
 
 #include "backend/cuda/cuda_check.h"
+#include "kernels/cuda/bulk_copy.cuh"
 
 namespace {
+using namespace tessera::cuda::detail;
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
-  uint32_t done;
-  do {
-    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
-                 : "=r"(done)
-                 : "r"(smem_addr(bar)), "r"(parity)
-                 : "memory");
-  } while (!done);
-}
 // One stage: `pieces` bulk copies of bytes / pieces each, completing on bar.
 __device__ void fill(uint8_t* dst, const uint8_t* src, uint32_t bytes, uint64_t* bar, int pieces) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+  mbar_expect_tx(bar, bytes);
   const uint32_t piece = bytes / pieces;
-  for (int i = 0; i < pieces; ++i)
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                     smem_addr(dst + i * piece)),
-                 "l"(src + i * piece), "r"(piece), "r"(smem_addr(bar))
-                 : "memory");
+  for (int i = 0; i < pieces; ++i) bulk_copy(dst + i * piece, src + i * piece, piece, bar);
 }
 
 __global__ void __launch_bounds__(256, 1)
@@ -52,10 +38,10 @@ __global__ void __launch_bounds__(256, 1)
   const int stages = static_cast<int>(per_block / slot), lane = threadIdx.x % 32;
   if (threadIdx.x == 0) {
     for (int s = 0; s < depth; ++s) {
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(&full[s])));
+      mbar_init(&full[s]);
       left[s] = 0;
     }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    fence_mbar_init();
   }
   __syncthreads();
   if (threadIdx.x == 0)

@@ -258,16 +258,7 @@ TEST(LlamaCudaDummy, OneRowStepsMatchOneChunk) {
   }
 }
 
-// With TESSERA_PERSISTENT_DECODE=1, one-row steps of quantized models take the persistent
-// decode kernel (every layer in one launch, kernels/cuda/decode_persistent.h) instead of the
-// kernel chain (norm + quantize, GEMVs, paged attention, ...). Same random weights, 40 teacher-forced
-// one-row steps: the logits must agree closely (they differ by attention's rounding, f32 here
-// vs f16 q and probabilities on tensor cores there, and the GEMVs' k-split summation order).
-// smollm2-135m: head_dim 64, 3 query heads per kv head; llama3-8b-shaped Q4_K (Q8_K
-// activations): head_dim 128, group 4 (a 32000-token head to keep it light).
-// Two small shapes no named architecture has: group 1 (every query head its own kv head), and
-// group 8 with 8 kv heads over enough positions that attention has more items (chunks x kv
-// heads) than the grid has blocks (2 per SM), so blocks take several items.
+// A 2-layer Llama of these widths (shapes no named architecture has).
 models::LlmConfig small_llama(int64_t d, int64_t heads, int64_t kv_heads, int64_t ff) {
   models::LlmConfig c = models::dummy_config("llama3-8b");
   c.architecture = "llama";
@@ -282,6 +273,15 @@ models::LlmConfig small_llama(int64_t d, int64_t heads, int64_t kv_heads, int64_
   return c;
 }
 
+// With TESSERA_PERSISTENT_DECODE=1, one-row steps of quantized models take the persistent
+// decode kernel (every layer in one launch, kernels/cuda/decode_persistent.h) instead of the
+// kernel chain (norm + quantize, GEMVs, paged attention, ...). Same random weights, teacher-forced
+// one-row steps: the logits must agree closely (they differ by attention's rounding, f32 here
+// vs f16 q and probabilities on tensor cores there, and the GEMVs' summation order).
+// smollm2-135m: head_dim 64, 3 query heads per kv head; llama3-8b-shaped Q4_K (Q8_K
+// activations): head_dim 128, group 4 (a 32000-token head to keep it light); group 1 (every
+// query head its own kv head); group 8 with 8 kv heads over enough positions that attention has
+// more items (chunks x kv heads) than the grid has blocks (2 per SM), so blocks take several.
 TEST(LlamaCudaDummy, PersistentDecodeMatchesTheKernelChain) {
   TESSERA_SKIP_WITHOUT_GPU();
   ThreadPool pool(1);

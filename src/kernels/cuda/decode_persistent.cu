@@ -11,13 +11,12 @@
 #include <type_traits>
 #include <vector>
 
-#include <cuda/atomic>
-
 #include "backend/cuda/cuda_check.h"
 #include "core/error.h"
+#include "kernels/cuda/decode_persistent_common.cuh"
+#include "kernels/cuda/decode_persistent_ring.cuh"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/mmq_common.cuh"
-#include "kernels/cuda/mmq_gemv_formats.cuh"
 #include "kernels/cuda/mmq_quant.cuh"
 #include "kernels/cuda/qkv_rope_epi.cuh"
 #include "kernels/cuda/warp.cuh"
@@ -25,345 +24,7 @@
 namespace tessera::cuda {
 namespace {
 using namespace detail;
-
-constexpr int kThreads = kQuantThreads, kWarps = kThreads / 32;  // RmsSrc::prepare's block size
-constexpr int kR = kGemvRows;  // rows of a group: the unit of a block's rows and of the epilogues
-constexpr int kKeys = 32;      // keys per attention item: one per lane
-constexpr int kMaxGroup = 8;   // query heads per kv head
-constexpr int kMaxKvHeads = 64;
-constexpr int kMaxLayers = 160;  // the weight table in shared memory (32 bytes per layer)
-constexpr int64_t kMaxRow = 8192;  // widest row formed in shared memory (d, q rows)
-// Workspace: [grid barrier counter u64 | merge counters, one per kv head | partials].
-constexpr size_t kHeaderBytes = 512;
-constexpr int kMaxSlots = 16;        // weight ring slots
-constexpr int kBlocksPerSm = 2;  // each with its own ring: two blocks' stage loops interleave on an SM
-constexpr int kMaxParts = 1024;  // partial sums of one projection per block (rows x warps per row)
-// One stage: up to 8 rows of ~4 KB, or fewer longer ones (H200, q4_0 Llama-3-8B, ms per token
-// by slot size: 16 KB 3.61, 24 KB 2.88, 32 KB 2.76, i.e. 5, 3 and 2 slots per block: per-stage
-// costs favour big stages over deep rings).
-// TESSERA_PERSISTENT_SLOT_KB=8..40 overrides (experiments).
-int slot_bytes() {
-  static const int v = [] {
-    const char* e = std::getenv("TESSERA_PERSISTENT_SLOT_KB");
-    const int kb = e != nullptr ? std::atoi(e) : 0;
-    return (kb >= 8 && kb <= 40 ? kb : 32) * 1024 + 128;
-  }();
-  return v;
-}
-
-// One projection's stages: a stage is `rows` whole rows of the block's range.
-struct Geo {
-  int n, k;                    // rows, columns
-  GemvQuantLayout L;           // the sections' offsets in the repacked buffer
-  int qs_row, sc_row, d_row;   // bytes per row in each section (d_row 0: no such section)
-  int rows;                    // rows per stage: 8, 4, 2 or 1
-  int sc_off, d_off;           // where the sections start in a slot
-};
-
-// The block's ring state (static shared memory). Stage t of the block's sequence (every
-// layer's q|k|v, o, gate|up, down stages in order) goes to slot t % n_slots.
-struct Ring {
-  uint64_t full[kMaxSlots];       // one mbarrier per slot: its copies have landed
-  int left[kMaxSlots];            // warps that have finished the slot's stage (the last refills)
-  int r0[4], rows[4];             // the block's rows of each projection
-  int first[5];                   // stage index of each projection's first stage in a layer; [4]: stages per layer
-  float part[kMaxParts];          // per (block row, warp of the row): the sums of the projection in progress
-};
-
-// The kernel's sizes and pointers (PersistentDecode plus what the host derives).
-struct Params {
-  const PersistentLayer* layers;
-  int n_layers;
-  int d, qd, kvd, ff, n_kv, group;
-  Geo geo[4];  // q|k|v, o, gate|up, down
-  int n_slots, slot_bytes;
-  int smem_wtab, smem_slots;  // dynamic shared memory: the weight table's and the slots' offsets
-  float eps, scale_log2;
-  int n_rot;
-  const double* inv_freq;
-  const int32_t* pos;
-  const int64_t* cache_row;
-  const int32_t* table;
-  int block_size, max_chunks;
-  int cap;  // positions the block table holds: keys past it are never read
-  bool vec;  // every f32 row source is 16-byte aligned
-  bool down_row_shared;  // the down projection's quantized row fits the row region: copied there
-  float *x, *q, *attn, *gu;
-  int8_t* qx;
-  MmqActMeta* meta;
-  unsigned long long* barrier;
-  unsigned* counters;
-  unsigned long long* timing;  // TESSERA_PERSISTENT_TIMING: block 0's clock at each barrier
-  float* part_o;    // [kv head][chunk][group][head_dim]
-  float2* part_ml;  // [kv head][chunk][group]: (max in log2 units, sum)
-};
-
-constexpr int kRingTiming = 4200;  // timing[]: per projection, block 0's ns waiting for stages, ns in the loop
-__device__ __forceinline__ unsigned long long now_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-// TESSERA_PERSISTENT_TIMING: block 0's thread 0 writes the clock to timing[slot].
-__device__ __forceinline__ void clock_to(unsigned long long* timing, int slot) {
-  if (timing != nullptr && blockIdx.x == 0 && threadIdx.x == 0) {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    timing[slot] = t;
-  }
-}
-__shared__ int timing_slot;  // block 0's next barrier entry
-__device__ __forceinline__ void record_time(unsigned long long* timing) {
-  if (timing != nullptr && blockIdx.x == 0 && threadIdx.x == 0) clock_to(timing, timing_slot++);
-}
-// Attention stage clocks of block 0's first item (the last layer's), at timing[4096 + i].
-__device__ __forceinline__ void stage_time(unsigned long long* timing, int i) { clock_to(timing, 4096 + i); }
-
-// All blocks meet: every write before it (by any block) is visible to every read after it. The
-// counter only grows (by gridDim.x per barrier, and every launch passes the same number of
-// barriers with the same grid), so a barrier's generation is the counter / gridDim.x.
-__device__ __forceinline__ void grid_barrier(unsigned long long* bar, unsigned long long* timing) {
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const unsigned long long n = gridDim.x;
-    __threadfence();
-    const unsigned long long old = atomicAdd(bar, 1ull);
-    const unsigned long long target = (old / n + 1) * n;
-    unsigned long long cur;
-    // Relaxed polls, one fence after. (Acquire polls and polls with __nanosleep(64) between
-    // them measured the same, docs/design/gpu_runs/s7_persistent_phase_times.md.)
-    do {
-      asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(cur) : "l"(bar) : "memory");
-    } while (cur < target);
-    __threadfence();
-    record_time(timing);
-  }
-  __syncthreads();
-}
-
-// Epilogues (every lane of a warp, with the sums of 4 consecutive rows r0 .. r0 + 3).
-struct StoreRow {  // y[r0 + r] (+)= v[r]
-  float* y;
-  bool accumulate;
-  __device__ void operator()(int64_t r0, const float (&v)[kR], int64_t n, int lane) const {
-#pragma unroll
-    for (int r = 0; r < kR; ++r)
-      if (lane == r && r0 + r < n) y[r0 + r] = accumulate ? y[r0 + r] + v[r] : v[r];
-  }
-};
-
-// ---- The weight ring ------------------------------------------------------------------------
-// Every block owns a fixed range of row groups of each projection (rows_of) and streams those
-// rows' weights, for every layer in order, through a ring of shared-memory slots filled by bulk
-// copies (cp.async.bulk, completion on one mbarrier per slot). A slot holds one stage: up to
-// 8 whole rows of one projection (each section -- qs, scales, super-block scales -- copied as
-// one 16-byte-aligned span that covers those rows). Thread 0 refills a slot as soon as the block
-// has consumed it, with the next stage of the block's sequence (layer, projection, stage), so
-// the copies run ahead across grid barriers, attention and row forming: weights never depend on
-// activations. Nothing is prefetched that is not consumed by the same launch.
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void mbar_init(uint64_t* bar) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(bar)) : "memory");
-}
-__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
-  uint32_t done;
-  do {
-    asm volatile(
-        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
-        : "=r"(done)
-        : "r"(smem_addr(bar)), "r"(parity)
-        : "memory");
-  } while (!done);
-}
-__device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t bytes, uint64_t* bar, uint64_t policy) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(
-          smem_addr(dst)),
-      "l"(src), "r"(bytes), "r"(smem_addr(bar)), "l"(policy)
-      : "memory");
-}
-
-// This block's rows of an n-row projection: whole groups of kR rows, as even as they split.
-__device__ __forceinline__ void rows_of(int n, int& r0, int& rows) {
-  const int groups = n / kR, g0 = static_cast<int>(int64_t{groups} * blockIdx.x / gridDim.x),
-            g1 = static_cast<int>(int64_t{groups} * (blockIdx.x + 1) / gridDim.x);
-  r0 = g0 * kR;
-  rows = (g1 - g0) * kR;
-}
-
-// Thread 0, once per launch: the block's rows and stage counts.
-__device__ void ring_init(const Params& p, Ring& rg) {
-  rg.first[0] = 0;
-  for (int i = 0; i < 4; ++i) {
-    rows_of(p.geo[i].n, rg.r0[i], rg.rows[i]);
-    rg.first[i + 1] = rg.first[i] + (rg.rows[i] + p.geo[i].rows - 1) / p.geo[i].rows;
-  }
-  for (int s = 0; s < p.n_slots; ++s) {
-    mbar_init(&rg.full[s]);
-    rg.left[s] = 0;
-  }
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-}
-
-// Copies stage t of the block's sequence into slot t % n_slots (one thread; the slot is free).
-__device__ void ring_issue(const Params& p, const Ring& rg, const uint8_t* const* wtab, uint8_t* slots, int t) {
-  const int per_layer = rg.first[4];
-  if (per_layer == 0 || t >= p.n_layers * per_layer) return;
-  const int layer = t / per_layer, u = t - layer * per_layer;
-  const int proj = (u >= rg.first[1]) + (u >= rg.first[2]) + (u >= rg.first[3]);
-  const Geo& g = p.geo[proj];
-  const int r = rg.r0[proj] + (u - rg.first[proj]) * g.rows, nr = min(g.rows, rg.r0[proj] + rg.rows[proj] - r);
-  const uint8_t* base = wtab[layer * 4 + proj];
-  const int slot = t % p.n_slots;
-  uint8_t* dst = slots + int64_t{slot} * p.slot_bytes;
-  uint64_t* bar = const_cast<uint64_t*>(&rg.full[slot]);
-  const int64_t offs[3] = {static_cast<int64_t>(g.L.qs), static_cast<int64_t>(g.L.scales), static_cast<int64_t>(g.L.d)};
-  const int row_bytes[3] = {g.qs_row, g.sc_row, g.d_row}, dst_off[3] = {0, g.sc_off, g.d_off};
-  int64_t lo[3];
-  uint32_t len[3], total = 0;
-#pragma unroll
-  for (int s = 0; s < 3; ++s) {  // each section's span: from a 16-byte boundary to one
-    lo[s] = (offs[s] + int64_t{r} * row_bytes[s]) & ~int64_t{15};
-    const int64_t hi = (offs[s] + int64_t{r + nr} * row_bytes[s] + 15) & ~int64_t{15};
-    len[s] = row_bytes[s] == 0 ? 0u : static_cast<uint32_t>(hi - lo[s]);
-    total += len[s];
-  }
-  uint64_t policy;  // weights are read once per step: first out of the L2
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-  // The other warps' reads of the slot happen before this refill (their acq_rel count-out,
-  // ring_gemv); the proxy fence orders them before the async proxy's writes (measured free).
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-  mbar_expect_tx(bar, total);
-#pragma unroll
-  for (int s = 0; s < 3; ++s)
-    if (len[s] != 0) bulk_copy(dst + dst_off[s], base + lo[s], len[s], bar, policy);
-}
-
-// Warps per row of a stage: 8-row stages give each warp 2 rows (sharing the activation loads)
-// and half of k; shorter stages spread a row over kWarps / rows warps.
-__host__ __device__ constexpr int rows_per_warp(int stage_rows) { return stage_rows == kWarps ? 2 : 1; }
-__host__ __device__ constexpr int warps_per_row(int stage_rows) {
-  return kWarps * rows_per_warp(stage_rows) / stage_rows;
-}
-
-__device__ __forceinline__ XBlk load_xblk(const int8_t* qx, const MmqActMeta* meta, int c) {
-  XBlk x;
-  const uint4* xp = reinterpret_cast<const uint4*>(qx + c * 32);
-  x.a = xp[0];
-  x.b = xp[1];
-  const float2 md = *reinterpret_cast<const float2*>(meta + c);
-  x.d = md.x;
-  x.s = md.y;
-  return x;
-}
-
-// One warp's part of a stage: rows row0 .. row0 + RW - 1 of the slot s (stage rows start at
-// projection row r), its blocks c_first, c_first + c_step, ...; acc[i] gets row row0 + i.
-template <class F, int RW>
-__device__ __forceinline__ void stage_dots(const Geo& g, const uint8_t* s, int r, int row0, int c_first,
-                                           int c_step, const int8_t* qx, const MmqActMeta* meta,
-                                           float (&acc)[RW]) {
-  constexpr int kDepth = 4 / RW;  // blocks per lane loaded before their dot products
-  const int nb = g.k / 32;
-  const uint8_t* sc0 = s + g.sc_off + (g.L.scales + int64_t{r} * g.sc_row) % 16;
-  const uint8_t* d0 = s + g.d_off + (g.L.d + int64_t{r} * g.d_row) % 16;
-  for (int c0 = c_first; c0 < nb; c0 += kDepth * c_step) {
-    typename F::W w[kDepth][RW];
-    XBlk x[kDepth];
-#pragma unroll
-    for (int u = 0; u < kDepth; ++u) {
-      const int c = min(c0 + u * c_step, nb - 1);
-      x[u] = load_xblk(qx, meta, c);
-#pragma unroll
-      for (int i = 0; i < RW; ++i) {
-        const int row = row0 + i;
-        w[u][i] = F::lds(s + row * g.qs_row, sc0 + row * g.sc_row, d0 + row * g.d_row, c);
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kDepth; ++u)
-      if (c0 + u * c_step < nb)
-#pragma unroll
-        for (int i = 0; i < RW; ++i) acc[i] += F::dot(w[u][i], x[u]);
-  }
-}
-
-// One projection of the row (qx, meta: shared or global memory) over this block's rows of layer
-// li, stage by stage from the ring. A stage's rows are split over the 8 warps (warps_per_row
-// warps per row, rows_per_warp rows per warp, lanes striding over the row's 32-element blocks);
-// each warp leaves its sums in Ring::part and counts itself out of the slot, and the last warp out refills the slot with
-// stage t + n_slots: no block-wide barrier per stage. At the end the sums of each row are added
-// in warp order (deterministic) and the epilogue runs over the block's rows in groups of kR.
-template <class F, class Epi>
-__device__ __noinline__ void ring_gemv(const Params& p, Ring& rg, const uint8_t* const* wtab, uint8_t* slots,
-                                       int li, int proj, const int8_t* qx, const MmqActMeta* meta, const Epi epi) {
-  const Geo& g = p.geo[proj];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int rpw = rows_per_warp(g.rows), wpr = warps_per_row(g.rows);
-  const int row0 = warp / wpr * rpw, kpart = warp % wpr;  // this warp's first stage row, k part
-  const int r_begin = rg.r0[proj], r_end = r_begin + rg.rows[proj];
-  const int t0 = li * rg.first[4] + rg.first[proj], stages = rg.first[proj + 1] - rg.first[proj];
-  const int c_first = kpart * 32 + lane, c_step = 32 * wpr;
-  const bool timed = p.timing != nullptr && threadIdx.x == 0;  // block 0 sums; every block's max
-  unsigned long long t_loop = timed ? now_ns() : 0, t_wait = 0;
-  for (int j = 0; j < stages; ++j) {
-    const int t = t0 + j, slot = t % p.n_slots, r = r_begin + j * g.rows, nr = min(g.rows, r_end - r);
-    const uint8_t* s = slots + int64_t{slot} * p.slot_bytes;
-    const unsigned long long w0 = timed ? now_ns() : 0;
-    mbar_wait(&rg.full[slot], (t / p.n_slots) & 1);
-    if (timed) t_wait += now_ns() - w0;
-    if (row0 < nr) {  // nr is a multiple of kR, so both rows of a pair are in
-      float acc[2] = {0.f, 0.f};
-      if (rpw == 2) {
-        stage_dots<F, 2>(g, s, r, row0, c_first, c_step, qx, meta, acc);
-      } else {
-        float a1[1] = {0.f};
-        stage_dots<F, 1>(g, s, r, row0, c_first, c_step, qx, meta, a1);
-        acc[0] = a1[0];
-      }
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        if (i >= rpw) break;
-        const float v = warp_sum(acc[i]);
-        if (lane == 0) rg.part[(j * g.rows + row0 + i) * wpr + kpart] = v;
-      }
-    }
-    __syncwarp();
-    if (lane == 0 &&
-        ::cuda::atomic_ref<int, ::cuda::thread_scope_block>(rg.left[slot]).fetch_add(1, ::cuda::memory_order_acq_rel) ==
-            kWarps - 1) {
-      rg.left[slot] = 0;
-      ring_issue(p, rg, wtab, slots, t + p.n_slots);
-    }
-  }
-  if (timed) {  // block 0's warp 0: time waiting for stages, time in the stage loop (ns, summed over layers);
-                // the longest loop of any block (ns, summed over layers)
-    const unsigned long long loop = now_ns() - t_loop;
-    if (blockIdx.x == 0) {
-      p.timing[kRingTiming + 2 * proj] += t_wait;
-      p.timing[kRingTiming + 2 * proj + 1] += loop;
-    }
-    atomicMax(&p.timing[kRingTiming + 8 + li * 4 + proj], loop);
-  }
-  __syncthreads();
-  for (int gi = warp; gi < rg.rows[proj] / kR; gi += kWarps) {
-    float v[kR];
-#pragma unroll
-    for (int i = 0; i < kR; ++i) {
-      float sum = 0.f;
-      for (int k = 0; k < wpr; ++k) sum += rg.part[(gi * kR + i) * wpr + k];
-      v[i] = sum;
-    }
-    epi(r_begin + gi * kR, v, g.n, lane);
-  }
-}
+using namespace persistent;
 
 // Quantizes one row of src into this block's shared memory (all threads of the block).
 template <bool kK, class Src>
@@ -602,38 +263,12 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) persistent_kernel(cons
   record_time(p.timing);
 }
 
-constexpr int64_t align_to(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
 
 // Dynamic shared memory below the weight table: the formed row or the attention's scratch.
 constexpr int64_t row_region_bytes(int64_t head_dim) {
   return align_to(std::max<int64_t>(kMaxRow + kMaxRow / 32 * sizeof(MmqActMeta),
                                     head_dim == 64 ? sizeof(AttnSmem<64>) : sizeof(AttnSmem<128>)),
                   128);
-}
-
-// An n x k projection's stages: the most rows (8, 4, 2, 1) whose sections fit a slot; rows 0
-// when not even one row fits (the step is then unsupported).
-Geo make_geo(DType t, int64_t n, int64_t k) {
-  Geo g{};
-  g.n = static_cast<int>(n);
-  g.k = static_cast<int>(k);
-  g.L = gemv_quant_layout(t, n, k);
-  g.qs_row = static_cast<int>(t == DType::kQ8_0 ? k : k / 2);
-  g.sc_row = static_cast<int>((t == DType::kQ4_1 ? 4 : 2) * (k / 32));
-  g.d_row = static_cast<int>(t == DType::kQ4_K ? 4 * (k / 256) : 0);
-  for (int rows = 8; rows >= 1; rows /= 2) {
-    // A section's span starts up to 15 bytes before its rows and ends up to 15 after.
-    const int64_t sc_off = align_to(int64_t{rows} * g.qs_row, 16);
-    const int64_t d_off = sc_off + align_to(int64_t{rows} * g.sc_row + 32, 16);
-    const int64_t end = d_off + (g.d_row != 0 ? align_to(int64_t{rows} * g.d_row + 32, 16) : 0);
-    if (end <= slot_bytes()) {
-      g.rows = rows;
-      g.sc_off = static_cast<int>(sc_off);
-      g.d_off = static_cast<int>(d_off);
-      return g;
-    }
-  }
-  return g;
 }
 
 template <class Fn>
@@ -756,8 +391,11 @@ SmemPlan smem_plan(Kernel kernel, int64_t head_dim, int64_t n_layers) {
 
 }  // namespace
 
-bool decode_persistent_supported(DType type, int64_t n_layers, int64_t d, int64_t n_heads, int64_t n_kv_heads,
-                                 int64_t head_dim, int64_t ff) {
+namespace {
+// The shape checks of decode_persistent_supported, without the shared-memory plan (which every
+// launch makes anyway).
+bool shape_supported(DType type, int64_t n_layers, int64_t d, int64_t n_heads, int64_t n_kv_heads,
+                     int64_t head_dim, int64_t ff) {
   if (type != DType::kQ8_0 && type != DType::kQ4_0 && type != DType::kQ4_1 && type != DType::kQ4_K) return false;
   if (head_dim != 64 && head_dim != 128) return false;
   if (n_layers < 1 || n_layers > kMaxLayers) return false;
@@ -773,6 +411,13 @@ bool decode_persistent_supported(DType type, int64_t n_layers, int64_t d, int64_
     const Geo g = make_geo(type, nk[0], nk[1]);
     if (g.rows == 0 || (nk[0] / kR + grid - 1) / grid * kR * warps_per_row(g.rows) > kMaxParts) return false;
   }
+  return true;
+}
+}  // namespace
+
+bool decode_persistent_supported(DType type, int64_t n_layers, int64_t d, int64_t n_heads, int64_t n_kv_heads,
+                                 int64_t head_dim, int64_t ff) {
+  if (!shape_supported(type, n_layers, d, n_heads, n_kv_heads, head_dim, ff)) return false;
   // At least 2 ring slots with kBlocksPerSm blocks per SM.
   return with_kernel(type, head_dim, [&](auto kernel) { return smem_plan(kernel, head_dim, n_layers).n_slots >= 2; });
 }
@@ -788,7 +433,7 @@ void decode_persistent_workspace_reset(void* ws, cudaStream_t stream) {
 }
 
 void decode_persistent(const PersistentDecode& a, cudaStream_t stream) {
-  TESSERA_CHECK_ARG(decode_persistent_supported(a.type, a.n_layers, a.d, a.n_heads, a.n_kv_heads, a.head_dim, a.ff),
+  TESSERA_CHECK_ARG(shape_supported(a.type, a.n_layers, a.d, a.n_heads, a.n_kv_heads, a.head_dim, a.ff),
                     "decode_persistent: unsupported type or shape");
   TESSERA_CHECK_ARG(a.n_layers >= 1 && a.block_size >= 1 && a.table_capacity >= 1 &&
                         a.table_capacity < (int64_t{1} << 30) && a.n_rot % 2 == 0 && a.n_rot <= a.head_dim,
@@ -799,9 +444,7 @@ void decode_persistent(const PersistentDecode& a, cudaStream_t stream) {
   check_rope(QkvRope{qd, kvd, a.head_dim, a.n_rot, a.inv_freq, a.pos, a.cache_row, nullptr, nullptr});
   with_kernel(a.type, a.head_dim, [&](auto kernel) {
     const SmemPlan plan = smem_plan(kernel, a.head_dim, a.n_layers);
-    if (plan.n_slots < 2) throw_error(ErrorCode::kInternal, "decode_persistent: shared memory holds fewer than 2 ring slots");
-    const int64_t row_region = plan.row_region, slots_at = plan.slots_at, n_slots = plan.n_slots;
-    const size_t smem = plan.bytes;
+    TESSERA_CHECK_ARG(plan.n_slots >= 2, "decode_persistent: unsupported type or shape (fewer than 2 ring slots fit)");
     const int64_t grid = int64_t{kBlocksPerSm} * sm_count();
     Params p{};
     p.layers = a.layers;
@@ -816,10 +459,10 @@ void decode_persistent(const PersistentDecode& a, cudaStream_t stream) {
     p.geo[1] = make_geo(a.type, a.d, qd);
     p.geo[2] = make_geo(a.type, 2 * a.ff, a.d);
     p.geo[3] = make_geo(a.type, a.d, a.ff);
-    p.n_slots = static_cast<int>(n_slots);
+    p.n_slots = static_cast<int>(plan.n_slots);
     p.slot_bytes = slot_bytes();
-    p.smem_wtab = static_cast<int>(row_region);
-    p.smem_slots = static_cast<int>(slots_at);
+    p.smem_wtab = static_cast<int>(plan.row_region);
+    p.smem_slots = static_cast<int>(plan.slots_at);
     p.eps = a.norm_eps;
     p.scale_log2 = a.scale * 1.4426950408889634f;
     p.n_rot = static_cast<int>(a.n_rot);
@@ -830,7 +473,7 @@ void decode_persistent(const PersistentDecode& a, cudaStream_t stream) {
     p.block_size = static_cast<int>(a.block_size);
     p.max_chunks = static_cast<int>((a.table_capacity + kKeys - 1) / kKeys);
     p.cap = static_cast<int>(a.table_capacity);
-    p.down_row_shared = a.ff + a.ff / 32 * static_cast<int64_t>(sizeof(MmqActMeta)) <= row_region;
+    p.down_row_shared = a.ff + a.ff / 32 * static_cast<int64_t>(sizeof(MmqActMeta)) <= plan.row_region;
     p.vec = aligned16(a.x) && aligned16(a.attn) && aligned16(a.gu) && a.norms_aligned;  // widths: blocks of 32
     p.x = a.x;
     p.q = a.q;
@@ -850,7 +493,7 @@ void decode_persistent(const PersistentDecode& a, cudaStream_t stream) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(static_cast<unsigned>(grid));
     cfg.blockDim = dim3(kThreads);
-    cfg.dynamicSmemBytes = smem;
+    cfg.dynamicSmemBytes = plan.bytes;
     cfg.stream = stream;
     cudaLaunchAttribute attrs[1];
     attrs[0].id = cudaLaunchAttributeCooperative;

@@ -46,6 +46,8 @@ bool gemv_quant_supported(DType type);
 struct GemvQuantLayout {
   size_t qs = 0, qh = 0, scales = 0, d = 0;  // byte offsets of the sections (unused ones 0)
   size_t bytes = 0;                           // whole buffer
+  // Bytes of one row in each section (a section holds the n rows back to back; unused ones 0).
+  size_t qs_row = 0, qh_row = 0, scales_row = 0, d_row = 0;
 };
 GemvQuantLayout gemv_quant_layout(DType type, int64_t n, int64_t k);
 

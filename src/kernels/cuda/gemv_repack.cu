@@ -66,17 +66,18 @@ bool gemv_quant_supported(DType t) {
 
 GemvQuantLayout gemv_quant_layout(DType t, int64_t n, int64_t k) {
   check_shape(t, n, k);
-  const size_t e = static_cast<size_t>(n) * static_cast<size_t>(k);
   GemvQuantLayout L;
-  size_t qs = 0, qh = 0, sc = 0, d = 0;
-  switch (t) {
-    case DType::kQ8_0: qs = e; sc = e / 32 * 2; break;
-    case DType::kQ4_0: qs = e / 2; sc = e / 32 * 2; break;
-    case DType::kQ4_1: qs = e / 2; sc = e / 32 * 4; break;
-    case DType::kQ4_K: qs = e / 2; sc = e / 32 * 2; d = e / 256 * 4; break;
-    case DType::kQ6_K: qs = e / 2; qh = e / 4; sc = e / 16; d = e / 256 * 2; break;
+  const size_t kk = static_cast<size_t>(k);
+  switch (t) {  // bytes per row of each section
+    case DType::kQ8_0: L.qs_row = kk; L.scales_row = kk / 32 * 2; break;
+    case DType::kQ4_0: L.qs_row = kk / 2; L.scales_row = kk / 32 * 2; break;
+    case DType::kQ4_1: L.qs_row = kk / 2; L.scales_row = kk / 32 * 4; break;
+    case DType::kQ4_K: L.qs_row = kk / 2; L.scales_row = kk / 32 * 2; L.d_row = kk / 256 * 4; break;
+    case DType::kQ6_K: L.qs_row = kk / 2; L.qh_row = kk / 4; L.scales_row = kk / 16; L.d_row = kk / 256 * 2; break;
     default: break;
   }
+  const size_t rows = static_cast<size_t>(n);
+  const size_t qs = rows * L.qs_row, qh = rows * L.qh_row, sc = rows * L.scales_row, d = rows * L.d_row;
   L.qs = 0;
   size_t off = align_up(qs);
   if (qh) { L.qh = off; off = align_up(off + qh); }
