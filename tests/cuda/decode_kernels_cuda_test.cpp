@@ -94,17 +94,24 @@ TYPED_TEST(DecodeKernelsCuda, RopeKvWriteMatchesReference) {
       {64, 32, ref::RopeLayout::kHalfSplit, false, 0.25f},
       {6, 4, ref::RopeLayout::kInterleaved, true, 1.f},
       {2, 0, ref::RopeLayout::kInterleaved, false, 1.f}};
-  // Few rows spread each row's heads over several blocks (4 heads each): head counts that do
-  // and do not divide evenly.
+  // Rows' heads spread over several blocks (4 heads or more each) until a launch has ~4 blocks per
+  // SM: 5 rows (4 heads a block), 100 (a few parts per row, uneven), 700 (one block per row).
+  // Head counts that do and do not divide evenly.
+  for (int64_t rows : {int64_t{5}, int64_t{100}, int64_t{700}})
   for (bool table : {false, true})
   for (auto [n_heads, n_kv] : std::vector<std::pair<int64_t, int64_t>>{{6, 2}, {9, 3}, {32, 8}})
   for (const Case& c : cases) {
-    SCOPED_TRACE("heads=" + std::to_string(n_heads) + "/" + std::to_string(n_kv) +
-                 " head_dim=" + std::to_string(c.head_dim) + " n_rot=" + std::to_string(c.n_rot) +
-                 (table ? " angle table" : " pow"));
-    const int64_t rows = 5, cache_rows_total = 9;
-    const std::vector<int32_t> pos = {0, 1, 17, 32767, 131071};
-    const std::vector<int64_t> crow = {3, 0, 8, 5, 6};  // rows 1, 2, 4, 7 must stay untouched
+    SCOPED_TRACE("rows=" + std::to_string(rows) + " heads=" + std::to_string(n_heads) + "/" +
+                 std::to_string(n_kv) + " head_dim=" + std::to_string(c.head_dim) + " n_rot=" +
+                 std::to_string(c.n_rot) + (table ? " angle table" : " pow"));
+    if (rows > 5 && c.head_dim < 64) continue;  // the many-row launches: the model-sized heads
+    const int64_t cache_rows_total = rows + 4;
+    std::vector<int32_t> pos = {0, 1, 17, 32767, 131071};
+    std::vector<int64_t> crow = {3, 0, 8, 5, 6};  // rows 1, 2, 4, 7 must stay untouched
+    for (int64_t r = 5; r < rows; ++r) {
+      pos.push_back(static_cast<int32_t>((r * 7919) % 8192));
+      crow.push_back(r + 4);
+    }
     auto q = test::random_floats(rows * n_heads * c.head_dim, 1);
     auto k = test::random_floats(rows * n_kv * c.head_dim, 2);
     auto v = test::random_floats(rows * n_kv * c.head_dim, 3);

@@ -121,7 +121,7 @@ TEST(MmqQuant, RowsEqualTheCpuRowsByteForByte) {
   TESSERA_SKIP_WITHOUT_GPU();
   for (DType t : test::kQuantTypes)
     for (int64_t k : test::is_k_quant(t) ? std::vector<int64_t>{256, 768, 4096} : std::vector<int64_t>{32, 96, 576, 4096})
-    for (int64_t m : {3, 70})  // few rows: each row spread over several blocks; many: one each
+    for (int64_t m : {3, 70})  // each row over up to k / 2048 blocks while a launch has < ~4 blocks per SM
     for (int64_t ld : {k + 64, k + 1}) {  // 16-byte aligned rows, and not (scalar loads)
       auto x = random_rows(m, k, static_cast<uint32_t>(k));
       std::vector<float> strided(m * ld, 1e30f);
@@ -140,8 +140,11 @@ TEST(MmqQuant, RowsEqualTheCpuRowsByteForByte) {
 
 TEST(MmqQuant, FusedRmsNormAndSwigluMatchTheUnfusedCpuSteps) {
   TESSERA_SKIP_WITHOUT_GPU();
-  for (DType t : {DType::kQ4_1, DType::kQ6_K}) {
-    const int64_t m = 5, d = test::is_k_quant(t) ? 1536 : 576;
+  // 5 rows of 576 / 1536 (one block a row), 100 rows of 4096 (two blocks a row).
+  for (auto [t, m] : {std::pair{DType::kQ4_1, int64_t{5}}, std::pair{DType::kQ6_K, int64_t{5}},
+                      std::pair{DType::kQ4_1, int64_t{100}}, std::pair{DType::kQ6_K, int64_t{100}}}) {
+    SCOPED_TRACE(std::string(dtype_name(t)) + " rows " + std::to_string(m));
+    const int64_t d = m > 5 ? 4096 : test::is_k_quant(t) ? 1536 : 576;
     auto x = random_rows(m, d, 7);
     for (auto& v : x) v *= 3.f;
     x[0] = 0.5f;  // the zero block is not zero after a norm with this row's scale

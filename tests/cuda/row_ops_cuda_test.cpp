@@ -17,8 +17,9 @@ namespace {
 TEST(RowOpsCuda, RmsNormRowsBf16MatchesReference) {
   TESSERA_SKIP_WITHOUT_GPU();
   // 4096 / 576 take the float4 path; 575 and 9 the scalar one; 12288 > one pass of the block.
-  // 37 rows: one block per row; 1 and 3 rows: each row over several blocks (d >= 1024).
-  for (int64_t rows : {int64_t{37}, int64_t{1}, int64_t{3}})
+  // Rows spread over blocks of >= 512 elements until a launch has ~4 blocks per SM: 1, 3, 37 and
+  // 128 rows over several blocks each (d >= 1024), 600 rows one block each.
+  for (int64_t rows : {int64_t{37}, int64_t{1}, int64_t{3}, int64_t{128}, int64_t{600}})
   for (int64_t d : {int64_t{4096}, int64_t{576}, int64_t{575}, int64_t{9}, int64_t{12288}, int64_t{1031}}) {
     auto x = test::random_floats(rows * d, 1, -3.f, 3.f), w = test::random_floats(d, 2, 0.5f, 1.5f);
     test::DevBuf<float> dx(x), dw(w);

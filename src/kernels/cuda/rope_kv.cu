@@ -1,5 +1,7 @@
 #include "kernels/cuda/rope_kv.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "kernels/cuda/convert.cuh"
 #include "kernels/cuda/launch.cuh"
@@ -103,7 +105,12 @@ void rope_kv_write_strided(const T* q_in, int64_t ld_q, const T* k, const T* v, 
                     "cuda::rope_kv_write: head_dim and n_rot must be even, n_rot <= head_dim, "
                     "n_rot <= 512");
   if (rows <= 0) return;
-  const int64_t parts = rows >= 64 ? 1 : (n_heads + n_kv_heads + kHeadsPerPart - 1) / kHeadsPerPart;
+  // Parts per row: enough blocks for ~4 per SM (each part recomputes the row's angles, so
+  // prefill-sized launches keep one), at most one per kHeadsPerPart heads. One block per row at
+  // 128 decode rows walked its 40 heads 10 items per thread in series: 11.1 us on the H200
+  // (ncu, docs/design/gpu_runs/s9_ncu_decode128_step_kernels.txt).
+  const int64_t most = (n_heads + n_kv_heads + kHeadsPerPart - 1) / kHeadsPerPart;
+  const int64_t parts = std::clamp<int64_t>((4 * sm_count() + rows - 1) / rows, 1, most);
   const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(parts));
   detail::launch_kernel(rope_kv_kernel<T>, grid, kThreads, 0, stream, q_in,
                         ld_q, k, v, ld_kv, q, positions, cache_rows, n_heads, n_kv_heads, head_dim,
