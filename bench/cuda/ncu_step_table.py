@@ -5,9 +5,11 @@ Usage: ncu_step_table.py LOG.csv [ROWS]
 The log holds one gpu__time_duration.sum per launch (bench/cuda/ncu_step.sh). An engine step
 ends with the sampling kernel, whose grid has a block per sampled row; ncu lists launches in
 the order it profiled them, not always the program's, so a step is picked by its rows: the
-last one that samples ROWS rows (default: the most rows of any step). Prints the step's
-launches of one layer in order (the kernels between the 3rd and 4th launch of the step's most
-frequent kernel), then each kernel and grid with its calls, total and mean time, and the sum.
+last one that samples ROWS rows (default: the most rows of any step); a step that samples
+nothing (prefill chunks only) counts with the next one. Prints one layer's launches in order
+(from the 3rd to the 4th launch of the first kernel launched once per layer, i.e. as often as
+most kernels of the step), then each kernel and grid with its calls, total and mean time, and
+the step's sum.
 """
 import collections
 import csv
@@ -22,7 +24,10 @@ def launches(path):
     name, grid, block = head.index("Kernel Name"), head.index("Grid Size"), head.index("Block Size")
     t = head.index("gpu__time_duration.sum")
     unit = rows[1][t]
-    scale = {"ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3}.get(unit, 1e-3)
+    scales = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3, "second": 1e6}
+    if unit not in scales:
+        sys.exit(f"ncu_step_table: unknown time unit {unit!r}")
+    scale = scales[unit]
     out = []
     for r in rows[2:]:
         if len(r) > t and r[t]:
@@ -31,7 +36,7 @@ def launches(path):
 
 
 def short(kernel):
-    return kernel.split("(")[0].replace("void ", "")[-90:]
+    return kernel.split("(")[0].replace("void ", "")[:90]
 
 
 def main():
@@ -53,8 +58,9 @@ def main():
     step = ks[ends[j - 1] + 1 : ends[j] + 1]
     print(f"Step sampling {want} rows (step {j} of {len(ends)} in the log)")
     count = collections.Counter((short(k[0]), k[1]) for k in step)
-    common = count.most_common(1)[0][0]
-    at = [i for i, k in enumerate(step) if (short(k[0]), k[1]) == common]
+    per_layer = collections.Counter(count.values()).most_common(1)[0][0]
+    anchor = next((short(k[0]), k[1]) for k in step if count[(short(k[0]), k[1])] == per_layer)
+    at = [i for i, k in enumerate(step) if (short(k[0]), k[1]) == anchor]
     if len(at) >= 4:
         print("One layer, in order (us, grid, block, kernel):")
         for k in step[at[2] : at[3]]:

@@ -109,7 +109,7 @@ struct GpuRows {
   for (size_t b = 0; b < c.d.size(); ++b) {
     const bool exact = max_q_diff == 0;
     const float tol_d = exact ? 0.f : 1e-5f * std::fabs(c.d[b]);
-    if (std::fabs(g.meta[b].d - c.d[b]) > tol_d)
+    if (!(std::fabs(g.meta[b].d - c.d[b]) <= tol_d))  // NaN (a poisoned, unwritten block) fails
       return ::testing::AssertionFailure() << "d[" << b << "] " << g.meta[b].d << " vs " << c.d[b];
     if (exact && g.meta[b].s != c.s[b])
       return ::testing::AssertionFailure() << "s[" << b << "] " << g.meta[b].s << " vs " << c.s[b];
@@ -120,8 +120,11 @@ struct GpuRows {
 TEST(MmqQuant, RowsEqualTheCpuRowsByteForByte) {
   TESSERA_SKIP_WITHOUT_GPU();
   for (DType t : test::kQuantTypes)
-    for (int64_t k : test::is_k_quant(t) ? std::vector<int64_t>{256, 768, 4096} : std::vector<int64_t>{32, 96, 576, 4096})
-    for (int64_t m : {3, 70})  // each row over up to k / 2048 blocks while a launch has < ~4 blocks per SM
+    // A row goes over up to k / 2048 blocks while the launch has < ~4 blocks per SM (132 SMs:
+    // 70 rows of 4096 take 2 blocks each; 70 rows of 16640 take 8, so their threads loop twice).
+    for (int64_t k : test::is_k_quant(t) ? std::vector<int64_t>{256, 768, 4096, 16640}
+                                         : std::vector<int64_t>{32, 96, 576, 4096, 16640})
+    for (int64_t m : {3, 70})
     for (int64_t ld : {k + 64, k + 1}) {  // 16-byte aligned rows, and not (scalar loads)
       auto x = random_rows(m, k, static_cast<uint32_t>(k));
       std::vector<float> strided(m * ld, 1e30f);
@@ -155,6 +158,8 @@ TEST(MmqQuant, FusedRmsNormAndSwigluMatchTheUnfusedCpuSteps) {
     test::DevBuf<float> dx(x), dw(w);
     test::DevBuf<int8_t> qx(m * d);
     test::DevBuf<cuda::MmqActMeta> meta(m * d / 32);
+    qx.poison();
+    meta.poison();
     cuda::mmq_rms_norm_quantize_rows(t, dx.get(), dw.get(), 1e-5f, m, d, qx.get(), meta.get(), nullptr);
     test::check_launch();
     // The CPU sums squares in double in another order: the mean can differ in its last bit.
@@ -173,6 +178,8 @@ TEST(MmqQuant, FusedRmsNormAndSwigluMatchTheUnfusedCpuSteps) {
     test::DevBuf<float> dgu(gu);
     test::DevBuf<int8_t> qs(m * ff);
     test::DevBuf<cuda::MmqActMeta> ms(m * ff / 32);
+    qs.poison();
+    ms.poison();
     cuda::mmq_swiglu_quantize_rows(t, dgu.get(), m, ff, qs.get(), ms.get(), nullptr);
     test::check_launch();
     EXPECT_TRUE(same_rows({qs.download(), ms.download()}, cpu_rows(t, s, m, ff), 1)) << dtype_name(t);

@@ -104,6 +104,8 @@ void rope_kv_write_strided(const T* q_in, int64_t ld_q, const T* k, const T* v, 
                         rope.n_rot >= 0 && rope.n_rot / 2 <= kMaxPairs,
                     "cuda::rope_kv_write: head_dim and n_rot must be even, n_rot <= head_dim, "
                     "n_rot <= 512");
+  TESSERA_CHECK_ARG(n_heads >= 0 && n_kv_heads >= 0 && n_heads + n_kv_heads > 0,
+                    "cuda::rope_kv_write: no heads");
   if (rows <= 0) return;
   // Parts per row: enough blocks for ~4 per SM (each part recomputes the row's angles, so
   // prefill-sized launches keep one), at most one per kHeadsPerPart heads. One block per row at

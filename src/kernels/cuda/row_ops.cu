@@ -42,9 +42,10 @@ __global__ void gather_rows_f32_kernel(const float* x, const int32_t* rows, int6
 }
 
 // Grid (row, part): every block of a row forms the row's sum of squares (f32, warp shuffles +
-// shared partials, the same order in every block), then scales its part of the row (several
-// parts only for few rows, e.g. a decode row over 8 blocks instead of one). Rows of d % 4 == 0
-// (16-byte aligned) move as float4 / 4 x bf16; others element by element.
+// shared partials, the same order in every block), then scales its part of the row (parts
+// while the launch has fewer than ~4 blocks per SM, e.g. a decode row over 8 blocks instead of
+// one). Rows of d % 4 == 0 (16-byte aligned) move as float4 / 4 x bf16; others element by
+// element.
 template <bool kVec>
 __global__ void rms_norm_rows_bf16_kernel(const float* x, const float* w, float eps, int64_t d,
                                           __nv_bfloat16* y) {
@@ -147,7 +148,8 @@ void rms_norm_rows_bf16(const float* x, const float* w, float eps, int64_t rows,
   // Rows spread over parts of >= 512 elements (at most 8) until there are ~4 blocks per SM; every
   // part reads the whole row for its sum of squares (from the L2). 128 decode rows of 4096 took
   // 5.3-6.0 us as one block each (ncu, docs/design/gpu_runs/s9_ncu_decode128_step_kernels.txt).
-  const int64_t parts = std::clamp<int64_t>((4 * sm_count() + rows - 1) / rows, 1, std::clamp<int64_t>(d / 512, 1, 8));
+  const int64_t most = std::clamp<int64_t>(d / 512, 1, 8);
+  const int64_t parts = std::clamp<int64_t>((4 * sm_count() + rows - 1) / rows, 1, most);
   const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(parts));
   if (d % 4 == 0 && aligned16(x) && aligned16(w) && reinterpret_cast<uintptr_t>(y) % 8 == 0)
     detail::launch_kernel(rms_norm_rows_bf16_kernel<true>, grid, kThreads, 0, stream, x, w, eps, d,
