@@ -389,9 +389,6 @@ SmemPlan smem_plan(Kernel kernel, int64_t head_dim, int64_t n_layers) {
   return plan;
 }
 
-}  // namespace
-
-namespace {
 // The shape checks of decode_persistent_supported, without the shared-memory plan (which every
 // launch makes anyway).
 bool shape_supported(DType type, int64_t n_layers, int64_t d, int64_t n_heads, int64_t n_kv_heads,

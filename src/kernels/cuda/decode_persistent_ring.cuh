@@ -88,17 +88,6 @@ __host__ __device__ constexpr int warps_per_row(int stage_rows) {
   return kWarps * rows_per_warp(stage_rows) / stage_rows;
 }
 
-__device__ __forceinline__ XBlk load_xblk(const int8_t* qx, const MmqActMeta* meta, int c) {
-  XBlk x;
-  const uint4* xp = reinterpret_cast<const uint4*>(qx + c * 32);
-  x.a = xp[0];
-  x.b = xp[1];
-  const float2 md = *reinterpret_cast<const float2*>(meta + c);
-  x.d = md.x;
-  x.s = md.y;
-  return x;
-}
-
 // One warp's part of a stage: rows row0 .. row0 + RW - 1 of the slot s (stage rows start at
 // projection row r), its blocks c_first, c_first + c_step, ...; acc[i] gets row row0 + i.
 template <class F, int RW>

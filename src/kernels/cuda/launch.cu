@@ -2,6 +2,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
 
 namespace tessera::cuda {
@@ -13,6 +14,11 @@ std::atomic<int> g_sms[kMaxDevices] = {};  // 0: not asked yet
 
 bool pdl_enabled() { return g_pdl.load(std::memory_order_relaxed); }
 void set_pdl_enabled(bool on) { g_pdl.store(on, std::memory_order_relaxed); }
+
+int64_t row_parts(int64_t rows, int64_t most) {
+  const int64_t want = (4 * int64_t{sm_count()} + rows - 1) / rows;
+  return std::clamp<int64_t>(want, 1, std::max<int64_t>(most, 1));
+}
 
 int sm_count() {
   int dev = 0, n = 0;

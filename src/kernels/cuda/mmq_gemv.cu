@@ -91,15 +91,7 @@ mmq_gemv_kernel(MmqMat w, const int8_t* qx, const MmqActMeta* meta, Epi epi) {
       if (c >= nb) break;
 #pragma unroll
       for (int t = 0; t < M; ++t) {
-        // Plain loads: __ldg's non-coherent loads count as invariant, and the compiler hoisted
-        // them above pdl_wait() (reading the producer's rows before it finished).
-        XBlk x;
-        const uint4* p = reinterpret_cast<const uint4*>(qx + t * w.k + c * 32);
-        x.a = p[0];
-        x.b = p[1];
-        const float2 md = *reinterpret_cast<const float2*>(meta + t * nb + c);
-        x.d = md.x;
-        x.s = md.y;
+        const XBlk x = load_xblk(qx + t * w.k, meta + t * nb, c);
 #pragma unroll
         for (int r = 0; r < kR; ++r) acc[r][t] += F::dot(wv[u][r], x);
       }

@@ -16,6 +16,20 @@ struct XBlk {  // one 32-element activation block: elements 0..15, 16..31, its m
   uint4 a, b;
   float d, s;
 };
+// Block c of a quantized activation row (global or shared memory). Plain loads: __ldg's
+// non-coherent loads count as invariant, and the compiler hoisted them above pdl_wait() (reading
+// the producer's rows before it finished).
+template <class Index>  // int or int64_t: the caller's index arithmetic stays its own
+__device__ __forceinline__ XBlk load_xblk(const int8_t* qx, const MmqActMeta* meta, Index c) {
+  XBlk x;
+  const uint4* xp = reinterpret_cast<const uint4*>(qx + c * 32);
+  x.a = xp[0];
+  x.b = xp[1];
+  const float2 md = *reinterpret_cast<const float2*>(meta + c);
+  x.d = md.x;
+  x.s = md.y;
+  return x;
+}
 
 // Per format: W (one row's block), load(mat, row, block), dot(W, X) -> f32 contribution.
 struct Q8_0G {

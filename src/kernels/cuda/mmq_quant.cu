@@ -50,10 +50,8 @@ void launch(DType t, const Src& src, int64_t m, int64_t k, int8_t* qx, MmqActMet
   if (m <= 0) return;
   TESSERA_CHECK_ARG(m < (int64_t{1} << 31), "mmq quantize: too many rows");
   TESSERA_CHECK_ARG(reinterpret_cast<uintptr_t>(qx) % 16 == 0, "mmq quantize: qx must be 16-byte aligned");
-  // Parts per row: up to one block per 2048 elements (a decode row of 14336 SwiGLU values: 7
-  // blocks instead of 1) until there are ~4 blocks per SM (rows of few blocks each run in series).
-  const int64_t most = std::min<int64_t>((k + 8 * kThreads - 1) / (8 * kThreads), 64);
-  const int64_t parts = std::clamp<int64_t>((4 * sm_count() + m - 1) / m, 1, most);
+  // Up to one part per 2048 elements (a decode row of 14336 SwiGLU values: 7 blocks, not 1).
+  const int64_t parts = row_parts(m, std::min<int64_t>((k + 8 * kThreads - 1) / (8 * kThreads), 64));
   const dim3 grid(static_cast<unsigned>(m), static_cast<unsigned>(parts));
   if (is_k(t))
     detail::launch_kernel(quant_kernel<true, Src>, grid, kThreads, 0, s, src, k, qx, meta);

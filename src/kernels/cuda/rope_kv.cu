@@ -1,7 +1,5 @@
 #include "kernels/cuda/rope_kv.h"
 
-#include <algorithm>
-
 #include "core/error.h"
 #include "kernels/cuda/convert.cuh"
 #include "kernels/cuda/launch.cuh"
@@ -107,12 +105,8 @@ void rope_kv_write_strided(const T* q_in, int64_t ld_q, const T* k, const T* v, 
   TESSERA_CHECK_ARG(n_heads >= 0 && n_kv_heads >= 0 && n_heads + n_kv_heads > 0,
                     "cuda::rope_kv_write: no heads");
   if (rows <= 0) return;
-  // Parts per row: enough blocks for ~4 per SM (each part recomputes the row's angles, so
-  // prefill-sized launches keep one), at most one per kHeadsPerPart heads. One block per row at
-  // 128 decode rows walked its 40 heads 10 items per thread in series: 11.1 us on the H200
-  // (ncu, docs/design/gpu_runs/s9_ncu_decode128_step_kernels.txt).
-  const int64_t most = (n_heads + n_kv_heads + kHeadsPerPart - 1) / kHeadsPerPart;
-  const int64_t parts = std::clamp<int64_t>((4 * sm_count() + rows - 1) / rows, 1, most);
+  // At most one part per kHeadsPerPart heads; each part recomputes the row's angles.
+  const int64_t parts = row_parts(rows, (n_heads + n_kv_heads + kHeadsPerPart - 1) / kHeadsPerPart);
   const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(parts));
   detail::launch_kernel(rope_kv_kernel<T>, grid, kThreads, 0, stream, q_in,
                         ld_q, k, v, ld_kv, q, positions, cache_rows, n_heads, n_kv_heads, head_dim,

@@ -145,11 +145,9 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 void rms_norm_rows_bf16(const float* x, const float* w, float eps, int64_t rows, int64_t d,
                         __nv_bfloat16* y, cudaStream_t stream) {
   if (rows <= 0) return;
-  // Rows spread over parts of >= 512 elements (at most 8) until there are ~4 blocks per SM; every
-  // part reads the whole row for its sum of squares (from the L2). 128 decode rows of 4096 took
-  // 5.3-6.0 us as one block each (ncu, docs/design/gpu_runs/s9_ncu_decode128_step_kernels.txt).
-  const int64_t most = std::clamp<int64_t>(d / 512, 1, 8);
-  const int64_t parts = std::clamp<int64_t>((4 * sm_count() + rows - 1) / rows, 1, most);
+  // Parts of >= 512 elements (at most 8); every part reads the whole row for its sum of squares
+  // (from the L2).
+  const int64_t parts = row_parts(rows, std::clamp<int64_t>(d / 512, 1, 8));
   const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(parts));
   if (d % 4 == 0 && aligned16(x) && aligned16(w) && reinterpret_cast<uintptr_t>(y) % 8 == 0)
     detail::launch_kernel(rms_norm_rows_bf16_kernel<true>, grid, kThreads, 0, stream, x, w, eps, d,
