@@ -59,10 +59,11 @@ struct Batch {
 };
 
 // n_seq sequences, each computing `rows_per_seq` rows ending at position ctx - 1; the block
-// tables of copy `rot` start `rot` batches further into one shuffled order of the pool.
-Batch make_batch(int n_seq, int ctx, int rows_per_seq, int64_t pool_blocks, int rot) {
+// tables of copy `rot` start `rot` batches further into one shuffled order of the pool. Each
+// table holds `cap` positions (0: ctx), e.g. an engine sized for long sequences serving short ones.
+Batch make_batch(int n_seq, int ctx, int rows_per_seq, int64_t pool_blocks, int rot, int cap = 0) {
   Batch b;
-  b.max_blocks = (ctx + kBlock - 1) / kBlock;
+  b.max_blocks = ((cap > ctx ? cap : ctx) + kBlock - 1) / kBlock;
   std::vector<int32_t> ids(pool_blocks);
   std::iota(ids.begin(), ids.end(), 0);
   std::shuffle(ids.begin(), ids.end(), std::mt19937(3));
@@ -126,6 +127,7 @@ int main() {
     int n_seq, ctx, rows;
     bool bandwidth;  // floor from K/V bytes (decode) or FLOPs (prefill)
     std::vector<int> splits;  // kNone, kAuto or forced counts
+    int cap = 0;              // positions per block table (0: ctx)
   };
   const Case cases[] = {{"decode 128 seqs x ctx 512", 128, 512, 1, true, {kNone, kAuto, 2, 3, 4}},
                         {"decode 128 seqs x ctx 640", 128, 640, 1, true, {kNone, 2, 3}},
@@ -133,16 +135,18 @@ int main() {
                         {"decode 4 seqs x ctx 4096", 4, 4096, 1, true, {kNone, kAuto, 4, 8, 16}},
                         {"decode 1 seq x ctx 4096", 1, 4096, 1, true, {kNone, kAuto, 8, 16, 64}},
                         {"decode 1 seq x ctx 512", 1, 512, 1, true, {kNone, kAuto, 2, 4, 8}},
+                        {"decode 1 seq x ctx 512, table 8192", 1, 512, 1, true, {kAuto}, 8192},
+                        {"decode 4 seqs x ctx 1024, table 8192", 4, 1024, 1, true, {kAuto}, 8192},
                         {"prefill 2048 (causal, 1 seq)", 1, 2048, 2048, false, {kNone}},
                         {"prefill 16 x 512 (causal)", 16, 512, 512, false, {kNone}}};
   const int64_t l2_rotation_bytes = int64_t{256} << 20;
   for (const Case& c : cases) {
-    const Batch b = make_batch(c.n_seq, c.ctx, c.rows, pool_blocks, 0);
+    const Batch b = make_batch(c.n_seq, c.ctx, c.rows, pool_blocks, 0, c.cap);
     const int n_rot = static_cast<int>(std::min<int64_t>(
         (l2_rotation_bytes + b.kv_bytes - 1) / b.kv_bytes, pool_blocks / (c.n_seq * b.max_blocks)));
     std::vector<int32_t> all_tables;
     for (int r = 0; r < n_rot; ++r) {
-      const Batch br = make_batch(c.n_seq, c.ctx, c.rows, pool_blocks, r);
+      const Batch br = make_batch(c.n_seq, c.ctx, c.rows, pool_blocks, r, c.cap);
       all_tables.insert(all_tables.end(), br.tables.begin(), br.tables.end());
     }
     float *q, *out, *ws;

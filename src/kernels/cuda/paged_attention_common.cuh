@@ -113,6 +113,19 @@ __device__ __forceinline__ void store2(O* p, float x, float y) {
   }
 }
 
+// Keys per split for a tile whose last key is max_pos: the launch's split count is fixed by
+// host-known sizes (graphs stay valid), and a.span covers the table's whole capacity, but the
+// ranges follow the tile's actual keys, so a short sequence spreads over every split. (With
+// a.span alone, a 512-key decode row in a table of 8192 positions gave 2 of 32 splits 256 keys
+// each, i.e. 4 chunks in series per warp, and left 30 splits empty.) A multiple of 64 keys
+// (whole chunks of both kernels), at most a.span; splits * span > max_pos.
+template <class T, class O>
+__device__ __forceinline__ int split_span(const Args<T, O>& a, int max_pos) {
+  if (a.splits <= 1) return a.span;
+  const int per = (max_pos + a.splits) / a.splits;  // ceil((max_pos + 1) / splits)
+  return min(a.span, (per + 63) / 64 * 64);
+}
+
 // Blocks are (tile, kv head) pairs with the kv head fastest, so the heavy tiles that lead the
 // tile list run first for every kv head (a causal prefill's tail is its light tiles).
 __device__ __forceinline__ void block_pair(int n_kv_heads, int& tile, int& kvh) {

@@ -60,7 +60,10 @@ __global__ void __launch_bounds__(W * 32) narrow_kernel(const Args<T, O> a) {
   // stages' ones together, alongside the position loads), so no copy waits on a table read.
   constexpr int kParts = HD / 8, kPer = kNarrowKeys * kParts / 32;
   const int part = lane % kParts, r_lane = lane / kParts;
-  const int k_begin = split * a.span, fetch_end = min(a.cap, k_begin + a.span);
+  int max_pos = 0;
+  for (int r = 0; r < tile.n_rows; ++r) max_pos = max(max_pos, a.q_pos[tile.row0 + r]);
+  const int span = split_span(a, max_pos);
+  const int k_begin = split * span, fetch_end = min(a.cap, k_begin + span);
   auto fetch = [&](int chunk, int32_t(&blk)[kPer]) {
 #pragma unroll
     for (int j = 0; j < kPer; ++j) {
@@ -72,9 +75,7 @@ __global__ void __launch_bounds__(W * 32) narrow_kernel(const Args<T, O> a) {
   int32_t pre[kStages - 1][kPer];
 #pragma unroll
   for (int st = 0; st < kStages - 1; ++st) fetch(first_chunk + st * kNarrowWarps, pre[st]);
-  int max_pos = 0;
-  for (int r = 0; r < tile.n_rows; ++r) max_pos = max(max_pos, a.q_pos[tile.row0 + r]);
-  const int k_end = min(max_pos + 1, k_begin + a.span);
+  const int k_end = min(max_pos + 1, k_begin + span);
   detail::pdl_wait();  // the predecessor's q and K/V rows from here on (PDL, launch.h)
   // Starts the copies of chunk `chunk` into stage st (keys past the range become zeros).
   auto issue = [&](int chunk, int st, const int32_t(&e)[kPer]) {

@@ -68,7 +68,8 @@ __global__ void __launch_bounds__(kWideThreads, 2) wide_kernel(const Args<T, O> 
 #pragma unroll
   for (int off = 16; off >= 1; off /= 2)
     max_pos = max(max_pos, __shfl_xor_sync(0xffffffffu, max_pos, off));
-  const int k_begin = split * a.span, k_end = min(max_pos + 1, k_begin + a.span);
+  const int span = split_span(a, max_pos);
+  const int k_begin = split * span, k_end = min(max_pos + 1, k_begin + span);
   auto vec_index = [&](int m) {  // row * n_heads + head
     return static_cast<int64_t>(tile.row0 + m / group) * a.n_heads + kvh * group + m % group;
   };

@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""Where a decode step's time goes, from a bench/cuda/kernel_trace.cpp trace.
+
+Steps are cut at the embedding gather (gather_kernel, the first kernel of every engine step;
+--step-start NAME for another); the steps with
+the most common kernel count (e.g. the batch-1 decode steps of `tessera bench`) are averaged.
+Per kernel: its GPU duration and its *exposed* time, end(k) - max(end of the kernels before it)
+(at least 0): what it adds to the step's end. Under programmatic dependent launch a kernel
+starts before its predecessor ends, so durations overlap and add up to more than the step; the
+exposed times add up to the step exactly. Printed: one layer in order (the middle one), then
+totals per kernel name.
+
+usage: kernel_trace_table.py TRACE.csv [--steps-with N] [--step-start KERNEL_NAME]
+"""
+import collections
+import re
+import subprocess
+import sys
+
+
+def demangle_all(names):
+    """c++filt's demangling where it is installed, else the names as they are."""
+    try:
+        out = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True,
+                             check=True).stdout.split("\n")
+        return dict(zip(names, out))
+    except (OSError, subprocess.CalledProcessError):
+        return {n: n for n in names}
+
+
+def short_name(demangled):
+    """tessera::cuda::(anonymous namespace)::gemv_kernel<4, Q4_0Fmt, QkvRopeEpi<float> >(...)
+    -> gemv_kernel<4,Q4_0Fmt,QkvRopeEpi>: no namespaces, no parameters, nested templates cut."""
+    s = demangled.replace("(anonymous namespace)::", "")
+    s = (s[5:] if s.startswith("void ") else s).split("(")[0]
+    s = re.sub(r"\b[A-Za-z_]\w*::", "", s)
+    out, depth = [], 0
+    for ch in s:  # keep the outermost template arguments only
+        if ch == "<":
+            depth += 1
+            if depth == 1:
+                out.append(ch)
+            continue
+        if ch == ">":
+            depth -= 1
+            if depth == 0:
+                out.append(ch)
+            continue
+        if depth <= 1:
+            out.append(ch)
+    return "".join(out).replace(" ", "")[:70]
+
+
+def main():
+    if len(sys.argv) < 2:
+        print(__doc__)
+        return 2
+    want = int(sys.argv[sys.argv.index("--steps-with") + 1]) if "--steps-with" in sys.argv else None
+    start_name = sys.argv[sys.argv.index("--step-start") + 1] if "--step-start" in sys.argv else "gather_kernel"
+    raw = []
+    for line in open(sys.argv[1]):
+        parts = line.rstrip("\n").split(",", 7)
+        if len(parts) == 8:
+            raw.append(parts)
+    names = demangle_all(sorted({p[7] for p in raw}))
+    rows = [(int(a), int(b), int(gx), int(gy), int(gz), short_name(names[nm]))
+            for a, b, _, gx, gy, gz, _, nm in raw]
+    rows.sort()
+    steps, cur = [], []
+    for r in rows:
+        if r[5].startswith(start_name) and cur:
+            steps.append(cur)
+            cur = []
+        cur.append(r)
+    if cur:
+        steps.append(cur)
+    counts = collections.Counter(len(s) for s in steps)
+    n = want or counts.most_common(1)[0][0]
+    picked = [s for s in steps if len(s) == n]
+    # The first of them may include warm-up effects; drop it when there are several.
+    if len(picked) > 3:
+        picked = picked[1:]
+    print(f"{len(steps)} steps in the trace; {len(picked)} with {n} kernels averaged "
+          f"(kernel counts seen: {dict(counts.most_common(6))})")
+    dur = [0.0] * n
+    exp = [0.0] * n
+    gap = [0.0] * n
+    total = 0.0
+    for s in picked:
+        t0 = s[0][0]
+        last_end = t0
+        prev_end = t0
+        for i, r in enumerate(s):
+            dur[i] += (r[1] - r[0]) / 1e3
+            exp[i] += max(0, r[1] - last_end) / 1e3
+            gap[i] += (r[0] - prev_end) / 1e3
+            prev_end = r[1]
+            last_end = max(last_end, r[1])
+        total += (last_end - t0) / 1e3
+    k = len(picked)
+    dur = [d / k for d in dur]
+    exp = [e / k for e in exp]
+    gap = [g / k for g in gap]
+    names = [f"{r[5]} [{r[2]}x{r[3]}x{r[4]}]" for r in picked[0]]
+    print(f"step: {total / k:.1f} us (first kernel's start to the last one's end)\n")
+    # One layer: find the period of the name sequence after the embedding.
+    seq = [r[5] for r in picked[0]]
+    period = None
+    for p in range(3, 20):
+        if len(seq) > 1 + 3 * p and all(seq[1 + i] == seq[1 + i + p] for i in range(2 * p)):
+            period = p
+            break
+    if period:
+        layers = (n - 1) // period
+        mid = 1 + (layers // 2) * period
+        print(f"one layer (kernels {mid}..{mid + period - 1} of {n}; {layers} layers of {period}):")
+        print("| kernel [grid] | duration us | exposed us | start - previous end us |")
+        print("|---|---|---|---|")
+        for i in range(mid, mid + period):
+            print(f"| {names[i]} | {dur[i]:.2f} | {exp[i]:.2f} | {gap[i]:+.2f} |")
+        print(f"| layer | {sum(dur[mid:mid + period]):.2f} | {sum(exp[mid:mid + period]):.2f} | |\n")
+    by = collections.OrderedDict()
+    for i, nm in enumerate(names):
+        e = by.setdefault(nm, [0, 0.0, 0.0])
+        e[0] += 1
+        e[1] += dur[i]
+        e[2] += exp[i]
+    print("per step, by kernel:")
+    print("| kernel [grid] | launches | duration us | exposed us | exposed % |")
+    print("|---|---|---|---|---|")
+    for nm, (c, d, e) in sorted(by.items(), key=lambda kv: -kv[1][2]):
+        print(f"| {nm} | {c} | {d:.1f} | {e:.1f} | {100 * e / (total / k):.1f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
