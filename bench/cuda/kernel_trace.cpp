@@ -5,8 +5,8 @@
 // CSV lines "start_ns,end_ns,stream,grid_x,grid_y,grid_z,block_x,name" to $KERNEL_TRACE_OUT.
 // bench/cuda/kernel_trace_table.py turns a trace into per-kernel exposed times of a decode step.
 //
-//   CUDA_INJECTION64_PATH=libkernel_trace.so KERNEL_TRACE_OUT=trace.csv \
-//     [KERNEL_TRACE_CUPTI=/path/libcupti.so.13] tessera bench ...
+//   CUDA_INJECTION64_PATH=libkernel_trace.so KERNEL_TRACE_OUT=trace.csv
+//     [KERNEL_TRACE_CUPTI=/path/libcupti.so.13] tessera bench ...   (one command line)
 //
 // libcupti is opened at run time ($KERNEL_TRACE_CUPTI, else libcupti.so.13 from the library
 // path), so the tracer has no link-time dependency on it; only cupti_activity.h is needed to
@@ -31,7 +31,9 @@ using FlushFn = CUptiResult (*)(uint32_t);
 NextFn g_next = nullptr;
 FlushFn g_flush = nullptr;
 std::mutex g_mu;
-std::vector<std::string> g_lines;
+// Never destroyed: a buffer CUPTI hands back during exit, after static destructors ran, still
+// finds it alive.
+std::vector<std::string>& g_lines = *new std::vector<std::string>;
 constexpr size_t kBufferBytes = size_t{8} << 20;
 
 void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
@@ -45,13 +47,17 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
   std::vector<std::string> lines;
   while (g_next(buffer, valid, &rec) == CUPTI_SUCCESS) {
     if (rec->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && rec->kind != CUPTI_ACTIVITY_KIND_KERNEL) continue;
-    // The fields read here sit in the prefix every CUpti_ActivityKernelN version shares (Kernel9: in the headers of CUDA 12.x-13.x).
+    // The fields read here sit in the prefix every CUpti_ActivityKernelN version shares (Kernel9:
+    // in the headers of CUDA 12.x-13.x).
     const auto* k = reinterpret_cast<const CUpti_ActivityKernel9*>(rec);
-    char line[1024];
-    std::snprintf(line, sizeof line, "%llu,%llu,%u,%d,%d,%d,%d,%s\n", static_cast<unsigned long long>(k->start),
-                  static_cast<unsigned long long>(k->end), k->streamId, k->gridX, k->gridY, k->gridZ, k->blockX,
-                  k->name ? k->name : "?");
-    lines.emplace_back(line);
+    if (k->end <= k->start) continue;  // not completed (a forced flush)
+    char head[160];
+    std::snprintf(head, sizeof head, "%llu,%llu,%u,%d,%d,%d,%d,", static_cast<unsigned long long>(k->start),
+                  static_cast<unsigned long long>(k->end), k->streamId, k->gridX, k->gridY, k->gridZ, k->blockX);
+    std::string line = head;  // the name may be long (cuBLASLt's): no fixed buffer
+    line += k->name ? k->name : "?";
+    line += '\n';
+    lines.push_back(std::move(line));
   }
   std::free(buffer);
   std::lock_guard<std::mutex> lock(g_mu);

@@ -63,12 +63,15 @@ def main():
         if len(parts) == 8:
             raw.append(parts)
     names = demangle_all(sorted({p[7] for p in raw}))
-    rows = [(int(a), int(b), int(gx), int(gy), int(gz), short_name(names[nm]))
+    if not raw:
+        sys.exit(f"kernel_trace_table: no kernel records in {sys.argv[1]}")
+    rows = [(int(a), int(b), int(gx), int(gy), int(gz), short_name(names[nm]), nm)
             for a, b, _, gx, gy, gz, _, nm in raw]
     rows.sort()
     steps, cur = [], []
     for r in rows:
-        if r[5].startswith(start_name) and cur:
+        # The short name where c++filt demangled it; the mangled name contains it too.
+        if (r[5].startswith(start_name) or start_name in r[6]) and cur:
             steps.append(cur)
             cur = []
         cur.append(r)
@@ -77,6 +80,9 @@ def main():
     counts = collections.Counter(len(s) for s in steps)
     n = want or counts.most_common(1)[0][0]
     picked = [s for s in steps if len(s) == n]
+    if len(steps) < 2 or not picked:
+        sys.exit(f"kernel_trace_table: no steps to average (cut at {start_name!r}: {len(steps)} "
+                 f"step(s); kernel counts {dict(counts.most_common(6))})")
     # The first of them may include warm-up effects; drop it when there are several.
     if len(picked) > 3:
         picked = picked[1:]

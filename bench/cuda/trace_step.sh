@@ -20,10 +20,14 @@ lt=$(find /usr/local /opt /usr/lib -name 'libcublasLt.so.13*' 2>/dev/null | head
 cupti=$(find /usr/local/cuda* /opt -name 'libcupti.so.13*' 2>/dev/null | head -1)
 export KERNEL_TRACE_CUPTI=${KERNEL_TRACE_CUPTI:-$cupti}
 [ -n "$KERNEL_TRACE_CUPTI" ] || { echo "trace_step: no libcupti.so.13 (set KERNEL_TRACE_CUPTI)" >&2; exit 1; }
+[ -f "$lib" ] || { echo "trace_step: no $lib (build kernel_trace; gpu_pack.sh EXTRA_BINS=.../libkernel_trace.so)" >&2; exit 1; }
 ARGS=${ARGS:---decode-ctx 512 --decode-tokens 24 --prefill 64 --batch 2 --batch-gen 2 --batch-ctx 16}
 csv=$out/trace_step_$type.csv
+rm -f "$csv"
 CUDA_INJECTION64_PATH=$lib KERNEL_TRACE_OUT=$csv TESSERA_GEMM_PREPARE=${TESSERA_GEMM_PREPARE:-0} \
   "$bin" bench -m "${TESSERA_MODEL:-/tmp/m/model.gguf}" --device cuda --dummy "${DUMMY:-llama3-8b}" \
-  --dummy-type "$type" $ARGS --out /tmp/trace_step_bench.md 2>&1 | grep -E "decode|kernel_trace"
+  --dummy-type "$type" $ARGS --out /tmp/trace_step_bench.md > /tmp/trace_step_bench.log 2>&1 ||
+  { echo "trace_step: tessera bench failed:" >&2; tail -5 /tmp/trace_step_bench.log >&2; exit 1; }
+grep -E "decode|kernel_trace" /tmp/trace_step_bench.log
 python3 "$(dirname "$0")/kernel_trace_table.py" "$csv" ${TABLE_ARGS:-} | tee "$out/trace_step_$type.txt"
 gzip -f "$csv"

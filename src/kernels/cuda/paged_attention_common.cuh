@@ -15,9 +15,9 @@ namespace tessera::cuda::paged {
 constexpr int kPad = 8;  // halves of padding per shared row: ldmatrix rows hit distinct banks
 constexpr float kLog2e = 1.4426950408889634f;
 
-// The kernels' common arguments. Key range of block (tile, kv head, split): [split * span,
-// split * span + span) clipped to the tile's keys; span is a multiple of 64 (INT_MAX / 2
-// without splits). With splits > 1 the partials go to ws_o [vector][split][HD] and ws_ml
+// The kernels' common arguments. Key range of block (tile, kv head, split): [split * s,
+// split * s + s) clipped to the tile's keys, s = split_span(a, max_pos) <= span; span covers the
+// table's capacity, a multiple of 64 (INT_MAX / 2 without splits). With splits > 1 the partials go to ws_o [vector][split][HD] and ws_ml
 // [vector][split] (max in scaled log2 units, sum), vector = row * n_heads + head.
 template <class T, class O>
 struct Args {

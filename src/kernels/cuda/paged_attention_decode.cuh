@@ -57,7 +57,8 @@ __global__ void __launch_bounds__(W * 32) narrow_kernel(const Args<T, O> a) {
 
   // Lane's copy pieces of a chunk: rows r_j = lane / kParts + j * (32 / kParts), one 16-byte
   // part. Their block-table entries are fetched one chunk ahead of the copies (the first
-  // stages' ones together, alongside the position loads), so no copy waits on a table read.
+  // stages' ones together, before the PDL wait; the split's range needs the positions first),
+  // so no copy waits on a table read.
   constexpr int kParts = HD / 8, kPer = kNarrowKeys * kParts / 32;
   const int part = lane % kParts, r_lane = lane / kParts;
   int max_pos = 0;
