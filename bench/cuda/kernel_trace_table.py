@@ -17,6 +17,8 @@ import re
 import subprocess
 import sys
 
+from ncu_step_table import layer_starts
+
 
 def demangle_all(names):
     """c++filt's demangling where it is installed, else the names as they are."""
@@ -62,10 +64,10 @@ def main():
         parts = line.rstrip("\n").split(",", 7)
         if len(parts) == 8:
             raw.append(parts)
-    names = demangle_all(sorted({p[7] for p in raw}))
     if not raw:
         sys.exit(f"kernel_trace_table: no kernel records in {sys.argv[1]}")
-    rows = [(int(a), int(b), int(gx), int(gy), int(gz), short_name(names[nm]), nm)
+    demangled = demangle_all(sorted({p[7] for p in raw}))
+    rows = [(int(a), int(b), int(gx), int(gy), int(gz), short_name(demangled[nm]), nm)
             for a, b, _, gx, gy, gz, _, nm in raw]
     rows.sort()
     steps, cur = [], []
@@ -109,22 +111,15 @@ def main():
     gap = [g / k for g in gap]
     names = [f"{r[5]} [{r[2]}x{r[3]}x{r[4]}]" for r in picked[0]]
     print(f"step: {total / k:.1f} us (first kernel's start to the last one's end)\n")
-    # One layer: find the period of the name sequence after the embedding.
-    seq = [r[5] for r in picked[0]]
-    period = None
-    for p in range(3, 20):
-        if len(seq) > 1 + 3 * p and all(seq[1 + i] == seq[1 + i + p] for i in range(2 * p)):
-            period = p
-            break
-    if period:
-        layers = (n - 1) // period
-        mid = 1 + (layers // 2) * period
-        print(f"one layer (kernels {mid}..{mid + period - 1} of {n}; {layers} layers of {period}):")
+    starts = layer_starts(names)  # ncu_step_table's rule
+    if len(starts) >= 3:
+        mid, end = starts[len(starts) // 2 - 1], starts[len(starts) // 2]
+        print(f"one layer (kernels {mid}..{end - 1} of {n}; {len(starts)} layers):")
         print("| kernel [grid] | duration us | exposed us | start - previous end us |")
         print("|---|---|---|---|")
-        for i in range(mid, mid + period):
+        for i in range(mid, end):
             print(f"| {names[i]} | {dur[i]:.2f} | {exp[i]:.2f} | {gap[i]:+.2f} |")
-        print(f"| layer | {sum(dur[mid:mid + period]):.2f} | {sum(exp[mid:mid + period]):.2f} | |\n")
+        print(f"| layer | {sum(dur[mid:end]):.2f} | {sum(exp[mid:end]):.2f} | |\n")
     by = collections.OrderedDict()
     for i, nm in enumerate(names):
         e = by.setdefault(nm, [0, 0.0, 0.0])

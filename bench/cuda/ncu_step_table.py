@@ -35,6 +35,19 @@ def launches(path):
     return out
 
 
+def layer_starts(keys):
+    """Where the layers of a step begin: the launches of the first key (kernel, grid) that runs
+    once per layer, i.e. as often as most keys launched more than once in the step (the step's
+    own kernels, once each, do not count; also used by kernel_trace_table.py)."""
+    count = collections.Counter(keys)
+    repeated = collections.Counter(v for v in count.values() if v > 1)
+    if not repeated:
+        return []
+    per_layer = repeated.most_common(1)[0][0]
+    anchor = next(k for k in keys if count[k] == per_layer)
+    return [i for i, k in enumerate(keys) if k == anchor]
+
+
 def short(kernel):
     return kernel.split("(")[0].replace("void ", "")[:90]
 
@@ -57,10 +70,7 @@ def main():
     j = last[-1]
     step = ks[ends[j - 1] + 1 : ends[j] + 1]
     print(f"Step sampling {want} rows (step {j} of {len(ends)} in the log)")
-    count = collections.Counter((short(k[0]), k[1]) for k in step)
-    per_layer = collections.Counter(count.values()).most_common(1)[0][0]
-    anchor = next((short(k[0]), k[1]) for k in step if count[(short(k[0]), k[1])] == per_layer)
-    at = [i for i, k in enumerate(step) if (short(k[0]), k[1]) == anchor]
+    at = layer_starts([(short(k[0]), k[1]) for k in step])
     if len(at) >= 4:
         print("One layer, in order (us, grid, block, kernel):")
         for k in step[at[2] : at[3]]:

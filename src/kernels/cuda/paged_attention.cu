@@ -142,7 +142,6 @@ void paged_attention(const T* q, const int32_t* q_pos, const PagedAttentionTile*
                         out,
                         splits,
                         splits > 1 ? static_cast<int>(split_span(cap, splits)) : INT_MAX / 2,
-                        static_cast<int>(cap),
                         ws_o,
                         ws_ml,
                         counters};

@@ -16,9 +16,10 @@ constexpr int kPad = 8;  // halves of padding per shared row: ldmatrix rows hit 
 constexpr float kLog2e = 1.4426950408889634f;
 
 // The kernels' common arguments. Key range of block (tile, kv head, split): [split * s,
-// split * s + s) clipped to the tile's keys, s = split_span(a, max_pos) <= span; span covers the
-// table's capacity, a multiple of 64 (INT_MAX / 2 without splits). With splits > 1 the partials go to ws_o [vector][split][HD] and ws_ml
-// [vector][split] (max in scaled log2 units, sum), vector = row * n_heads + head.
+// split * s + s) clipped to the tile's keys, s = split_span(a, max_pos) <= span; span covers
+// the table's capacity, a multiple of 64 (INT_MAX / 2 without splits). With splits > 1 the
+// partials go to ws_o [vector][split][HD] and ws_ml [vector][split] (max in scaled log2 units,
+// sum), vector = row * n_heads + head.
 template <class T, class O>
 struct Args {
   const T* __restrict__ q;
@@ -33,7 +34,6 @@ struct Args {
   float scale_log2;
   O* __restrict__ out;
   int splits, span;
-  int cap;  // table_stride * block_size: positions the block table can hold
   float* __restrict__ ws_o;
   float2* __restrict__ ws_ml;
   // splits > 1: per (tile, kv head) pair, the splits that arrived (0 between launches)

@@ -64,19 +64,18 @@ __global__ void __launch_bounds__(W * 32) narrow_kernel(const Args<T, O> a) {
   int max_pos = 0;
   for (int r = 0; r < tile.n_rows; ++r) max_pos = max(max_pos, a.q_pos[tile.row0 + r]);
   const int span = split_span(a, max_pos);
-  const int k_begin = split * span, fetch_end = min(a.cap, k_begin + span);
+  const int k_begin = split * span, k_end = min(max_pos + 1, k_begin + span);
   auto fetch = [&](int chunk, int32_t(&blk)[kPer]) {
 #pragma unroll
     for (int j = 0; j < kPer; ++j) {
       const int p = chunk * kNarrowKeys + r_lane + j * (32 / kParts);
-      blk[j] = p < fetch_end ? table_entry(a, table, p) : 0;  // past the end: never used
+      blk[j] = p < k_end ? table_entry(a, table, p) : 0;  // past the end: never used
     }
   };
   const int first_chunk = k_begin / kNarrowKeys + warp;
   int32_t pre[kStages - 1][kPer];
 #pragma unroll
   for (int st = 0; st < kStages - 1; ++st) fetch(first_chunk + st * kNarrowWarps, pre[st]);
-  const int k_end = min(max_pos + 1, k_begin + span);
   detail::pdl_wait();  // the predecessor's q and K/V rows from here on (PDL, launch.h)
   // Starts the copies of chunk `chunk` into stage st (keys past the range become zeros).
   auto issue = [&](int chunk, int st, const int32_t(&e)[kPer]) {
