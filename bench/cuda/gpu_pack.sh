@@ -8,6 +8,7 @@
 #   build-carry-peer     llama.tar.xz: llama-bench + llama-batched-bench built HERE for sm_90a
 #                        from the llama-cpp-python sdist's vendored source (bench/cuda/peer_pack.sh),
 #                        and the tokenizer donor GGUF that serves the dummy models
+#                        ($DONOR, made by bench/cuda/make_tok_donor.py from $LLAMA_SRC if missing)
 # Three chained device calls (the machine stays warm ~30 s between them; /tmp survives):
 #   run(command="bench/cuda/gpu_run.sh a", carry=["build-carry-gpu/a"])   # every CUDA op's test
 #   run(command="bench/cuda/gpu_run.sh b", carry=["build-carry-gpu/b"])   # model tests, profile
@@ -33,6 +34,10 @@ tail -c +$((part1 + 1)) "$M" > $D/b/model.part.2
 python3 -m pip download -q --no-deps -d $D/b pytest iniconfig pluggy packaging pygments ||
   echo "gpu_pack: no pytest wheels (the Hugging Face GPU test cannot run)" >&2
 bash bench/cuda/peer_pack.sh
+if [ ! -s "$DONOR" ]; then  # Llama 3's tokenizer from llama.cpp's test vocabulary, tiny weights
+  mkdir -p "$(dirname "$DONOR")"
+  PYTHONPATH="$LLAMA_SRC/gguf-py${PYTHONPATH:+:$PYTHONPATH}" python3 bench/cuda/make_tok_donor.py "$LLAMA_SRC" "$DONOR"
+fi
 cp "$DONOR" build-carry-peer/tok_donor.gguf
 for c in $D/b build-carry-peer; do
   [ "$(du -sb $c | cut -f1)" -le $limit ] || { echo "gpu_pack: $c is over the limit" >&2; exit 1; }

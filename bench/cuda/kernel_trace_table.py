@@ -2,8 +2,10 @@
 """Where a decode step's time goes, from a bench/cuda/kernel_trace.cpp trace.
 
 Steps are cut at the embedding gather (gather_kernel, the first kernel of every engine step;
---step-start NAME for another); the steps with
-the most common kernel count (e.g. the batch-1 decode steps of `tessera bench`) are averaged.
+--step-start NAME for another); the steps of the most common shape (the same kernels with the
+same grids, e.g. the batch-1 decode steps of `tessera bench`; --steps-with N: the most common
+shape of N kernels, e.g. a 128-row decode step, whose kernel count a prefill step can share) are
+averaged.
 Per kernel: its GPU duration and its *exposed* time, end(k) - max(end of the kernels before it)
 (at least 0): what it adds to the step's end. Under programmatic dependent launch a kernel
 starts before its predecessor ends, so durations overlap and add up to more than the step; the
@@ -80,16 +82,19 @@ def main():
     if cur:
         steps.append(cur)
     counts = collections.Counter(len(s) for s in steps)
-    n = want or counts.most_common(1)[0][0]
-    picked = [s for s in steps if len(s) == n]
+    shape = lambda s: tuple((r[6], r[2], r[3], r[4]) for r in s)  # kernels and grids
+    shapes = collections.Counter(shape(s) for s in steps if want is None or len(s) == want)
+    top = shapes.most_common(1)[0][0] if shapes else None
+    picked = [s for s in steps if shape(s) == top]
+    n = len(top) if top else 0
     if len(steps) < 2 or not picked:
         sys.exit(f"kernel_trace_table: no steps to average (cut at {start_name!r}: {len(steps)} "
                  f"step(s); kernel counts {dict(counts.most_common(6))})")
     # The first of them may include warm-up effects; drop it when there are several.
     if len(picked) > 3:
         picked = picked[1:]
-    print(f"{len(steps)} steps in the trace; {len(picked)} with {n} kernels averaged "
-          f"(kernel counts seen: {dict(counts.most_common(6))})")
+    print(f"{len(steps)} steps in the trace; {len(picked)} of one shape with {n} kernels averaged "
+          f"(kernel counts seen: {dict(counts.most_common(6))}; {len(shapes)} shape(s) of that count)")
     dur = [0.0] * n
     exp = [0.0] * n
     gap = [0.0] * n

@@ -31,7 +31,7 @@ using bench::median_ms;
 
 namespace {
 
-constexpr int kHeads = 32, kKvHeads = 8, kDim = 128, kBlock = 16;
+constexpr int kGroup = 4, kKvHeads = 8, kDim = 128, kBlock = 16;
 
 __global__ void mma_peak_kernel(float* sink, int iters) {
   uint32_t a[4] = {0x3c003c00u ^ threadIdx.x, 0x3c003c00u, 0x3c003c00u, 0x3c003c00u};
@@ -61,7 +61,8 @@ struct Batch {
 // n_seq sequences, each computing `rows_per_seq` rows ending at position ctx - 1; the block
 // tables of copy `rot` start `rot` batches further into one shuffled order of the pool. Each
 // table holds `cap` positions (0: ctx), e.g. an engine sized for long sequences serving short ones.
-Batch make_batch(int n_seq, int ctx, int rows_per_seq, int64_t pool_blocks, int rot, int cap = 0) {
+Batch make_batch(int n_seq, int ctx, int rows_per_seq, int64_t pool_blocks, int rot, int cap = 0,
+                 int kv_heads = kKvHeads) {
   Batch b;
   b.max_blocks = ((cap > ctx ? cap : ctx) + kBlock - 1) / kBlock;
   std::vector<int32_t> ids(pool_blocks);
@@ -76,12 +77,12 @@ Batch make_batch(int n_seq, int ctx, int rows_per_seq, int64_t pool_blocks, int 
     for (int r = 0; r < rows_per_seq; ++r) {
       const int pos = ctx - rows_per_seq + r;
       b.q_pos.push_back(pos);
-      b.flops += 4.0 * kHeads * kDim * (pos + 1);
+      b.flops += 4.0 * kGroup * kv_heads * kDim * (pos + 1);
     }
     b.rows += rows_per_seq;
-    b.kv_bytes += int64_t{ctx} * kKvHeads * kDim * 2 * 2;
+    b.kv_bytes += int64_t{ctx} * kv_heads * kDim * 2 * 2;
   }
-  b.tiles = cuda::paged_attention_tiles(chunks, kHeads / kKvHeads);
+  b.tiles = cuda::paged_attention_tiles(chunks, kGroup);
   return b;
 }
 
@@ -128,34 +129,45 @@ int main() {
     bool bandwidth;  // floor from K/V bytes (decode) or FLOPs (prefill)
     std::vector<int> splits;  // kNone, kAuto or forced counts
     int cap = 0;              // positions per block table (0: ctx)
+    int kv_heads = kKvHeads;  // 1: a pair's K/V rows are contiguous within a cache block
   };
   const Case cases[] = {{"decode 128 seqs x ctx 512", 128, 512, 1, true, {kNone, kAuto, 2, 3, 4}},
                         {"decode 128 seqs x ctx 640", 128, 640, 1, true, {kNone, 2, 3}},
+                        {"decode 64 seqs x ctx 1024", 64, 1024, 1, true, {kNone}},
+                        {"decode 48 seqs x ctx 2048", 48, 2048, 1, true, {kNone}},
                         {"decode 32 seqs x ctx 4096", 32, 4096, 1, true, {kNone, kAuto}},
+                        {"decode 20 seqs x ctx 4096", 20, 4096, 1, true, {kNone}},
                         {"decode 4 seqs x ctx 4096", 4, 4096, 1, true, {kNone, kAuto, 4, 8, 16}},
                         {"decode 1 seq x ctx 4096", 1, 4096, 1, true, {kNone, kAuto, 8, 16, 64}},
                         {"decode 1 seq x ctx 512", 1, 512, 1, true, {kNone, kAuto, 2, 4, 8}},
                         {"decode 1 seq x ctx 512, table 8192", 1, 512, 1, true, {kAuto}, 8192},
                         {"decode 4 seqs x ctx 1024, table 8192", 4, 1024, 1, true, {kAuto}, 8192},
+                        {"decode 1 seq x ctx 4096, table 8192", 1, 4096, 1, true, {kAuto}, 8192},
+                        // The 128 x 512 case's bytes and blocks with one kv head per sequence: each
+                        // (sequence, kv head) pair's rows of a cache block are one contiguous 4 KB
+                        // run instead of 256 B pieces 2 KB apart (how much the layout costs).
+                        {"decode 1024 seqs x 512, 1 kv head", 1024, 512, 1, true, {kNone}, 0, 1},
                         {"prefill 2048 (causal, 1 seq)", 1, 2048, 2048, false, {kNone}},
                         {"prefill 16 x 512 (causal)", 16, 512, 512, false, {kNone}}};
   const int64_t l2_rotation_bytes = int64_t{256} << 20;
   for (const Case& c : cases) {
-    const Batch b = make_batch(c.n_seq, c.ctx, c.rows, pool_blocks, 0, c.cap);
+    const int kv = c.kv_heads, heads = kGroup * kv;
+    const int64_t pool = pool_blocks * kKvHeads / kv;  // the same cache bytes
+    const Batch b = make_batch(c.n_seq, c.ctx, c.rows, pool, 0, c.cap, kv);
     const int n_rot = static_cast<int>(std::min<int64_t>(
-        (l2_rotation_bytes + b.kv_bytes - 1) / b.kv_bytes, pool_blocks / (c.n_seq * b.max_blocks)));
+        (l2_rotation_bytes + b.kv_bytes - 1) / b.kv_bytes, pool / (c.n_seq * b.max_blocks)));
     std::vector<int32_t> all_tables;
     for (int r = 0; r < n_rot; ++r) {
-      const Batch br = make_batch(c.n_seq, c.ctx, c.rows, pool_blocks, r, c.cap);
+      const Batch br = make_batch(c.n_seq, c.ctx, c.rows, pool, r, c.cap, kv);
       all_tables.insert(all_tables.end(), br.tables.begin(), br.tables.end());
     }
     float *q, *out, *ws;
     int32_t *pos, *tables;
     cuda::PagedAttentionTile* tiles;
     const int64_t n_tiles = static_cast<int64_t>(b.tiles.size());
-    TESSERA_CUDA_CHECK(cudaMalloc(&q, b.rows * kHeads * kDim * 4));
-    TESSERA_CUDA_CHECK(cudaMalloc(&out, b.rows * kHeads * kDim * 4));
-    cuda::fill_uniform_f32(q, b.rows * kHeads * kDim, -1.f, 1.f, 3, s);
+    TESSERA_CUDA_CHECK(cudaMalloc(&q, b.rows * heads * kDim * 4));
+    TESSERA_CUDA_CHECK(cudaMalloc(&out, b.rows * heads * kDim * 4));
+    cuda::fill_uniform_f32(q, b.rows * heads * kDim, -1.f, 1.f, 3, s);
     TESSERA_CUDA_CHECK(cudaMalloc(&pos, b.q_pos.size() * 4));
     TESSERA_CUDA_CHECK(cudaMalloc(&tables, all_tables.size() * 4));
     TESSERA_CUDA_CHECK(cudaMalloc(&tiles, b.tiles.size() * sizeof(cuda::PagedAttentionTile)));
@@ -165,9 +177,9 @@ int main() {
                                   cudaMemcpyHostToDevice));
     for (int mode : c.splits) {
       const int count = mode == kNone ? 1
-                        : mode == kAuto ? cuda::paged_attention_splits(n_tiles, kKvHeads, b.max_blocks, kBlock)
+                        : mode == kAuto ? cuda::paged_attention_splits(n_tiles, kv, b.max_blocks, kBlock)
                                         : mode;
-      const size_t ws_bytes = cuda::paged_attention_workspace_bytes(b.rows, kHeads, kDim, count);
+      const size_t ws_bytes = cuda::paged_attention_workspace_bytes(b.rows, heads, kDim, count);
       ws = nullptr;
       if (ws_bytes > 0) TESSERA_CUDA_CHECK(cudaMalloc(&ws, ws_bytes));
       cuda::paged_attention_workspace_reset(ws, ws_bytes, s);
@@ -176,14 +188,14 @@ int main() {
       int rot = 0;
       const float ms = median_ms([&] {
         const int32_t* t = tables + (rot++ % n_rot) * c.n_seq * b.max_blocks;
-        cuda::paged_attention<float>(q, pos, tiles, n_tiles, t, b.max_blocks, kBlock, k, v, kHeads,
-                                     kKvHeads, kDim, 0.088f, out, s, w);
+        cuda::paged_attention<float>(q, pos, tiles, n_tiles, t, b.max_blocks, kBlock, k, v, heads,
+                                     kv, kDim, 0.088f, out, s, w);
       }, s);
       TESSERA_CUDA_CHECK(cudaGetLastError());
       const float graph_ms = bench::graph_median_ms([&](int i, cudaStream_t st) {
         const int32_t* t = tables + (i % n_rot) * c.n_seq * b.max_blocks;
-        cuda::paged_attention<float>(q, pos, tiles, n_tiles, t, b.max_blocks, kBlock, k, v, kHeads,
-                                     kKvHeads, kDim, 0.088f, out, st, w);
+        cuda::paged_attention<float>(q, pos, tiles, n_tiles, t, b.max_blocks, kBlock, k, v, heads,
+                                     kv, kDim, 0.088f, out, st, w);
         return true;
       }, std::max(20, n_rot), s, 3, 15);  // every table copy once: K/V from DRAM, not L2
       const double floor_us = c.bandwidth ? b.kv_bytes / (copy_gbs * 1e9) * 1e6

@@ -175,10 +175,16 @@ TYPED_TEST(PagedAttentionCuda, MixedPrefillAndDecodeBatchMatchesReference) {
 
 TYPED_TEST(PagedAttentionCuda, DecodeBatchOfManySequences) {
   TESSERA_SKIP_WITHOUT_GPU();
+  // A (sequence, kv head) pair per SM or more: the block's warps follow the blocks each SM must
+  // hold (narrow_warps on a 132-SM H200: 20 sequences x 8 kv heads -> 6 warps, 40 -> 4, 64 -> 3).
+  for (int n_seq : {20, 40, 64}) {
+    std::vector<Chunk> decodes;
+    for (int i = 0; i < n_seq; ++i) decodes.push_back({(i * 37) % 700, 1});
+    run_case<TypeParam>({32, 8, 128, 16, decodes}, 5 + n_seq);
+  }
   std::vector<Chunk> decodes;
   for (int i = 0; i < 40; ++i) decodes.push_back({(i * 37) % 700, 1});
-  run_case<TypeParam>({32, 8, 128, 16, decodes}, 5);         // a pair per SM or more: 3-warp blocks
-  run_case<TypeParam>({32, 8, 128, 16, decodes, 2, 64}, 6);  // ... and split, merged by the last
+  run_case<TypeParam>({32, 8, 128, 16, decodes, 2, 64}, 6);  // split, merged by the last block
 }
 
 // Split-KV decode (flash-decoding): 1..4 sequences, contexts around block and chunk edges and

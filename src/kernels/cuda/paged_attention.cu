@@ -43,6 +43,22 @@ int effective_splits(int64_t cap, int64_t splits) {
   return static_cast<int>((cap + split_span(cap, splits) - 1) / split_span(cap, splits));
 }
 
+// Warps per narrow block for a launch of `pairs` (tile, kv head) pairs in `blocks` blocks (pairs
+// x splits): the 12 warps an SM holds, split into as many blocks per SM as one wave of the
+// launch needs (2: 6 warps, 3: 4, more: 3). Fewer pairs than SMs (split launches, batch-1
+// decode): 4, each block's range is short (1 x 512: 14 vs 17 us with 3). H200, graph us per launch
+// (`paged_attention_bench`, s11_attention_narrow_warps.txt), 3 / 4 / 6 warps:
+// 20 x 4096 keys (160 pairs) 169 / 136 / 110; 32 x 4096 (256) 180 / 172 / 142;
+// 48 x 2048 (384) 124 / 109 / 125; 64 x 1024 (512) 76 / 94 / 80; 128 x 512 (1024) 80 / 85 / 89.
+// Beyond 4 blocks per SM the launch needs several waves, and 4 blocks of 3 warps cut the last
+// partial one best (128 x 512: 86 vs 91 us with 4 warps, engine +2 %).
+int narrow_warps(int64_t pairs, int64_t blocks) {
+  const int64_t sms = sm_count();
+  if (pairs < sms) return 4;
+  const int64_t per_sm = (blocks + sms - 1) / sms;
+  return per_sm <= 2 ? 6 : per_sm == 3 ? 4 : 3;
+}
+
 }  // namespace
 
 std::vector<PagedAttentionTile> paged_attention_tiles(const std::vector<PagedAttentionChunk>& chunks,
@@ -160,10 +176,11 @@ void paged_attention(const T* q, const int32_t* q_pos, const PagedAttentionTile*
         detail::launch_kernel(narrow_kernel<T, O, HD, W>, grid, W * 32, narrow_smem_bytes(HD, W),
                               stream, args);
       };
-      if (static_cast<int64_t>(pairs) >= sm_count())
-        narrow(std::integral_constant<int, 3>{});
-      else
-        narrow(std::integral_constant<int, 4>{});
+      switch (narrow_warps(pairs, int64_t{pairs} * splits)) {
+        case 6: narrow(std::integral_constant<int, 6>{}); break;
+        case 3: narrow(std::integral_constant<int, 3>{}); break;
+        default: narrow(std::integral_constant<int, 4>{});
+      }
     }
     if (any_wide) {
       enable_smem<wide_kernel<T, O, HD>>(wide_smem_bytes(HD));

@@ -8,11 +8,10 @@
 
 namespace tessera::cuda::paged {
 
-// Warps per block W: 4, or 3 where a launch has a (tile, kv head) pair per SM or more: the
-// block is register- and shared-memory-bound at 3 blocks per SM with 4 warps, 4 with 3 (the
-// same 12 warps), and 4 blocks per SM cut the last partial wave (H200, 128 sequences x 512
-// keys: 86 vs 91 us; decode of 128 sequences through the engine +2 %). Few pairs (split
-// launches, batch-1 decode) keep 4 warps: each block's range is short (1 x 512: 14 vs 17 us).
+// Warps per block W (narrow_warps in paged_attention.cu): an SM holds 12 of these warps (160
+// registers each; W x 2 stages x 8.5 KB of shared memory per block), split into as many
+// blocks as the launch needs per SM to run in one wave. Launches with fewer (tile, kv head)
+// pairs than SMs (split launches, batch-1 decode) take 4 warps.
 constexpr int kNarrowKeys = 16;  // keys per warp chunk
 // cp.async stages per warp. Two keep three blocks per SM. Four (139 KB per block, one block
 // per SM) measured no faster on split launches (1 x 4096, 16 splits: 21.3 vs 20.8 us) and
