@@ -185,6 +185,11 @@ TYPED_TEST(PagedAttentionCuda, DecodeBatchOfManySequences) {
   std::vector<Chunk> decodes;
   for (int i = 0; i < 40; ++i) decodes.push_back({(i * 37) % 700, 1});
   run_case<TypeParam>({32, 8, 128, 16, decodes, 2, 64}, 6);  // split, merged by the last block
+  // Between one and two pairs per SM (6-warp blocks) in tables of 2048 positions, the
+  // launcher's split count.
+  std::vector<Chunk> long_decodes;
+  for (int i = 0; i < 20; ++i) long_decodes.push_back({(i * 397) % 2048, 1});
+  run_case<TypeParam>({32, 8, 128, 16, long_decodes, Case::kAutoSplits, 128}, 7);
 }
 
 // Split-KV decode (flash-decoding): 1..4 sequences, contexts around block and chunk edges and
