@@ -361,12 +361,11 @@ TEST(LlamaCudaDummy, PersistentDecodeMatchesTheKernelChain) {
 }
 
 // The criterion: greedy text equal, or first different where the CPU's top-2 margin is
-// < 0.1 logit. Measured with quantized weights (H200, 2026-11-30 and 12-01): 3 of 5 prompts
-// identical, first differences at margins 0.003 (meets it) and 0.334 (does not): the criterion
-// is not met yet. Rounding attention's normalized probabilities to f16 as the CPU does does not
-// fix the 0.334 prompt (docs/design/cuda_engine.md, session 10): its token 13 moves with last-bit
-// noise in any op. This test prints the margins and fails on a gross disagreement (margin >= 0.5:
-// the GPU picked a clearly worse token).
+// < 0.1 logit. The margin is the CPU generation's own (its logprobs at that token, from the
+// decode path that chose it). Scoring the prefix in one batched pass instead (as this test did
+// until session 11) is another computation: on "def fibonacci(n):" it gives 0.334 where the
+// CPU's decode step that picked the token had 0.065, and on "The three primary colors are" 0.003
+// where it had 0.062; both are printed.
 TEST(LlamaCudaEngine, GreedyTextOnGpuFollowsCpu) {
   TESSERA_SKIP_WITHOUT_GPU();
   SKIP_WITHOUT_MODEL();
@@ -381,9 +380,13 @@ TEST(LlamaCudaEngine, GreedyTextOnGpuFollowsCpu) {
     GenerationParams gp;
     gp.max_tokens = 64;
     auto ids = (*cpu)->tokenize(p);
-    auto a = (*cpu)->generate_from_tokens(*ids, gp);
+    GenerationParams cpu_gp = gp;
+    cpu_gp.logprobs = 2;  // reported only: the tokens are the same greedy choices
+    auto a = (*cpu)->generate_from_tokens(*ids, cpu_gp);
     auto b = (*gpu)->generate_from_tokens(*ids, gp);
     ASSERT_TRUE(a.ok() && b.ok());
+    // One entry per generated token, and one for the end-of-generation token that stopped it.
+    ASSERT_GE(a->logprobs.size(), a->tokens.size());
     size_t k = 0;
     while (k < a->tokens.size() && k < b->tokens.size() && a->tokens[k] == b->tokens[k]) ++k;
     if (k == a->tokens.size() && k == b->tokens.size()) {
@@ -397,10 +400,18 @@ TEST(LlamaCudaEngine, GreedyTextOnGpuFollowsCpu) {
     const int64_t V = (*cpu)->summary().vocab;
     std::vector<float> last(logits->end() - V, logits->end());
     std::partial_sort(last.begin(), last.begin() + 2, last.end(), std::greater<float>());
-    const float margin = last[0] - last[1];
-    std::printf("prompt %-30s: first difference at token %zu (CPU %zu tokens), CPU top-2 margin %.3f\n",
-                p, k, a->tokens.size(), margin);
-    EXPECT_LT(margin, 0.5f) << p;
+    const float batched_margin = last[0] - last[1];
+    // The CPU's margin where it chose token k (k == its token count: where it chose to stop).
+    float margin = batched_margin;
+    if (k < a->logprobs.size()) {
+      const auto& top = a->logprobs[k].top;
+      ASSERT_GE(top.size(), 2u);
+      margin = top[0].second - top[1].second;
+    }
+    std::printf("prompt %-30s: first difference at token %zu (CPU %zu tokens), CPU top-2 margin %.3f "
+                "(batched scoring of the prefix: %.3f)\n",
+                p, k, a->tokens.size(), margin, batched_margin);
+    EXPECT_LT(margin, 0.1f) << p << ": the GPU's text left the CPU's where the CPU was not near a tie";
   }
 }
 
