@@ -36,7 +36,8 @@ python3 -m pip download -q --no-deps -d $D/b pytest iniconfig pluggy packaging p
 bash bench/cuda/peer_pack.sh
 if [ ! -s "$DONOR" ]; then  # Llama 3's tokenizer from llama.cpp's test vocabulary, tiny weights
   mkdir -p "$(dirname "$DONOR")"
-  PYTHONPATH="$LLAMA_SRC/gguf-py${PYTHONPATH:+:$PYTHONPATH}" python3 bench/cuda/make_tok_donor.py "$LLAMA_SRC" "$DONOR"
+  PYTHONPATH="$LLAMA_SRC/gguf-py${PYTHONPATH:+:$PYTHONPATH}" python3 bench/cuda/make_tok_donor.py "$LLAMA_SRC" "$DONOR.tmp"
+  mv "$DONOR.tmp" "$DONOR"  # a failed run leaves no file that looks complete
 fi
 cp "$DONOR" build-carry-peer/tok_donor.gguf
 for c in $D/b build-carry-peer; do

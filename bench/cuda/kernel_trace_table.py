@@ -89,12 +89,17 @@ def main():
     n = len(top) if top else 0
     if len(steps) < 2 or not picked:
         sys.exit(f"kernel_trace_table: no steps to average (cut at {start_name!r}: {len(steps)} "
-                 f"step(s); kernel counts {dict(counts.most_common(6))})")
+                 f"step(s){'' if want is None else f' with {want} kernels'}; kernel counts "
+                 f"{dict(counts.most_common(6))})")
+    if len(picked) <= 3:
+        print(f"kernel_trace_table: warning: only {len(picked)} step(s) of the most common shape "
+              f"(grids that change from step to step make every step its own shape)", file=sys.stderr)
     # The first of them may include warm-up effects; drop it when there are several.
     if len(picked) > 3:
         picked = picked[1:]
     print(f"{len(steps)} steps in the trace; {len(picked)} of one shape with {n} kernels averaged "
-          f"(kernel counts seen: {dict(counts.most_common(6))}; {len(shapes)} shape(s) of that count)")
+          f"(kernel counts seen: {dict(counts.most_common(6))}; {len(shapes)} shape(s) "
+          f"{'in all' if want is None else 'of that count'})")
     dur = [0.0] * n
     exp = [0.0] * n
     gap = [0.0] * n

@@ -3,7 +3,7 @@
 peer_same_call.sh): Llama 3's tokenizer from llama.cpp's vocabulary-only test file
 (models/ggml-vocab-llama-bpe.gguf in its source tree) plus a tiny random Llama (1 layer,
 d_model 32, f16), so that `tessera ... -m DONOR --dummy llama3-8b` loads it (the dummy
-architecture replaces the weights; the GGUF supplies the tokenizer). ~8 MB.
+architecture replaces the weights; the GGUF supplies the tokenizer). ~16 MB.
 
 usage: make_tok_donor.py LLAMA_CPP_SRC OUT.gguf
 Needs numpy and the gguf package (pip's `gguf`, or LLAMA_CPP_SRC/gguf-py on PYTHONPATH).

@@ -8,12 +8,15 @@
 
 namespace tessera::cuda::paged {
 
-// Warps per block W (narrow_warps in paged_attention.cu): an SM holds 12 of these warps (160
-// registers each; W x 2 stages x 8.5 KB of shared memory per block), split into as many
-// blocks as the launch needs per SM to run in one wave. Launches with fewer (tile, kv head)
-// pairs than SMs (split launches, batch-1 decode) take 4 warps.
+// Warps per block W (narrow_warps in paged_attention.cu): an SM holds 12 of these warps, split
+// into as many blocks as the launch needs per SM to run in one wave (W x 2 stages x 8.5 KB of
+// shared memory per block; head dim 128: 160-162 registers per thread, and more than 168 would
+// cost a block per SM: check ptxas -v after changing the kernel. A minimum-blocks launch bound
+// would pin it, but it changes the code generated for every width, unmeasured). Launches with
+// fewer (tile, kv head) pairs than SMs (split launches, batch-1 decode) take 4 warps.
 constexpr int kNarrowKeys = 16;  // keys per warp chunk
-// cp.async stages per warp. Two keep three blocks per SM. Four (139 KB per block, one block
+// cp.async stages per warp. Two keep the 12 warps per SM (more stages, fewer warps measured
+// no faster, s11_attention_narrow_warps.txt). Four (139 KB per block, one block
 // per SM) measured no faster on split launches (1 x 4096, 16 splits: 21.3 vs 20.8 us) and
 // slower where the blocks need more than one wave (4 x 4096, 8 splits: 42.5 vs 33.4 us).
 constexpr int kNarrowStages = 2;
