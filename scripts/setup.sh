@@ -45,6 +45,17 @@ fi
 if ! .venv/bin/python -c "import gguf, numpy, pytest, jinja2, sentencepiece, llama_cpp, tokenizers, safetensors, transformers" 2>/dev/null; then
   echo "[setup] installing Python packages (llama-cpp-python compiles llama.cpp: several minutes)" >&2
   .venv/bin/python -m pip install -q --upgrade pip >&2
+  # llama-cpp-python builds llama.cpp for this CPU (-march=native), but without its AMX kernels:
+  # on AMX machines (Sapphire Rapids and later) its AMX matrix product crashes evaluating the
+  # default model (ggml_backend_amx_mul_mat, llama-cpp-python 0.3.36). GCC's explicit -mno-amx-*
+  # flags win over -march=native. Built here, not taken from pip's wheel cache (whose key
+  # ignores CMAKE_ARGS).
+  LLAMA_CPP_REQ="$(grep '^llama-cpp-python==' requirements.txt)"
+  if [ "$(uname -m)" = x86_64 ]; then
+    NO_AMX="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+    CMAKE_ARGS="-DCMAKE_C_FLAGS='$NO_AMX' -DCMAKE_CXX_FLAGS='$NO_AMX' ${CMAKE_ARGS:-}" \
+      CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" .venv/bin/python -m pip install -q --no-cache-dir "$LLAMA_CPP_REQ" >&2
+  fi
   CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" .venv/bin/python -m pip install -q -r requirements.txt >&2
 fi
 
