@@ -61,8 +61,10 @@ struct Batch {
 // n_seq sequences, each computing `rows_per_seq` rows ending at position ctx - 1; the block
 // tables of copy `rot` start `rot` batches further into one shuffled order of the pool. Each
 // table holds `cap` positions (0: ctx), e.g. an engine sized for long sequences serving short ones.
+// mixed: sequence s has a context in [64, ctx) (a fixed pseudo-random spread, as in serving),
+// its tiles in arrival order, or (longest_first) sorted by their last position, longest first.
 Batch make_batch(int n_seq, int ctx, int rows_per_seq, int64_t pool_blocks, int rot, int cap = 0,
-                 int kv_heads = kKvHeads) {
+                 int kv_heads = kKvHeads, bool mixed = false, bool longest_first = false) {
   Batch b;
   b.max_blocks = ((cap > ctx ? cap : ctx) + kBlock - 1) / kBlock;
   std::vector<int32_t> ids(pool_blocks);
@@ -74,15 +76,20 @@ Batch make_batch(int n_seq, int ctx, int rows_per_seq, int64_t pool_blocks, int 
     for (int64_t i = 0; i < b.max_blocks; ++i)
       b.tables.push_back(ids[(base + s * b.max_blocks + i) % pool_blocks]);
     chunks.push_back({s, static_cast<int32_t>(b.rows), rows_per_seq});
+    const int len = mixed ? 64 + static_cast<int>((uint32_t(s) * 2654435761u) % uint32_t(ctx - 64)) : ctx;
     for (int r = 0; r < rows_per_seq; ++r) {
-      const int pos = ctx - rows_per_seq + r;
+      const int pos = len - rows_per_seq + r;
       b.q_pos.push_back(pos);
       b.flops += 4.0 * kGroup * kv_heads * kDim * (pos + 1);
     }
     b.rows += rows_per_seq;
-    b.kv_bytes += int64_t{ctx} * kv_heads * kDim * 2 * 2;
+    b.kv_bytes += int64_t{len} * kv_heads * kDim * 2 * 2;
   }
   b.tiles = cuda::paged_attention_tiles(chunks, kGroup);
+  if (longest_first)
+    std::stable_sort(b.tiles.begin(), b.tiles.end(), [&](const auto& x, const auto& y) {
+      return b.q_pos[x.row0 + x.n_rows - 1] > b.q_pos[y.row0 + y.n_rows - 1];
+    });
   return b;
 }
 
@@ -130,6 +137,7 @@ int main() {
     std::vector<int> splits;  // kNone, kAuto or forced counts
     int cap = 0;              // positions per block table (0: ctx)
     int kv_heads = kKvHeads;  // 1: a pair's K/V rows are contiguous within a cache block
+    bool mixed = false, longest_first = false;  // make_batch's
   };
   const Case cases[] = {{"decode 128 seqs x ctx 512", 128, 512, 1, true, {kNone, kAuto, 2, 3, 4}},
                         {"decode 128 seqs x ctx 640", 128, 640, 1, true, {kNone, 2, 3}},
@@ -147,18 +155,24 @@ int main() {
                         // (sequence, kv head) pair's rows of a cache block are one contiguous 4 KB
                         // run instead of 256 B pieces 2 KB apart (how much the layout costs).
                         {"decode 1024 seqs x 512, 1 kv head", 1024, 512, 1, true, {kNone}, 0, 1},
+                        // Serving's mix: contexts spread over 64..4096, tiles in arrival order
+                        // or longest first (the last wave's blocks the short ones).
+                        {"decode 128 seqs x 64..4096, arrival", 128, 4096, 1, true, {kNone}, 0, kKvHeads, true},
+                        {"decode 128 seqs x 64..4096, longest first", 128, 4096, 1, true, {kNone}, 0, kKvHeads, true, true},
+                        {"decode 48 seqs x 64..4096, arrival", 48, 4096, 1, true, {kNone}, 0, kKvHeads, true},
+                        {"decode 48 seqs x 64..4096, longest first", 48, 4096, 1, true, {kNone}, 0, kKvHeads, true, true},
                         {"prefill 2048 (causal, 1 seq)", 1, 2048, 2048, false, {kNone}},
                         {"prefill 16 x 512 (causal)", 16, 512, 512, false, {kNone}}};
   const int64_t l2_rotation_bytes = int64_t{256} << 20;
   for (const Case& c : cases) {
     const int kv = c.kv_heads, heads = kGroup * kv;
     const int64_t pool = pool_blocks * kKvHeads / kv;  // the same cache bytes
-    const Batch b = make_batch(c.n_seq, c.ctx, c.rows, pool, 0, c.cap, kv);
+    const Batch b = make_batch(c.n_seq, c.ctx, c.rows, pool, 0, c.cap, kv, c.mixed, c.longest_first);
     const int n_rot = static_cast<int>(std::min<int64_t>(
         (l2_rotation_bytes + b.kv_bytes - 1) / b.kv_bytes, pool / (c.n_seq * b.max_blocks)));
     std::vector<int32_t> all_tables;
     for (int r = 0; r < n_rot; ++r) {
-      const Batch br = make_batch(c.n_seq, c.ctx, c.rows, pool, r, c.cap, kv);
+      const Batch br = make_batch(c.n_seq, c.ctx, c.rows, pool, r, c.cap, kv, c.mixed, c.longest_first);
       all_tables.insert(all_tables.end(), br.tables.begin(), br.tables.end());
     }
     float *q, *out, *ws;

@@ -29,6 +29,7 @@ struct Case {
   // the chunks need, as the engine's decode graphs do.
   int splits = kNoWorkspace;
   int64_t table_blocks = 0;
+  bool order_tiles = false;  // paged_attention_order_tiles, as the engine's decode steps
   static constexpr int kNoWorkspace = -1, kAutoSplits = 0;
 };
 
@@ -108,7 +109,8 @@ void run_case(const Case& c, uint64_t seed) {
     pchunks.push_back({static_cast<int32_t>(s), static_cast<int32_t>(row0), ch.n_rows});
     row0 += ch.n_rows;
   }
-  const auto tiles = cuda::paged_attention_tiles(pchunks, c.n_heads / c.n_kv_heads);
+  auto tiles = cuda::paged_attention_tiles(pchunks, c.n_heads / c.n_kv_heads);
+  if (c.order_tiles) cuda::paged_attention_order_tiles(tiles, q_pos.data(), c.n_kv_heads);
   test::DevBuf<T> dq(hq);
   test::DevBuf<O> dout(q.size());
   test::DevBuf<int32_t> dpos(q_pos), dtables(tables);
@@ -185,6 +187,11 @@ TYPED_TEST(PagedAttentionCuda, DecodeBatchOfManySequences) {
   std::vector<Chunk> decodes;
   for (int i = 0; i < 40; ++i) decodes.push_back({(i * 37) % 700, 1});
   run_case<TypeParam>({32, 8, 128, 16, decodes, 2, 64}, 6);  // split, merged by the last block
+  // Decode rows of very different lengths in more pairs than one wave of blocks holds (on the
+  // H200), ordered longest first as the engine orders them.
+  std::vector<Chunk> mixed;
+  for (int i = 0; i < 80; ++i) mixed.push_back({static_cast<int>((i * 2654435761u) % 1500), 1});
+  run_case<TypeParam>({32, 8, 128, 16, mixed, Case::kNoWorkspace, 0, true}, 8);
   // Between one and two pairs per SM (6-warp blocks) in tables of 2048 positions, the
   // launcher's split count.
   std::vector<Chunk> long_decodes;

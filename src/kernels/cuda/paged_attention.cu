@@ -73,6 +73,15 @@ std::vector<PagedAttentionTile> paged_attention_tiles(const std::vector<PagedAtt
   return tiles;
 }
 
+void paged_attention_order_tiles(std::vector<PagedAttentionTile>& tiles, const int32_t* q_pos,
+                                 int64_t n_kv_heads) {
+  // More pairs than 4 narrow blocks per SM (narrow_warps' widest packing): several waves.
+  if (static_cast<int64_t>(tiles.size()) * n_kv_heads <= 4 * sm_count()) return;
+  auto last = [&](const PagedAttentionTile& t) { return q_pos[t.row0 + t.n_rows - 1]; };
+  std::stable_sort(tiles.begin(), tiles.end(),
+                   [&](const PagedAttentionTile& a, const PagedAttentionTile& b) { return last(a) > last(b); });
+}
+
 int paged_attention_splits(int64_t n_tiles, int64_t n_kv_heads, int64_t table_stride,
                            int64_t block_size) {
   if (n_tiles <= 0 || n_kv_heads <= 0 || table_stride <= 0 || block_size <= 0) return 1;

@@ -65,6 +65,13 @@ struct PagedAttentionChunk {
 };
 std::vector<PagedAttentionTile> paged_attention_tiles(const std::vector<PagedAttentionChunk>& chunks,
                                                       int64_t group);
+// Orders a decode launch's tiles (q_pos: each row's position) for its blocks' schedule: where the
+// (tile, kv head) pairs need more than one wave of blocks, the longest first (stable), so the
+// last blocks to start are short ones; otherwise as given (in one wave, that order spread the
+// long ones more evenly over the SMs). H200, 128 sequences of 64-4096 keys: 347 -> 277 us;
+// 48 such sequences (one wave) were slower sorted, 147 vs 157 us.
+void paged_attention_order_tiles(std::vector<PagedAttentionTile>& tiles, const int32_t* q_pos,
+                                 int64_t n_kv_heads);
 
 // Optional launch context. `rows` (the rows of q; 0 = not given) lets a decode-only launch
 // (rows == n_tiles) skip the wide-tile kernel. With `data`, the launch splits keys when

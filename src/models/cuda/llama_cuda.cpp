@@ -681,6 +681,7 @@ class CudaLlama final : public CausalLm {
     TESSERA_CHECK_ARG(static_cast<int64_t>(positions_.size()) == n,
                       "forward: chunks do not cover the tokens given");
     tiles_ = cuda::paged_attention_tiles(pchunks, cfg_.n_heads / cfg_.n_kv_heads);
+    if (decode_only) cuda::paged_attention_order_tiles(tiles_, positions_.data(), cfg_.n_kv_heads);
     return static_cast<int64_t>(logit_rows_.size());
   }
 
