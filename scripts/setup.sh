@@ -50,8 +50,8 @@ if ! .venv/bin/python -c "import gguf, numpy, pytest, jinja2, sentencepiece, lla
   # default model (ggml_backend_amx_mul_mat, llama-cpp-python 0.3.36). GCC's explicit -mno-amx-*
   # flags win over -march=native. Built here, not taken from pip's wheel cache (whose key
   # ignores CMAKE_ARGS).
-  LLAMA_CPP_REQ="$(grep '^llama-cpp-python==' requirements.txt)"
   if [ "$(uname -m)" = x86_64 ]; then
+    LLAMA_CPP_REQ="$(grep '^llama-cpp-python==' requirements.txt)"
     NO_AMX="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
     CMAKE_ARGS="-DCMAKE_C_FLAGS='$NO_AMX' -DCMAKE_CXX_FLAGS='$NO_AMX' ${CMAKE_ARGS:-}" \
       CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" .venv/bin/python -m pip install -q --no-cache-dir "$LLAMA_CPP_REQ" >&2
