@@ -113,6 +113,8 @@ struct EngineStats {
   // The most recent step: tokens computed and sequences in it (a decode-only step of b
   // sequences has b of each).
   int64_t last_step_tokens = 0, last_step_sequences = 0;
+  // Steps launched before the previous step's tokens were back on the host (see step()).
+  int64_t steps_launched_ahead = 0;
 };
 
 struct ModelSummary {
@@ -174,13 +176,17 @@ class Engine {
                             RequestCallbacks callbacks, int32_t priority = 0);
   // Ends a request with FinishReason::kCancelled at the next step (unknown ids are ignored).
   void cancel(uint64_t id);
-  // Runs one step; false when there was nothing to do.
+  // Runs one step; false when there was nothing to do. On a GPU a step's tokens are sampled on
+  // the device, and step() returns once it is launched: the next call launches the step after
+  // it (the same sequences decoding again) before taking its tokens and calling back, so the
+  // host's work overlaps the GPU's.
   bool step();
   EngineStats stats() const;
 
   struct Impl;
 
  private:
+  friend struct EngineTestAccess;  // src/api/engine_testing.h
   explicit Engine(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

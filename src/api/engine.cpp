@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 
+#include "api/engine_testing.h"
 #include "api/model_files.h"
 #include "backend/cpu/thread_pool.h"
 #include "core/error.h"
@@ -154,9 +155,41 @@ struct Engine::Impl {
   ModelSummary summary;
   double load_seconds = 0;
   int64_t last_step_tokens = 0, last_step_sequences = 0;
+  // A step launched on the device whose sampled ids have not been taken yet: step() returns
+  // after launching a device-sampled step, and the next call launches the step after it (when
+  // it is the same sequences decoding once more) before waiting for it, so the host's work of
+  // one step overlaps the device's work of the other.
+  struct Launched {
+    std::vector<runtime::Scheduler::Chunk> plan;  // sequences are looked up again by id
+    std::vector<uint64_t> seq_ids;
+    int64_t tokens = 0, logits_rows = 0;
+  };
+  std::optional<Launched> inflight;
+  int64_t steps_launched_ahead = 0;
+
+  ~Impl() {
+    if (!inflight) return;
+    try {  // the launch's work must end before the cache and buffers go
+      std::vector<int32_t> ids(static_cast<size_t>(inflight->logits_rows));
+      model->wait_sampled(ids.data());
+    } catch (...) {
+    }
+  }
 
   Status validate(const std::vector<int32_t>& ids, const GenerationParams& params) const;
   bool step();
+  // step_tokens / step_chunks for plan (tokens as the sequences hold them); logits rows.
+  int64_t stage_plan(const std::vector<runtime::Scheduler::Chunk>& plan);
+  // Sampling rows of the plan's logits chunks for the device (sample_rows and its lists).
+  void prepare_sample_rows(const std::vector<runtime::Scheduler::Chunk>& plan);
+  // The decode step after `inflight`, launched before its tokens are back; nullopt when the
+  // next step is something else or a request needs its tokens first.
+  std::optional<Launched> launch_next_decode();
+  // Waits for a launched step and delivers its tokens.
+  void complete(const Launched& l);
+  // Hands each logits chunk's token (ids[row], or sampled on the host from step_logits) to its
+  // request; chunks without logits report prompt progress.
+  void deliver(const std::vector<std::pair<uint64_t, bool>>& chunks, const int32_t* ids);
   // Emits a piece of text; false when the client cancelled.
   bool emit(Request& r, const std::string& piece);
   // Takes one sampled token; true when the request is finished.
@@ -247,48 +280,137 @@ bool Engine::Impl::accept_token(uint64_t id, Request& r, runtime::Sequence& seq,
   return false;
 }
 
-bool Engine::Impl::step() {
-  // Cancellations first: their blocks go back before scheduling.
-  std::vector<uint64_t> ids;
-  for (auto& [id, r] : requests)
-    if (r->cancelled) ids.push_back(id);
-  for (uint64_t id : ids) finish(id, FinishReason::kCancelled);
-  if (requests.empty()) return false;
-
-  std::vector<runtime::Scheduler::Chunk> plan = scheduler->schedule();
-  if (plan.empty()) return false;
+int64_t Engine::Impl::stage_plan(const std::vector<runtime::Scheduler::Chunk>& plan) {
   step_tokens.clear();
   step_chunks.clear();
   int64_t n_logits = 0;
   for (const auto& c : plan) {
     const auto& toks = c.seq->tokens;
-    step_tokens.insert(step_tokens.end(), toks.begin() + c.start,
-                       toks.begin() + c.start + c.n_tokens);
+    // A launch ahead's token is not on the host yet (the device takes it): a placeholder.
+    for (int64_t p = c.start; p < c.start + c.n_tokens; ++p)
+      step_tokens.push_back(p < static_cast<int64_t>(toks.size()) ? toks[p] : 0);
     step_chunks.push_back({.start = static_cast<int32_t>(c.start),
                            .n_tokens = static_cast<int32_t>(c.n_tokens),
                            .blocks = c.seq->blocks,
                            .logits = c.logits});
     n_logits += c.logits ? 1 : 0;
   }
-  last_step_tokens = static_cast<int64_t>(step_tokens.size());
-  last_step_sequences = static_cast<int64_t>(plan.size());
+  return n_logits;
+}
+
+void Engine::Impl::prepare_sample_rows(const std::vector<runtime::Scheduler::Chunk>& plan) {
+  sample_rows.clear();
+  sample_penalties.clear();
+  sample_banned.clear();
+  for (const auto& c : plan)
+    if (c.logits)
+      requests.at(c.seq->id)->sampler.prepare_device_row(c.seq->tokens, &sample_rows.emplace_back(),
+                                                         &sample_penalties, &sample_banned);
+}
+
+std::optional<Engine::Impl::Launched> Engine::Impl::launch_next_decode() {
+  std::vector<runtime::Scheduler::Chunk> prev;
+  for (size_t i = 0; i < inflight->plan.size(); ++i) {
+    runtime::Scheduler::Chunk c = inflight->plan[i];
+    c.seq = scheduler->get(inflight->seq_ids[i]);
+    auto it = requests.find(inflight->seq_ids[i]);
+    if (!c.seq || it == requests.end()) return std::nullopt;  // it ended meanwhile
+    // Known now to end with the token on the device, or to need it on the host first. (One that
+    // stops on it, EOS or a stop string, gets a row of the next step computed for nothing.)
+    const Request& r = *it->second;
+    if (r.cancelled || r.params.logprobs >= 0 || r.sampler.needs_history() ||
+        static_cast<int64_t>(c.seq->tokens.size()) + 1 >= r.max_len)
+      return std::nullopt;
+    prev.push_back(c);
+  }
+  std::vector<runtime::Scheduler::Chunk> next = scheduler->schedule_next_decode(prev);
+  if (next.empty()) return std::nullopt;
+  Launched l{.plan = next, .seq_ids = {}, .tokens = 0, .logits_rows = 0};
+  for (const auto& c : next) l.seq_ids.push_back(c.seq->id);
+  try {
+    l.logits_rows = stage_plan(next);
+    l.tokens = static_cast<int64_t>(step_tokens.size());
+    prepare_sample_rows(next);
+    model->launch_sample(step_tokens, step_chunks, *cache,
+                         {sample_rows, sample_penalties, sample_banned}, /*tokens_from_last=*/true,
+                         *pool);
+  } catch (...) {
+    // The same requests as the step on the device: they fail, and its results are dropped.
+    const Status st = current_exception_status();
+    for (uint64_t id : l.seq_ids) fail(id, st);
+    return std::nullopt;
+  }
+  ++steps_launched_ahead;
+  return l;
+}
+
+void Engine::Impl::complete(const Launched& l) {
+  std::vector<int32_t> ids(static_cast<size_t>(l.logits_rows));
+  try {
+    model->wait_sampled(ids.data());
+  } catch (...) {
+    const Status st = current_exception_status();
+    for (uint64_t id : l.seq_ids) fail(id, st);
+    return;
+  }
+  last_step_tokens = l.tokens;
+  last_step_sequences = static_cast<int64_t>(l.plan.size());
+  // Sequences that ended while the step ran (their rows were computed for nothing) drop out.
+  std::vector<runtime::Scheduler::Chunk> live;
+  std::vector<std::pair<uint64_t, bool>> chunks;
+  for (size_t i = 0; i < l.plan.size(); ++i) {
+    chunks.push_back({l.seq_ids[i], l.plan[i].logits});
+    if (runtime::Sequence* s = scheduler->get(l.seq_ids[i])) {
+      live.push_back(l.plan[i]);
+      live.back().seq = s;
+    }
+  }
+  scheduler->computed(live);
+  deliver(chunks, ids.data());
+}
+
+bool Engine::Impl::step() {
+  bool worked = false;
+  if (inflight) {
+    std::optional<Launched> next = launch_next_decode();
+    const Launched done = std::move(*inflight);
+    inflight.reset();
+    complete(done);
+    inflight = std::move(next);
+    if (inflight) return true;
+    worked = true;  // the device is idle: plan the next step now
+  }
+  // Cancellations first: their blocks go back before scheduling.
+  std::vector<uint64_t> ids;
+  for (auto& [id, r] : requests)
+    if (r->cancelled) ids.push_back(id);
+  for (uint64_t id : ids) finish(id, FinishReason::kCancelled);
+  if (requests.empty()) return worked;
+
+  std::vector<runtime::Scheduler::Chunk> plan = scheduler->schedule();
+  if (plan.empty()) return worked;
+  const int64_t n_logits = stage_plan(plan);
   const int64_t vocab = model->config().vocab;
   // Tokens are sampled on the device (only ids cross to the host) when the model can and no
   // request of the step wants logprobs, which need the logits on the host.
   bool on_device = model->samples_on_device() && n_logits > 0;
   for (const auto& c : plan)
     if (c.logits) on_device &= requests.at(c.seq->id)->params.logprobs < 0;
-  sample_rows.clear();
-  sample_penalties.clear();
-  sample_banned.clear();
-  if (on_device)
-    for (const auto& c : plan)
-      if (c.logits)
-        requests.at(c.seq->id)->sampler.prepare_device_row(c.seq->tokens, &sample_rows.emplace_back(),
-                                                           &sample_penalties, &sample_banned);
-  step_ids.resize(static_cast<size_t>(n_logits));
+  std::vector<std::pair<uint64_t, bool>> chunks;
+  for (const auto& c : plan) chunks.push_back({c.seq->id, c.logits});
   try {
     if (on_device) {
+      prepare_sample_rows(plan);
+      if (model->launches_ahead()) {
+        Launched l{.plan = plan, .seq_ids = {}, .tokens = static_cast<int64_t>(step_tokens.size()),
+                   .logits_rows = n_logits};
+        for (const auto& c : plan) l.seq_ids.push_back(c.seq->id);
+        model->launch_sample(step_tokens, step_chunks, *cache,
+                             {sample_rows, sample_penalties, sample_banned}, false, *pool);
+        inflight = std::move(l);  // completed by the next call, after it launches the next step
+        return true;
+      }
+      step_ids.resize(static_cast<size_t>(n_logits));
       if (!model->forward_sample(step_tokens, step_chunks, *cache,
                                  {sample_rows, sample_penalties, sample_banned}, step_ids.data(), *pool))
         throw_error(ErrorCode::kInternal, "the model declined device sampling it offers");
@@ -299,18 +421,23 @@ bool Engine::Impl::step() {
   } catch (...) {
     // Nothing tells which sequence caused it: every request of this step fails, others go on.
     const Status st = current_exception_status();
-    for (const auto& c : plan) fail(c.seq->id, st);
+    for (const auto& [id, has_logits] : chunks) fail(id, st);
     return true;
   }
+  last_step_tokens = static_cast<int64_t>(step_tokens.size());
+  last_step_sequences = static_cast<int64_t>(plan.size());
   scheduler->computed(plan);
+  deliver(chunks, on_device ? step_ids.data() : nullptr);
+  return true;
+}
 
+void Engine::Impl::deliver(const std::vector<std::pair<uint64_t, bool>>& chunks, const int32_t* ids) {
+  const int64_t vocab = model->config().vocab;
   // Ids, not pointers: callbacks of one request may finish another (cancel) or this one.
-  std::vector<std::pair<uint64_t, bool>> done_chunks;
-  for (const auto& c : plan) done_chunks.push_back({c.seq->id, c.logits});
   int64_t row = 0;
-  for (const auto& [id, has_logits] : done_chunks) {
+  for (const auto& [id, has_logits] : chunks) {
     const int64_t my_row = has_logits ? row++ : -1;
-    float* lg = has_logits && !on_device ? step_logits.data() + my_row * vocab : nullptr;
+    float* lg = has_logits && !ids ? step_logits.data() + my_row * vocab : nullptr;
     auto it = requests.find(id);
     runtime::Sequence* seq = scheduler->get(id);
     if (it == requests.end() || !seq) continue;
@@ -330,8 +457,7 @@ bool Engine::Impl::step() {
       // Logprobs are of the raw logits: the sampler edits the row in place (penalties, masking).
       if (r.params.logprobs >= 0) raw_logits.assign(lg, lg + vocab);
       const std::span<float> logits_row(lg, lg ? static_cast<size_t>(vocab) : 0);
-      const int32_t tok =
-          on_device ? step_ids[my_row] : r.sampler.sample(logits_row, seq->tokens);
+      const int32_t tok = ids ? ids[my_row] : r.sampler.sample(logits_row, seq->tokens);
       if (r.params.logprobs >= 0) {
         r.result.logprobs.push_back(token_logprob(raw_logits, tok, r.params.logprobs));
         if (r.callbacks.on_logprob) r.callbacks.on_logprob(r.result.logprobs.back());
@@ -341,7 +467,6 @@ bool Engine::Impl::step() {
       fail(id, current_exception_status());
     }
   }
-  return true;
 }
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -454,6 +579,14 @@ Expected<std::unique_ptr<Engine>> Engine::load(const std::string& path, const En
   }
   impl->load_seconds = seconds_since(t0);
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+}
+
+Expected<std::unique_ptr<Engine>> EngineTestAccess::load_wrapped(const std::string& path,
+                                                                  const EngineOptions& opt,
+                                                                  const WrapModel& wrap) {
+  auto e = Engine::load(path, opt);
+  if (e.ok()) (*e)->impl_->model = wrap(std::move((*e)->impl_->model));
+  return e;
 }
 
 const ModelSummary& Engine::summary() const { return impl_->summary; }
@@ -570,6 +703,7 @@ EngineStats Engine::stats() const {
   st.kv_block_size = im.blocks->block_size();
   st.last_step_tokens = im.last_step_tokens;
   st.last_step_sequences = im.last_step_sequences;
+  st.steps_launched_ahead = im.steps_launched_ahead;
   return st;
 }
 

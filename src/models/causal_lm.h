@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "core/sample_row.h"
 #include "core/tensor.h"
 #include "kernels/ref/llm_ops.h"
@@ -107,6 +108,25 @@ class CausalLm {
                               KvCache& cache, const SampleBatch& batch, int32_t* ids,
                               ThreadPool& pool) {
     return false;
+  }
+
+  // forward_sample() in two halves, so that the host prepares and launches the next step while
+  // this one runs (the engine's decode steps). True when the model offers them.
+  virtual bool launches_ahead() const { return false; }
+  // Queues what forward_sample() computes and returns without waiting. At most two launches
+  // are outstanding (the caller waits for the older before a third). With tokens_from_last,
+  // `tokens` only gives the count: row i's token is the id the previous launch sampled for its
+  // logits row i, taken where it was sampled (so the previous launch's ids need not be back).
+  virtual void launch_sample(std::span<const int32_t> tokens, std::span<const SeqChunk> chunks,
+                             KvCache& cache, const SampleBatch& batch, bool tokens_from_last,
+                             ThreadPool& pool) {
+    (void)tokens, (void)chunks, (void)cache, (void)batch, (void)tokens_from_last, (void)pool;
+    throw_error(ErrorCode::kUnsupported, "this model does not launch ahead");
+  }
+  // Waits for the oldest outstanding launch and writes its ids (one per logits row).
+  virtual void wait_sampled(int32_t* ids) {
+    (void)ids;
+    throw_error(ErrorCode::kUnsupported, "this model does not launch ahead");
   }
 };
 

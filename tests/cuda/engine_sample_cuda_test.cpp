@@ -110,6 +110,49 @@ TEST_F(EngineSampleCuda, BatchedWithOtherCompanionsGivesTheSameTokens) {
   EXPECT_NE(a[1], b[1]);  // the companions did change
 }
 
+// A batch without penalties or bans, so the engine launches each decode step before the
+// previous step's tokens are back (the tokens go from the sampler to the embedding on the
+// device): greedy and seeded requests of different lengths (some end while others go on) pick
+// the same tokens as the same batch sampled on the host (logprobs), where every step waits.
+// No end-of-generation stops: a stop leaves a row of the launched-ahead step computed for
+// nothing, a batch shape the host run does not have (its logits need not be the same bits).
+TEST_F(EngineSampleCuda, LaunchedAheadBatchPicksTheHostPathsTokens) {
+  auto run = [&](bool host) {
+    std::map<int, std::vector<int32_t>> out;
+    for (int i = 0; i < 6; ++i) {
+      GenerationParams p;
+      p.max_tokens = 12 + 7 * i;
+      p.ignore_eos = true;
+      if (i % 2) p.temperature = 0.8f, p.top_p = 0.9f, p.seed = 50 + i;
+      if (host) p.logprobs = 0;
+      std::vector<int32_t> prompt = prompt_;
+      prompt[1] = static_cast<int32_t>(prompt[1] + i) % 1000;
+      auto id = engine_->submit(prompt, p,
+                                {.on_text = {},
+                                 .on_done = [&out, i](Expected<GenerationResult> r) {
+                                   ASSERT_TRUE(r.ok());
+                                   out[i] = r->tokens;
+                                 },
+                                 .on_logprob = {}});
+      EXPECT_TRUE(id.ok());
+    }
+    while (engine_->step()) {
+    }
+    EXPECT_EQ(out.size(), 6u);
+    return out;
+  };
+  const int64_t ahead0 = engine_->stats().steps_launched_ahead;
+  auto device = run(false);
+  EXPECT_GT(engine_->stats().steps_launched_ahead - ahead0, 30);
+  const int64_t ahead1 = engine_->stats().steps_launched_ahead;
+  auto host = run(true);
+  EXPECT_EQ(engine_->stats().steps_launched_ahead, ahead1);
+  for (int i = 0; i < 6; ++i) {
+    ASSERT_EQ(device[i].size(), static_cast<size_t>(12 + 7 * i)) << i;
+    EXPECT_EQ(device[i], host[i]) << "request " << i;
+  }
+}
+
 TEST_F(EngineSampleCuda, HostAndDevicePathsPickTheSameTokens) {
   for (uint64_t seed : {3, 4, 5}) {
     GenerationParams p = seeded(seed);

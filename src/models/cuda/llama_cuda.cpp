@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <optional>
 #include <set>
@@ -66,14 +67,20 @@ class CudaLlama final : public CausalLm {
  public:
   explicit CudaLlama(LlmConfig cfg) : cfg_(std::move(cfg)), w_(cfg_) {
     TESSERA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    for (cudaEvent_t& e : sampled_)
+      TESSERA_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   }
 
   void load(const WeightSource& w) { w_.load(w); }
   void fill_dummy(uint64_t seed, DType type) { w_.fill_dummy(seed, type, stream_); }
   ~CudaLlama() override {
+    if (stream_) cudaStreamSynchronize(stream_);  // launches nobody waited for
     drop_graphs();
+    for (cudaEvent_t e : sampled_)
+      if (e) cudaEventDestroy(e);
     if (stream_) cudaStreamDestroy(stream_);
-    for (void* p : pinned_) cudaFreeHost(p);
+    for (const auto& set : pinned_)
+      for (void* p : set) cudaFreeHost(p);
   }
 
   const LlmConfig& config() const override { return cfg_; }
@@ -107,7 +114,8 @@ class CudaLlama final : public CausalLm {
 
   void forward(std::span<const int32_t> tokens, std::span<const SeqChunk> chunks, KvCache& cache,
                float* logits, bool all_logits, ThreadPool&) override {
-    const int64_t n_logits = run(tokens, chunks, cache, all_logits);
+    pick_pinned_set();
+    const int64_t n_logits = run(tokens, chunks, cache, all_logits, false);
     const int64_t V = cfg_.vocab;
     float* host = pinned<float>(kLogits, n_logits * V);
     TESSERA_CUDA_CHECK(cudaMemcpyAsync(host, logits_.get(n_logits * V),
@@ -148,8 +156,23 @@ class CudaLlama final : public CausalLm {
   }
 
   bool forward_sample(std::span<const int32_t> tokens, std::span<const SeqChunk> chunks,
-                      KvCache& cache, const SampleBatch& batch, int32_t* ids, ThreadPool&) override {
-    const int64_t n_logits = run(tokens, chunks, cache, false);
+                      KvCache& cache, const SampleBatch& batch, int32_t* ids, ThreadPool& pool) override {
+    TESSERA_CHECK_ARG(launched_.empty(), "forward_sample: a launch is still outstanding");
+    launch_sample(tokens, chunks, cache, batch, false, pool);
+    wait_sampled(ids);
+    return true;
+  }
+
+  // The profiler times each op of a step eagerly, so a profiled model waits step by step.
+  // TESSERA_LAUNCH_AHEAD=0 makes every step wait too (A/B benchmarks).
+  bool launches_ahead() const override { return !prof_.enabled() && launch_ahead_on_; }
+
+  void launch_sample(std::span<const int32_t> tokens, std::span<const SeqChunk> chunks,
+                     KvCache& cache, const SampleBatch& batch, bool tokens_from_last,
+                     ThreadPool&) override {
+    TESSERA_CHECK_ARG(launched_.size() < 2, "launch_sample: two launches are already outstanding");
+    pick_pinned_set();
+    const int64_t n_logits = run(tokens, chunks, cache, false, tokens_from_last);
     TESSERA_CHECK_ARG(static_cast<int64_t>(batch.rows.size()) == n_logits,
                       "forward_sample: one sampling row per logits row");
     // After the forward pass on the same stream (a replayed graph does not hold these).
@@ -164,31 +187,51 @@ class CudaLlama final : public CausalLm {
     int32_t* host = pinned<int32_t>(kIds, n_logits);
     TESSERA_CUDA_CHECK(cudaMemcpyAsync(host, d_ids, static_cast<size_t>(n_logits) * 4,
                                        cudaMemcpyDeviceToHost, stream_));
-    TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    TESSERA_CUDA_CHECK(cudaEventRecord(sampled_[set_], stream_));
+    launched_.push_back({set_, n_logits});
+    last_sampled_rows_ = n_logits;
+  }
+
+  void wait_sampled(int32_t* ids) override {
+    TESSERA_CHECK_ARG(!launched_.empty(), "wait_sampled: nothing was launched");
+    const Launch l = launched_.front();
+    launched_.pop_front();
+    TESSERA_CUDA_CHECK(cudaEventSynchronize(sampled_[l.set]));
     TESSERA_CUDA_CHECK(cudaGetLastError());
     prof_.collect();
-    std::memcpy(ids, host, static_cast<size_t>(n_logits) * 4);
-    return true;
+    std::memcpy(ids, pinned_[l.set][kIds], static_cast<size_t>(l.rows) * 4);
   }
 
  private:
   // The forward pass up to device logits (logits_ holds n_logits x vocab); returns n_logits.
+  // With tokens_from_last the tokens are the ids of the last launch_sample (see CausalLm).
   int64_t run(std::span<const int32_t> tokens, std::span<const SeqChunk> chunks, KvCache& cache,
-              bool all_logits) {
+              bool all_logits, bool tokens_from_last) {
     const int64_t n = static_cast<int64_t>(tokens.size());
     TESSERA_CHECK_ARG(n >= 1, "forward: no tokens");
     TESSERA_CHECK_ARG(cache.n_layers() == cfg_.n_layers && cache.k(0).device() == Device::kCuda &&
                           cache.dtype() == DType::kF16,
                       "forward: the CUDA model needs its own device KV cache");
-    for (int32_t t : tokens)
-      TESSERA_CHECK_ARG(t >= 0 && t < cfg_.vocab, "forward: token id outside the vocabulary");
+    if (tokens_from_last)
+      TESSERA_CHECK_ARG(n == last_sampled_rows_,
+                        "forward: the tokens from the last launch are a different count");
+    else
+      for (int32_t t : tokens)
+        TESSERA_CHECK_ARG(t >= 0 && t < cfg_.vocab, "forward: token id outside the vocabulary");
     const int64_t n_logits = plan(chunks, cache, n, all_logits);
     const int64_t d = cfg_.d_model, hd = cfg_.head_dim, qd = cfg_.n_heads * hd,
                   kvd = cfg_.n_kv_heads * hd, ff = cfg_.d_ff, V = cfg_.vocab;
     cudaStream_t s = stream_;
 
     // Per-step tables to the device (pinned staging, one stream: ordered before the kernels).
-    int32_t* d_tokens = stage(tokens.data(), n, kTokens);
+    int32_t* d_tokens = nullptr;
+    if (tokens_from_last) {  // the sampled ids, copied in stream order after their sampling
+      d_tokens = reinterpret_cast<int32_t*>(staged_[kTokens].get(n * 4));
+      TESSERA_CUDA_CHECK(cudaMemcpyAsync(d_tokens, ids_.get(n), static_cast<size_t>(n) * 4,
+                                         cudaMemcpyDeviceToDevice, stream_));
+    } else {
+      d_tokens = stage(tokens.data(), n, kTokens);
+    }
     int32_t* d_pos = stage(positions_.data(), n, kPositions);
     int64_t* d_rows = stage(cache_rows_.data(), n, kCacheRows);
     cuda::PagedAttentionTile* d_tiles = stage(tiles_.data(), static_cast<int64_t>(tiles_.size()), kTiles);
@@ -609,21 +652,27 @@ class CudaLlama final : public CausalLm {
     kStaged, kLogits = kStaged, kIds
   };
 
-  // Pinned host buffer `slot`, grown to at least n elements of T.
+  // Two sets of pinned buffers: a call stages into (and its ids come back through) the set that
+  // the outstanding launch does not use, whose copies may not have run yet.
+  void pick_pinned_set() { set_ = launched_.empty() ? 0 : 1 - launched_.front().set; }
+
+  // Pinned host buffer `slot` of the current set, grown to at least n elements of T.
   template <class T>
   T* pinned(int slot, int64_t n) {
-    if (pinned_.size() <= static_cast<size_t>(slot)) {
-      pinned_.resize(slot + 1, nullptr);
-      pinned_cap_.resize(slot + 1, 0);
+    std::vector<void*>& bufs = pinned_[set_];
+    std::vector<size_t>& caps = pinned_cap_[set_];
+    if (bufs.size() <= static_cast<size_t>(slot)) {
+      bufs.resize(slot + 1, nullptr);
+      caps.resize(slot + 1, 0);
     }
     const size_t bytes = static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(T);
-    if (bytes > pinned_cap_[slot]) {
-      if (pinned_[slot]) TESSERA_CUDA_CHECK(cudaFreeHost(pinned_[slot]));
-      pinned_[slot] = nullptr;
-      TESSERA_CUDA_CHECK(cudaMallocHost(&pinned_[slot], bytes));
-      pinned_cap_[slot] = bytes;
+    if (bytes > caps[slot]) {
+      if (bufs[slot]) TESSERA_CUDA_CHECK(cudaFreeHost(bufs[slot]));
+      bufs[slot] = nullptr;
+      TESSERA_CUDA_CHECK(cudaMallocHost(&bufs[slot], bytes));
+      caps[slot] = bytes;
     }
-    return static_cast<T*>(pinned_[slot]);
+    return static_cast<T*>(bufs[slot]);
   }
 
   // Copies n values through pinned slot `slot` to a device buffer of the same slot.
@@ -707,8 +756,20 @@ class CudaLlama final : public CausalLm {
   Bufs graph_bufs_{};
   const KvCache* graph_cache_ = nullptr;
   Grow<uint8_t> staged_[kStaged];
-  std::vector<void*> pinned_;
-  std::vector<size_t> pinned_cap_;
+  std::vector<void*> pinned_[2];
+  std::vector<size_t> pinned_cap_[2];
+  int set_ = 0;  // the pinned set of the call being enqueued
+  struct Launch {
+    int set;       // its pinned set (the ids come back there)
+    int64_t rows;  // its sampled ids
+  };
+  std::deque<Launch> launched_;  // launch_sample() calls not yet waited for, oldest first
+  cudaEvent_t sampled_[2] = {};  // per pinned set: its launch's ids are on the host
+  int64_t last_sampled_rows_ = -1;
+  const bool launch_ahead_on_ = [] {
+    const char* v = std::getenv("TESSERA_LAUNCH_AHEAD");
+    return !(v && std::strcmp(v, "0") == 0);
+  }();
   // plan() output
   std::vector<int32_t> positions_, logit_rows_, tables_;
   std::vector<int64_t> cache_rows_;

@@ -49,6 +49,8 @@ class Sampler {
   // tokens are appended to the step's flat lists, the row records where.
   void prepare_device_row(std::span<const int32_t> history, SampleRow* row,
                           std::vector<SamplePenalty>* penalties, std::vector<int32_t>* banned);
+  // True when a row depends on the history (penalties, n-gram bans), not only on the draw.
+  bool needs_history() const { return has_penalties() || p_.no_repeat_ngram > 0; }
 
  private:
   double draw();

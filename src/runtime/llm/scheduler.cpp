@@ -209,6 +209,36 @@ std::vector<Scheduler::Chunk> Scheduler::schedule() {
   return plan;
 }
 
+std::vector<Scheduler::Chunk> Scheduler::schedule_next_decode(std::span<const Chunk> plan) {
+  if (plan.empty() || plan.size() != seqs_.size()) return {};
+  const int64_t bs = blocks_.block_size();
+  int64_t fresh = 0;
+  for (const Chunk& c : plan) {
+    const Sequence& s = *c.seq;
+    // Up to its last token: the next step decodes the token sampled there.
+    const int64_t end = c.start + c.n_tokens;
+    if (!s.running || !c.logits || c.start != s.n_cached || end != static_cast<int64_t>(s.tokens.size()))
+      return {};
+    fresh += std::max<int64_t>(blocks_for(end + 1, bs) - static_cast<int64_t>(s.blocks.size()), 0);
+  }
+  // Each sequence once (with the size check: every sequence), within the step budget.
+  std::vector<const Sequence*> seen;
+  for (const Chunk& c : plan) seen.push_back(c.seq);
+  std::sort(seen.begin(), seen.end());
+  if (std::adjacent_find(seen.begin(), seen.end()) != seen.end() ||
+      static_cast<int64_t>(plan.size()) > opt_.max_step_tokens || blocks_.available() < fresh)
+    return {};
+  std::vector<Chunk> next;
+  for (const Chunk& c : plan) {
+    Sequence& s = *c.seq;
+    const int64_t end = c.start + c.n_tokens;
+    while (static_cast<int64_t>(s.blocks.size()) < blocks_for(end + 1, bs))
+      s.blocks.push_back(blocks_.allocate());
+    next.push_back({&s, end, 1, true});
+  }
+  return next;
+}
+
 void Scheduler::computed(std::span<const Chunk> plan) {
   const int64_t bs = blocks_.block_size();
   for (const Chunk& c : plan) {

@@ -88,6 +88,13 @@ class Scheduler {
 
   // The work of the next forward call; empty when nothing can run.
   std::vector<Chunk> schedule();
+  // The step after `plan` when it is plan's sequences decoding once more, planned before plan
+  // has run (the engine launches it before plan's tokens reach the host): each chunk's next
+  // position, with a KV block for it where it starts one. Empty, with nothing changed, unless
+  // that is what schedule() would return once plan's tokens are appended (in plan's order):
+  // every sequence is running and in plan once, up to its last token with logits, none waits,
+  // and the blocks are free without preempting.
+  std::vector<Chunk> schedule_next_decode(std::span<const Chunk> plan);
   // Marks the chunks' tokens as cached and offers newly full blocks to the prefix cache.
   void computed(std::span<const Chunk> plan);
 
