@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <numeric>
@@ -256,6 +257,55 @@ TEST(LlamaCudaDummy, OneRowStepsMatchOneChunk) {
     EXPECT_LE(e, t == DType::kBF16 ? 1e-4 : 1e-2) << name;
     EXPECT_GE(a.top1, t == DType::kBF16 ? 0.95 : 0.85) << name;
   }
+}
+
+// Decode-only steps of several sequences take RoPE and the KV write inside attention
+// (paged_attention.h, PagedAttentionNewRows); TESSERA_ROPE_IN_ATTENTION=0 keeps the RoPE kernel.
+// Two models of the same random weights, one each way, over the same steps: 3 sequences
+// prefilled, then 12 decode-only steps (graph-replayed from the second), each sequence's
+// logits the same bits, and the same KV cache.
+TEST(LlamaCudaDummy, DecodeStepsWithRopeInAttentionMatchTheRopeKernel) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  ThreadPool pool(1);
+  auto fused = models::cuda_llama_create_dummy("smollm2-135m", 0, DType::kBF16);
+  setenv("TESSERA_ROPE_IN_ATTENTION", "0", 1);
+  auto plain = models::cuda_llama_create_dummy("smollm2-135m", 0, DType::kBF16);
+  unsetenv("TESSERA_ROPE_IN_ATTENTION");
+  const int64_t V = fused->config().vocab, bs = 16;
+  auto cache_f = fused->make_kv_cache(16, bs), cache_p = plain->make_kv_cache(16, bs);
+  for (auto* c : {&cache_f, &cache_p})  // rows never written compare equal too
+    for (int64_t li = 0; li < c->n_layers(); ++li)
+      for (Tensor* t : {&c->k(li), &c->v(li)})
+        ASSERT_EQ(cudaMemset(t->raw_data(), 0, static_cast<size_t>(t->numel()) * 2), cudaSuccess);
+  const std::vector<std::vector<int32_t>> blocks = {{0, 1, 2}, {5, 6, 7}, {9, 11, 13}};
+  const int32_t lens[3] = {20, 7, 33};
+  for (int s = 0; s < 3; ++s) {
+    std::vector<int32_t> ids(lens[s]);
+    for (int i = 0; i < lens[s]; ++i) ids[i] = (i * 7919 + 131 * s + 13) % 40000;
+    run_alone(*fused, cache_f, ids, blocks[s], 64, pool);
+    run_alone(*plain, cache_p, ids, blocks[s], 64, pool);
+  }
+  std::vector<float> a(3 * V), b(3 * V);
+  for (int step = 0; step < 12; ++step) {
+    std::vector<int32_t> toks;
+    std::vector<models::SeqChunk> chunks;
+    for (int s = 0; s < 3; ++s) {
+      toks.push_back((step * 101 + s * 7) % 40000);
+      chunks.push_back({lens[s] + step, 1, blocks[s], true});
+    }
+    fused->forward(toks, chunks, cache_f, a.data(), false, pool);
+    plain->forward(toks, chunks, cache_p, b.data(), false, pool);
+    for (float v : a) ASSERT_TRUE(std::isfinite(v));
+    ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << "step " << step;
+  }
+  for (int64_t li = 0; li < fused->config().n_layers; ++li)
+    for (auto [x, y] : {std::pair{&cache_f.k(li), &cache_p.k(li)}, std::pair{&cache_f.v(li), &cache_p.v(li)}}) {
+      const size_t bytes = static_cast<size_t>(x->numel()) * 2;
+      std::vector<char> hx(bytes), hy(bytes);
+      ASSERT_EQ(cudaMemcpy(hx.data(), x->raw_data(), bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(hy.data(), y->raw_data(), bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+      ASSERT_EQ(std::memcmp(hx.data(), hy.data(), bytes), 0) << "layer " << li;
+    }
 }
 
 // A 2-layer Llama of these widths (shapes no named architecture has).

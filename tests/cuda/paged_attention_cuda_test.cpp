@@ -10,7 +10,9 @@
 #include <vector>
 
 #include "cuda/cuda_test_util.h"
+#include "kernels/cuda/gemv.h"  // rope_inv_freq
 #include "kernels/cuda/paged_attention.h"
+#include "kernels/cuda/rope_kv.h"
 #include "kernels/ref/llm_ops.h"
 #include "support/test_util.h"
 
@@ -244,6 +246,111 @@ TYPED_TEST(PagedAttentionCuda, PrefillChunksMatchReference) {
   run_case<TypeParam>({64, 1, 64, 16, prefill}, 23);  // group 64: 2 rows per tile
   run_case<TypeParam>({32, 8, 128, 16, prefill, 4, 128}, 24);
   run_case<TypeParam>({32, 4, 64, 16, {{2000, 17}, {5, 3}}, Case::kAutoSplits, 160}, 25);
+}
+
+// Decode-only launches given the unrotated q | k | v rows (PagedAttentionNewRows) against
+// rope_kv_write_strided followed by the plain launch: the same output and the same cache, bit
+// for bit. Contexts short enough that a warp's first chunk holds the new row, long ones, one
+// wave and several, split launches (a few sequences: only the split that reads the new row
+// writes it), GQA groups 1 to 16, head dims 32 to 128, partial rotation (n_rot < head_dim) and
+// a bf16 output.
+template <class O>
+void run_new_rows_case(int64_t n_heads, int64_t n_kv_heads, int64_t hd, int64_t n_rot,
+                       const std::vector<int32_t>& positions, bool workspace_splits, uint64_t seed) {
+  SCOPED_TRACE("heads " + std::to_string(n_heads) + "/" + std::to_string(n_kv_heads) + " hd " +
+               std::to_string(hd) + " n_rot " + std::to_string(n_rot) + " rows " +
+               std::to_string(positions.size()) + " seed " + std::to_string(seed));
+  const int64_t n = static_cast<int64_t>(positions.size()), bs = 16, row = n_kv_heads * hd;
+  const int64_t qd = n_heads * hd, qkvd = qd + 2 * row;
+  int64_t max_blocks = 1;
+  for (int32_t p : positions) max_blocks = std::max<int64_t>(max_blocks, p / bs + 1);
+  max_blocks = std::max<int64_t>(max_blocks, 8);
+  const int64_t pool = n * max_blocks;
+  std::vector<int32_t> ids(pool);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), std::mt19937(static_cast<uint32_t>(seed)));
+  std::vector<int32_t> tables(n * max_blocks);
+  std::copy(ids.begin(), ids.end(), tables.begin());
+  // Older positions random; the new positions' rows (and the rest) NaN until written.
+  std::vector<__half> hk(pool * bs * row, __half_raw{0xFFFF}), hv(hk.size(), __half_raw{0xFFFF});
+  std::vector<int64_t> cache_rows(n);
+  std::vector<cuda::PagedAttentionChunk> chunks;
+  for (int64_t s = 0; s < n; ++s) {
+    auto kf = test::random_floats(positions[s] * row + 1, seed + 10 + s),
+         vf = test::random_floats(positions[s] * row + 1, seed + 50 + s);
+    for (int64_t p = 0; p < positions[s]; ++p) {
+      const int64_t dst = (int64_t{tables[s * max_blocks + p / bs]} * bs + p % bs) * row;
+      for (int64_t e = 0; e < row; ++e) {
+        hk[dst + e] = test::Dt<__half>::from(kf[p * row + e]);
+        hv[dst + e] = test::Dt<__half>::from(vf[p * row + e]);
+      }
+    }
+    const int32_t p = positions[s];
+    cache_rows[s] = int64_t{tables[s * max_blocks + p / bs]} * bs + p % bs;
+    chunks.push_back({static_cast<int32_t>(s), static_cast<int32_t>(s), 1});
+  }
+  const auto qkv = test::random_floats(n * qkvd, seed + 99, -3.f, 3.f);
+  const auto tiles = cuda::paged_attention_tiles(chunks, n_heads / n_kv_heads);
+  const auto inv_freq = cuda::rope_inv_freq(n_rot, 500000.f, 1.f, nullptr);
+  test::DevBuf<float> dqkv(qkv), dq(n * qd);
+  test::DevBuf<int32_t> dpos(positions), dtables(tables);
+  test::DevBuf<int64_t> drows(cache_rows);
+  test::DevBuf<double> dfreq(inv_freq.empty() ? std::vector<double>{0.0} : inv_freq);
+  test::DevBuf<cuda::PagedAttentionTile> dtiles(tiles);
+  const int splits = workspace_splits ? cuda::paged_attention_splits(n, n_kv_heads, max_blocks, bs) : 1;
+  const size_t ws_bytes = cuda::paged_attention_workspace_bytes(n, n_heads, hd, splits);
+  test::DevBuf<float> dws(std::max<size_t>(ws_bytes / 4, 1));
+  cuda::paged_attention_workspace_reset(dws.get(), ws_bytes, nullptr);
+  // As many rows as tiles: what makes the launch decode-only. Splits 1, or the launcher's own.
+  const cuda::PagedAttentionWorkspace ws{dws.get(), ws_bytes, n, workspace_splits ? 0 : 1};
+  cuda::RopeConfig rope{ref::RopeLayout::kInterleaved, n_rot, 500000.f, 1.f, nullptr, dfreq.get()};
+  std::vector<O> out[2];
+  std::vector<__half> kc[2], vc[2];
+  for (int fused = 0; fused < 2; ++fused) {
+    test::DevBuf<__half> dk(hk), dv(hv);
+    test::DevBuf<O> dout(n * qd);
+    dout.poison();
+    if (fused) {
+      const cuda::PagedAttentionNewRows nr{qkvd, drows.get(), dfreq.get(), static_cast<int>(n_rot)};
+      cuda::paged_attention<float, O>(dqkv.get(), dpos.get(), dtiles.get(), n, dtables.get(),
+                                      max_blocks, bs, dk.get(), dv.get(), n_heads, n_kv_heads, hd,
+                                      0.125f, dout.get(), nullptr, ws, &nr);
+    } else {
+      cuda::rope_kv_write_strided<float>(dqkv.get(), qkvd, dqkv.get() + qd, dqkv.get() + qd + row,
+                                         qkvd, dq.get(), dpos.get(), drows.get(), n, n_heads,
+                                         n_kv_heads, hd, rope, dk.get(), dv.get(), nullptr);
+      cuda::paged_attention<float, O>(dq.get(), dpos.get(), dtiles.get(), n, dtables.get(),
+                                      max_blocks, bs, dk.get(), dv.get(), n_heads, n_kv_heads, hd,
+                                      0.125f, dout.get(), nullptr, ws);
+    }
+    test::check_launch();
+    out[fused] = dout.download();
+    kc[fused] = dk.download();
+    vc[fused] = dv.download();
+  }
+  std::vector<float> got(out[1].size());
+  for (size_t i = 0; i < got.size(); ++i) got[i] = to_float(out[1][i]);
+  ASSERT_TRUE(test::all_written(got));
+  EXPECT_EQ(std::memcmp(out[0].data(), out[1].data(), out[0].size() * sizeof(O)), 0) << "outputs differ";
+  EXPECT_EQ(std::memcmp(kc[0].data(), kc[1].data(), kc[0].size() * 2), 0) << "K caches differ";
+  EXPECT_EQ(std::memcmp(vc[0].data(), vc[1].data(), vc[0].size() * 2), 0) << "V caches differ";
+}
+
+TEST(PagedAttentionCudaNewRows, SameBitsAsTheRopeKernelThenAttention) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  std::vector<int32_t> short_and_long = {0, 1, 15, 16, 17, 47, 48, 300, 511, 1000};
+  std::vector<int32_t> many;
+  for (int i = 0; i < 160; ++i) many.push_back(static_cast<int32_t>((i * 2654435761u) % 900));
+  uint64_t seed = 300;
+  for (bool ws : {false, true}) {
+    run_new_rows_case<float>(32, 8, 128, 128, short_and_long, ws, seed++);   // Llama-3-8B
+    run_new_rows_case<float>(9, 3, 64, 64, short_and_long, ws, seed++);      // SmolLM2
+    run_new_rows_case<float>(16, 1, 128, 64, short_and_long, ws, seed++);    // group 16, half rotated
+    run_new_rows_case<float>(8, 8, 32, 32, short_and_long, ws, seed++);      // MHA, head_dim 32
+    run_new_rows_case<float>(32, 8, 128, 128, {5, 2000, 40}, ws, seed++);   // split launches
+  }
+  run_new_rows_case<__nv_bfloat16>(32, 8, 128, 128, many, true, seed++);    // several waves
+  run_new_rows_case<__nv_bfloat16>(32, 8, 128, 128, {7, 4095}, true, seed++);
 }
 
 TEST(PagedAttentionCudaArgs, RejectsUnsupportedShapes) {

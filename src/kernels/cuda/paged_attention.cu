@@ -116,7 +116,8 @@ void paged_attention(const T* q, const int32_t* q_pos, const PagedAttentionTile*
                      int64_t n_tiles, const int32_t* block_tables, int64_t table_stride,
                      int64_t block_size, const __half* k_cache, const __half* v_cache,
                      int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale, O* out,
-                     cudaStream_t stream, const PagedAttentionWorkspace& ws) {
+                     cudaStream_t stream, const PagedAttentionWorkspace& ws,
+                     const PagedAttentionNewRows* new_rows) {
   TESSERA_CHECK_ARG(n_kv_heads > 0 && n_heads % n_kv_heads == 0 && n_heads / n_kv_heads <= 64,
                     "paged_attention: n_heads must be a multiple of n_kv_heads, group <= 64");
   TESSERA_CHECK_ARG(block_size >= 1 && table_stride >= 1 && n_tiles >= 0 &&
@@ -151,7 +152,7 @@ void paged_attention(const T* q, const int32_t* q_pos, const PagedAttentionTile*
   int block_shift = -1;  // power-of-two block sizes index the table by shifts
   for (int b = 0; b < 31; ++b)
     if ((int64_t{1} << b) == block_size) block_shift = b;
-  const Args<T, O> args{q,
+  Args<T, O> args{q,
                         q_pos,
                         tiles,
                         block_tables,
@@ -169,11 +170,21 @@ void paged_attention(const T* q, const int32_t* q_pos, const PagedAttentionTile*
                         splits > 1 ? static_cast<int>(split_span(cap, splits)) : INT_MAX / 2,
                         ws_o,
                         ws_ml,
-                        counters};
+                        counters,
+                        {}};
   // A tile of one row has `group` vectors: with group <= 16 a decode-only launch (as many
   // tiles as rows) has only narrow tiles; otherwise both kernels run, each taking its tiles.
   const bool any_narrow = group <= 16;
   const bool any_wide = !(any_narrow && ws.rows == n_tiles);
+  if (new_rows) {
+    TESSERA_CHECK_ARG(!any_wide && new_rows->ld >= (n_heads + 2 * n_kv_heads) * head_dim &&
+                          new_rows->cache_rows && new_rows->inv_freq && new_rows->n_rot >= 0 &&
+                          new_rows->n_rot % 2 == 0 && new_rows->n_rot <= head_dim,
+                      "paged_attention: new rows need a decode-only launch (one row per tile, "
+                      "group <= 16, a workspace of as many rows), the q | k | v row stride, cache "
+                      "rows, the angle table and an even n_rot <= head_dim");
+    args.new_rows = *new_rows;
+  }
   const unsigned pairs = static_cast<unsigned>(n_tiles * n_kv_heads);  // kv head fastest
   const dim3 grid(pairs, 1, static_cast<unsigned>(splits));
   auto launch = [&](auto hd) {
@@ -213,7 +224,8 @@ void paged_attention(const T* q, const int32_t* q_pos, const PagedAttentionTile*
   template void paged_attention<T, O>(const T*, const int32_t*, const PagedAttentionTile*,      \
                                       int64_t, const int32_t*, int64_t, int64_t, const __half*, \
                                       const __half*, int64_t, int64_t, int64_t, float, O*,      \
-                                      cudaStream_t, const PagedAttentionWorkspace&);
+                                      cudaStream_t, const PagedAttentionWorkspace&,             \
+                                      const PagedAttentionNewRows*);
 TESSERA_INSTANTIATE(float, float)
 TESSERA_INSTANTIATE(float, __nv_bfloat16)
 TESSERA_INSTANTIATE(__nv_bfloat16, __nv_bfloat16)

@@ -92,11 +92,26 @@ size_t paged_attention_workspace_bytes(int64_t rows, int64_t n_heads, int64_t he
 // Zeroes a new workspace's split counters (stream-ordered; a buffer of `bytes`).
 void paged_attention_workspace_reset(void* data, size_t bytes, cudaStream_t stream);
 
+// Decode-only launches can take the step's q, k and v rows as the fused QKV projection wrote
+// them (rows of q | k | v at stride ld, before RoPE) and do what rope_kv_write_strided does
+// (rope_kv.h; interleaved pairs, the same bits): each block rotates its query heads as it loads
+// them and writes its kv head's rotated K and its V to the cache row of its sequence's new
+// position, so no RoPE kernel runs between the projection and attention. Then q is that
+// projection's output, every tile one row, group <= 16, and the workspace names as many rows as
+// tiles (what makes a launch decode-only).
+struct PagedAttentionNewRows {
+  int64_t ld = 0;                       // elements from one row of q | k | v to the next
+  const int64_t* cache_rows = nullptr;  // DEVICE: each row's cache row (as for rope_kv_write)
+  const double* inv_freq = nullptr;     // DEVICE: RopeConfig::inv_freq, n_rot / 2 angles
+  int n_rot = 0;                        // rotated dims per head, even; the rest pass through
+};
+
 template <class T, class O = T>
 void paged_attention(const T* q, const int32_t* q_pos, const PagedAttentionTile* tiles,
                      int64_t n_tiles, const int32_t* block_tables, int64_t table_stride,
                      int64_t block_size, const __half* k_cache, const __half* v_cache,
                      int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale, O* out,
-                     cudaStream_t stream, const PagedAttentionWorkspace& ws = {});
+                     cudaStream_t stream, const PagedAttentionWorkspace& ws = {},
+                     const PagedAttentionNewRows* new_rows = nullptr);
 
 }  // namespace tessera::cuda

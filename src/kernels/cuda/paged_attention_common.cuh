@@ -38,6 +38,9 @@ struct Args {
   float2* __restrict__ ws_ml;
   // splits > 1: per (tile, kv head) pair, the splits that arrived (0 between launches)
   unsigned* counters;
+  // new_rows.ld > 0: q is the unrotated q | k | v projection (PagedAttentionNewRows); the narrow
+  // kernel applies RoPE and writes the new K/V rows. The cache pointers are then written too.
+  PagedAttentionNewRows new_rows;
 };
 
 __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {

@@ -35,6 +35,28 @@ constexpr size_t narrow_smem_bytes(int hd, int warps) {
 //
 // The tiles, positions and block tables were staged before the step's first kernel, so they
 // are read before pdl_wait(); q and the newest K/V rows come from the previous kernel.
+//
+// With a.new_rows (decode-only launches, one row per tile), q is the unrotated q | k | v row:
+// the block forms the row's RoPE angles once, writes its kv head's rotated K and V to the new
+// position's cache row (the one split whose range holds it, before any of its warps copies
+// that chunk: a block barrier) and rotates its query heads as it loads them. The arithmetic is
+// rope_kv_kernel's (rope_kv.cu), so the bits are the same as that kernel followed by this one.
+template <int HD>
+struct NewRowAngles {
+  double cs[HD / 2], sn[HD / 2];
+};
+
+// (x0, x1) of pair j rotated by the angle table (pairs past n_rot pass through), in double as
+// rope_kv_kernel rotates them.
+template <int HD>
+__device__ __forceinline__ void rotate_pair(const NewRowAngles<HD>& ang, int j, int n_rot, float& x0,
+                                            float& x1) {
+  if (2 * j >= n_rot) return;
+  const double cs = ang.cs[j], sn = ang.sn[j], d0 = x0, d1 = x1;
+  x0 = static_cast<float>(d0 * cs - d1 * sn);
+  x1 = static_cast<float>(d0 * sn + d1 * cs);
+}
+
 template <class T, class O, int HD, int W>
 __global__ void __launch_bounds__(W * 32) narrow_kernel(const Args<T, O> a) {
   constexpr int kNarrowWarps = W, kNarrowThreads = W * 32;
@@ -78,7 +100,33 @@ __global__ void __launch_bounds__(W * 32) narrow_kernel(const Args<T, O> a) {
   int32_t pre[kStages - 1][kPer];
 #pragma unroll
   for (int st = 0; st < kStages - 1; ++st) fetch(first_chunk + st * kNarrowWarps, pre[st]);
+  const bool new_rows = a.new_rows.ld > 0;
+  __shared__ NewRowAngles<HD> ang;
+  if (new_rows) {  // the angles of the row's position (rope_kv_kernel's formula)
+    const double p = static_cast<double>(max_pos);
+    for (int j = threadIdx.x; 2 * j < a.new_rows.n_rot; j += kNarrowThreads)
+      sincos(p * a.new_rows.inv_freq[j], &ang.sn[j], &ang.cs[j]);
+  }
   detail::pdl_wait();  // the predecessor's q and K/V rows from here on (PDL, launch.h)
+  if (new_rows) {
+    __syncthreads();  // the angles
+    if (max_pos >= k_begin && max_pos < k_end) {  // this split reads the new position
+      const int64_t crow = a.new_rows.cache_rows[tile.row0];
+      const T* kin = a.q + tile.row0 * a.new_rows.ld + (a.n_heads + kvh) * HD;
+      const T* vin = kin + a.n_kv_heads * HD;  // v heads follow the k heads
+      __half* kout = const_cast<__half*>(a.k_cache) + (crow * a.n_kv_heads + kvh) * HD;
+      __half* vout = const_cast<__half*>(a.v_cache) + (crow * a.n_kv_heads + kvh) * HD;
+      for (int j = threadIdx.x; j < HD / 2; j += kNarrowThreads) {
+        float x0 = detail::to_f32(kin[2 * j]), x1 = detail::to_f32(kin[2 * j + 1]);
+        rotate_pair(ang, j, a.new_rows.n_rot, x0, x1);
+        kout[2 * j] = __float2half_rn(x0);
+        kout[2 * j + 1] = __float2half_rn(x1);
+        vout[2 * j] = __float2half_rn(detail::to_f32(vin[2 * j]));
+        vout[2 * j + 1] = __float2half_rn(detail::to_f32(vin[2 * j + 1]));
+      }
+    }
+    __syncthreads();  // the new K/V row is in the cache before any warp copies its chunk
+  }
   // Starts the copies of chunk `chunk` into stage st (keys past the range become zeros).
   auto issue = [&](int chunk, int st, const int32_t(&e)[kPer]) {
     __half* kdst = stages + st * kStage;
@@ -131,11 +179,17 @@ __global__ void __launch_bounds__(W * 32) narrow_kernel(const Args<T, O> a) {
     for (int h = 0; h < 2; ++h) {
       float x0 = 0, x1 = 0, x2 = 0, x3 = 0;
       if (valid[h]) {
-        const T* p = a.q + vec_index(vec[h]) * HD + kk * 16 + 2 * t;
+        const T* p = new_rows ? a.q + tile.row0 * a.new_rows.ld + (kvh * group + vec[h]) * HD +
+                                    kk * 16 + 2 * t
+                              : a.q + vec_index(vec[h]) * HD + kk * 16 + 2 * t;
         x0 = detail::to_f32(p[0]);
         x1 = detail::to_f32(p[1]);
         x2 = detail::to_f32(p[8]);
         x3 = detail::to_f32(p[9]);
+        if (new_rows) {  // pairs (2t, 2t + 1) and (2t + 8, 2t + 9) of the slice
+          rotate_pair(ang, kk * 8 + t, a.new_rows.n_rot, x0, x1);
+          rotate_pair(ang, kk * 8 + t + 4, a.new_rows.n_rot, x2, x3);
+        }
       }
       qa[kk][h] = pack_half2(x0, x1);      // a0 / a1: columns 2t, 2t+1
       qa[kk][2 + h] = pack_half2(x2, x3);  // a2 / a3: columns 2t+8, 2t+9

@@ -458,6 +458,16 @@ class CudaLlama final : public CausalLm {
           n == 1 && w_.rope_inv_freq && cfg_.rope.layout == ref::RopeLayout::kInterleaved && !cfg_.qkv_bias &&
           (l.qkv.quant() ? l.qkv.parts.size() == 1 : cuda::gemv_bf16_f32_supported(l.qkv.w, h, d));
       const cuda::QkvRope qkv_rope{qd, kvd, hd, cfg_.rope.n_rot, w_.rope_inv_freq, d_pos, d_rows, kc, vc};
+      // Several rows of one token each (a decode-only attention launch): attention rotates q and
+      // k and writes the new K/V rows itself (paged_attention.h), no RoPE kernel between.
+      const bool rope_in_attention = !rope_in_qkv && rope_in_attention_on_ && w_.rope_inv_freq &&
+                                     cfg_.rope.layout == ref::RopeLayout::kInterleaved &&
+                                     static_cast<int64_t>(tiles_.size()) == n &&
+                                     cfg_.n_heads / cfg_.n_kv_heads <= 16;
+      const cuda::PagedAttentionNewRows new_rows{qkvd, d_rows, w_.rope_inv_freq,
+                                                 static_cast<int>(cfg_.rope.n_rot)};
+      const cuda::PagedAttentionNewRows* attn_new_rows = rope_in_attention ? &new_rows : nullptr;
+      const float* attn_q = rope_in_attention ? b.qkv : q;
       // q|k|v = norm(x) Wqkv^T (f32 rows of qkvd)
       if (l.qkv.quant()) {
         if (rope_in_qkv) {
@@ -480,22 +490,25 @@ class CudaLlama final : public CausalLm {
                  proj_cost(l.qkv, n, l.qkv.quant() ? 4 : 2, 4));
       if (!rope_in_qkv) {
         if (cfg_.qkv_bias) cuda::add_bias_rows(b.qkv, l.bqkv, n, qkvd, s);
-        cuda::rope_kv_write_strided<float>(b.qkv, qkvd, b.qkv + qd, b.qkv + qd + kvd, qkvd, q, d_pos,
-                                           d_rows, n, cfg_.n_heads, cfg_.n_kv_heads, hd, rope, kc, vc, s);
-        prof_.mark("bias + rope + kv write", {static_cast<double>(n) * (qkvd * 4 + qd * 4 + kvd * 4)});
+        if (!rope_in_attention)
+          cuda::rope_kv_write_strided<float>(b.qkv, qkvd, b.qkv + qd, b.qkv + qd + kvd, qkvd, q, d_pos, d_rows,
+                                             n, cfg_.n_heads, cfg_.n_kv_heads, hd, rope, kc, vc, s);
+        if (cfg_.qkv_bias || !rope_in_attention)
+          prof_.mark(rope_in_attention ? "bias" : "bias + rope + kv write",
+                     {static_cast<double>(n) * (qkvd * 4 + qd * 4 + kvd * 4)});
       }
       if (l.wo.quant()) {  // attention in f32, quantized for the integer dots
-        cuda::paged_attention<float, float>(q, d_pos, d_tiles, static_cast<int64_t>(tiles_.size()),
+        cuda::paged_attention<float, float>(attn_q, d_pos, d_tiles, static_cast<int64_t>(tiles_.size()),
                                             d_tables, table_stride_, cache.block_size(), kc, vc,
                                             cfg_.n_heads, cfg_.n_kv_heads, hd, scale, b.attn, s,
-                                            {b.attn_ws, attn_ws_bytes_, n});
+                                            {b.attn_ws, attn_ws_bytes_, n}, attn_new_rows);
         prof_.mark("attention", attn_cost);
         project(l.wo, In::rows(b.attn), n, b, x, d, /*accumulate=*/true);
       } else {  // attention writes bf16: it only feeds the output projection
-        cuda::paged_attention<float, bf16>(q, d_pos, d_tiles, static_cast<int64_t>(tiles_.size()),
+        cuda::paged_attention<float, bf16>(attn_q, d_pos, d_tiles, static_cast<int64_t>(tiles_.size()),
                                            d_tables, table_stride_, cache.block_size(), kc, vc,
                                            cfg_.n_heads, cfg_.n_kv_heads, hd, scale, h, s,
-                                           {b.attn_ws, attn_ws_bytes_, n});
+                                           {b.attn_ws, attn_ws_bytes_, n}, attn_new_rows);
         prof_.mark("attention", attn_cost);
         matmul(h, l.wo, n, x, /*accumulate=*/true);  // residual += attention out
       }
@@ -766,6 +779,10 @@ class CudaLlama final : public CausalLm {
   std::deque<Launch> launched_;  // launch_sample() calls not yet waited for, oldest first
   cudaEvent_t sampled_[2] = {};  // per pinned set: its launch's ids are on the host
   int64_t last_sampled_rows_ = -1;
+  const bool rope_in_attention_on_ = [] {  // TESSERA_ROPE_IN_ATTENTION=0: the RoPE kernel (A/B)
+    const char* v = std::getenv("TESSERA_ROPE_IN_ATTENTION");
+    return !(v && std::strcmp(v, "0") == 0);
+  }();
   const bool launch_ahead_on_ = [] {
     const char* v = std::getenv("TESSERA_LAUNCH_AHEAD");
     return !(v && std::strcmp(v, "0") == 0);
