@@ -10,7 +10,7 @@ namespace tessera::cuda::paged {
 
 // Warps per block W (narrow_warps in paged_attention.cu): an SM holds 12 of these warps, split
 // into as many blocks as the launch needs per SM to run in one wave (W x 2 stages x 8.5 KB of
-// shared memory per block; head dim 128: 160-162 registers per thread, and more than 168 would
+// shared memory per block; head dim 128: 168 registers per thread (at the limit), and more than 168 would
 // cost a block per SM: check ptxas -v after changing the kernel. A minimum-blocks launch bound
 // would pin it, but it changes the code generated for every width, unmeasured). Launches with
 // fewer (tile, kv head) pairs than SMs (split launches, batch-1 decode) take 4 warps.
@@ -89,10 +89,19 @@ __global__ void __launch_bounds__(W * 32) narrow_kernel(const Args<T, O> a) {
   for (int r = 0; r < tile.n_rows; ++r) max_pos = max(max_pos, a.q_pos[tile.row0 + r]);
   const int span = split_span(a, max_pos);
   const int k_begin = split * span, k_end = min(max_pos + 1, k_begin + span);
+  // Cache blocks of a power of two >= 16 keys hold whole chunks: one table entry per chunk,
+  // and the lane's rows follow the first at a fixed stride (fewer instructions per chunk; the
+  // kernel is issue-bound, not bandwidth-bound, at 128 x 512: ncu, s12_ncu_narrow_128x512.txt).
+  const bool whole_chunks = a.block_shift >= 4;
+  constexpr int kRowStep = 32 / kParts;  // rows between a lane's pieces
   auto fetch = [&](int chunk, int32_t(&blk)[kPer]) {
+    if (whole_chunks) {
+      blk[0] = chunk * kNarrowKeys < k_end ? table_entry(a, table, chunk * kNarrowKeys) : 0;
+      return;
+    }
 #pragma unroll
     for (int j = 0; j < kPer; ++j) {
-      const int p = chunk * kNarrowKeys + r_lane + j * (32 / kParts);
+      const int p = chunk * kNarrowKeys + r_lane + j * kRowStep;
       blk[j] = p < k_end ? table_entry(a, table, p) : 0;  // past the end: never used
     }
   };
@@ -131,13 +140,16 @@ __global__ void __launch_bounds__(W * 32) narrow_kernel(const Args<T, O> a) {
   auto issue = [&](int chunk, int st, const int32_t(&e)[kPer]) {
     __half* kdst = stages + st * kStage;
     __half* vdst = kdst + kNarrowKeys * (HD + kPad);
+    const int64_t base = (cache_row(a, e[0], chunk * kNarrowKeys + r_lane) * a.n_kv_heads + kvh) * HD + part * 8;
+    const int64_t row_elems = static_cast<int64_t>(a.n_kv_heads) * HD;
 #pragma unroll
     for (int j = 0; j < kPer; ++j) {
-      const int r = r_lane + j * (32 / kParts), p = chunk * kNarrowKeys + r;
+      const int r = r_lane + j * kRowStep, p = chunk * kNarrowKeys + r;
       __half* kd = kdst + r * (HD + kPad) + part * 8;
       __half* vd = vdst + r * (HD + kPad) + part * 8;
       if (p < k_end) {
-        const int64_t off = (cache_row(a, e[j], p) * a.n_kv_heads + kvh) * HD + part * 8;
+        const int64_t off = whole_chunks ? base + j * kRowStep * row_elems
+                                         : (cache_row(a, e[j], p) * a.n_kv_heads + kvh) * HD + part * 8;
         cp_async_16(kd, a.k_cache + off);
         cp_async_16(vd, a.v_cache + off);
       } else {
@@ -254,7 +266,8 @@ __global__ void __launch_bounds__(W * 32) narrow_kernel(const Args<T, O> a) {
       m_run[h] = m_new[h];
       l_run[h] *= alpha[h];
     }
-    scale_rows<HD>(o, alpha);
+    // The accumulator rescales only when some row's max rose (rarely, once a few chunks are in).
+    if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) scale_rows<HD>(o, alpha);
     uint32_t pa[4];  // P as the A fragment of the PV product (16 keys)
 #pragma unroll
     for (int nt = 0; nt < kNt; ++nt) {
