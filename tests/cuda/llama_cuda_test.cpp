@@ -263,7 +263,8 @@ TEST(LlamaCudaDummy, OneRowStepsMatchOneChunk) {
 // (paged_attention.h, PagedAttentionNewRows); TESSERA_ROPE_IN_ATTENTION=0 keeps the RoPE kernel.
 // Two models of the same random weights, one each way, over the same steps: 3 sequences
 // prefilled, then 12 decode-only steps (graph-replayed from the second), each sequence's
-// logits the same bits, and the same KV cache.
+// logits the same bits; then a step with 12 consecutive 1-row chunks of one sequence (which
+// must keep the RoPE kernel); and the same KV cache.
 TEST(LlamaCudaDummy, DecodeStepsWithRopeInAttentionMatchTheRopeKernel) {
   TESSERA_SKIP_WITHOUT_GPU();
   ThreadPool pool(1);
@@ -297,6 +298,23 @@ TEST(LlamaCudaDummy, DecodeStepsWithRopeInAttentionMatchTheRopeKernel) {
     plain->forward(toks, chunks, cache_p, b.data(), false, pool);
     for (float v : a) ASSERT_TRUE(std::isfinite(v));
     ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << "step " << step;
+  }
+  // A recomputed (preempted) sequence's generated positions come as consecutive 1-row chunks
+  // of one step, logits on the last only: each row reads the rows before it, so this step must
+  // not take the in-attention write (blocks do not wait for each other).
+  {
+    std::vector<int32_t> toks;
+    std::vector<models::SeqChunk> chunks;
+    for (int i = 0; i < 12; ++i) {
+      toks.push_back((i * 37 + 5) % 40000);
+      chunks.push_back({lens[0] + 12 + i, 1, blocks[0], i == 11});
+    }
+    toks.push_back(77);
+    chunks.push_back({lens[1] + 12, 1, blocks[1], true});
+    std::vector<float> c(2 * V), d(2 * V);
+    fused->forward(toks, chunks, cache_f, c.data(), false, pool);
+    plain->forward(toks, chunks, cache_p, d.data(), false, pool);
+    ASSERT_EQ(std::memcmp(c.data(), d.data(), c.size() * sizeof(float)), 0) << "recompute step";
   }
   for (int64_t li = 0; li < fused->config().n_layers; ++li)
     for (auto [x, y] : {std::pair{&cache_f.k(li), &cache_p.k(li)}, std::pair{&cache_f.v(li), &cache_p.v(li)}}) {

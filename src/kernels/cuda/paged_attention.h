@@ -94,11 +94,13 @@ void paged_attention_workspace_reset(void* data, size_t bytes, cudaStream_t stre
 
 // Decode-only launches can take the step's q, k and v rows as the fused QKV projection wrote
 // them (rows of q | k | v at stride ld, before RoPE) and do what rope_kv_write_strided does
-// (rope_kv.h; interleaved pairs, the same bits): each block rotates its query heads as it loads
-// them and writes its kv head's rotated K and its V to the cache row of its sequence's new
-// position, so no RoPE kernel runs between the projection and attention. Then q is that
-// projection's output, every tile one row, group <= 16, and the workspace names as many rows as
-// tiles (what makes a launch decode-only).
+// (rope_kv.h; interleaved pairs; the same bits for f32 q, the engine's): each block rotates its
+// query heads as it loads them and writes its kv head's rotated K and its V to the cache row of
+// its sequence's new position, so no RoPE kernel runs between the projection and attention.
+// Then q is that projection's output, every tile one row, group <= 16, the workspace names as
+// many rows as tiles (what makes a launch decode-only), and no two rows are of one sequence:
+// blocks do not wait for each other's writes (a recomputed sequence's consecutive 1-row chunks
+// must take the RoPE kernel).
 struct PagedAttentionNewRows {
   int64_t ld = 0;                       // elements from one row of q | k | v to the next
   const int64_t* cache_rows = nullptr;  // DEVICE: each row's cache row (as for rope_kv_write)

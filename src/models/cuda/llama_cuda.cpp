@@ -114,6 +114,7 @@ class CudaLlama final : public CausalLm {
 
   void forward(std::span<const int32_t> tokens, std::span<const SeqChunk> chunks, KvCache& cache,
                float* logits, bool all_logits, ThreadPool&) override {
+    TESSERA_CHECK_ARG(launched_.size() < 2, "forward: two launches are outstanding");
     pick_pinned_set();
     const int64_t n_logits = run(tokens, chunks, cache, all_logits, false);
     const int64_t V = cfg_.vocab;
@@ -462,7 +463,7 @@ class CudaLlama final : public CausalLm {
       // k and writes the new K/V rows itself (paged_attention.h), no RoPE kernel between.
       const bool rope_in_attention = !rope_in_qkv && rope_in_attention_on_ && w_.rope_inv_freq &&
                                      cfg_.rope.layout == ref::RopeLayout::kInterleaved &&
-                                     static_cast<int64_t>(tiles_.size()) == n &&
+                                     one_row_per_sequence_ && static_cast<int64_t>(tiles_.size()) == n &&
                                      cfg_.n_heads / cfg_.n_kv_heads <= 16;
       const cuda::PagedAttentionNewRows new_rows{qkvd, d_rows, w_.rope_inv_freq,
                                                  static_cast<int>(cfg_.rope.n_rot)};
@@ -742,6 +743,17 @@ class CudaLlama final : public CausalLm {
     }
     TESSERA_CHECK_ARG(static_cast<int64_t>(positions_.size()) == n,
                       "forward: chunks do not cover the tokens given");
+    // Attention may write the new K/V rows itself only when no row reads another row's: one
+    // row per sequence. A sequence's last chunk alone has logits, and distinct sequences hold
+    // distinct block tables (a recomputed sequence's several 1-row chunks fail both).
+    one_row_per_sequence_ = decode_only;
+    std::vector<const int32_t*> seqs;
+    for (const SeqChunk& c : chunks) {
+      one_row_per_sequence_ &= c.logits;
+      seqs.push_back(c.blocks.data());
+    }
+    std::sort(seqs.begin(), seqs.end());
+    one_row_per_sequence_ &= std::adjacent_find(seqs.begin(), seqs.end()) == seqs.end();
     tiles_ = cuda::paged_attention_tiles(pchunks, cfg_.n_heads / cfg_.n_kv_heads);
     if (decode_only) cuda::paged_attention_order_tiles(tiles_, positions_.data(), cfg_.n_kv_heads);
     return static_cast<int64_t>(logit_rows_.size());
@@ -792,6 +804,7 @@ class CudaLlama final : public CausalLm {
   std::vector<int64_t> cache_rows_;
   std::vector<cuda::PagedAttentionTile> tiles_;
   int64_t table_stride_ = 1;
+  bool one_row_per_sequence_ = false;  // every chunk one row with logits, no sequence twice
   size_t attn_ws_bytes_ = 0;  // this call's split-KV workspace need (run())
   // decode_persistent (one-row steps)
   const bool persistent_on_ = [] {
