@@ -137,6 +137,67 @@ TEST(Scheduler, RecomputesGeneratedTokensAsSingleRows) {
   EXPECT_TRUE(plan[1].logits);
 }
 
+// The step after a step still on the device (launched ahead): exactly what schedule() gives
+// once that step's tokens are appended, or nothing (and nothing changed) when it would differ.
+TEST(Scheduler, NextDecodeIsWhatScheduleWouldGive) {
+  KvBlockManager blocks(64, 4, false);
+  Scheduler s(blocks, {.max_step_tokens = 64, .max_running = 8});
+  s.add(seq(1, 3));
+  s.add(seq(2, 6));
+  auto plan = s.schedule();  // both prompts, each to its last token
+  auto next = s.schedule_next_decode(plan);
+  ASSERT_EQ(next.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(next[i].seq, plan[i].seq);
+    EXPECT_EQ(next[i].start, plan[i].start + plan[i].n_tokens);
+    EXPECT_EQ(next[i].n_tokens, 1);
+    EXPECT_TRUE(next[i].logits);
+  }
+  EXPECT_EQ(s.get(1)->blocks.size(), 1u);  // position 3 is in the first block of 4
+  EXPECT_EQ(s.get(2)->blocks.size(), 2u);  // position 6 in the second
+  // The engine then takes plan's tokens, and later next's; schedule() agrees with next.
+  s.computed(plan);
+  for (const auto& c : plan) c.seq->tokens.push_back(7);
+  s.computed(next);
+  for (const auto& c : next) c.seq->tokens.push_back(7);
+  const auto again = s.schedule();  // decodes at positions 4 and 7
+  ASSERT_EQ(again.size(), 2u);
+  EXPECT_EQ(again[0].start, 4);
+  EXPECT_EQ(s.get(1)->blocks.size(), 2u);  // schedule() gave it the block of positions 4..7
+  const auto after = s.schedule_next_decode(again);
+  ASSERT_EQ(after.size(), 2u);
+  EXPECT_EQ(after[0].start, 5);
+  EXPECT_EQ(after[1].start, 8);
+  EXPECT_EQ(s.get(2)->blocks.size(), 3u);  // position 8 starts seq 2's third block
+
+  // Refused, with nothing allocated: a waiting sequence (schedule() would admit it) ...
+  KvBlockManager b2(64, 4, false);
+  Scheduler t(b2, {.max_step_tokens = 64, .max_running = 8});
+  t.add(seq(1, 4));
+  auto p1 = t.schedule();
+  t.add(seq(2, 4));
+  const int64_t free_before = b2.available();
+  EXPECT_TRUE(t.schedule_next_decode(p1).empty());
+  EXPECT_EQ(b2.available(), free_before);
+  // ... a sequence's chunk that does not reach its last token (a prompt cut by the budget) ...
+  KvBlockManager b3(64, 4, false);
+  Scheduler u(b3, {.max_step_tokens = 5, .max_running = 8});
+  u.add(seq(1, 9));
+  auto p2 = u.schedule();
+  ASSERT_FALSE(p2[0].logits);
+  EXPECT_TRUE(u.schedule_next_decode(p2).empty());
+  // ... and a next position that needs a block when none is free (schedule() would preempt).
+  KvBlockManager b4(2, 4, false);
+  Scheduler v(b4, {.max_step_tokens = 64, .max_running = 8});
+  v.add(seq(1, 4));
+  v.add(seq(2, 4));
+  auto p3 = v.schedule();
+  ASSERT_EQ(p3.size(), 2u);
+  EXPECT_EQ(b4.available(), 0);
+  EXPECT_TRUE(v.schedule_next_decode(p3).empty());
+  EXPECT_EQ(v.get(1)->blocks.size(), 1u);
+}
+
 TEST(Scheduler, BetterPriorityPreemptsWorseButNotEqual) {
   KvBlockManager blocks(4, 4, false);
   Scheduler s(blocks, {.max_step_tokens = 64, .max_running = 8});
