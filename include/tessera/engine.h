@@ -111,8 +111,8 @@ struct EngineStats {
   int64_t kv_blocks_total = 0, kv_blocks_used = 0, kv_blocks_cached = 0, kv_block_size = 0;
   int64_t preemptions = 0, prefix_hit_tokens = 0;
   // The step whose results the last step() call delivered: tokens computed and sequences in it
-  // (a decode-only step of b sequences has b of each). With steps launched ahead, the call
-  // also launched the step after it; a call that only launched reports the step before.
+  // (a decode-only step of b sequences has b of each); 0 when the call delivered none (it only
+  // launched a step, see step()).
   int64_t last_step_tokens = 0, last_step_sequences = 0;
   // Steps launched before the previous step's tokens were back on the host (see step()).
   int64_t steps_launched_ahead = 0;

@@ -371,6 +371,7 @@ void Engine::Impl::complete(const Launched& l) {
 
 bool Engine::Impl::step() {
   bool worked = false;
+  last_step_tokens = last_step_sequences = 0;  // until this call delivers a step
   if (inflight) {
     std::optional<Launched> next = launch_next_decode();
     const Launched done = std::move(*inflight);

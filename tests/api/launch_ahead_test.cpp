@@ -278,6 +278,34 @@ TEST_F(LaunchAheadTest, SameResultsAsTheSynchronousEngine) {
   EXPECT_EQ(st.kv_blocks_used, 0);
 }
 
+// step() reports the step it delivered: none for a call that only launched one.
+TEST_F(LaunchAheadTest, StatsDescribeTheDeliveredStep) {
+  auto e = EngineTestAccess::load_wrapped(test::default_model_path(), options(),
+                                          [](std::unique_ptr<models::CausalLm> m) {
+                                            return std::make_unique<DeferredModel>(std::move(m));
+                                          });
+  ASSERT_TRUE(e.ok());
+  GenerationParams p;
+  p.max_tokens = 3;
+  p.ignore_eos = true;
+  int done = 0;
+  for (const char* text : {"Hello there", "One two three four"}) {
+    auto ids = (*e)->tokenize(text);
+    ASSERT_TRUE(ids.ok());
+    ASSERT_TRUE((*e)->submit(*ids, p, {.on_text = {}, .on_done = [&](Expected<GenerationResult>) { ++done; }, .on_logprob = {}}).ok());
+  }
+  ASSERT_TRUE((*e)->step());  // launches both prompts, delivers nothing yet
+  EXPECT_EQ((*e)->stats().last_step_tokens, 0);
+  ASSERT_TRUE((*e)->step());  // launches the first decode, delivers the prompts' step
+  EXPECT_EQ((*e)->stats().last_step_sequences, 2);
+  EXPECT_GT((*e)->stats().last_step_tokens, 2);
+  while ((*e)->step()) {
+  }
+  EXPECT_EQ(done, 2);
+  // The decodes giving tokens 2 and 3; none after, since the third token ends both by length.
+  EXPECT_EQ((*e)->stats().steps_launched_ahead, 2);
+}
+
 TEST_F(LaunchAheadTest, PreemptionInAShortCacheGivesTheSameResults) {
   context = 128;  // the cache holds at least one context
   kv_tokens = 128;  // ~2 sequences' worth: admissions wait, running ones get preempted
