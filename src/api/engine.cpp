@@ -160,9 +160,14 @@ struct Engine::Impl {
   // it is the same sequences decoding once more) before waiting for it, so the host's work of
   // one step overlaps the device's work of the other.
   struct Launched {
+    explicit Launched(std::vector<runtime::Scheduler::Chunk> p) : plan(std::move(p)) {
+      for (const auto& c : plan) seq_ids.push_back(c.seq->id);
+    }
     std::vector<runtime::Scheduler::Chunk> plan;  // sequences are looked up again by id
     std::vector<uint64_t> seq_ids;
-    int64_t tokens = 0, logits_rows = 0;
+    int64_t logits_rows() const {
+      return std::count_if(plan.begin(), plan.end(), [](const auto& c) { return c.logits; });
+    }
   };
   std::optional<Launched> inflight;
   int64_t steps_launched_ahead = 0;
@@ -170,7 +175,7 @@ struct Engine::Impl {
   ~Impl() {
     if (!inflight) return;
     try {  // the launch's work must end before the cache and buffers go
-      std::vector<int32_t> ids(static_cast<size_t>(inflight->logits_rows));
+      std::vector<int32_t> ids(static_cast<size_t>(inflight->logits_rows()));
       model->wait_sampled(ids.data());
     } catch (...) {
     }
@@ -179,6 +184,7 @@ struct Engine::Impl {
   Status validate(const std::vector<int32_t>& ids, const GenerationParams& params) const;
   bool step();
   // step_tokens / step_chunks for plan (tokens as the sequences hold them); logits rows.
+  // A launched-ahead step's tokens are not on the host yet: placeholders there.
   int64_t stage_plan(const std::vector<runtime::Scheduler::Chunk>& plan);
   // Sampling rows of the plan's logits chunks for the device (sample_rows and its lists).
   void prepare_sample_rows(const std::vector<runtime::Scheduler::Chunk>& plan);
@@ -286,7 +292,6 @@ int64_t Engine::Impl::stage_plan(const std::vector<runtime::Scheduler::Chunk>& p
   int64_t n_logits = 0;
   for (const auto& c : plan) {
     const auto& toks = c.seq->tokens;
-    // A launch ahead's token is not on the host yet (the device takes it): a placeholder.
     for (int64_t p = c.start; p < c.start + c.n_tokens; ++p)
       step_tokens.push_back(p < static_cast<int64_t>(toks.size()) ? toks[p] : 0);
     step_chunks.push_back({.start = static_cast<int32_t>(c.start),
@@ -325,11 +330,9 @@ std::optional<Engine::Impl::Launched> Engine::Impl::launch_next_decode() {
   }
   std::vector<runtime::Scheduler::Chunk> next = scheduler->schedule_next_decode(prev);
   if (next.empty()) return std::nullopt;
-  Launched l{.plan = next, .seq_ids = {}, .tokens = 0, .logits_rows = 0};
-  for (const auto& c : next) l.seq_ids.push_back(c.seq->id);
+  Launched l(next);
   try {
-    l.logits_rows = stage_plan(next);
-    l.tokens = static_cast<int64_t>(step_tokens.size());
+    stage_plan(next);
     prepare_sample_rows(next);
     model->launch_sample(step_tokens, step_chunks, *cache,
                          {sample_rows, sample_penalties, sample_banned}, /*tokens_from_last=*/true,
@@ -345,7 +348,7 @@ std::optional<Engine::Impl::Launched> Engine::Impl::launch_next_decode() {
 }
 
 void Engine::Impl::complete(const Launched& l) {
-  std::vector<int32_t> ids(static_cast<size_t>(l.logits_rows));
+  std::vector<int32_t> ids(static_cast<size_t>(l.logits_rows()));
   try {
     model->wait_sampled(ids.data());
   } catch (...) {
@@ -353,7 +356,8 @@ void Engine::Impl::complete(const Launched& l) {
     for (uint64_t id : l.seq_ids) fail(id, st);
     return;
   }
-  last_step_tokens = l.tokens;
+  last_step_tokens = 0;
+  for (const auto& c : l.plan) last_step_tokens += c.n_tokens;
   last_step_sequences = static_cast<int64_t>(l.plan.size());
   // Sequences that ended while the step ran (their rows were computed for nothing) drop out.
   std::vector<runtime::Scheduler::Chunk> live;
@@ -403,12 +407,9 @@ bool Engine::Impl::step() {
     if (on_device) {
       prepare_sample_rows(plan);
       if (model->launches_ahead()) {
-        Launched l{.plan = plan, .seq_ids = {}, .tokens = static_cast<int64_t>(step_tokens.size()),
-                   .logits_rows = n_logits};
-        for (const auto& c : plan) l.seq_ids.push_back(c.seq->id);
         model->launch_sample(step_tokens, step_chunks, *cache,
                              {sample_rows, sample_penalties, sample_banned}, false, *pool);
-        inflight = std::move(l);  // completed by the next call, after it launches the next step
+        inflight.emplace(plan);  // completed by the next call, after it launches the next step
         return true;
       }
       step_ids.resize(static_cast<size_t>(n_logits));

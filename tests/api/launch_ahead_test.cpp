@@ -231,6 +231,17 @@ class LaunchAheadTest : public ::testing::Test {
     opt.prefix_caching = false;
     return opt;
   }
+  // The engine with its model behind a DeferredModel (kept in *model when given).
+  std::unique_ptr<Engine> load_deferred(DeferredModel** model = nullptr) const {
+    auto e = EngineTestAccess::load_wrapped(
+        test::default_model_path(), options(), [&](std::unique_ptr<models::CausalLm> m) {
+          auto d = std::make_unique<DeferredModel>(std::move(m));
+          if (model) *model = d.get();
+          return d;
+        });
+    EXPECT_TRUE(e.ok()) << e.status().to_string();
+    return e.ok() ? std::move(*e) : nullptr;
+  }
   int32_t context = 256;
   int64_t kv_tokens = 2048;
 };
@@ -255,14 +266,9 @@ TEST_F(LaunchAheadTest, SameResultsAsTheSynchronousEngine) {
   const std::vector<Outcome> want = run(**plain, js);
 
   DeferredModel* model = nullptr;
-  auto ahead = EngineTestAccess::load_wrapped(
-      test::default_model_path(), options(), [&](std::unique_ptr<models::CausalLm> m) {
-        auto d = std::make_unique<DeferredModel>(std::move(m));
-        model = d.get();
-        return d;
-      });
-  ASSERT_TRUE(ahead.ok()) << ahead.status().to_string();
-  const std::vector<Outcome> got = run(**ahead, js);
+  auto ahead = load_deferred(&model);
+  ASSERT_TRUE(ahead);
+  const std::vector<Outcome> got = run(*ahead, js);
   expect_same(got, want, js);
   // The cases the test is about happened: a stop string, end of generation, a cancellation.
   EXPECT_EQ(static_cast<int>(want[0].finish), static_cast<int>(FinishReason::kStop));
@@ -270,40 +276,37 @@ TEST_F(LaunchAheadTest, SameResultsAsTheSynchronousEngine) {
   EXPECT_LT(want[1].tokens.size(), 64u);
   EXPECT_EQ(static_cast<int>(want[4].finish), static_cast<int>(FinishReason::kCancelled));
   EXPECT_GT(model->launches_ahead_count(), 30);
-  EXPECT_EQ((*ahead)->stats().steps_launched_ahead, model->launches_ahead_count());
+  EXPECT_EQ(ahead->stats().steps_launched_ahead, model->launches_ahead_count());
   EXPECT_EQ((*plain)->stats().steps_launched_ahead, 0);
   EXPECT_TRUE(model->idle());
-  const EngineStats st = (*ahead)->stats();
+  const EngineStats st = ahead->stats();
   EXPECT_EQ(st.running + st.waiting, 0);
   EXPECT_EQ(st.kv_blocks_used, 0);
 }
 
 // step() reports the step it delivered: none for a call that only launched one.
 TEST_F(LaunchAheadTest, StatsDescribeTheDeliveredStep) {
-  auto e = EngineTestAccess::load_wrapped(test::default_model_path(), options(),
-                                          [](std::unique_ptr<models::CausalLm> m) {
-                                            return std::make_unique<DeferredModel>(std::move(m));
-                                          });
-  ASSERT_TRUE(e.ok());
+  auto e = load_deferred();
+  ASSERT_TRUE(e);
   GenerationParams p;
   p.max_tokens = 3;
   p.ignore_eos = true;
   int done = 0;
   for (const char* text : {"Hello there", "One two three four"}) {
-    auto ids = (*e)->tokenize(text);
+    auto ids = e->tokenize(text);
     ASSERT_TRUE(ids.ok());
-    ASSERT_TRUE((*e)->submit(*ids, p, {.on_text = {}, .on_done = [&](Expected<GenerationResult>) { ++done; }, .on_logprob = {}}).ok());
+    ASSERT_TRUE(e->submit(*ids, p, {.on_text = {}, .on_done = [&](Expected<GenerationResult>) { ++done; }, .on_logprob = {}}).ok());
   }
-  ASSERT_TRUE((*e)->step());  // launches both prompts, delivers nothing yet
-  EXPECT_EQ((*e)->stats().last_step_tokens, 0);
-  ASSERT_TRUE((*e)->step());  // launches the first decode, delivers the prompts' step
-  EXPECT_EQ((*e)->stats().last_step_sequences, 2);
-  EXPECT_GT((*e)->stats().last_step_tokens, 2);
-  while ((*e)->step()) {
+  ASSERT_TRUE(e->step());  // launches both prompts, delivers nothing yet
+  EXPECT_EQ(e->stats().last_step_tokens, 0);
+  ASSERT_TRUE(e->step());  // launches the first decode, delivers the prompts' step
+  EXPECT_EQ(e->stats().last_step_sequences, 2);
+  EXPECT_GT(e->stats().last_step_tokens, 2);
+  while (e->step()) {
   }
   EXPECT_EQ(done, 2);
   // The decodes giving tokens 2 and 3; none after, since the third token ends both by length.
-  EXPECT_EQ((*e)->stats().steps_launched_ahead, 2);
+  EXPECT_EQ(e->stats().steps_launched_ahead, 2);
 }
 
 TEST_F(LaunchAheadTest, PreemptionInAShortCacheGivesTheSameResults) {
@@ -314,18 +317,13 @@ TEST_F(LaunchAheadTest, PreemptionInAShortCacheGivesTheSameResults) {
   ASSERT_TRUE(plain.ok());
   const std::vector<Outcome> want = run(**plain, js);
   DeferredModel* model = nullptr;
-  auto ahead = EngineTestAccess::load_wrapped(
-      test::default_model_path(), options(), [&](std::unique_ptr<models::CausalLm> m) {
-        auto d = std::make_unique<DeferredModel>(std::move(m));
-        model = d.get();
-        return d;
-      });
-  ASSERT_TRUE(ahead.ok());
-  const std::vector<Outcome> got = run(**ahead, js);
+  auto ahead = load_deferred(&model);
+  ASSERT_TRUE(ahead);
+  const std::vector<Outcome> got = run(*ahead, js);
   expect_same(got, want, js);
-  EXPECT_GT((*ahead)->stats().preemptions, 0);
+  EXPECT_GT(ahead->stats().preemptions, 0);
   EXPECT_GT(model->launches_ahead_count(), 0);
-  EXPECT_EQ((*ahead)->stats().kv_blocks_used, 0);
+  EXPECT_EQ(ahead->stats().kv_blocks_used, 0);
 }
 
 }  // namespace

@@ -11,7 +11,6 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <map>
 #include <string>
 #include <vector>
 
@@ -61,6 +60,31 @@ class EngineSampleCuda : public ::testing::Test {
     return r.ok() ? r->tokens : std::vector<int32_t>{};
   }
 
+  struct Request {
+    std::vector<int32_t> prompt;
+    GenerationParams params;
+  };
+  // Submits every request, steps until all are done; each one's tokens, in submission order.
+  std::vector<std::vector<int32_t>> run_batch(const std::vector<Request>& requests) {
+    std::vector<std::vector<int32_t>> out(requests.size());
+    int done = 0;
+    for (size_t i = 0; i < requests.size(); ++i) {
+      auto id = engine_->submit(requests[i].prompt, requests[i].params,
+                                {.on_text = {},
+                                 .on_done = [&out, &done, i](Expected<GenerationResult> r) {
+                                   ++done;
+                                   ASSERT_TRUE(r.ok());
+                                   out[i] = r->tokens;
+                                 },
+                                 .on_logprob = {}});
+      EXPECT_TRUE(id.ok());
+    }
+    while (engine_->step()) {
+    }
+    EXPECT_EQ(done, static_cast<int>(requests.size()));
+    return out;
+  }
+
   std::unique_ptr<Engine> engine_;
   std::vector<int32_t> prompt_;
 };
@@ -78,7 +102,7 @@ TEST_F(EngineSampleCuda, SameSeedSameTokens) {
 // graphs so both compared runs replay them.
 TEST_F(EngineSampleCuda, BatchedWithOtherCompanionsGivesTheSameTokens) {
   auto run = [&](int variant) {
-    std::map<int, std::vector<int32_t>> out;
+    std::vector<Request> requests;
     for (int i = 0; i < 4; ++i) {
       GenerationParams p = seeded(77);
       if (i > 0) {  // companions
@@ -89,19 +113,9 @@ TEST_F(EngineSampleCuda, BatchedWithOtherCompanionsGivesTheSameTokens) {
       }
       std::vector<int32_t> prompt = prompt_;
       if (i > 0) prompt[1 + i] = static_cast<int32_t>(prompt[1 + i] + variant + i) % 1000;
-      auto id = engine_->submit(prompt, p,
-                                {.on_text = {},
-                                 .on_done = [&out, i](Expected<GenerationResult> r) {
-                                   ASSERT_TRUE(r.ok());
-                                   out[i] = r->tokens;
-                                 },
-                                 .on_logprob = {}});
-      EXPECT_TRUE(id.ok());
+      requests.push_back({prompt, p});
     }
-    while (engine_->step()) {
-    }
-    EXPECT_EQ(out.size(), 4u);
-    return out;
+    return run_batch(requests);
   };
   run(0);
   auto a = run(1), b = run(2);
@@ -118,7 +132,7 @@ TEST_F(EngineSampleCuda, BatchedWithOtherCompanionsGivesTheSameTokens) {
 // nothing, a batch shape the host run does not have (its logits need not be the same bits).
 TEST_F(EngineSampleCuda, LaunchedAheadBatchPicksTheHostPathsTokens) {
   auto run = [&](bool host) {
-    std::map<int, std::vector<int32_t>> out;
+    std::vector<Request> requests;
     for (int i = 0; i < 6; ++i) {
       GenerationParams p;
       p.max_tokens = 12 + 7 * i;
@@ -127,19 +141,9 @@ TEST_F(EngineSampleCuda, LaunchedAheadBatchPicksTheHostPathsTokens) {
       if (host) p.logprobs = 0;
       std::vector<int32_t> prompt = prompt_;
       prompt[1] = static_cast<int32_t>(prompt[1] + i) % 1000;
-      auto id = engine_->submit(prompt, p,
-                                {.on_text = {},
-                                 .on_done = [&out, i](Expected<GenerationResult> r) {
-                                   ASSERT_TRUE(r.ok());
-                                   out[i] = r->tokens;
-                                 },
-                                 .on_logprob = {}});
-      EXPECT_TRUE(id.ok());
+      requests.push_back({prompt, p});
     }
-    while (engine_->step()) {
-    }
-    EXPECT_EQ(out.size(), 6u);
-    return out;
+    return run_batch(requests);
   };
   const int64_t ahead0 = engine_->stats().steps_launched_ahead;
   auto device = run(false);

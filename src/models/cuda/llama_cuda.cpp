@@ -27,7 +27,9 @@
 #include "kernels/cuda/rope_kv.h"
 #include "kernels/cuda/row_ops.h"
 #include "kernels/cuda/sample.h"
+#include "models/cuda/device_grow.h"
 #include "models/cuda/llama_cuda_weights.h"
+#include "models/cuda/step_plan.h"
 #include "models/llama.h"
 #include "models/llama_hf.h"
 #include "models/weight_source.h"
@@ -36,32 +38,9 @@ namespace tessera::models {
 namespace {
 
 using cuda_llama::bf16;
+using cuda_llama::Grow;
 using cuda_llama::Layer;
 using cuda_llama::Proj;
-
-// A device buffer that only grows (activations sized for the largest batch seen).
-template <class T>
-class Grow {
- public:
-  ~Grow() {
-    if (p_) cudaFree(p_);
-  }
-  T* get(int64_t n, bool* fresh = nullptr) {  // fresh: set when this call allocated
-    if (fresh) *fresh = false;
-    if (n > cap_) {
-      if (p_) TESSERA_CUDA_CHECK(cudaFree(p_));
-      p_ = nullptr;
-      TESSERA_CUDA_CHECK(cudaMalloc(&p_, static_cast<size_t>(n) * sizeof(T)));
-      cap_ = n;
-      if (fresh) *fresh = true;
-    }
-    return p_;
-  }
-
- private:
-  T* p_ = nullptr;
-  int64_t cap_ = 0;
-};
 
 class CudaLlama final : public CausalLm {
  public:
@@ -219,7 +198,7 @@ class CudaLlama final : public CausalLm {
     else
       for (int32_t t : tokens)
         TESSERA_CHECK_ARG(t >= 0 && t < cfg_.vocab, "forward: token id outside the vocabulary");
-    const int64_t n_logits = plan(chunks, cache, n, all_logits);
+    const int64_t n_logits = plan_.build(chunks, cache, n, all_logits, cfg_.n_heads, cfg_.n_kv_heads);
     const int64_t d = cfg_.d_model, hd = cfg_.head_dim, qd = cfg_.n_heads * hd,
                   kvd = cfg_.n_kv_heads * hd, ff = cfg_.d_ff, V = cfg_.vocab;
     cudaStream_t s = stream_;
@@ -233,11 +212,11 @@ class CudaLlama final : public CausalLm {
     } else {
       d_tokens = stage(tokens.data(), n, kTokens);
     }
-    int32_t* d_pos = stage(positions_.data(), n, kPositions);
-    int64_t* d_rows = stage(cache_rows_.data(), n, kCacheRows);
-    cuda::PagedAttentionTile* d_tiles = stage(tiles_.data(), static_cast<int64_t>(tiles_.size()), kTiles);
-    int32_t* d_tables = stage(tables_.data(), static_cast<int64_t>(tables_.size()), kTables);
-    int32_t* d_logit_rows = stage(logit_rows_.data(), n_logits, kLogitRows);
+    int32_t* d_pos = stage(plan_.positions.data(), n, kPositions);
+    int64_t* d_rows = stage(plan_.cache_rows.data(), n, kCacheRows);
+    cuda::PagedAttentionTile* d_tiles = stage(plan_.tiles.data(), static_cast<int64_t>(plan_.tiles.size()), kTiles);
+    int32_t* d_tables = stage(plan_.tables.data(), static_cast<int64_t>(plan_.tables.size()), kTables);
+    int32_t* d_logit_rows = stage(plan_.logit_rows.data(), n_logits, kLogitRows);
 
     Bufs b{};
     b.x = residual_.get(n * d);
@@ -265,8 +244,8 @@ class CudaLlama final : public CausalLm {
     // the buffer grows, not whenever a small batch's split count changes.
     attn_ws_bytes_ = cuda::paged_attention_workspace_bytes(
         n, cfg_.n_heads, hd,
-        cuda::paged_attention_splits(static_cast<int64_t>(tiles_.size()), cfg_.n_kv_heads,
-                                     table_stride_, cache.block_size()));
+        cuda::paged_attention_splits(static_cast<int64_t>(plan_.tiles.size()), cfg_.n_kv_heads,
+                                     plan_.table_stride, cache.block_size()));
     bool fresh_ws = false;
     b.attn_ws =
         attn_ws_.get(std::max<int64_t>(1, static_cast<int64_t>(attn_ws_bytes_ / 4)), &fresh_ws);
@@ -299,7 +278,7 @@ class CudaLlama final : public CausalLm {
         graph_bufs_ = b;
         graph_cache_ = &cache;
       }
-      const auto key = std::make_pair(n, table_stride_);
+      const auto key = std::make_pair(n, plan_.table_stride);
       if (auto it = graphs_.find(key); it != graphs_.end()) {
         TESSERA_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
         return n_logits;
@@ -384,7 +363,7 @@ class CudaLlama final : public CausalLm {
                                          cudaMemcpyHostToDevice, stream_));
     }
     const size_t bytes = cuda::decode_persistent_workspace_bytes(
-        cfg_.n_kv_heads, cfg_.n_heads, cfg_.head_dim, table_stride_ * cache.block_size());
+        cfg_.n_kv_heads, cfg_.n_heads, cfg_.head_dim, plan_.table_stride * cache.block_size());
     b.pws = pws_.get(static_cast<int64_t>((bytes + 3) / 4), &fresh);
     if (fresh) cuda::decode_persistent_workspace_reset(b.pws, stream_);
   }
@@ -434,7 +413,7 @@ class CudaLlama final : public CausalLm {
       p.cache_row = b.rows;
       p.block_table = b.tables;
       p.block_size = cache.block_size();
-      p.table_capacity = table_stride_ * cache.block_size();
+      p.table_capacity = plan_.table_stride * cache.block_size();
       p.x = x;
       p.q = q;
       p.attn = b.attn;
@@ -450,23 +429,24 @@ class CudaLlama final : public CausalLm {
         prof_.mark("layers (persistent)", {bytes});
       }
     }
+    // Interleaved RoPE from the angle table: the form the fused epilogues and attention apply.
+    const bool rope_table = w_.rope_inv_freq && cfg_.rope.layout == ref::RopeLayout::kInterleaved;
+    // Rows of one token each, one per sequence (a decode-only attention launch): attention may
+    // rotate q and k and write the new K/V rows itself (paged_attention.h), no RoPE kernel between.
+    const bool rope_fits_attention = rope_table && rope_in_attention_on_ && plan_.one_row_per_sequence &&
+                                     cfg_.n_heads / cfg_.n_kv_heads <= 16;
+    const cuda::PagedAttentionNewRows new_rows{qkvd, d_rows, w_.rope_inv_freq,
+                                               static_cast<int>(cfg_.rope.n_rot)};
     for (int64_t li = 0; li < cfg_.n_layers && !persistent; ++li) {
       const Layer& l = w_.layers[li];
       __half* kc = static_cast<__half*>(cache.k(li).raw_data());
       __half* vc = static_cast<__half*>(cache.v(li).raw_data());
       // One row: RoPE and the KV write ride in the QKV GEMV's epilogue (one weight type).
       const bool rope_in_qkv =
-          n == 1 && w_.rope_inv_freq && cfg_.rope.layout == ref::RopeLayout::kInterleaved && !cfg_.qkv_bias &&
+          n == 1 && rope_table && !cfg_.qkv_bias &&
           (l.qkv.quant() ? l.qkv.parts.size() == 1 : cuda::gemv_bf16_f32_supported(l.qkv.w, h, d));
       const cuda::QkvRope qkv_rope{qd, kvd, hd, cfg_.rope.n_rot, w_.rope_inv_freq, d_pos, d_rows, kc, vc};
-      // Several rows of one token each (a decode-only attention launch): attention rotates q and
-      // k and writes the new K/V rows itself (paged_attention.h), no RoPE kernel between.
-      const bool rope_in_attention = !rope_in_qkv && rope_in_attention_on_ && w_.rope_inv_freq &&
-                                     cfg_.rope.layout == ref::RopeLayout::kInterleaved &&
-                                     one_row_per_sequence_ && static_cast<int64_t>(tiles_.size()) == n &&
-                                     cfg_.n_heads / cfg_.n_kv_heads <= 16;
-      const cuda::PagedAttentionNewRows new_rows{qkvd, d_rows, w_.rope_inv_freq,
-                                                 static_cast<int>(cfg_.rope.n_rot)};
+      const bool rope_in_attention = !rope_in_qkv && rope_fits_attention;
       const cuda::PagedAttentionNewRows* attn_new_rows = rope_in_attention ? &new_rows : nullptr;
       const float* attn_q = rope_in_attention ? b.qkv : q;
       // q|k|v = norm(x) Wqkv^T (f32 rows of qkvd)
@@ -499,15 +479,15 @@ class CudaLlama final : public CausalLm {
                      {static_cast<double>(n) * (qkvd * 4 + qd * 4 + kvd * 4)});
       }
       if (l.wo.quant()) {  // attention in f32, quantized for the integer dots
-        cuda::paged_attention<float, float>(attn_q, d_pos, d_tiles, static_cast<int64_t>(tiles_.size()),
-                                            d_tables, table_stride_, cache.block_size(), kc, vc,
+        cuda::paged_attention<float, float>(attn_q, d_pos, d_tiles, static_cast<int64_t>(plan_.tiles.size()),
+                                            d_tables, plan_.table_stride, cache.block_size(), kc, vc,
                                             cfg_.n_heads, cfg_.n_kv_heads, hd, scale, b.attn, s,
                                             {b.attn_ws, attn_ws_bytes_, n}, attn_new_rows);
         prof_.mark("attention", attn_cost);
         project(l.wo, In::rows(b.attn), n, b, x, d, /*accumulate=*/true);
       } else {  // attention writes bf16: it only feeds the output projection
-        cuda::paged_attention<float, bf16>(attn_q, d_pos, d_tiles, static_cast<int64_t>(tiles_.size()),
-                                           d_tables, table_stride_, cache.block_size(), kc, vc,
+        cuda::paged_attention<float, bf16>(attn_q, d_pos, d_tiles, static_cast<int64_t>(plan_.tiles.size()),
+                                           d_tables, plan_.table_stride, cache.block_size(), kc, vc,
                                            cfg_.n_heads, cfg_.n_kv_heads, hd, scale, h, s,
                                            {b.attn_ws, attn_ws_bytes_, n}, attn_new_rows);
         prof_.mark("attention", attn_cost);
@@ -574,10 +554,10 @@ class CudaLlama final : public CausalLm {
     const int64_t kvd = cfg_.n_kv_heads * cfg_.head_dim, qd = cfg_.n_heads * cfg_.head_dim;
     std::map<int32_t, int64_t> ctx;  // sequence -> keys it reads
     double flops = 0;
-    for (const cuda::PagedAttentionTile& t : tiles_) {
-      const int64_t last = positions_[t.row0 + t.n_rows - 1] + 1;
+    for (const cuda::PagedAttentionTile& t : plan_.tiles) {
+      const int64_t last = plan_.positions[t.row0 + t.n_rows - 1] + 1;
       ctx[t.seq] = std::max(ctx[t.seq], last);
-      for (int32_t r = t.row0; r < t.row0 + t.n_rows; ++r) flops += 4.0 * (positions_[r] + 1) * qd;
+      for (int32_t r = t.row0; r < t.row0 + t.n_rows; ++r) flops += 4.0 * (plan_.positions[r] + 1) * qd;
     }
     double bytes = 0;
     for (const auto& [seq, keys] : ctx) bytes += 4.0 * keys * kvd;
@@ -701,64 +681,6 @@ class CudaLlama final : public CausalLm {
     return dev;
   }
 
-  // Rows of this call: positions, cache rows, attention tiles and block tables; validates the
-  // chunks like the CPU model. Returns the number of logit rows.
-  int64_t plan(std::span<const SeqChunk> chunks, const KvCache& cache, int64_t n, bool all_logits) {
-    const int64_t bs = cache.block_size();
-    positions_.clear();
-    cache_rows_.clear();
-    logit_rows_.clear();
-    std::vector<cuda::PagedAttentionChunk> pchunks;
-    table_stride_ = 1;
-    bool decode_only = true;
-    for (const SeqChunk& c : chunks) {
-      table_stride_ = std::max<int64_t>(table_stride_, c.blocks.size());
-      decode_only &= c.n_tokens == 1;
-    }
-    // Decode steps round the stride up to a power of two: few distinct graph shapes.
-    if (decode_only) {
-      int64_t p = 8;
-      while (p < table_stride_) p *= 2;
-      table_stride_ = p;
-    }
-    tables_.assign(chunks.size() * table_stride_, 0);
-    for (size_t ci = 0; ci < chunks.size(); ++ci) {
-      const SeqChunk& c = chunks[ci];
-      const int64_t end = int64_t{c.start} + c.n_tokens;
-      TESSERA_CHECK_ARG(c.start >= 0 && c.n_tokens >= 1 &&
-                            end <= static_cast<int64_t>(c.blocks.size()) * bs,
-                        "forward: a chunk is not covered by its KV blocks");
-      for (size_t b = 0; b < c.blocks.size(); ++b) {
-        TESSERA_CHECK_ARG(c.blocks[b] >= 0 && c.blocks[b] < cache.n_blocks(),
-                          "forward: KV block out of range");
-        tables_[ci * table_stride_ + b] = c.blocks[b];
-      }
-      pchunks.push_back({static_cast<int32_t>(ci), static_cast<int32_t>(positions_.size()), c.n_tokens});
-      for (int64_t p = c.start; p < end; ++p) {
-        if (all_logits || (c.logits && p == end - 1))
-          logit_rows_.push_back(static_cast<int32_t>(positions_.size()));
-        positions_.push_back(static_cast<int32_t>(p));
-        cache_rows_.push_back(int64_t{c.blocks[p / bs]} * bs + p % bs);
-      }
-    }
-    TESSERA_CHECK_ARG(static_cast<int64_t>(positions_.size()) == n,
-                      "forward: chunks do not cover the tokens given");
-    // Attention may write the new K/V rows itself only when no row reads another row's: one
-    // row per sequence. A sequence's last chunk alone has logits, and distinct sequences hold
-    // distinct block tables (a recomputed sequence's several 1-row chunks fail both).
-    one_row_per_sequence_ = decode_only;
-    std::vector<const int32_t*> seqs;
-    for (const SeqChunk& c : chunks) {
-      one_row_per_sequence_ &= c.logits;
-      seqs.push_back(c.blocks.data());
-    }
-    std::sort(seqs.begin(), seqs.end());
-    one_row_per_sequence_ &= std::adjacent_find(seqs.begin(), seqs.end()) == seqs.end();
-    tiles_ = cuda::paged_attention_tiles(pchunks, cfg_.n_heads / cfg_.n_kv_heads);
-    if (decode_only) cuda::paged_attention_order_tiles(tiles_, positions_.data(), cfg_.n_kv_heads);
-    return static_cast<int64_t>(logit_rows_.size());
-  }
-
   LlmConfig cfg_;
   cudaStream_t stream_ = nullptr;
   cuda::OpProfiler prof_;  // TESSERA_CUDA_PROFILE
@@ -799,12 +721,7 @@ class CudaLlama final : public CausalLm {
     const char* v = std::getenv("TESSERA_LAUNCH_AHEAD");
     return !(v && std::strcmp(v, "0") == 0);
   }();
-  // plan() output
-  std::vector<int32_t> positions_, logit_rows_, tables_;
-  std::vector<int64_t> cache_rows_;
-  std::vector<cuda::PagedAttentionTile> tiles_;
-  int64_t table_stride_ = 1;
-  bool one_row_per_sequence_ = false;  // every chunk one row with logits, no sequence twice
+  cuda_llama::StepPlan plan_;  // this call's tables (run())
   size_t attn_ws_bytes_ = 0;  // this call's split-KV workspace need (run())
   // decode_persistent (one-row steps)
   const bool persistent_on_ = [] {
