@@ -1,6 +1,8 @@
 #include "kernels/cuda/gemv.h"
 
+#include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <string>
 
 #include "backend/cuda/cuda_check.h"
@@ -261,9 +263,9 @@ struct SwigluEpi {  // y[i] = silu(gate_i) * up_i from the pairs of PairedRowsFm
 
 // ---------------------------------------------------------------- the kernel
 // Each warp owns kRows consecutive rows at a time; lanes stride over the rows' chunks, so for
-// each row a warp's loads are one contiguous span. The grid is what fits at once (persistent);
-// warps loop over row groups. The first weight loads are issued before pdl_wait(): weights do
-// not depend on the previous kernel, x does.
+// each row a warp's loads are one contiguous span. A warp loops over row groups when the grid
+// has fewer blocks than groups (grid_for: one block per group unless capped). The first weight
+// loads are issued before pdl_wait(): weights do not depend on the previous kernel, x does.
 template <int kRows, class Fmt, class Epi>
 __global__ void __launch_bounds__(kThreads)
 gemv_kernel(typename Fmt::Mat w, typename Fmt::In in, int64_t n, int64_t k, Epi epi) {
@@ -344,10 +346,23 @@ int64_t resident_blocks(Kernel kernel) {
   return static_cast<int64_t>(sm_count()) * per_sm;
 }
 
+// One block per group of rows_per_block rows. A grid of only the resident blocks (each warp
+// looping over a fixed share of the groups) measured slower in the decode step: its warps had
+// 4 or 5 groups each, and the gate|up GEMV's tail was bimodal (55 / 71 us exposed, by the
+// order its blocks landed on SMs); with one block per group the SMs that finish first take the
+// next blocks. H200, bf16 Llama-3-8B batch-1 decode 4.44 -> 4.30 ms
+// (docs/design/gpu_runs/s13_gemv_grid_ab.txt). TESSERA_GEMV_SM_BLOCKS=N caps the grid at N
+// blocks per SM (0: the resident blocks), for A/B runs.
 template <class Kernel>
 unsigned grid_for(Kernel kernel, int64_t n, int64_t rows_per_block) {
-  const int64_t need = (n + rows_per_block - 1) / rows_per_block, resident = resident_blocks(kernel);
-  return static_cast<unsigned>(need < resident ? need : resident);
+  static const int64_t cap = [] {
+    const char* e = std::getenv("TESSERA_GEMV_SM_BLOCKS");
+    return e ? std::atoll(e) : -1;
+  }();
+  int64_t blocks = (n + rows_per_block - 1) / rows_per_block;
+  if (cap == 0) blocks = std::min(blocks, resident_blocks(kernel));
+  if (cap > 0) blocks = std::min({blocks, resident_blocks(kernel), cap * sm_count()});
+  return static_cast<unsigned>(std::min<int64_t>(blocks, INT32_MAX));
 }
 
 template <class Fmt, class Epi>

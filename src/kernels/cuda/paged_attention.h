@@ -11,8 +11,10 @@
 // from the batch's chunks; every row of q is in exactly one tile). The tile's rows x the
 // group's query heads (<= 128 query vectors) share every K/V load, and both products run on
 // tensor cores (mma.sync m16n8k16, f16 inputs, f32 accumulation) with an online softmax,
-// flash-attention style. Tiles of <= 16 query vectors (decode rows) take a kernel whose three or
-// four warps stream their own keys; wider tiles one of eight warps x 16 query vectors. head_dim:
+// flash-attention style. Tiles of <= 16 query vectors (decode rows) take a kernel whose three to
+// six warps stream their own keys (in decode-only launches of groups <= 8 with the query vectors
+// as the MMA's 8-wide side, keys and head dims as its 16-row side); wider tiles one of eight
+// warps x 16 query vectors. head_dim:
 // 32, 64 or 128; n_heads / n_kv_heads <= 64; scale > 0.
 //
 // Split-KV (flash-decoding): with a workspace, a launch with few (tile, kv head) pairs for the

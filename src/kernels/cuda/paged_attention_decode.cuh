@@ -10,10 +10,10 @@ namespace tessera::cuda::paged {
 
 // Warps per block W (narrow_warps in paged_attention.cu): an SM holds 12 of these warps, split
 // into as many blocks as the launch needs per SM to run in one wave (W x 2 stages x 8.5 KB of
-// shared memory per block; head dim 128: 168 registers per thread (at the limit), and more than 168 would
-// cost a block per SM: check ptxas -v after changing the kernel. A minimum-blocks launch bound
-// would pin it, but it changes the code generated for every width, unmeasured). Launches with
-// fewer (tile, kv head) pairs than SMs (split launches, batch-1 decode) take 4 warps.
+// shared memory per block, which alone caps an SM at 13 warps; head dim 128: QueriesAsRows
+// takes 166 registers per thread, at the 12-warp limit (more would cost a block per SM: check
+// ptxas -v after changing it), QueriesAsCols 96). Launches with fewer (tile, kv head) pairs
+// than SMs (split launches, batch-1 decode) take 4 warps.
 constexpr int kNarrowKeys = 16;  // keys per warp chunk
 // cp.async stages per warp. Two keep the 12 warps per SM (more stages, fewer warps measured
 // no faster, s11_attention_narrow_warps.txt). Four (139 KB per block, one block
@@ -22,7 +22,7 @@ constexpr int kNarrowKeys = 16;  // keys per warp chunk
 constexpr int kNarrowStages = 2;
 
 // Dynamic shared memory: per warp kNarrowStages stages of K and V (kNarrowKeys rows each); the
-// same bytes later hold the warps' partial results (16 vectors x HD f32 per warp + m, l).
+// same bytes later hold the warps' partial results (<= 16 vectors x HD f32 per warp + m, l).
 constexpr size_t narrow_smem_bytes(int hd, int warps) {
   return size_t(warps) * kNarrowStages * 2 * kNarrowKeys * (hd + kPad) * sizeof(__half);
 }
@@ -57,7 +57,244 @@ __device__ __forceinline__ void rotate_pair(const NewRowAngles<HD>& ang, int j, 
   x1 = static_cast<float>(d0 * sn + d1 * cs);
 }
 
-template <class T, class O, int HD, int W>
+// One online-softmax step of a vector whose chunk max so far is m_new (this lane's): the max
+// over the lanes xor kXor... (the lanes holding the vector's other keys), then the rescale
+// factor alpha = 2^(m_run - m_new); m_run and l_run move to the new max. A vector with nothing
+// visible yet keeps m = -inf and alpha = 1: its probabilities are 0, not NaN.
+template <int... kXor>
+__device__ __forceinline__ float online_step(float m_new, float& m_run, float& l_run) {
+  ((m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, kXor))), ...);
+  const float alpha = m_new == -INFINITY ? 1.f : exp2f(m_run - m_new);
+  m_run = m_new;
+  l_run *= alpha;
+  return alpha;
+}
+
+// The warp's arithmetic over its tile's query vectors (narrow_kernel's Math), in one of two
+// m16n8k16 layouts. Both take the same Q elements (q_quad(m, kk, x): dims kk * 16 + 2t, + 1,
+// + 8, + 9 of vector m), consume the same 16-key stages, and leave the warp's unnormalized
+// partial (o, running max m in scaled log2 units, sum l; per vector) in shared memory.
+//
+// QueriesAsRows: the vectors (<= 16) are the 16-row side: S = Q K^T, O += P V. Any narrow tile.
+template <int HD>
+struct QueriesAsRows {
+  static constexpr int kVecs = 16;
+  static constexpr int kRedStride = HD;  // floats per vector in the merge buffer
+  uint32_t qa[HD / 16][4];               // Q fragments (rounded to f16), one per 16-dim slice
+  float o[HD / 8][4];                    // O: rows g and g + 8, dims dt * 8 + 2t, + 1
+  float m_run[2], l_run[2];
+  int pos[2];  // of vectors g and g + 8 (-1: padding)
+
+  template <class QQuad, class PosOf>
+  __device__ __forceinline__ void init(int lane, int n_vec, QQuad q_quad, PosOf pos_of) {
+    const int g = lane / 4;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int m = g + 8 * h;
+      pos[h] = m < n_vec ? pos_of(m) : -1;
+#pragma unroll
+      for (int kk = 0; kk < HD / 16; ++kk) {
+        float x[4] = {0.f, 0.f, 0.f, 0.f};
+        if (m < n_vec) q_quad(m, kk, x);
+        qa[kk][h] = pack_half2(x[0], x[1]);      // a0 / a1: columns 2t, 2t+1
+        qa[kk][2 + h] = pack_half2(x[2], x[3]);  // a2 / a3: columns 2t+8, 2t+9
+      }
+      m_run[h] = -INFINITY;
+      l_run[h] = 0.f;
+    }
+#pragma unroll
+    for (int i = 0; i < HD / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+  }
+
+  // Keys c0 .. c0 + 15 (rows of ks / vs).
+  __device__ __forceinline__ void chunk(const __half (*ks)[HD + kPad], const __half (*vs)[HD + kPad],
+                                        int c0, float scale_log2, int lane) {
+    constexpr int kNt = kNarrowKeys / 8;  // key tiles of 8
+    const int g = lane / 4, t = lane % 4;
+    float s[kNt][4];
+#pragma unroll
+    for (int nt = 0; nt < kNt; ++nt) {
+      s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+      const int key = nt * 8 + g;
+#pragma unroll
+      for (int kk = 0; kk < HD / 16; ++kk) {
+        const uint32_t b0 = *reinterpret_cast<const uint32_t*>(&ks[key][kk * 16 + 2 * t]);
+        const uint32_t b1 = *reinterpret_cast<const uint32_t*>(&ks[key][kk * 16 + 8 + 2 * t]);
+        mma_16816(s[nt], qa[kk], b0, b1);
+      }
+    }
+    // Causal mask, scale (in log2 units) and the online softmax of rows g and g + 8.
+    float m_new[2] = {m_run[0], m_run[1]};
+#pragma unroll
+    for (int nt = 0; nt < kNt; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int h = e / 2, key = c0 + nt * 8 + 2 * t + (e % 2);
+        const float v = key <= pos[h] ? s[nt][e] * scale_log2 : -INFINITY;
+        s[nt][e] = v;
+        m_new[h] = fmaxf(m_new[h], v);
+      }
+    }
+    const float alpha[2] = {online_step<1, 2>(m_new[0], m_run[0], l_run[0]),
+                            online_step<1, 2>(m_new[1], m_run[1], l_run[1])};
+    // The accumulator rescales only when some row's max rose (rarely, once a few chunks are in).
+    if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) scale_rows<HD>(o, alpha);
+    uint32_t pa[4];  // P as the A fragment of the PV product (16 keys)
+#pragma unroll
+    for (int nt = 0; nt < kNt; ++nt) {
+      float p[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int h = e / 2;
+        p[e] = m_run[h] == -INFINITY ? 0.f : exp2f(s[nt][e] - m_run[h]);
+        l_run[h] += p[e];
+      }
+      // Keys nt*8 .. nt*8+7 are columns nt * 8 .. of the 16-key slice.
+      pa[nt * 2 + 0] = pack_half2(p[0], p[1]);  // row g
+      pa[nt * 2 + 1] = pack_half2(p[2], p[3]);  // row g + 8
+    }
+    // O += P V: B(k = key, n = dim) = V[key][dim], two dim tiles per ldmatrix.x4.trans
+    // (lanes 0-15: keys 0..15 at dims dt*8.., lanes 16-31: the same keys at (dt+1)*8..).
+#pragma unroll
+    for (int dt = 0; dt < HD / 8; dt += 2) {
+      uint32_t b[4];
+      ldmatrix_x4_trans(b, &vs[lane % 16][(dt + lane / 16) * 8]);
+      mma_16816(o[dt], pa, b[0], b[1]);
+      mma_16816(o[dt + 1], pa, b[2], b[3]);
+    }
+  }
+
+  // The warp's partial into red_o [kVecs][kRedStride], red_m / red_l [kVecs].
+  __device__ __forceinline__ void store(float* red_o, float* red_m, float* red_l, int lane) {
+    const int g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
+      l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
+      const int r = g + 8 * h;
+#pragma unroll
+      for (int dt = 0; dt < HD / 8; ++dt)
+        *reinterpret_cast<float2*>(&red_o[r * kRedStride + dt * 8 + 2 * t]) =
+            make_float2(o[dt][2 * h], o[dt][2 * h + 1]);
+      if (t == 0) {
+        red_m[r] = m_run[h];
+        red_l[r] = l_run[h];
+      }
+    }
+  }
+};
+
+// QueriesAsCols: keys (QK) and head dims (PV) are the 16-row side, the vectors (<= 8) the
+// 8-wide one: S^T = K Q^T, O^T += V^T P^T. Half the MMAs and accumulator registers of
+// QueriesAsRows for a decode row of a GQA group <= 8, which fills 4-8 of 16 rows there
+// (cuda_attention_decode_swap_plan.md). P^T's B fragments come from S^T's C fragment by one
+// movmatrix per 8 keys; the softmax of a vector reduces over lanes of one t (xor 4, 8, 16).
+template <int HD>
+struct QueriesAsCols {
+  static constexpr int kVecs = 8;
+  static constexpr int kRedStride = HD + 4;  // the O^T fragment stores hit 32 distinct banks
+  uint32_t qb[HD / 16][2];                   // Q^T B fragments (f16): vector g, per 16-dim slice
+  float o[HD / 16][4];  // O^T: dims mt * 16 + g (0, 1) and + 8 (2, 3), vectors 2t, 2t + 1
+  float m_run[2], l_run[2];
+  int pos[2];  // of vectors 2t and 2t + 1 (-1: padding)
+
+  template <class QQuad, class PosOf>
+  __device__ __forceinline__ void init(int lane, int n_vec, QQuad q_quad, PosOf pos_of) {
+    const int g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; ++kk) {
+      float x[4] = {0.f, 0.f, 0.f, 0.f};
+      if (g < n_vec) q_quad(g, kk, x);
+      qb[kk][0] = pack_half2(x[0], x[1]);  // b0: dims 2t, 2t+1
+      qb[kk][1] = pack_half2(x[2], x[3]);  // b1: dims 2t+8, 2t+9
+    }
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      pos[j] = 2 * t + j < n_vec ? pos_of(2 * t + j) : -1;
+      m_run[j] = -INFINITY;
+      l_run[j] = 0.f;
+    }
+#pragma unroll
+    for (int i = 0; i < HD / 16; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+  }
+
+  __device__ __forceinline__ void chunk(const __half (*ks)[HD + kPad], const __half (*vs)[HD + kPad],
+                                        int c0, float scale_log2, int lane) {
+    const int g = lane / 4;
+    // S^T (keys g, g + 8 x vectors 2t, 2t + 1), in two accumulators (even and odd dim slices):
+    // two dependency chains of HD / 32 MMAs instead of one of HD / 16.
+    float sa[4] = {0.f, 0.f, 0.f, 0.f}, sb[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; ++kk) {
+      uint32_t ka[4];  // K rows 0-15 (lanes 0-15) at dims kk*16 .., (lanes 16-31) kk*16 + 8 ..
+      ldmatrix_x4(ka, &ks[lane % 16][kk * 16 + (lane / 16) * 8]);
+      if (kk % 2 == 0)
+        mma_16816(sa, ka, qb[kk][0], qb[kk][1]);
+      else
+        mma_16816(sb, ka, qb[kk][0], qb[kk][1]);
+    }
+    float s[4], m_new[2] = {m_run[0], m_run[1]};
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int j = e % 2, key = c0 + g + 8 * (e / 2);
+      const float v = key <= pos[j] ? (sa[e] + sb[e]) * scale_log2 : -INFINITY;
+      s[e] = v;
+      m_new[j] = fmaxf(m_new[j], v);
+    }
+    const float alpha[2] = {online_step<4, 8, 16>(m_new[0], m_run[0], l_run[0]),
+                            online_step<4, 8, 16>(m_new[1], m_run[1], l_run[1])};
+    if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
+#pragma unroll
+      for (int i = 0; i < HD / 16; ++i) {
+        o[i][0] *= alpha[0];
+        o[i][1] *= alpha[1];
+        o[i][2] *= alpha[0];
+        o[i][3] *= alpha[1];
+      }
+    }
+    float p[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int j = e % 2;
+      p[e] = m_run[j] == -INFINITY ? 0.f : exp2f(s[e] - m_run[j]);
+      l_run[j] += p[e];
+    }
+    // P^T as the B fragment (k = keys 2t, 2t + 1 (+ 8), n = vector g): the transpose of each
+    // 8 x 8 block of S^T's C fragment (keys g, vectors 2t, 2t + 1).
+    const uint32_t b0 = movmatrix_trans(pack_half2(p[0], p[1]));
+    const uint32_t b1 = movmatrix_trans(pack_half2(p[2], p[3]));
+    // O^T += V^T P^T: A (dims x keys) = V stored [key][dim], by ldmatrix.x4.trans: matrices
+    // (keys 0-7, dims +0), (keys 0-7, dims +8), (keys 8-15, dims +0), (keys 8-15, dims +8).
+#pragma unroll
+    for (int mt = 0; mt < HD / 16; ++mt) {
+      uint32_t va[4];
+      ldmatrix_x4_trans(va, &vs[lane % 8 + 8 * (lane / 16)][mt * 16 + 8 * ((lane / 8) % 2)]);
+      mma_16816(o[mt], va, b0, b1);
+    }
+  }
+
+  __device__ __forceinline__ void store(float* red_o, float* red_m, float* red_l, int lane) {
+    const int g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      l_run[j] += __shfl_xor_sync(0xffffffffu, l_run[j], 4);
+      l_run[j] += __shfl_xor_sync(0xffffffffu, l_run[j], 8);
+      l_run[j] += __shfl_xor_sync(0xffffffffu, l_run[j], 16);
+      const int r = 2 * t + j;
+#pragma unroll
+      for (int mt = 0; mt < HD / 16; ++mt) {
+        red_o[r * kRedStride + mt * 16 + g] = o[mt][j];
+        red_o[r * kRedStride + mt * 16 + g + 8] = o[mt][2 + j];
+      }
+      if (g == 0) {
+        red_m[r] = m_run[j];
+        red_l[r] = l_run[j];
+      }
+    }
+  }
+};
+
+template <class T, class O, int HD, int W, template <int> class Math>
 __global__ void __launch_bounds__(W * 32) narrow_kernel(const Args<T, O> a) {
   constexpr int kNarrowWarps = W, kNarrowThreads = W * 32;
   detail::pdl_trigger();
@@ -70,12 +307,12 @@ __global__ void __launch_bounds__(W * 32) narrow_kernel(const Args<T, O> a) {
     detail::pdl_wait();
     return;
   }
+  if (n_vec > Math<HD>::kVecs) __trap();  // the host picks QueriesAsCols for tiles of <= 8 only
   extern __shared__ __align__(16) __half smem[];
   constexpr int kStages = kNarrowStages;
   constexpr int kStage = 2 * kNarrowKeys * (HD + kPad);  // halves per stage (K then V)
-  constexpr int kNt = kNarrowKeys / 8;                   // key tiles of 8 per chunk
   const int split = blockIdx.z;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t = lane % 4;
   __half* stages = smem + warp * kStages * kStage;  // this warp's stages
   const int32_t* table = a.block_tables + static_cast<int64_t>(tile.seq) * a.table_stride;
 
@@ -171,47 +408,27 @@ __global__ void __launch_bounds__(W * 32) narrow_kernel(const Args<T, O> a) {
   int32_t blk[kPer];  // entries of the next chunk to issue
   fetch(first_chunk + (kStages - 1) * kNarrowWarps, blk);
 
-  // This thread's two query vectors (fragment rows g and g + 8).
-  int vec[2], pos[2];
-  bool valid[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    vec[h] = g + 8 * h;
-    valid[h] = vec[h] < n_vec;
-    pos[h] = valid[h] ? a.q_pos[tile.row0 + vec[h] / group] : -1;
-  }
+  // The query vectors: vector m = (row m / G of the tile, query head kvh * G + m % G).
   auto vec_index = [&](int m) {  // row * n_heads + head
     return static_cast<int64_t>(tile.row0 + m / group) * a.n_heads + kvh * group + m % group;
   };
-  // Q fragments (rounded to f16), one set per 16-dim slice.
-  uint32_t qa[HD / 16][4];
-#pragma unroll
-  for (int kk = 0; kk < HD / 16; ++kk) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float x0 = 0, x1 = 0, x2 = 0, x3 = 0;
-      if (valid[h]) {
-        const T* p = new_rows ? a.q + tile.row0 * a.new_rows.ld + (kvh * group + vec[h]) * HD +
-                                    kk * 16 + 2 * t
-                              : a.q + vec_index(vec[h]) * HD + kk * 16 + 2 * t;
-        x0 = detail::to_f32(p[0]);
-        x1 = detail::to_f32(p[1]);
-        x2 = detail::to_f32(p[8]);
-        x3 = detail::to_f32(p[9]);
-        if (new_rows) {  // pairs (2t, 2t + 1) and (2t + 8, 2t + 9) of the slice
-          rotate_pair(ang, kk * 8 + t, a.new_rows.n_rot, x0, x1);
-          rotate_pair(ang, kk * 8 + t + 4, a.new_rows.n_rot, x2, x3);
-        }
-      }
-      qa[kk][h] = pack_half2(x0, x1);      // a0 / a1: columns 2t, 2t+1
-      qa[kk][2 + h] = pack_half2(x2, x3);  // a2 / a3: columns 2t+8, 2t+9
+  // Dims kk * 16 + 2t, + 1, + 8, + 9 of vector m (RoPE'd here for new rows): both layouts' Q
+  // fragments hold these four.
+  auto q_quad = [&](int m, int kk, float (&x)[4]) {
+    const T* p = new_rows ? a.q + tile.row0 * a.new_rows.ld + (kvh * group + m) * HD + kk * 16 + 2 * t
+                          : a.q + vec_index(m) * HD + kk * 16 + 2 * t;
+    x[0] = detail::to_f32(p[0]);
+    x[1] = detail::to_f32(p[1]);
+    x[2] = detail::to_f32(p[8]);
+    x[3] = detail::to_f32(p[9]);
+    if (new_rows) {  // pairs (2t, 2t + 1) and (2t + 8, 2t + 9) of the slice
+      rotate_pair(ang, kk * 8 + t, a.new_rows.n_rot, x[0], x[1]);
+      rotate_pair(ang, kk * 8 + t + 4, a.new_rows.n_rot, x[2], x[3]);
     }
-  }
-
-  float o[HD / 8][4];
-#pragma unroll
-  for (int i = 0; i < HD / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
-  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
+  };
+  auto pos_of = [&](int m) { return a.q_pos[tile.row0 + m / group]; };
+  Math<HD> math;
+  math.init(lane, n_vec, q_quad, pos_of);
 
   // Per chunk one warp barrier: past it, this chunk landed for every lane and every lane is done
   // with the previous chunk, whose stage takes the chunk kStages - 1 ahead.
@@ -225,110 +442,35 @@ __global__ void __launch_bounds__(W * 32) narrow_kernel(const Args<T, O> a) {
     } else {
       cp_async_commit();  // keeps one group per iteration
     }
-    const int c0 = chunk * kNarrowKeys;
-    __half(*ks)[HD + kPad] =
-        reinterpret_cast<__half(*)[HD + kPad]>(stages + (ci % kStages) * kStage);
-    __half(*vs)[HD + kPad] = reinterpret_cast<__half(*)[HD + kPad]>(
-        stages + (ci % kStages) * kStage + kNarrowKeys * (HD + kPad));
-
-    // S = Q K^T for the chunk's keys: kNt tiles of 8 keys.
-    float s[kNt][4];
-#pragma unroll
-    for (int nt = 0; nt < kNt; ++nt) {
-      s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
-      const int key = nt * 8 + g;
-#pragma unroll
-      for (int kk = 0; kk < HD / 16; ++kk) {
-        const uint32_t b0 = *reinterpret_cast<const uint32_t*>(&ks[key][kk * 16 + 2 * t]);
-        const uint32_t b1 = *reinterpret_cast<const uint32_t*>(&ks[key][kk * 16 + 8 + 2 * t]);
-        mma_16816(s[nt], qa[kk], b0, b1);
-      }
-    }
-    // Causal mask, scale (in log2 units) and the online softmax of rows g and g + 8.
-    float m_new[2] = {m_run[0], m_run[1]};
-#pragma unroll
-    for (int nt = 0; nt < kNt; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int h = e / 2, key = c0 + nt * 8 + 2 * t + (e % 2);
-        const float v = key <= pos[h] ? s[nt][e] * a.scale_log2 : -INFINITY;
-        s[nt][e] = v;
-        m_new[h] = fmaxf(m_new[h], v);
-      }
-    }
-    float alpha[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      m_new[h] = fmaxf(m_new[h], __shfl_xor_sync(0xffffffffu, m_new[h], 1));
-      m_new[h] = fmaxf(m_new[h], __shfl_xor_sync(0xffffffffu, m_new[h], 2));
-      // A row with nothing visible yet keeps m = -inf: its probabilities are 0, not NaN.
-      alpha[h] = m_new[h] == -INFINITY ? 1.f : exp2f(m_run[h] - m_new[h]);
-      m_run[h] = m_new[h];
-      l_run[h] *= alpha[h];
-    }
-    // The accumulator rescales only when some row's max rose (rarely, once a few chunks are in).
-    if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) scale_rows<HD>(o, alpha);
-    uint32_t pa[4];  // P as the A fragment of the PV product (16 keys)
-#pragma unroll
-    for (int nt = 0; nt < kNt; ++nt) {
-      float p[4];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int h = e / 2;
-        p[e] = m_run[h] == -INFINITY ? 0.f : exp2f(s[nt][e] - m_run[h]);
-        l_run[h] += p[e];
-      }
-      // Keys nt*8 .. nt*8+7 are columns nt * 8 .. of the 16-key slice.
-      pa[nt * 2 + 0] = pack_half2(p[0], p[1]);  // row g
-      pa[nt * 2 + 1] = pack_half2(p[2], p[3]);  // row g + 8
-    }
-    // O += P V: B(k = key, n = dim) = V[key][dim], two dim tiles per ldmatrix.x4.trans
-    // (lanes 0-15: keys 0..15 at dims dt*8.., lanes 16-31: the same keys at (dt+1)*8..).
-#pragma unroll
-    for (int dt = 0; dt < HD / 8; dt += 2) {
-      uint32_t b[4];
-      ldmatrix_x4_trans(b, &vs[lane % 16][(dt + lane / 16) * 8]);
-      mma_16816(o[dt], pa, b[0], b[1]);
-      mma_16816(o[dt + 1], pa, b[2], b[3]);
-    }
+    const __half* stage = stages + (ci % kStages) * kStage;
+    math.chunk(reinterpret_cast<const __half(*)[HD + kPad]>(stage),
+               reinterpret_cast<const __half(*)[HD + kPad]>(stage + kNarrowKeys * (HD + kPad)),
+               chunk * kNarrowKeys, a.scale_log2, lane);
   }
   asm volatile("cp.async.wait_all;\n" ::);
   __syncthreads();  // every warp is done with its stages (reused below)
 
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
-    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
-  }
-  // Merge the W warps' partial softmaxes of the same 16 vectors (the stages are free).
-  float* red_o = reinterpret_cast<float*>(smem);  // [warp][16 vectors][HD]
-  float* red_m = red_o + kNarrowWarps * 16 * HD;  // [warp][16]
-  float* red_l = red_m + kNarrowWarps * 16;       // [warp][16]
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int r = g + 8 * h;
-#pragma unroll
-    for (int dt = 0; dt < HD / 8; ++dt)
-      *reinterpret_cast<float2*>(&red_o[(warp * 16 + r) * HD + dt * 8 + 2 * t]) =
-          make_float2(o[dt][2 * h], o[dt][2 * h + 1]);
-    if (t == 0) {
-      red_m[warp * 16 + r] = m_run[h];
-      red_l[warp * 16 + r] = l_run[h];
-    }
-  }
+  // Merge the W warps' partial softmaxes of the same vectors (the stages are free).
+  constexpr int kVecs = Math<HD>::kVecs, kStride = Math<HD>::kRedStride;
+  static_assert(kVecs * (kStride + 2) * sizeof(float) <= kStages * kStage * sizeof(__half),
+                "a warp's partial must fit in its stages");
+  float* red_o = reinterpret_cast<float*>(smem);        // [warp][kVecs][kStride]
+  float* red_m = red_o + kNarrowWarps * kVecs * kStride;  // [warp][kVecs]
+  float* red_l = red_m + kNarrowWarps * kVecs;          // [warp][kVecs]
+  math.store(red_o + warp * kVecs * kStride, red_m + warp * kVecs, red_l + warp * kVecs, lane);
   __syncthreads();
   for (int i = threadIdx.x; i < n_vec * HD; i += kNarrowThreads) {
     const int r = i / HD, dim = i % HD;
     float mx = -INFINITY;
 #pragma unroll
-    for (int w = 0; w < kNarrowWarps; ++w) mx = fmaxf(mx, red_m[w * 16 + r]);
+    for (int w = 0; w < kNarrowWarps; ++w) mx = fmaxf(mx, red_m[w * kVecs + r]);
     float l = 0.f, acc = 0.f;
 #pragma unroll
     for (int w = 0; w < kNarrowWarps; ++w) {
-      const float mw = red_m[w * 16 + r];
+      const float mw = red_m[w * kVecs + r];
       const float f = mw == -INFINITY ? 0.f : exp2f(mw - mx);
-      l += red_l[w * 16 + r] * f;
-      acc += red_o[(w * 16 + r) * HD + dim] * f;
+      l += red_l[w * kVecs + r] * f;
+      acc += red_o[(w * kVecs + r) * kStride + dim] * f;
     }
     const int64_t v = vec_index(r);
     if (a.splits == 1) {
