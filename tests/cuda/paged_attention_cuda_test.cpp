@@ -147,6 +147,21 @@ void run_case(const Case& c, uint64_t seed) {
   const auto again = dout.download();
   ASSERT_EQ(std::memcmp(again.data(), got_t.data(), again.size() * sizeof(O)), 0)
       << "second launch differs";
+  // Decode-only launches (one row per tile, a workspace of as many rows) of groups <= 8 take the
+  // queries-as-columns layout; the queries-as-rows one gives the same bits.
+  if (ws.rows == static_cast<int64_t>(tiles.size()) && c.n_heads / c.n_kv_heads <= 8) {
+    dout.poison();
+    cuda::set_paged_attention_queries_as_cols(false);
+    cuda::paged_attention<T, O>(dq.get(), dpos.get(), dtiles.get(),
+                                static_cast<int64_t>(tiles.size()), dtables.get(), max_blocks, bs,
+                                dk.get(), dv.get(), c.n_heads, c.n_kv_heads, hd, 0.125f, dout.get(),
+                                nullptr, ws);
+    cuda::set_paged_attention_queries_as_cols(true);
+    test::check_launch();
+    const auto rows_layout = dout.download();
+    ASSERT_EQ(std::memcmp(rows_layout.data(), got_t.data(), got_t.size() * sizeof(O)), 0)
+        << "the queries-as-rows layout differs";
+  }
   // The reference rounded to the output type (bf16 outputs carry its rounding).
   if constexpr (!std::is_same_v<O, float>)
     for (float& w : want) w = to_float(from_float<O>(w));

@@ -1,6 +1,7 @@
 #include "kernels/cuda/paged_attention.h"
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstdlib>
 #include <cstdint>
@@ -61,16 +62,20 @@ int narrow_warps(int64_t pairs, int64_t blocks) {
   return per_sm <= 2 ? 6 : per_sm < kNarrowMaxBlocksPerSm ? 4 : 3;
 }
 
-// TESSERA_ATTENTION_QCOLS=0 keeps decode rows in the queries-as-rows layout (A/B runs).
+// -1: not set (TESSERA_ATTENTION_QCOLS=0 turns the layout off), else set_paged_attention_queries_as_cols.
+std::atomic<int> g_queries_as_cols{-1};
 bool queries_as_cols_enabled() {
-  static const bool on = [] {
+  static const bool env_on = [] {
     const char* v = std::getenv("TESSERA_ATTENTION_QCOLS");
     return v == nullptr || std::string(v) != "0";
   }();
-  return on;
+  const int set = g_queries_as_cols.load(std::memory_order_relaxed);
+  return set < 0 ? env_on : set != 0;
 }
 
 }  // namespace
+
+void set_paged_attention_queries_as_cols(bool on) { g_queries_as_cols.store(on ? 1 : 0); }
 
 std::vector<PagedAttentionTile> paged_attention_tiles(const std::vector<PagedAttentionChunk>& chunks,
                                                       int64_t group) {
@@ -215,10 +220,11 @@ void paged_attention(const T* q, const int32_t* q_pos, const PagedAttentionTile*
         }
       };
       // Decode-only launches of GQA groups <= 8 (every tile one row of <= 8 vectors) put the
-      // vectors on the MMA's 8-wide side (QueriesAsCols: half the MMAs and accumulators). H200,
-      // one call (gpu_runs/s13_attention_qcols_ab.txt): 128 x 512 keys 84.3 -> 81.0 us, 1 x 512
-      // (8 splits) 10.3 -> 8.8 us; engine decode of 16 / 64 / 128 sequences +1.6-2.5 %, batch-1
-      // q8_0 / q4_0 / q4_k -0.08 ms, bf16 batch 1 unchanged (the down GEMV takes the 2.7 us).
+      // vectors on the MMA's 8-wide side (QueriesAsCols: half the MMAs and accumulators, the
+      // same bits as QueriesAsRows). H200 (gpu_runs/s13_attention_qcols_*.txt): 128 x 512 keys
+      // 84.3 -> 81.0 us, 1 x 512 (8 splits) 10.3 -> 8.8 us; engine, same binary, two rounds:
+      // decode of 16 / 64 / 128 sequences +2.2 / +1.5 / +2.4 %, batch-1 q4_0 1.98 -> 1.91 ms,
+      // bf16 batch 1 unchanged (4.31 vs 4.32: the down GEMV takes attention's 2.7 us).
       if (!any_wide && group <= 8 && queries_as_cols_enabled())
         narrow_w(std::true_type{});
       else

@@ -110,6 +110,11 @@ struct PagedAttentionNewRows {
   int n_rot = 0;                        // rotated dims per head, even; the rest pass through
 };
 
+// Decode-only launches of GQA groups <= 8 put the query vectors on the MMA's 8-wide side (the
+// same bits as the other layout, fewer instructions); false forces the other layout
+// (process-wide, for tests and A/B runs; TESSERA_ATTENTION_QCOLS=0 does the same).
+void set_paged_attention_queries_as_cols(bool on);
+
 template <class T, class O = T>
 void paged_attention(const T* q, const int32_t* q_pos, const PagedAttentionTile* tiles,
                      int64_t n_tiles, const int32_t* block_tables, int64_t table_stride,

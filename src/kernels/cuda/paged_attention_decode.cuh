@@ -188,7 +188,11 @@ struct QueriesAsRows {
 // 8-wide one: S^T = K Q^T, O^T += V^T P^T. Half the MMAs and accumulator registers of
 // QueriesAsRows for a decode row of a GQA group <= 8, which fills 4-8 of 16 rows there
 // (cuda_attention_decode_swap_plan.md). P^T's B fragments come from S^T's C fragment by one
-// movmatrix per 8 keys; the softmax of a vector reduces over lanes of one t (xor 4, 8, 16).
+// movmatrix per 8 keys; a vector's max reduces over the lanes of one t (xor 4, 8, 16). The
+// result is QueriesAsRows' to the bit (the MMAs sum the same products in the same order, and
+// l is summed in its order; paged_attention_cuda_test compares the two), so switching layouts
+// moves no greedy near-tie of the default model against the CPU (an f32-reordered first
+// version did, llama_cuda_test: gpu_runs/s13_attention_qcols_final.txt).
 template <int HD>
 struct QueriesAsCols {
   static constexpr int kVecs = 8;
@@ -221,25 +225,21 @@ struct QueriesAsCols {
   __device__ __forceinline__ void chunk(const __half (*ks)[HD + kPad], const __half (*vs)[HD + kPad],
                                         int c0, float scale_log2, int lane) {
     const int g = lane / 4;
-    // S^T (keys g, g + 8 x vectors 2t, 2t + 1), in two accumulators (even and odd dim slices):
-    // two dependency chains of HD / 32 MMAs instead of one of HD / 16.
-    float sa[4] = {0.f, 0.f, 0.f, 0.f}, sb[4] = {0.f, 0.f, 0.f, 0.f};
+    // S^T (keys g, g + 8 x vectors 2t, 2t + 1): one accumulator over the dim slices in order,
+    // as QueriesAsRows sums S (the same products in the same order: the same bits).
+    float s[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
     for (int kk = 0; kk < HD / 16; ++kk) {
       uint32_t ka[4];  // K rows 0-15 (lanes 0-15) at dims kk*16 .., (lanes 16-31) kk*16 + 8 ..
       ldmatrix_x4(ka, &ks[lane % 16][kk * 16 + (lane / 16) * 8]);
-      if (kk % 2 == 0)
-        mma_16816(sa, ka, qb[kk][0], qb[kk][1]);
-      else
-        mma_16816(sb, ka, qb[kk][0], qb[kk][1]);
+      mma_16816(s, ka, qb[kk][0], qb[kk][1]);
     }
-    float s[4], m_new[2] = {m_run[0], m_run[1]};
+    float m_new[2] = {m_run[0], m_run[1]};
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int j = e % 2, key = c0 + g + 8 * (e / 2);
-      const float v = key <= pos[j] ? (sa[e] + sb[e]) * scale_log2 : -INFINITY;
-      s[e] = v;
-      m_new[j] = fmaxf(m_new[j], v);
+      s[e] = key <= pos[j] ? s[e] * scale_log2 : -INFINITY;
+      m_new[j] = fmaxf(m_new[j], s[e]);
     }
     const float alpha[2] = {online_step<4, 8, 16>(m_new[0], m_run[0], l_run[0]),
                             online_step<4, 8, 16>(m_new[1], m_run[1], l_run[1])};
@@ -254,11 +254,15 @@ struct QueriesAsCols {
     }
     float p[4];
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int j = e % 2;
-      p[e] = m_run[j] == -INFINITY ? 0.f : exp2f(s[e] - m_run[j]);
-      l_run[j] += p[e];
-    }
+    for (int e = 0; e < 4; ++e) p[e] = m_run[e % 2] == -INFINITY ? 0.f : exp2f(s[e] - m_run[e % 2]);
+    // l in QueriesAsRows' order (the same bits): there lane t sums keys 2t, 2t + 1, 8 + 2t,
+    // 9 + 2t of each chunk in that order; here the lanes of even g = 2u form that partial of u
+    // from their own keys (g, g + 8) and those of their g + 1 neighbour (odd g: unused).
+    float nb[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) nb[e] = __shfl_down_sync(0xffffffffu, p[e], 4);
+#pragma unroll
+    for (int j = 0; j < 2; ++j) l_run[j] = l_run[j] + p[j] + nb[j] + p[2 + j] + nb[2 + j];
     // P^T as the B fragment (k = keys 2t, 2t + 1 (+ 8), n = vector g): the transpose of each
     // 8 x 8 block of S^T's C fragment (keys g, vectors 2t, 2t + 1).
     const uint32_t b0 = movmatrix_trans(pack_half2(p[0], p[1]));
@@ -277,7 +281,8 @@ struct QueriesAsCols {
     const int g = lane / 4, t = lane % 4;
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
-      l_run[j] += __shfl_xor_sync(0xffffffffu, l_run[j], 4);
+      // The partials of u = 0..3 (lanes g = 2u) summed as QueriesAsRows' xor 1, 2 tree:
+      // (u0 + u1) + (u2 + u3).
       l_run[j] += __shfl_xor_sync(0xffffffffu, l_run[j], 8);
       l_run[j] += __shfl_xor_sync(0xffffffffu, l_run[j], 16);
       const int r = 2 * t + j;
