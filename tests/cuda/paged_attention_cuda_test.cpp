@@ -52,8 +52,18 @@ T from_float(float v) {
   }
 }
 
+// Forces the queries-as-rows layout of decode-only launches while alive (the default layout
+// otherwise, whatever TESSERA_ATTENTION_QCOLS says).
+struct RowsLayout {
+  RowsLayout() { cuda::set_paged_attention_queries_as_cols(false); }
+  ~RowsLayout() { cuda::set_paged_attention_queries_as_cols(true); }
+  RowsLayout(const RowsLayout&) = delete;
+  RowsLayout& operator=(const RowsLayout&) = delete;
+};
+
 template <class T, class O = T>
 void run_case(const Case& c, uint64_t seed) {
+  cuda::set_paged_attention_queries_as_cols(true);
   std::string chunks;
   for (const Chunk& ch : c.chunks) chunks += " " + std::to_string(ch.start) + "+" + std::to_string(ch.n_rows);
   SCOPED_TRACE("heads " + std::to_string(c.n_heads) + "/" + std::to_string(c.n_kv_heads) +
@@ -151,12 +161,13 @@ void run_case(const Case& c, uint64_t seed) {
   // queries-as-columns layout; the queries-as-rows one gives the same bits.
   if (ws.rows == static_cast<int64_t>(tiles.size()) && c.n_heads / c.n_kv_heads <= 8) {
     dout.poison();
-    cuda::set_paged_attention_queries_as_cols(false);
-    cuda::paged_attention<T, O>(dq.get(), dpos.get(), dtiles.get(),
-                                static_cast<int64_t>(tiles.size()), dtables.get(), max_blocks, bs,
-                                dk.get(), dv.get(), c.n_heads, c.n_kv_heads, hd, 0.125f, dout.get(),
-                                nullptr, ws);
-    cuda::set_paged_attention_queries_as_cols(true);
+    {
+      const RowsLayout rows_layout;
+      cuda::paged_attention<T, O>(dq.get(), dpos.get(), dtiles.get(),
+                                  static_cast<int64_t>(tiles.size()), dtables.get(), max_blocks, bs,
+                                  dk.get(), dv.get(), c.n_heads, c.n_kv_heads, hd, 0.125f,
+                                  dout.get(), nullptr, ws);
+    }
     test::check_launch();
     const auto rows_layout = dout.download();
     ASSERT_EQ(std::memcmp(rows_layout.data(), got_t.data(), got_t.size() * sizeof(O)), 0)
@@ -215,7 +226,7 @@ TYPED_TEST(PagedAttentionCuda, DecodeBatchOfManySequences) {
 }
 
 // Split-KV decode (flash-decoding): 1..4 sequences, contexts around block and chunk edges and
-// long ones, GQA groups 1/4/8, head dims 64/128, block tables wider than the contexts (splits
+// long ones, GQA groups 1/2/3/4/8, head dims 32/64/128, block tables wider than the contexts (splits
 // past a sequence's end write empty partials), the launcher's split count and forced ones.
 TYPED_TEST(PagedAttentionCuda, SplitKvDecodeMatchesReference) {
   TESSERA_SKIP_WITHOUT_GPU();
@@ -226,7 +237,9 @@ TYPED_TEST(PagedAttentionCuda, SplitKvDecodeMatchesReference) {
   struct Heads {
     int64_t n_heads, n_kv_heads, head_dim;
   };
-  const Heads heads[] = {{8, 8, 64}, {8, 8, 128}, {32, 8, 64}, {32, 8, 128}, {32, 4, 64}, {32, 4, 128}};
+  // (Groups 1 / 2 / 3 / 4 / 8; head dims 32 / 64 / 128: every decode layout's instantiations.)
+  const Heads heads[] = {{8, 8, 64}, {8, 8, 128}, {32, 8, 64}, {32, 8, 128}, {32, 4, 64}, {32, 4, 128},
+                         {9, 3, 64}, {16, 8, 32}, {4, 4, 32}};
   uint64_t seed = 100;
   for (const Heads& h : heads) {
     const bool long_too = (h.n_heads == 32 && h.n_kv_heads == 8 && h.head_dim == 128) ||
