@@ -128,7 +128,6 @@ void run_case(const Case& c, uint64_t seed) {
   test::DevBuf<int32_t> dpos(q_pos), dtables(tables);
   test::DevBuf<__half> dk(hk), dv(hv);
   test::DevBuf<cuda::PagedAttentionTile> dtiles(tiles);
-  dout.poison();
   cuda::PagedAttentionWorkspace ws;
   const int splits = c.splits > 0 ? c.splits
                                   : cuda::paged_attention_splits(static_cast<int64_t>(tiles.size()),
@@ -138,38 +137,30 @@ void run_case(const Case& c, uint64_t seed) {
   dws.poison();  // partials left unwritten (and then read) show up as NaN
   cuda::paged_attention_workspace_reset(dws.get(), ws_bytes, nullptr);  // but not the counters
   if (c.splits != Case::kNoWorkspace) ws = {dws.get(), ws_bytes, rows, c.splits};
-  cuda::paged_attention<T, O>(dq.get(), dpos.get(), dtiles.get(), static_cast<int64_t>(tiles.size()),
-                              dtables.get(), max_blocks, bs, dk.get(), dv.get(), c.n_heads,
-                              c.n_kv_heads, hd, 0.125f, dout.get(), nullptr, ws);
-  test::check_launch();
-  const auto got_t = dout.download();
+  auto launch = [&] {  // into a poisoned output
+    dout.poison();
+    cuda::paged_attention<T, O>(dq.get(), dpos.get(), dtiles.get(), static_cast<int64_t>(tiles.size()),
+                                dtables.get(), max_blocks, bs, dk.get(), dv.get(), c.n_heads,
+                                c.n_kv_heads, hd, 0.125f, dout.get(), nullptr, ws);
+    test::check_launch();
+    return dout.download();
+  };
+  const auto got_t = launch();
   std::vector<float> got(got_t.size());
   for (size_t i = 0; i < got.size(); ++i) got[i] = to_float(got_t[i]);
   ASSERT_TRUE(test::all_written(got));
   // A second launch on the same workspace (its split counters re-armed by the first) gives the
   // same bits.
-  dout.poison();
-  cuda::paged_attention<T, O>(dq.get(), dpos.get(), dtiles.get(),
-                              static_cast<int64_t>(tiles.size()), dtables.get(), max_blocks, bs,
-                              dk.get(), dv.get(), c.n_heads, c.n_kv_heads, hd, 0.125f, dout.get(),
-                              nullptr, ws);
-  test::check_launch();
-  const auto again = dout.download();
+  const auto again = launch();
   ASSERT_EQ(std::memcmp(again.data(), got_t.data(), again.size() * sizeof(O)), 0)
       << "second launch differs";
   // Decode-only launches (one row per tile, a workspace of as many rows) of groups <= 8 take the
   // queries-as-columns layout; the queries-as-rows one gives the same bits.
   if (ws.rows == static_cast<int64_t>(tiles.size()) && c.n_heads / c.n_kv_heads <= 8) {
-    dout.poison();
-    {
-      const RowsLayout rows_layout;
-      cuda::paged_attention<T, O>(dq.get(), dpos.get(), dtiles.get(),
-                                  static_cast<int64_t>(tiles.size()), dtables.get(), max_blocks, bs,
-                                  dk.get(), dv.get(), c.n_heads, c.n_kv_heads, hd, 0.125f,
-                                  dout.get(), nullptr, ws);
-    }
-    test::check_launch();
-    const auto rows_layout = dout.download();
+    const auto rows_layout = [&] {
+      const RowsLayout forced;
+      return launch();
+    }();
     ASSERT_EQ(std::memcmp(rows_layout.data(), got_t.data(), got_t.size() * sizeof(O)), 0)
         << "the queries-as-rows layout differs";
   }

@@ -83,9 +83,11 @@ std::vector<PagedAttentionTile> paged_attention_tiles(const std::vector<PagedAtt
   std::vector<PagedAttentionTile> tiles;
   // Within a chunk, later tiles attend to more keys (causal); they go first, so the last blocks
   // to run are the short ones (a long prefill's tail wave).
-  for (const PagedAttentionChunk& c : chunks)  // (a chunk of no rows has no tile)
-    for (int32_t r = c.n_rows > 0 ? (c.n_rows - 1) / per_tile * per_tile : -1; r >= 0; r -= per_tile)
+  for (const PagedAttentionChunk& c : chunks) {
+    if (c.n_rows <= 0) continue;  // no rows, no tile
+    for (int32_t r = (c.n_rows - 1) / per_tile * per_tile; r >= 0; r -= per_tile)
       tiles.push_back({c.seq, c.row0 + r, std::min<int32_t>(per_tile, c.n_rows - r)});
+  }
   return tiles;
 }
 
