@@ -144,7 +144,14 @@ int main() {
                         {"decode 64 seqs x ctx 1024", 64, 1024, 1, true, {kNone}},
                         {"decode 48 seqs x ctx 2048", 48, 2048, 1, true, {kNone}},
                         {"decode 32 seqs x ctx 4096", 32, 4096, 1, true, {kNone, kAuto, 2}},
-                        {"decode 20 seqs x ctx 4096", 20, 4096, 1, true, {kNone, 2, 3}},
+                        // Between 1 and ~2 (sequence, kv head) pairs per SM: unsplit, the
+                        // blocks land 1 or 2 per SM (paged_attention_splits' balance rule).
+                        {"decode 17 seqs x ctx 4096", 17, 4096, 1, true, {kNone, kAuto, 2, 3, 4}},
+                        {"decode 20 seqs x ctx 4096", 20, 4096, 1, true, {kNone, kAuto, 2, 3}},
+                        {"decode 25 seqs x ctx 4096", 25, 4096, 1, true, {kNone, kAuto, 2, 3}},
+                        {"decode 20 seqs x ctx 2048", 20, 2048, 1, true, {kNone, kAuto, 2, 3}},
+                        {"decode 40 seqs x ctx 2048", 40, 2048, 1, true, {kNone, kAuto, 2}},
+                        {"decode 20 seqs x ctx 1024", 20, 1024, 1, true, {kNone, kAuto, 2, 3}},
                         {"decode 4 seqs x ctx 4096", 4, 4096, 1, true, {kNone, kAuto, 4, 8, 16}},
                         {"decode 1 seq x ctx 4096", 1, 4096, 1, true, {kNone, kAuto, 8, 16, 64}},
                         {"decode 1 seq x ctx 512", 1, 512, 1, true, {kNone, kAuto, 2, 4, 8}},

@@ -209,8 +209,8 @@ TYPED_TEST(PagedAttentionCuda, DecodeBatchOfManySequences) {
   std::vector<Chunk> mixed;
   for (int i = 0; i < 80; ++i) mixed.push_back({static_cast<int>((i * 2654435761u) % 1500), 1});
   run_case<TypeParam>({32, 8, 128, 16, mixed, Case::kNoWorkspace, 0, true}, 8);
-  // Between one and two pairs per SM (6-warp blocks), up to 2048 keys in wider tables, with a
-  // workspace and the launcher's split count (none: a pair per SM or more).
+  // Between one and two pairs per SM, up to 2048 keys in wider tables, with a workspace and the
+  // launcher's split count (on a 132-SM H200, 2: paged_attention_splits' slot balance rule).
   std::vector<Chunk> long_decodes;
   for (int i = 0; i < 20; ++i) long_decodes.push_back({(i * 397) % 2048, 1});
   run_case<TypeParam>({32, 8, 128, 16, long_decodes, Case::kAutoSplits, 128}, 7);

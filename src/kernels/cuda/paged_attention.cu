@@ -99,17 +99,37 @@ void paged_attention_order_tiles(std::vector<PagedAttentionTile>& tiles, const i
                    [&](const PagedAttentionTile& a, const PagedAttentionTile& b) { return last(a) > last(b); });
 }
 
+// The share of an SM slot grid that `blocks` fill in their last round: blocks / (SMs x the
+// most blocks any SM gets). 160 blocks: 28 SMs hold two, 104 one: 0.61.
+double slot_balance(int64_t blocks, int64_t sms) {
+  return static_cast<double>(blocks) / static_cast<double>(sms * ((blocks + sms - 1) / sms));
+}
+
 int paged_attention_splits(int64_t n_tiles, int64_t n_kv_heads, int64_t table_stride,
                            int64_t block_size) {
   if (n_tiles <= 0 || n_kv_heads <= 0 || table_stride <= 0 || block_size <= 0) return 1;
   const int64_t pairs = n_tiles * n_kv_heads, sms = sm_count();
-  if (pairs >= sms || pairs > kMaxSplitPairs) return 1;
+  if (pairs > kMaxSplitPairs) return 1;
+  const int64_t cap = table_stride * block_size;
+  if (pairs >= sms) {
+    // One to ~4 pairs per SM: unsplit, some SMs hold one block more than others (20 x 4096
+    // keys: 160 blocks, 28 SMs with two). Splits of >= 1024 keys that keep one round of narrow
+    // blocks and fill the slots better are taken, each split after the first charged 3 % (its
+    // merge). H200, graph us, unsplit / 2 / 3 splits: 20 x 4096 119 / 101 / 100; 32 x 4096 (256
+    // blocks, balanced) 138 / 142 (s14_attention_split_balance.txt).
+    int best = 1;
+    double best_score = slot_balance(pairs, sms);
+    for (int s = 2; s <= 4 && cap / s >= 1024 && pairs * s <= kNarrowMaxBlocksPerSm * sms; ++s) {
+      const double score = slot_balance(pairs * s, sms) - 0.03 * (s - 1);
+      if (score > best_score) best = s, best_score = score;
+    }
+    return effective_splits(cap, best);
+  }
   // About two blocks per SM (a split launch's narrow kernel holds three), but splits of >= 256
   // keys (64 per warp) where the table holds >= 2048 positions: a block's fixed latency (tile,
   // positions, table, first copies, partial, merge) outweighs shorter ranges (H200, 1 x 4096: 16
   // splits 20 us, 32 splits 22 us; 4 x 4096: 8 splits 32 us, 16 splits 42 us). Short tables are all
   // latency: up to 8 splits (1 x 512: 8 splits 13.7 us, 4 splits 14.4 us).
-  const int64_t cap = table_stride * block_size;
   const int64_t want = std::min((2 * sms + pairs - 1) / pairs, std::max<int64_t>(8, cap / 256));
   return effective_splits(cap, want);
 }
