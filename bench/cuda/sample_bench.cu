@@ -1,4 +1,4 @@
-// Device sampling (kernels/cuda/sample.h) for 1, 16 and 128 rows of a 128256-token vocabulary
+// Device sampling (kernels/cuda/sample.h) for 1, 4, 16, 32, 64 and 128 rows of a 128256-token vocabulary
 // (Llama 3) with greedy / temperature only / top-k 40 / top-p 0.9, against what it replaces:
 // copying the logits to pinned host memory (the host sampler's work comes on top of that).
 // Floor: one read of the logits at the device-to-device copy bandwidth measured at start (a
@@ -60,7 +60,7 @@ int main() {
     for (int64_t i = 0; i < 64 * V; ++i) h[i] = shape[0] == 'f' ? uni(rng) : nrm(rng);
     for (int64_t i = 64 * V; i < pool_rows * V; ++i) h[i] = h[i % (64 * V - 1)];  // 64 distinct rows, shifted
     TESSERA_CUDA_CHECK(cudaMemcpy(d_x, h.data(), h.size() * 4, cudaMemcpyHostToDevice));
-    for (int64_t rows : {1, 16, 128}) {
+    for (int64_t rows : {1, 4, 16, 32, 64, 128}) {
       const float d2h_ms = median_ms([&] { cudaMemcpyAsync(h_x, d_x, rows * V * 4, cudaMemcpyDeviceToHost, s); }, s);
       for (const Config& c : configs) {
         std::vector<SampleRow> params(rows);

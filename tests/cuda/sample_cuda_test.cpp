@@ -128,8 +128,16 @@ std::vector<int32_t> run_device(const std::vector<Case>& cases, const std::vecto
   if (!banned.empty()) TESSERA_CUDA_CHECK(cudaMemcpy(d_banned.get(), banned.data(), banned.size() * 4, cudaMemcpyHostToDevice));
   test::DevBuf<int32_t> d_ids(cases.size());
   TESSERA_CUDA_CHECK(cudaMemset(d_ids.get(), 0xFF, cases.size() * 4));  // poison: -1
-  cuda::sample_rows(d_x.get(), static_cast<int64_t>(cases.size()), V, d_rows.get(), d_pen.get(),
-                    d_banned.get(), d_ids.get(), nullptr);
+  // Launches of 1, 9, 17, 34 and 67 rows in turn: on a 132-SM H200, clusters of 16, 8, 2 and 2
+  // blocks per row, then one block per row (sample_rows gives each row the SMs the launch
+  // leaves it).
+  const int64_t chunk_rows[] = {1, 9, 17, 34, 67};
+  for (int64_t r0 = 0, k = 0; r0 < static_cast<int64_t>(cases.size()); ++k) {
+    const int64_t n = std::min<int64_t>(chunk_rows[k % 5], static_cast<int64_t>(cases.size()) - r0);
+    cuda::sample_rows(d_x.get() + r0 * V, n, V, d_rows.get() + r0, d_pen.get(), d_banned.get(),
+                      d_ids.get() + r0, nullptr);
+    r0 += n;
+  }
   test::check_launch();
   if (logits) *logits = d_x.download();
   return d_ids.download();
@@ -177,6 +185,15 @@ TEST(SampleCuda, SameTokenAsHostSamplerVocab1000) {
 TEST(SampleCuda, SameTokenAsHostSamplerVocab128256) {
   TESSERA_SKIP_WITHOUT_GPU();
   check_against_host(128256, 3, 3);
+}
+
+// A row is split among a cluster of blocks, each holding its slice in shared memory where it
+// fits: a vocabulary whose rows are not 16-byte aligned (element-wise copies and passes), and one
+// whose slices do not fit even over 16 blocks (every pass reads the row).
+TEST(SampleCuda, SameTokenAsHostSamplerOddAndLargeVocabularies) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  check_against_host(1003, 3, 5);
+  check_against_host(350001, 1, 6);
 }
 
 // Penalties and bans land in the row exactly as the host sampler writes them.

@@ -1,341 +1,45 @@
 #include "kernels/cuda/sample.h"
 
 #include <cstdint>
+#include <cstdlib>
 
 #include "backend/cuda/cuda_check.h"
 #include "core/error.h"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/sample_cluster.cuh"
+#include "kernels/cuda/sample_row_block.cuh"
 
 namespace tessera::cuda {
-namespace {
-
-constexpr int kThreads = 1024;
-constexpr int kWarps = kThreads / 32;
-constexpr int kCap = 2 * kThreads;  // a rank-select finishes in shared memory below this size
-
-using u64 = unsigned long long;
-
-// The host sampler's view of a logit: NaN and +inf are -inf (never sampled); -0 is +0 (equal
-// logits must get equal keys: the host orders them by id).
-__device__ __forceinline__ float clean(float x) {
-  return isfinite(x) ? (x == 0.f ? 0.f : x) : -INFINITY;
-}
-// Order-preserving uint32 of a float without NaN, and back.
-__device__ __forceinline__ uint32_t fkey(float x) {
-  const uint32_t u = __float_as_uint(x);
-  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
-__device__ __forceinline__ float fval(uint32_t k) {
-  return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
-}
-// A candidate's place in the host's order (logit desc, id asc) as one unique key, larger =
-// earlier. 0 is below every candidate (the key of -inf is 0x007fffff).
-__device__ __forceinline__ u64 ord(float x, int64_t i) {
-  return (u64{fkey(x)} << 32) | (0xffffffffu - static_cast<uint32_t>(i));
-}
-__device__ __forceinline__ int32_t ord_id(u64 o) {
-  return static_cast<int32_t>(0xffffffffu - static_cast<uint32_t>(o));
-}
-__device__ __forceinline__ float ord_val(u64 o) { return fval(static_cast<uint32_t>(o >> 32)); }
-
-// Calls f(l, i) for every logit of the row that is a candidate (l = clean(x[i]) > -inf), each
-// thread over its share. A 16-byte aligned row is read as float4, four loads in flight per
-// thread (one load at a time made every pass over 128K logits latency-bound: ~35 us).
-template <class F>
-__device__ __forceinline__ void for_each_logit(const float* x, int64_t vocab, F&& f) {
-  auto visit = [&](float v, int64_t i) {
-    const float l = clean(v);
-    if (l != -INFINITY) f(l, i);
-  };
-  int64_t tail = 0;
-  if ((reinterpret_cast<uintptr_t>(x) & 15) == 0) {
-    const int64_t n4 = vocab / 4;
-    const float4* x4 = reinterpret_cast<const float4*>(x);
-    int64_t j = threadIdx.x;
-    for (; j + 3 * kThreads < n4; j += 4 * kThreads) {
-      float4 v[4];
-#pragma unroll
-      for (int u = 0; u < 4; ++u) v[u] = x4[j + u * kThreads];
-#pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        const int64_t i = 4 * (j + u * kThreads);
-        visit(v[u].x, i), visit(v[u].y, i + 1), visit(v[u].z, i + 2), visit(v[u].w, i + 3);
-      }
-    }
-    for (; j < n4; j += kThreads) {
-      const float4 v = x4[j];
-      visit(v.x, 4 * j), visit(v.y, 4 * j + 1), visit(v.z, 4 * j + 2), visit(v.w, 4 * j + 3);
-    }
-    tail = 4 * n4;
-  }
-  for (int64_t i = tail + threadIdx.x; i < vocab; i += kThreads) visit(x[i], i);
-}
-
-struct Shared {
-  u64 ord[kCap];
-  double w[kCap];
-  double red[kWarps][2];
-  u64 mm[kWarps][2];
-  u64 pick;
-  int n;
-};
-
-// Block-wide reduction of a by op_a and of b by op_b, returned to every thread, through red (one
-// pair per warp). A fixed tree: the same inputs give the same bits on every run.
-template <class T, class OpA, class OpB>
-__device__ void block_reduce2(T& a, T& b, OpA op_a, OpB op_b, T (&red)[kWarps][2]) {
-  for (int off = 16; off; off >>= 1) {
-    a = op_a(a, __shfl_down_sync(0xffffffffu, a, off));
-    b = op_b(b, __shfl_down_sync(0xffffffffu, b, off));
-  }
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  __syncthreads();  // the previous call's readers are done
-  if (lane == 0) red[warp][0] = a, red[warp][1] = b;
-  __syncthreads();
-  if (warp == 0) {
-    a = red[lane][0];
-    b = red[lane][1];
-    for (int off = 16; off; off >>= 1) {
-      a = op_a(a, __shfl_down_sync(0xffffffffu, a, off));
-      b = op_b(b, __shfl_down_sync(0xffffffffu, b, off));
-    }
-    if (lane == 0) red[0][0] = a, red[0][1] = b;
-  }
-  __syncthreads();
-  a = red[0][0];
-  b = red[0][1];
-}
-
-struct Plus {
-  __device__ double operator()(double x, double y) const { return x + y; }
-};
-struct Min {
-  __device__ u64 operator()(u64 x, u64 y) const { return min(x, y); }
-};
-struct Max {
-  __device__ u64 operator()(u64 x, u64 y) const { return max(x, y); }
-};
-
-// Block-wide sums of (a, b).
-__device__ void block_sum2(double& a, double& b, Shared& sh) {
-  block_reduce2(a, b, Plus{}, Plus{}, sh.red);
-}
-
-// Block-wide min of lo and max of hi.
-__device__ void block_minmax(u64& lo, u64& hi, Shared& sh) {
-  block_reduce2(lo, hi, Min{}, Max{}, sh.mm);
-}
-
-// A candidate's weight, computed as the host computes it: 1 (counting, top-k), or
-// exp(double(l - max) / t) (t = 1: top-p / min-p probabilities; t = temperature: the draw).
-struct Weight {
-  float max;
-  double t;
-  bool count;
-  __device__ double operator()(float l) const {
-    return count ? 1.0 : exp(static_cast<double>(__fsub_rn(l, max)) / t);
-  }
-};
-
-// Weight and number of the candidates with ord in [a, b].
-__device__ void range_sum(const float* x, int64_t vocab, u64 a, u64 b, Weight w, double& ws,
-                          double& cs, Shared& sh) {
-  double s = 0, c = 0;
-  for_each_logit(x, vocab, [&](float l, int64_t i) {
-    const u64 o = ord(l, i);
-    if (o >= a && o <= b) {
-      s += w(l);
-      c += 1;
-    }
-  });
-  block_sum2(s, c, sh);
-  ws = s;
-  cs = c;
-}
-
-// A split point in (lo, hi]. Logits spread roughly linearly, so bisect the value range while it
-// is moderate; else the key bits (a few steps through the exponents); within one value, the ids.
-__device__ u64 split(u64 lo, u64 hi) {
-  const uint32_t klo = static_cast<uint32_t>(lo >> 32), khi = static_cast<uint32_t>(hi >> 32);
-  if (klo == khi) return lo + (hi - lo + 1) / 2;
-  const float vlo = fval(klo), vhi = fval(khi);
-  uint32_t km;
-  if (vhi - vlo <= 256.f) {
-    km = fkey(clean(vlo * 0.5f + vhi * 0.5f));
-    if (km <= klo) km = klo + 1;
-  } else {
-    km = klo + (khi - klo + 1) / 2;
-  }
-  return u64{km} << 32;
-}
-
-// Rank-select: over the candidates with ord in [lo, hi] (hi: the first candidate; `total`,
-// `count`: the range's weight and size), the first in order whose cumulative weight s satisfies
-// s >= target (strict: s > target). 0 when even the whole range does not (or, by rounding,
-// the last candidate of the range).
-__device__ u64 rank_select(const float* x, int64_t vocab, u64 lo, u64 hi, double total,
-                           double count, Weight w, double target, bool strict, Shared& sh) {
-  auto ok = [&](double s) { return strict ? s > target : s >= target; };
-  if (!ok(total)) return 0;
-  // Invariant: ok(above + weight of [lo, hi]), !ok(above); above = weight before hi.
-  double above = 0;
-  while (count > kCap) {
-    const u64 mid = split(lo, hi);
-    double ws, cs;
-    range_sum(x, vocab, mid, hi, w, ws, cs, sh);
-    if (ok(above + ws)) {
-      lo = mid;
-      count = cs;
-    } else {
-      hi = mid - 1;
-      above += ws;
-      count -= cs;
-    }
-  }
-  // At most kCap candidates left: gather, sort by ord descending, prefix-sum, pick.
-  if (threadIdx.x == 0) sh.n = 0;
-  __syncthreads();
-  for_each_logit(x, vocab, [&](float l, int64_t i) {
-    const u64 o = ord(l, i);
-    if (o >= lo && o <= hi) {
-      const int j = atomicAdd(&sh.n, 1);
-      if (j < kCap) sh.ord[j] = o;
-    }
-  });
-  __syncthreads();
-  const int n = min(sh.n, kCap);
-  int p2 = 1;
-  while (p2 < n) p2 <<= 1;
-  for (int j = n + threadIdx.x; j < p2; j += kThreads) sh.ord[j] = 0;
-  __syncthreads();
-  for (int k = 2; k <= p2; k <<= 1) {  // bitonic sort, descending
-    for (int j = k >> 1; j > 0; j >>= 1) {
-      for (int i = threadIdx.x; i < p2; i += kThreads) {
-        const int ij = i ^ j;
-        if (ij > i) {
-          const u64 a = sh.ord[i], b = sh.ord[ij];
-          if ((i & k) == 0 ? a < b : a > b) sh.ord[i] = b, sh.ord[ij] = a;
-        }
-      }
-      __syncthreads();
-    }
-  }
-  for (int j = threadIdx.x; j < n; j += kThreads) sh.w[j] = w(ord_val(sh.ord[j]));
-  __syncthreads();
-  for (int off = 1; off < n; off <<= 1) {  // inclusive scan (n <= 2 * kThreads)
-    const int j0 = threadIdx.x, j1 = threadIdx.x + kThreads;
-    const double v0 = j0 < n && j0 >= off ? sh.w[j0 - off] : 0.0;
-    const double v1 = j1 < n && j1 >= off ? sh.w[j1 - off] : 0.0;
-    __syncthreads();
-    if (j0 < n) sh.w[j0] += v0;
-    if (j1 < n) sh.w[j1] += v1;
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) sh.pick = n > 0 ? sh.ord[n - 1] : 0;
-  __syncthreads();
-  for (int j = threadIdx.x; j < n; j += kThreads)
-    if (ok(above + sh.w[j]) && (j == 0 || !ok(above + sh.w[j - 1]))) sh.pick = sh.ord[j];
-  __syncthreads();
-  const u64 r = sh.pick;
-  __syncthreads();
-  return r;
-}
-
-// The host sampler's truncations and draw over the candidates, first = hi, last = lo.
-__device__ u64 select(const float* x, int64_t vocab, const SampleRow& p, u64 lo, u64 hi,
-                      double count, Shared& sh) {
-  const float mx = ord_val(hi);
-  const Weight one{mx, 1.0, true}, prob{mx, 1.0, false},
-      temp{mx, static_cast<double>(p.temperature), false};
-  u64 bound = lo;  // the kept candidates are those with ord >= bound
-  if (p.top_k > 0 && p.top_k < count)
-    bound = rank_select(x, vocab, lo, hi, count, count, one, p.top_k, false, sh);
-  if (p.top_p < 1.f) {
-    double s, c;
-    range_sum(x, vocab, bound, hi, prob, s, c, sh);
-    if (const u64 b = rank_select(x, vocab, bound, hi, s, c, prob, static_cast<double>(p.top_p) * s, false, sh))
-      bound = b;
-  }
-  if (p.min_p > 0.f) {
-    // Kept while exp(l - max) >= min_p: a value threshold, the smallest key that passes.
-    if (threadIdx.x == 0) {
-      uint32_t a = static_cast<uint32_t>(bound >> 32), b = static_cast<uint32_t>(hi >> 32);
-      while (a < b) {
-        const uint32_t m = a + (b - a) / 2;
-        if (exp(static_cast<double>(__fsub_rn(fval(m), mx))) >= static_cast<double>(p.min_p))
-          b = m;
-        else
-          a = m + 1;
-      }
-      sh.pick = max(bound, u64{a} << 32);
-    }
-    __syncthreads();
-    bound = sh.pick;
-    __syncthreads();
-  }
-  if (bound == hi) return hi;
-  double total, c;
-  range_sum(x, vocab, bound, hi, temp, total, c, sh);
-  if (const u64 b = rank_select(x, vocab, bound, hi, total, c, temp, p.u * total, true, sh)) return b;
-  // u * total not reached (u rounded up to 1): the host takes the last kept candidate.
-  u64 last = ~0ull, unused = 0;
-  for_each_logit(x, vocab, [&](float l, int64_t i) {
-    const u64 o = ord(l, i);
-    if (o >= bound) last = min(last, o);
-  });
-  block_minmax(last, unused, sh);
-  return last;
-}
-
-__global__ void __launch_bounds__(kThreads)
-sample_kernel(float* logits, int64_t vocab, const SampleRow* rows, const SamplePenalty* pen,
-              const int32_t* banned, int32_t* ids) {
-  detail::pdl_wait();  // inputs come from the previous kernel (PDL, launch.h)
-  detail::pdl_trigger();
-  __shared__ Shared sh;
-  float* x = logits + static_cast<int64_t>(blockIdx.x) * vocab;
-  const SampleRow p = rows[blockIdx.x];
-  // Penalties, then bans, written into the row (the host's order; tokens in a list are unique,
-  // a token both penalized and banned ends banned).
-  for (int j = threadIdx.x; j < p.n_penalties; j += kThreads) {
-    const SamplePenalty e = pen[p.penalty_offset + j];
-    if (e.token < 0 || e.token >= vocab) continue;
-    float l = clean(x[e.token]);
-    l = l > 0.f ? __fdiv_rn(l, p.repetition_penalty) : __fmul_rn(l, p.repetition_penalty);
-    x[e.token] = __fsub_rn(l, __fadd_rn(__fmul_rn(static_cast<float>(e.count), p.frequency_penalty),
-                                        p.presence_penalty));
-  }
-  __syncthreads();
-  for (int j = threadIdx.x; j < p.n_banned; j += kThreads) {
-    const int32_t t = banned[p.banned_offset + j];
-    if (t >= 0 && t < vocab) x[t] = -INFINITY;
-  }
-  __syncthreads();
-  u64 lo = ~0ull, hi = 0;
-  double count = 0, unused = 0;
-  for_each_logit(x, vocab, [&](float l, int64_t i) {
-    const u64 o = ord(l, i);
-    lo = min(lo, o);
-    hi = max(hi, o);
-    count += 1;
-  });
-  block_minmax(lo, hi, sh);
-  block_sum2(count, unused, sh);
-  int32_t id = 0;  // no candidate: the host's answer too
-  if (count > 0) id = ord_id(p.temperature <= 0.f ? hi : select(x, vocab, p, lo, hi, count, sh));
-  if (threadIdx.x == 0) ids[blockIdx.x] = id;
-}
-
-}  // namespace
 
 void sample_rows(float* logits, int64_t rows, int64_t vocab, const SampleRow* params,
                  const SamplePenalty* penalties, const int32_t* banned, int32_t* ids,
                  cudaStream_t stream) {
-  TESSERA_CHECK_ARG(vocab >= 1 && vocab <= INT32_MAX && rows <= INT32_MAX,
+  TESSERA_CHECK_ARG(vocab >= 1 && vocab <= INT32_MAX && rows <= INT32_MAX / 16,
                     "sample_rows: vocab or rows out of range");
   if (rows == 0) return;
-  detail::launch_kernel(sample_kernel, static_cast<unsigned>(rows), kThreads, 0, stream, logits,
-                        vocab, params, penalties, banned, ids);
+  // Blocks per row: the SMs the launch leaves each row (a block of 512 threads at ~128 registers
+  // fills an SM), 16 or 8 with the slices' keys in shared memory, else 2 reading the row; below
+  // 2 SMs per row, one block of 1024 threads per row (row_block). H200, sample_bench, one
+  // 128256-logit row, us old (row_block) -> cluster: greedy 27.6 -> 16.0, temperature 0.8 406
+  // -> 53, top-k 40 232 -> 58, top-p 0.9 699 -> 88; 16 rows: top-p 719 -> 219; 128 rows stay
+  // on row_block (the cluster kernel at one block per row: top-k 473 vs 273 us).
+  // TESSERA_SAMPLE_BLOCKS=16|8|2|1 forces a shape (1: row_block), for A/B runs.
+  static const int forced = [] {
+    const char* e = std::getenv("TESSERA_SAMPLE_BLOCKS");
+    const int b = e == nullptr ? 0 : std::atoi(e);
+    return b == 1 || b == 2 || b == 8 || b == 16 ? b : 0;
+  }();
+  const int64_t per_row = sm_count() / rows;
+  const int blocks = forced ? forced : per_row >= 16 ? 16 : per_row >= 8 ? 8 : per_row >= 2 ? 2 : 1;
+  using namespace sample_detail;
+  switch (blocks) {
+    case 16: cluster::launch<16>(logits, rows, vocab, params, penalties, banned, ids, stream); break;
+    case 8: cluster::launch<8>(logits, rows, vocab, params, penalties, banned, ids, stream); break;
+    case 2: cluster::launch<2>(logits, rows, vocab, params, penalties, banned, ids, stream); break;
+    default:
+      detail::launch_kernel(row_block::sample_row_kernel, static_cast<unsigned>(rows), row_block::kThreads,
+                            0, stream, logits, vocab, params, penalties, banned, ids);
+  }
   TESSERA_CUDA_CHECK(cudaGetLastError());
 }
 

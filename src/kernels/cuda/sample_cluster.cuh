@@ -1,0 +1,436 @@
+// Sampling with a cluster of blocks per row (sample.cu takes it for launches of up to half as
+// many rows as SMs). Included by sample.cu only.
+#pragma once
+
+#include <cooperative_groups.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "core/sample_row.h"
+#include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/sample_keys.cuh"
+
+namespace tessera::cuda::sample_detail::cluster {
+
+// A row is sampled by a cluster of kCluster blocks of 512 threads, each over its slice of the
+// row: every pass over the row is split among them, and the reductions combine the blocks'
+// partials through distributed shared memory in rank order, so every block holds the same bits
+// and takes the same branch. A sampled row's slice is kept in shared memory as order keys where
+// it fits (16 or 8 blocks per row), so the passes after the first read 8 bytes per logit and
+// compare; greedy rows make one pass over the row itself. A rank-select pass weighs 8
+// sub-ranges at once (3 bisection steps of the one-block kernel), and its first pass also sums
+// the range's weight (no separate pass for the top-p or draw total). The passes are
+// latency-bound chains (double exp per candidate): many warps per row pay, hence 512 threads and
+// up to 16 blocks (beyond 8 a non-portable cluster size, which H100 / H200 hold).
+constexpr int kBins = 8;  // sub-ranges a rank-select pass weighs at once (3 bisection steps)
+constexpr int kRed = 2 * kBins;  // values per cluster reduction, at most
+// The largest slice of keys kept in shared memory (per block; 16 blocks: vocabularies up to
+// ~327K); larger rows are read from global memory on every pass.
+constexpr int64_t kMaxCacheBytes = 160 << 10;
+
+namespace cg = cooperative_groups;
+
+template <int kThreads>
+struct Shared {
+  static constexpr int kWarps = kThreads / 32, kCap = kThreads;  // a rank-select finishes below kCap
+  u64 ord[kCap];     // a block's own candidates at the end of a rank-select
+  u64 all[kCap];     // rank 0: every block's, then in order
+  u64 sorted[kCap];
+  double w[kCap];
+  u64 warp_red[kWarps][kRed];
+  u64 block_red[2][kRed];  // by reduction parity: a block one reduction ahead writes the other
+  u64 total[kRed];
+  u64 edges[kBins + 1];
+  u64 pick;
+  int n;
+};
+
+// What every thread of the cluster carries: its block's rank and shared memory, its slice of
+// the row (logits begin .. begin + len: their keys in shared memory, or null and read from the
+// row x), and how many cluster reductions it has made (their parity picks the buffer).
+template <int kThreads_, int kCluster_>
+struct Ctx {
+  static constexpr int kThreads = kThreads_, kCluster = kCluster_, kWarps = kThreads / 32,
+                       kCap = Shared<kThreads>::kCap;
+  cg::cluster_group cluster;
+  unsigned rank;
+  Shared<kThreads>& sh;
+  const u64* keys;
+  const float* x;
+  int64_t begin, len;
+  int reductions = 0;
+};
+
+// Calls f(key) for every candidate of the block's slice, each thread over its share. f has few
+// call sites, so that a pass's accumulators stay in registers (with a call site per unrolled
+// element, nvcc kept f out of line and its captures in local memory: ~17 us per pass).
+template <class C, class F>
+__device__ __forceinline__ void for_each_key(const C& c, F&& f) {
+  constexpr int kThreads = C::kThreads;
+  if (c.keys != nullptr) {
+    for (int64_t e = threadIdx.x; e < c.len; e += kThreads)
+      if (const u64 k = c.keys[e]) f(k);
+    return;
+  }
+  const float* x = c.x + c.begin;
+  int64_t tail = 0;
+  if ((reinterpret_cast<uintptr_t>(x) & 15) == 0) {  // four float4 per thread in flight
+    const int64_t n4 = c.len / 4;
+    const float4* x4 = reinterpret_cast<const float4*>(x);
+    auto visit4 = [&](const float4& q, int64_t j) {
+#pragma unroll 1
+      for (int k = 0; k < 4; ++k)
+        if (const u64 o = key_of(k == 0 ? q.x : k == 1 ? q.y : k == 2 ? q.z : q.w, c.begin + 4 * j + k)) f(o);
+    };
+    int64_t j = threadIdx.x;
+    for (; j + 3 * kThreads < n4; j += 4 * kThreads) {
+      float4 q[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) q[u] = x4[j + u * kThreads];
+#pragma unroll 1
+      for (int u = 0; u < 4; ++u) visit4(u == 0 ? q[0] : u == 1 ? q[1] : u == 2 ? q[2] : q[3], j + u * kThreads);
+    }
+    for (; j < n4; j += kThreads) visit4(x4[j], j);
+    tail = 4 * n4;
+  }
+  for (int64_t i = tail + threadIdx.x; i < c.len; i += kThreads)
+    if (const u64 o = key_of(x[i], c.begin + i)) f(o);
+}
+
+template <class T>
+__device__ __forceinline__ u64 to_bits(T v) {
+  if constexpr (std::is_integral_v<T>) return static_cast<u64>(v);
+  else return static_cast<u64>(__double_as_longlong(v));
+}
+template <class T>
+__device__ __forceinline__ T from_bits(u64 b) {
+  if constexpr (std::is_integral_v<T>) return static_cast<T>(b);
+  else return __longlong_as_double(static_cast<long long>(b));
+}
+
+// The cluster's reduction of v[0..N) (slot j by op(j, a, b)) from each thread's values, returned
+// to every thread of the cluster. Warps reduce first (lane 0, or lane j for slot j when kScatter:
+// a reduce-scatter, N - 1 exchanges per lane instead of 5 per slot), then the warps of a block in
+// order, then the blocks in rank order through distributed shared memory: a fixed tree, the same
+// bits in every block and on every run.
+template <int N, bool kScatter, class T, class Op, class C>
+__device__ void cluster_reduce(T (&v)[N], Op op, C& c) {
+  constexpr int kWarps = C::kWarps, kCluster = C::kCluster;
+  static_assert(sizeof(T) == 8 && N <= kRed, "8-byte values, at most kRed of them");
+  static_assert(!kScatter || N == 16, "the reduce-scatter is written for 16 slots");
+  auto& sh = c.sh;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if constexpr (kScatter) {
+#pragma unroll
+    for (int j = 0; j < N; ++j) v[j] = op(j, v[j], __shfl_xor_sync(0xffffffffu, v[j], 16));
+    // Halve the slots a lane holds with each exchange: after the one at distance h, a lane
+    // holds slots whose bit h matches its own; at the end lane l holds slot l % 16.
+#pragma unroll
+    for (int h = 8; h >= 1; h >>= 1) {
+      const bool upper = lane & h;
+#pragma unroll
+      for (int i = 0; i < h; ++i) {
+        const T low = v[i], high = v[i + h];  // values, then selected: no indexed access
+        const T got = __shfl_xor_sync(0xffffffffu, upper ? low : high, h);
+        v[i] = upper ? op(0, got, high) : op(0, low, got);  // the lower lane's value first
+      }
+    }
+    if (lane < N) sh.warp_red[warp][lane] = to_bits(v[0]);
+  } else {
+#pragma unroll
+    for (int j = 0; j < N; ++j)
+      for (int off = 16; off; off >>= 1) v[j] = op(j, v[j], __shfl_down_sync(0xffffffffu, v[j], off));
+    if (lane == 0)
+#pragma unroll
+      for (int j = 0; j < N; ++j) sh.warp_red[warp][j] = to_bits(v[j]);
+  }
+  __syncthreads();
+  const int buf = c.reductions++ & 1;
+  const int t = threadIdx.x;
+  if (t < N) {
+    T a = from_bits<T>(sh.warp_red[0][t]);
+    for (int w = 1; w < kWarps; ++w) a = op(t, a, from_bits<T>(sh.warp_red[w][t]));
+    sh.block_red[buf][t] = to_bits(a);
+  }
+  c.cluster.sync();  // every block's partial is in place
+  if (t < N) {  // every block's partial loaded first (remote loads in flight together)
+    u64 part[kCluster];
+#pragma unroll
+    for (int r = 0; r < kCluster; ++r) part[r] = c.cluster.map_shared_rank(&sh.block_red[buf][0], r)[t];
+    T a = from_bits<T>(part[0]);
+#pragma unroll
+    for (int r = 1; r < kCluster; ++r) a = op(t, a, from_bits<T>(part[r]));
+    sh.total[t] = to_bits(a);
+  }
+  __syncthreads();
+#pragma unroll
+  for (int j = 0; j < N; ++j) v[j] = from_bits<T>(sh.total[j]);
+}
+
+// Cluster-wide min of lo and max of hi.
+template <class C>
+__device__ void cluster_minmax(u64& lo, u64& hi, C& c) {
+  u64 v[2] = {lo, hi};
+  cluster_reduce<2, false>(v, [](int j, u64 x, u64 y) { return j == 0 ? min(x, y) : max(x, y); }, c);
+  lo = v[0];
+  hi = v[1];
+}
+
+// Rank-select: over the candidates with ord in [lo, hi] (hi: the first candidate), the first
+// in order whose cumulative weight s satisfies s >= target (strict: s > target), with target =
+// factor x the range's weight (relative) or factor. 0 when even the whole range does not (or, by
+// rounding, the last candidate of the range). `count` / `total`: the range's size and weight, or
+// < 0 when unknown (the first pass, which weighs the range's sub-ranges anyway, sums them).
+template <class C>
+__device__ u64 rank_select(u64 lo, u64 hi, double count, double total, Weight w, double factor,
+                           bool relative, bool strict, C& c) {
+  constexpr int kCluster = C::kCluster, kCap = C::kCap;
+  auto& sh = c.sh;
+  const int t = threadIdx.x;
+  double target = relative ? factor * total : factor;
+  auto ok = [&](double s) { return strict ? s > target : s >= target; };
+  if (total >= 0 && !ok(total)) return 0;
+  // Invariant: ok(above + weight of [lo, hi]), !ok(above); above = weight before hi.
+  double above = 0;
+  while (total < 0 || count > kCap) {
+    // kBins sub-ranges [e_j, e_j+1) by three rounds of halving (the same edges in every thread),
+    // weighed in one pass (each thread's bins in registers, its adds in its order); the target's
+    // is the first from the top whose weight reaches it.
+    u64 e[kBins + 1];
+    e[0] = lo;
+    e[kBins] = hi + 1;
+#pragma unroll
+    for (int step = kBins / 2; step >= 1; step /= 2)
+#pragma unroll
+      for (int j = step; j < kBins; j += 2 * step) e[j] = halve(e[j - step], e[j + step] - 1);
+    if (t == 0)
+#pragma unroll
+      for (int j = 0; j <= kBins; ++j) sh.edges[j] = e[j];
+    __syncthreads();
+    double ws[kBins] = {};
+    uint32_t ns[kBins] = {};
+    for_each_key(c, [&](u64 o) {
+      if (o >= lo && o <= hi) {
+        int b = o >= sh.edges[4] ? 4 : 0;
+        b += o >= sh.edges[b + 2] ? 2 : 0;
+        b += o >= sh.edges[b + 1] ? 1 : 0;
+        const double wl = w(ord_val(o));
+#pragma unroll
+        for (int j = 0; j < kBins; ++j)
+          if (b == j) ws[j] += wl, ++ns[j];
+      }
+    });
+    double v[kRed];
+#pragma unroll
+    for (int j = 0; j < kBins; ++j) v[j] = ws[j], v[kBins + j] = static_cast<double>(ns[j]);
+    cluster_reduce<kRed, true>(v, Plus{}, c);
+    double cs[kBins];
+#pragma unroll
+    for (int j = 0; j < kBins; ++j) ws[j] = v[j], cs[j] = v[kBins + j];
+    if (total < 0) {  // the first pass: the range's size and weight (bins from the top)
+      total = count = 0;
+#pragma unroll
+      for (int j = kBins - 1; j >= 0; --j) total += ws[j], count += cs[j];
+      target = relative ? factor * total : factor;
+      if (!ok(total)) return 0;
+      if (count <= kCap) break;
+    }
+    // The chosen bin, with compile-time indices only (a runtime index would put the bins in
+    // local memory).
+    int lowest = kBins;
+#pragma unroll
+    for (int j = kBins - 1; j >= 0; --j)
+      if (cs[j] != 0) lowest = j;
+    bool found = false;
+    u64 nlo = lo, nhi = hi;
+#pragma unroll
+    for (int j = kBins - 1; j >= 0; --j) {
+      if (found || cs[j] == 0) continue;
+      if (j == lowest || ok(above + ws[j])) {  // the lowest by default (rounding)
+        found = true;
+        nlo = e[j];
+        nhi = e[j + 1] - 1;
+        count = cs[j];
+      } else {
+        above += ws[j];
+      }
+    }
+    lo = nlo;
+    hi = nhi;
+  }
+  // At most kCap candidates left: each block lists its own, rank 0 collects the lists, ranks the
+  // candidates by counting (keys are unique), prefix-sums their weights in order (each thread
+  // from the first, as the host sums) and picks; the pick goes back to every block.
+  if (t == 0) sh.n = 0;
+  __syncthreads();
+  for_each_key(c, [&](u64 o) {
+    if (o >= lo && o <= hi) {
+      const int j = atomicAdd(&sh.n, 1);
+      if (j < kCap) sh.ord[j] = o;
+    }
+  });
+  c.cluster.sync();  // every block's list is in place
+  if (c.rank == 0) {
+    int counts[kCluster], n = 0;
+#pragma unroll
+    for (int r = 0; r < kCluster; ++r) counts[r] = min(c.cluster.map_shared_rank(&sh, r)->n, kCap);
+    u64 key = 0;
+#pragma unroll
+    for (int r = 0; r < kCluster; ++r) {
+      if (t >= n && t < n + counts[r]) key = c.cluster.map_shared_rank(&sh, r)->ord[t - n];
+      n += counts[r];
+    }
+    n = min(n, kCap);
+    if (t < n) sh.all[t] = key;
+    __syncthreads();
+    if (t < n) {
+      int rank = 0;
+      for (int j = 0; j < n; ++j) rank += sh.all[j] > key;
+      sh.sorted[rank] = key;
+    }
+    __syncthreads();
+    if (t < n) sh.w[t] = w(ord_val(sh.sorted[t]));
+    if (t == 0) sh.pick = n > 0 ? sh.sorted[n - 1] : 0;
+    __syncthreads();
+    if (t < n) {
+      double before = 0;
+      for (int j = 0; j < t; ++j) before += sh.w[j];
+      if (ok(above + (before + sh.w[t])) && (t == 0 || !ok(above + before))) sh.pick = sh.sorted[t];
+    }
+  }
+  c.cluster.sync();  // rank 0's pick is in place
+  const u64 r = c.cluster.map_shared_rank(&sh, 0)->pick;
+  c.cluster.sync();  // every block has it before rank 0 writes its shared memory again
+  return r;
+}
+
+// The host sampler's truncations and draw over the candidates, first = hi, last = lo.
+template <class C>
+__device__ u64 select(const SampleRow& p, u64 lo, u64 hi, double count, C& c) {
+  auto& sh = c.sh;
+  const float mx = ord_val(hi);
+  const Weight one{mx, 1.0, true}, prob{mx, 1.0, false},
+      temp{mx, static_cast<double>(p.temperature), false};
+  u64 bound = lo;  // the kept candidates are those with ord >= bound
+  if (p.top_k > 0 && p.top_k < count)
+    bound = rank_select(lo, hi, count, count, one, p.top_k, false, false, c);
+  if (p.top_p < 1.f)
+    if (const u64 b = rank_select(bound, hi, -1, -1, prob, p.top_p, true, false, c)) bound = b;
+  if (p.min_p > 0.f) {
+    // The same bisection in every block (no data pass).
+    if (threadIdx.x == 0) sh.edges[0] = min_p_bound(bound, hi, mx, p.min_p);
+    __syncthreads();
+    bound = sh.edges[0];
+    __syncthreads();
+  }
+  if (bound == hi) return hi;
+  if (const u64 b = rank_select(bound, hi, -1, -1, temp, p.u, true, true, c)) return b;
+  // u * total not reached (u rounded up to 1): the host takes the last kept candidate.
+  u64 last = ~0ull, unused = 0;
+  for_each_key(c, [&](u64 o) {
+    if (o >= bound) last = min(last, o);
+  });
+  cluster_minmax(last, unused, c);
+  return last;
+}
+
+// Logits per block of a row's cluster (a multiple of 4: float4 slices).
+__host__ __device__ int64_t slice_len(int64_t vocab, int blocks) { return ((vocab + blocks - 1) / blocks + 3) / 4 * 4; }
+
+// Shape (kThreads, kCluster); kCacheable: a sampled row's slice fits in shared memory as keys
+// (dynamic shared memory).
+template <int kThreads, int kCluster, bool kCacheable>
+__global__ void __launch_bounds__(kThreads)
+sample_kernel(float* logits, int64_t vocab, const SampleRow* rows, const SamplePenalty* pen,
+              const int32_t* banned, int32_t* ids) {
+  using C = Ctx<kThreads, kCluster>;
+  detail::pdl_wait();  // inputs come from the previous kernel (PDL, launch.h)
+  detail::pdl_trigger();
+  __shared__ Shared<kThreads> sh;
+  extern __shared__ __align__(16) u64 cache[];
+  const unsigned rank = cg::this_cluster().block_rank();
+  const int64_t row = blockIdx.x / kCluster, span = slice_len(vocab, kCluster);
+  const int64_t begin = min(vocab, rank * span), len = min(vocab, begin + span) - begin;
+  float* x = logits + row * vocab;
+  const SampleRow p = rows[row];
+  const bool cached = kCacheable && p.temperature > 0.f;  // greedy: one pass over the row
+  C c{cg::this_cluster(), rank, sh, cached ? cache : nullptr, x, begin, len};
+  if (cached)  // the slice's keys into shared memory
+    for_each_float<kThreads>(x + begin, len, [&](float v, int64_t i) { cache[i] = key_of(v, begin + i); });
+  // Penalties, then bans, written into the row (the host's order; tokens in a list are unique,
+  // a token both penalized and banned ends banned): each block those of its slice, in the row
+  // and in its keys.
+  auto write = [&](int64_t tok, float v) {
+    x[tok] = v;
+    if (cached) cache[tok - begin] = key_of(v, tok);
+  };
+  for (int j = threadIdx.x; j < p.n_penalties; j += kThreads) {
+    const SamplePenalty e = pen[p.penalty_offset + j];
+    if (e.token < begin || e.token >= begin + len) continue;
+    float l = clean(x[e.token]);
+    l = l > 0.f ? __fdiv_rn(l, p.repetition_penalty) : __fmul_rn(l, p.repetition_penalty);
+    write(e.token, __fsub_rn(l, __fadd_rn(__fmul_rn(static_cast<float>(e.count), p.frequency_penalty),
+                                          p.presence_penalty)));
+  }
+  __syncthreads();
+  for (int j = threadIdx.x; j < p.n_banned; j += kThreads) {
+    const int32_t tok = banned[p.banned_offset + j];
+    if (tok >= begin && tok < begin + len) write(tok, -INFINITY);
+  }
+  __syncthreads();
+  u64 lo = ~0ull, hi = 0, n = 0;
+  for_each_key(c, [&](u64 o) {
+    lo = min(lo, o);
+    hi = max(hi, o);
+    ++n;
+  });
+  u64 v[3] = {lo, hi, n};
+  cluster_reduce<3, false>(v, [](int j, u64 a, u64 b) { return j == 0 ? min(a, b) : j == 1 ? max(a, b) : a + b; }, c);
+  const double count = static_cast<double>(v[2]);
+  int32_t id = 0;  // no candidate: the host's answer too
+  if (count > 0) id = ord_id(p.temperature <= 0.f ? v[1] : select(p, v[0], v[1], count, c));
+  if (rank == 0 && threadIdx.x == 0) ids[row] = id;
+  c.cluster.sync();  // no block leaves while another may still read its shared memory
+}
+
+constexpr int kThreads = 512;
+
+// Launches the cluster kernel with kCluster blocks per row.
+template <int kCluster>
+void launch(float* logits, int64_t rows, int64_t vocab, const SampleRow* params,
+                  const SamplePenalty* penalties, const int32_t* banned, int32_t* ids,
+                  cudaStream_t stream) {
+  constexpr auto kCached = sample_kernel<kThreads, kCluster, true>;
+  constexpr auto kUncached = sample_kernel<kThreads, kCluster, false>;
+  // Once per shape: the cluster size (beyond 8 a non-portable one), the cache's shared memory.
+  static const cudaError_t setup = [] {
+    for (auto k : {kCached, kUncached}) {
+      if (kCluster > 8)
+        if (cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1)) return e;
+    }
+    return cudaFuncSetAttribute(kCached, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                static_cast<int>(kMaxCacheBytes));
+  }();
+  TESSERA_CUDA_CHECK(setup);
+  const size_t cache_bytes = static_cast<size_t>(slice_len(vocab, kCluster)) * sizeof(u64);
+  const bool cacheable = cache_bytes <= static_cast<size_t>(kMaxCacheBytes);
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(rows * kCluster));
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = cacheable ? cache_bytes : 0;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[2];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = kCluster;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[1].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl_enabled() ? 2 : 1;
+  TESSERA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, cacheable ? kCached : kUncached, logits, vocab, params,
+                                        penalties, banned, ids));
+}
+
+}  // namespace tessera::cuda::sample_detail::cluster
