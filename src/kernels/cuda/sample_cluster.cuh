@@ -356,8 +356,10 @@ sample_kernel(float* logits, int64_t vocab, const SampleRow* rows, const SampleP
   const SampleRow p = rows[row];
   const bool cached = kCacheable && p.temperature > 0.f;  // greedy: one pass over the row
   C c{cg::this_cluster(), rank, sh, cached ? cache : nullptr, x, begin, len};
-  if (cached)  // the slice's keys into shared memory
+  if (cached) {  // the slice's keys into shared memory
     for_each_float<kThreads>(x + begin, len, [&](float v, int64_t i) { cache[i] = key_of(v, begin + i); });
+    __syncthreads();  // every key in place before a penalty or ban overwrites its own
+  }
   // Penalties, then bans, written into the row (the host's order; tokens in a list are unique,
   // a token both penalized and banned ends banned): each block those of its slice, in the row
   // and in its keys.
