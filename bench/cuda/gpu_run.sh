@@ -36,6 +36,14 @@ case $phase in
              rms_norm_cuda_test llama_decode_cuda_test; do
       step $t /tmp/bin/$t --gtest_brief=1
     done
+    # Shared-memory races of the cluster sampler (its key cache, penalties and bans; session 14
+    # found one only through a flaky engine test): racecheck over the penalty test's clusters.
+    cs=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
+    if [ -n "$cs" ]; then
+      step sample_racecheck $cs --tool racecheck --racecheck-report hazard --error-exitcode 1 \
+        /tmp/bin/sample_cuda_test --gtest_filter='*Penalties*'
+      grep -E "RACECHECK SUMMARY" /tmp/m/sample_racecheck.log | tee -a "$out/summary.txt"
+    fi
     ;;
   b)
     src=build-carry-gpu/b
