@@ -107,9 +107,10 @@ struct Case {
 
 // Device ids for rows built from `cases` (each row prepared by the host sampler, u replaced);
 // `logits` gets the rows after the kernel.
+// blocks_per_row: a shape forced for every launch (sample_rows), or 0: the launcher's own.
 std::vector<int32_t> run_device(const std::vector<Case>& cases, const std::vector<SamplingParams>& ps,
                                 const std::vector<int32_t>& history, int64_t V,
-                                std::vector<float>* logits) {
+                                std::vector<float>* logits, int blocks_per_row = 0) {
   std::vector<float> all;
   std::vector<SampleRow> rows(cases.size());
   std::vector<SamplePenalty> pen;
@@ -128,14 +129,13 @@ std::vector<int32_t> run_device(const std::vector<Case>& cases, const std::vecto
   if (!banned.empty()) TESSERA_CUDA_CHECK(cudaMemcpy(d_banned.get(), banned.data(), banned.size() * 4, cudaMemcpyHostToDevice));
   test::DevBuf<int32_t> d_ids(cases.size());
   TESSERA_CUDA_CHECK(cudaMemset(d_ids.get(), 0xFF, cases.size() * 4));  // poison: -1
-  // Launches of 1, 9, 17, 34 and 67 rows in turn: on a 132-SM H200, clusters of 16, 8, 2 and 2
-  // blocks per row, then one block per row (sample_rows gives each row the SMs the launch
-  // leaves it).
+  // Launches of 1, 9, 17, 34 and 67 rows in turn: the launcher's own shapes (on a 132-SM H200,
+  // clusters of 16, 8, 2 and 2 blocks per row, then one block per row).
   const int64_t chunk_rows[] = {1, 9, 17, 34, 67};
   for (int64_t r0 = 0, k = 0; r0 < static_cast<int64_t>(cases.size()); ++k) {
     const int64_t n = std::min<int64_t>(chunk_rows[k % 5], static_cast<int64_t>(cases.size()) - r0);
     cuda::sample_rows(d_x.get() + r0 * V, n, V, d_rows.get() + r0, d_pen.get(), d_banned.get(),
-                      d_ids.get() + r0, nullptr);
+                      d_ids.get() + r0, nullptr, blocks_per_row);
     r0 += n;
   }
   test::check_launch();
@@ -155,25 +155,32 @@ void check_against_host(int64_t V, int n_u, uint64_t seed) {
         const double u = j == 0 ? 0.0 : j == 1 ? 0.9999999 : uni(rng);
         cases.push_back({k, p, u, seed * 1000 + static_cast<uint64_t>(k) * 100 + p});
       }
-  const auto got = run_device(cases, ps, history, V, nullptr);
-  int bad = 0, sampled = 0;
+  std::vector<int32_t> want(cases.size());
+  int sampled = 0;
   for (size_t r = 0; r < cases.size(); ++r) {
     auto x = make_row(cases[r].kind, V, cases[r].seed);
-    const int32_t want = Sampler(ps[cases[r].params]).sample_with_u(x, history, cases[r].u);
+    want[r] = Sampler(ps[cases[r].params]).sample_with_u(x, history, cases[r].u);
     sampled += ps[cases[r].params].temperature > 0;
-    if (got[r] != want && ++bad <= 10) {
+  }
+  // Every shape of the kernel takes every row: the launcher's own, then each forced.
+  for (int blocks : {0, 16, 8, 2, 1}) {
+    const auto got = run_device(cases, ps, history, V, nullptr, blocks);
+    int bad = 0;
+    for (size_t r = 0; r < cases.size(); ++r) {
+      if (got[r] == want[r] || ++bad > 10) continue;
+      const auto x = make_row(cases[r].kind, V, cases[r].seed);
       const auto& p = ps[cases[r].params];
-      ADD_FAILURE() << "V " << V << " row " << r << " (" << kind_name(cases[r].kind) << ", T "
+      ADD_FAILURE() << "V " << V << " blocks " << blocks << " row " << r << " (" << kind_name(cases[r].kind) << ", T "
                     << p.temperature << " k " << p.top_k << " p " << p.top_p << " min_p " << p.min_p
                     << " rep " << p.repetition_penalty << " ngram " << p.no_repeat_ngram << ", u "
                     << cases[r].u << "): device " << got[r] << " (logit "
-                    << (got[r] >= 0 && got[r] < V ? x[got[r]] : NAN) << "), host " << want
-                    << " (logit " << x[want] << ")";
+                    << (got[r] >= 0 && got[r] < V ? x[got[r]] : NAN) << "), host " << want[r]
+                    << " (logit " << x[want[r]] << ")";
     }
+    std::printf("V %lld, blocks per row %d (0: the launcher's): %zu rows (%d sampled), %d differ\n",
+                static_cast<long long>(V), blocks, cases.size(), sampled, bad);
+    EXPECT_EQ(bad, 0);
   }
-  std::printf("V %lld: %zu rows (%d sampled), %d differ\n", static_cast<long long>(V), cases.size(),
-              sampled, bad);
-  EXPECT_EQ(bad, 0);
 }
 
 TEST(SampleCuda, SameTokenAsHostSamplerVocab1000) {
@@ -188,12 +195,17 @@ TEST(SampleCuda, SameTokenAsHostSamplerVocab128256) {
 }
 
 // A row is split among a cluster of blocks, each holding its slice in shared memory where it
-// fits: a vocabulary whose rows are not 16-byte aligned (element-wise copies and passes), and one
-// whose slices do not fit even over 16 blocks (every pass reads the row).
+// fits: a vocabulary whose rows are not 16-byte aligned (element-wise copies and passes), one
+// whose slices do not fit even over 16 blocks (every pass reads the row), one smaller than the
+// cluster's slices, and rows of as many candidates as a rank-select's last range holds, and one
+// more.
 TEST(SampleCuda, SameTokenAsHostSamplerOddAndLargeVocabularies) {
   TESSERA_SKIP_WITHOUT_GPU();
   check_against_host(1003, 3, 5);
   check_against_host(350001, 1, 6);
+  check_against_host(33, 2, 7);   // 16 blocks: ranks 9..15 hold empty slices
+  check_against_host(512, 2, 8);  // a rank-select's last range: kCap (512) candidates at most
+  check_against_host(513, 2, 9);
 }
 
 // Penalties and bans land in the row exactly as the host sampler writes them.

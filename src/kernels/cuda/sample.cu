@@ -13,9 +13,12 @@ namespace tessera::cuda {
 
 void sample_rows(float* logits, int64_t rows, int64_t vocab, const SampleRow* params,
                  const SamplePenalty* penalties, const int32_t* banned, int32_t* ids,
-                 cudaStream_t stream) {
-  TESSERA_CHECK_ARG(vocab >= 1 && vocab <= INT32_MAX && rows <= INT32_MAX / 16,
+                 cudaStream_t stream, int blocks_per_row) {
+  TESSERA_CHECK_ARG(vocab >= 1 && vocab <= INT32_MAX && rows >= 0 && rows <= INT32_MAX / 16,
                     "sample_rows: vocab or rows out of range");
+  TESSERA_CHECK_ARG(blocks_per_row == 0 || blocks_per_row == 1 || blocks_per_row == 2 ||
+                        blocks_per_row == 8 || blocks_per_row == 16,
+                    "sample_rows: blocks_per_row must be 0, 1, 2, 8 or 16");
   if (rows == 0) return;
   // Blocks per row: the SMs the launch leaves each row (a block of 512 threads at ~128 registers
   // fills an SM), 16 or 8 with the slices' keys in shared memory, else 2 reading the row; below
@@ -30,7 +33,9 @@ void sample_rows(float* logits, int64_t rows, int64_t vocab, const SampleRow* pa
     return b == 1 || b == 2 || b == 8 || b == 16 ? b : 0;
   }();
   const int64_t per_row = sm_count() / rows;
-  const int blocks = forced ? forced : per_row >= 16 ? 16 : per_row >= 8 ? 8 : per_row >= 2 ? 2 : 1;
+  const int blocks = blocks_per_row ? blocks_per_row
+                     : forced       ? forced
+                                    : per_row >= 16 ? 16 : per_row >= 8 ? 8 : per_row >= 2 ? 2 : 1;
   using namespace sample_detail;
   switch (blocks) {
     case 16: cluster::launch<16>(logits, rows, vocab, params, penalties, banned, ids, stream); break;

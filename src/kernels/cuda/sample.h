@@ -24,8 +24,11 @@
 
 namespace tessera::cuda {
 
+// blocks_per_row: 0 picks the kernel's shape by the launch's rows (the SMs each row gets); 16,
+// 8 or 2 force a thread-block cluster of that many blocks per row, 1 one block per row (tests
+// run every shape on any GPU; TESSERA_SAMPLE_BLOCKS does the same for A/B runs).
 void sample_rows(float* logits, int64_t rows, int64_t vocab, const SampleRow* params,
                  const SamplePenalty* penalties, const int32_t* banned, int32_t* ids,
-                 cudaStream_t stream);
+                 cudaStream_t stream, int blocks_per_row = 0);
 
 }  // namespace tessera::cuda

@@ -119,6 +119,7 @@ __device__ void cluster_reduce(T (&v)[N], Op op, C& c) {
   constexpr int kWarps = C::kWarps, kCluster = C::kCluster;
   static_assert(sizeof(T) == 8 && N <= kRed, "8-byte values, at most kRed of them");
   static_assert(!kScatter || N == 16, "the reduce-scatter is written for 16 slots");
+  static_assert(!kScatter || std::is_same_v<Op, Plus>, "the reduce-scatter loses the slot index: sums only");
   auto& sh = c.sh;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   if constexpr (kScatter) {
@@ -186,6 +187,7 @@ template <class C>
 __device__ u64 rank_select(u64 lo, u64 hi, double count, double total, Weight w, double factor,
                            bool relative, bool strict, C& c) {
   constexpr int kCluster = C::kCluster, kCap = C::kCap;
+  static_assert(kCap == C::kThreads, "the final phase gives each thread one candidate");
   auto& sh = c.sh;
   const int t = threadIdx.x;
   double target = relative ? factor * total : factor;
