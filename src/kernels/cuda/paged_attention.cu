@@ -101,7 +101,7 @@ void paged_attention_order_tiles(std::vector<PagedAttentionTile>& tiles, const i
 
 // The share of an SM slot grid that `blocks` fill in their last round: blocks / (SMs x the
 // most blocks any SM gets). 160 blocks: 28 SMs hold two, 104 one: 0.61.
-double slot_balance(int64_t blocks, int64_t sms) {
+static double slot_balance(int64_t blocks, int64_t sms) {
   return static_cast<double>(blocks) / static_cast<double>(sms * ((blocks + sms - 1) / sms));
 }
 

@@ -109,6 +109,18 @@ __device__ __forceinline__ void scale_rows(float (&o)[HD / 8][4], const float (&
     o[i][3] *= alpha[1];
   }
 }
+// The same for the transposed accumulator (O^T: head dims x 8 query vectors, vectors 2t and
+// 2t + 1 in elements [0, 2] and [1, 3]) of the decode layout with the queries as columns.
+template <int HD>
+__device__ __forceinline__ void scale_cols(float (&o)[HD / 16][4], const float (&alpha)[2]) {
+#pragma unroll
+  for (int i = 0; i < HD / 16; ++i) {
+    o[i][0] *= alpha[0];
+    o[i][1] *= alpha[1];
+    o[i][2] *= alpha[0];
+    o[i][3] *= alpha[1];
+  }
+}
 
 // Two consecutive outputs (8 or 4 bytes, aligned by the caller).
 template <class O>

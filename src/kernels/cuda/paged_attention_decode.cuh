@@ -243,15 +243,7 @@ struct QueriesAsCols {
     }
     const float alpha[2] = {online_step<4, 8, 16>(m_new[0], m_run[0], l_run[0]),
                             online_step<4, 8, 16>(m_new[1], m_run[1], l_run[1])};
-    if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
-#pragma unroll
-      for (int i = 0; i < HD / 16; ++i) {
-        o[i][0] *= alpha[0];
-        o[i][1] *= alpha[1];
-        o[i][2] *= alpha[0];
-        o[i][3] *= alpha[1];
-      }
-    }
+    if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) scale_cols<HD>(o, alpha);
     float p[4];
 #pragma unroll
     for (int e = 0; e < 4; ++e) p[e] = m_run[e % 2] == -INFINITY ? 0.f : exp2f(s[e] - m_run[e % 2]);

@@ -372,10 +372,7 @@ sample_kernel(float* logits, int64_t vocab, const SampleRow* rows, const SampleP
   for (int j = threadIdx.x; j < p.n_penalties; j += kThreads) {
     const SamplePenalty e = pen[p.penalty_offset + j];
     if (e.token < begin || e.token >= begin + len) continue;
-    float l = clean(x[e.token]);
-    l = l > 0.f ? __fdiv_rn(l, p.repetition_penalty) : __fmul_rn(l, p.repetition_penalty);
-    write(e.token, __fsub_rn(l, __fadd_rn(__fmul_rn(static_cast<float>(e.count), p.frequency_penalty),
-                                          p.presence_penalty)));
+    write(e.token, penalized(x[e.token], e, p));
   }
   __syncthreads();
   for (int j = threadIdx.x; j < p.n_banned; j += kThreads) {
@@ -403,8 +400,7 @@ constexpr int kThreads = 512;
 // Launches the cluster kernel with kCluster blocks per row.
 template <int kCluster>
 void launch(float* logits, int64_t rows, int64_t vocab, const SampleRow* params,
-                  const SamplePenalty* penalties, const int32_t* banned, int32_t* ids,
-                  cudaStream_t stream) {
+            const SamplePenalty* penalties, const int32_t* banned, int32_t* ids, cudaStream_t stream) {
   constexpr auto kCached = sample_kernel<kThreads, kCluster, true>;
   constexpr auto kUncached = sample_kernel<kThreads, kCluster, false>;
   // Once per shape: the cluster size (beyond 8 a non-portable one), the cache's shared memory.
@@ -419,22 +415,9 @@ void launch(float* logits, int64_t rows, int64_t vocab, const SampleRow* params,
   TESSERA_CUDA_CHECK(setup);
   const size_t cache_bytes = static_cast<size_t>(slice_len(vocab, kCluster)) * sizeof(u64);
   const bool cacheable = cache_bytes <= static_cast<size_t>(kMaxCacheBytes);
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(rows * kCluster));
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = cacheable ? cache_bytes : 0;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[2];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = kCluster;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[1].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = pdl_enabled() ? 2 : 1;
-  TESSERA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, cacheable ? kCached : kUncached, logits, vocab, params,
-                                        penalties, banned, ids));
+  detail::launch_kernel_clustered(cacheable ? kCached : kUncached, rows * kCluster, kThreads,
+                                  cacheable ? cache_bytes : 0, stream, kCluster, logits, vocab,
+                                  params, penalties, banned, ids);
 }
 
 }  // namespace tessera::cuda::sample_detail::cluster

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "core/sample_row.h"
+
 namespace tessera::cuda::sample_detail {
 
 using u64 = unsigned long long;
@@ -36,6 +38,15 @@ __device__ __forceinline__ int32_t ord_id(u64 o) {
   return static_cast<int32_t>(0xffffffffu - static_cast<uint32_t>(o));
 }
 __device__ __forceinline__ float ord_val(u64 o) { return fval(static_cast<uint32_t>(o >> 32)); }
+
+// Logit v of a token in the penalty window after the row's penalties, in the host sampler's
+// float arithmetic (`__f*_rn`: no contraction).
+__device__ __forceinline__ float penalized(float v, const SamplePenalty& e, const SampleRow& p) {
+  float l = clean(v);
+  l = l > 0.f ? __fdiv_rn(l, p.repetition_penalty) : __fmul_rn(l, p.repetition_penalty);
+  return __fsub_rn(l, __fadd_rn(__fmul_rn(static_cast<float>(e.count), p.frequency_penalty),
+                                p.presence_penalty));
+}
 
 struct Plus {
   __device__ double operator()(int, double x, double y) const { return x + y; }

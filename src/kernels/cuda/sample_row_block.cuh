@@ -213,10 +213,7 @@ sample_row_kernel(float* logits, int64_t vocab, const SampleRow* rows, const Sam
   for (int j = threadIdx.x; j < p.n_penalties; j += kThreads) {
     const SamplePenalty e = pen[p.penalty_offset + j];
     if (e.token < 0 || e.token >= vocab) continue;
-    float l = clean(x[e.token]);
-    l = l > 0.f ? __fdiv_rn(l, p.repetition_penalty) : __fmul_rn(l, p.repetition_penalty);
-    x[e.token] = __fsub_rn(l, __fadd_rn(__fmul_rn(static_cast<float>(e.count), p.frequency_penalty),
-                                        p.presence_penalty));
+    x[e.token] = penalized(x[e.token], e, p);
   }
   __syncthreads();
   for (int j = threadIdx.x; j < p.n_banned; j += kThreads) {
