@@ -3,6 +3,7 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <utility>
 
 #include "backend/cuda/cuda_check.h"
@@ -39,6 +40,23 @@ void launch_kernel_clustered(void (*kernel)(KArgs...), dim3 grid, dim3 block, si
   cfg.attrs = attr;
   cfg.numAttrs = n;
   TESSERA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, static_cast<KArgs>(std::forward<Args>(args))...));
+}
+
+// Raises a kernel attribute (the dynamic shared memory limit, the non-portable cluster size) to
+// at least `value` on the current device. Function attributes belong to each device's context,
+// so a process driving several GPUs sets them once per device; later calls asking no more than
+// what a device already has cost one cudaGetDevice.
+template <auto kKernel, cudaFuncAttribute kAttr>
+cudaError_t raise_func_attribute(int value) {
+  static std::atomic<long long> applied[kMaxDevices] = {};  // value + 1 per device; 0: none yet
+  std::atomic<long long>& slot = applied[current_device()];
+  long long seen = slot.load(std::memory_order_acquire);
+  if (seen > value) return cudaSuccess;
+  const cudaError_t e = cudaFuncSetAttribute(kKernel, kAttr, value);
+  if (e != cudaSuccess) return e;
+  while (seen < value + 1LL && !slot.compare_exchange_weak(seen, value + 1LL)) {
+  }
+  return cudaSuccess;
 }
 
 template <class... KArgs, class... Args>

@@ -19,6 +19,11 @@ namespace tessera::cuda {
 bool pdl_enabled();
 void set_pdl_enabled(bool on);
 
+// Per-device caches index by the device ordinal; devices past the last slot are refused.
+constexpr int kMaxDevices = 64;
+// The current device's ordinal, in [0, kMaxDevices); throws a CUDA error otherwise.
+int current_device();
+
 // SMs of the current device, asked once per device (for sizing grids).
 int sm_count();
 

@@ -14,6 +14,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "core/error.h"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/mmq_common.cuh"
 
 namespace tessera::cuda {
@@ -325,12 +326,8 @@ __global__ void __launch_bounds__(kThreads) mmq_mma_kernel(Args p) {
 template <Kind K, int BM, int BN, int WARPS_M>
 void launch_cfg(const Args& a, cudaStream_t s) {
   constexpr int bytes = Smem<K, BM, BN>::kBytes;
-  static bool configured = false;  // per instantiation; the attribute is process-wide
-  if (!configured) {
-    TESSERA_CUDA_CHECK(cudaFuncSetAttribute(mmq_mma_kernel<K, BM, BN, WARPS_M>,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-    configured = true;
-  }
+  TESSERA_CUDA_CHECK((detail::raise_func_attribute<mmq_mma_kernel<K, BM, BN, WARPS_M>,
+                                                   cudaFuncAttributeMaxDynamicSharedMemorySize>(bytes)));
   const dim3 grid(static_cast<unsigned>((a.m + BN - 1) / BN), static_cast<unsigned>((a.w.n + BM - 1) / BM));
   mmq_mma_kernel<K, BM, BN, WARPS_M><<<grid, kThreads, bytes, s>>>(a);
 }

@@ -23,12 +23,12 @@ constexpr int kSplitAlign = kWideKeys;  // a split's key range: whole 64-key chu
 constexpr int64_t kMaxSplitPairs = 4096;
 constexpr size_t kCounterBytes = kMaxSplitPairs * sizeof(unsigned);
 
-// Opts a kernel into more than 48 KB of dynamic shared memory, once per kernel (a template
+// Opts a kernel into more than 48 KB of dynamic shared memory on the current device (a template
 // on the kernel itself: kernels of one signature must not share the flag).
 template <auto kKernel>
 void enable_smem(size_t bytes) {
-  static const cudaError_t status = cudaFuncSetAttribute(
-      kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+  const cudaError_t status = detail::raise_func_attribute<kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize>(
+      static_cast<int>(bytes));
   if (status != cudaSuccess)
     throw_error(ErrorCode::kInternal, std::string("paged_attention: cannot reserve shared memory: ") +
                                           cudaGetErrorString(status));

@@ -37,7 +37,18 @@ void sample_rows(float* logits, int64_t rows, int64_t vocab, const SampleRow* pa
                      : forced       ? forced
                                     : per_row >= 16 ? 16 : per_row >= 8 ? 8 : per_row >= 2 ? 2 : 1;
   using namespace sample_detail;
-  switch (blocks) {
+  // The launcher's pick steps down where the device cannot place a cluster of that width at all
+  // (a GPU or MIG slice whose GPCs hold fewer full-SM blocks). Fewer resident clusters than rows
+  // only means waves, which still beat the narrower shape: on the H200 the occupancy query
+  // allows fewer than 16 clusters of 8, yet 16 rows of 8-block clusters draw top-p in 220 us
+  // against 349 us as 2-block clusters (docs/design/gpu_runs/s15_sample_compaction.txt).
+  int shape = blocks;
+  if (blocks_per_row == 0 && forced == 0) {
+    if (shape == 16 && cluster::max_active_clusters<16>() == 0) shape = 8;
+    if (shape == 8 && cluster::max_active_clusters<8>() == 0) shape = 2;
+    if (shape == 2 && cluster::max_active_clusters<2>() == 0) shape = 1;
+  }
+  switch (shape) {
     case 16: cluster::launch<16>(logits, rows, vocab, params, penalties, banned, ids, stream); break;
     case 8: cluster::launch<8>(logits, rows, vocab, params, penalties, banned, ids, stream); break;
     case 2: cluster::launch<2>(logits, rows, vocab, params, penalties, banned, ids, stream); break;

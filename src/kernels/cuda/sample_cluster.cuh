@@ -4,6 +4,7 @@
 
 #include <cooperative_groups.h>
 
+#include <atomic>
 #include <cstdint>
 #include <type_traits>
 
@@ -28,6 +29,12 @@ constexpr int kRed = 2 * kBins;  // values per cluster reduction, at most
 // The largest slice of keys kept in shared memory (per block; 16 blocks: vocabularies up to
 // ~327K); larger rows are read from global memory on every pass.
 constexpr int64_t kMaxCacheBytes = 160 << 10;
+// The spare shared memory of a block without a key cache, for a rank-select's range (12K keys;
+// a flat 128K-logit row's range fits after its second pass). H200, sample_bench, 32 rows (2-block
+// clusters), us without -> 96 KB -> 192 KB: top-p 0.9 410 -> 308 -> 351, temperature 0.8 250 ->
+// 191 -> 222, greedy 32.8 -> 31.8 -> 46.5 (192 KB blocks cannot share an SM with the previous
+// launch's; docs/design/gpu_runs/s15_sample_compaction.txt).
+constexpr int64_t kSpareBytes = 96 << 10;
 
 namespace cg = cooperative_groups;
 
@@ -59,8 +66,35 @@ struct Ctx {
   const u64* keys;
   const float* x;
   int64_t begin, len;
+  u64* spare;          // a block without a key cache: shared memory for a rank-select's range
+  int64_t spare_cap;   // keys it holds
   int reductions = 0;
 };
+
+// An exclusive prefix sum of v over the block's threads in thread order (deterministic), and the
+// block's total.
+template <class C>
+__device__ uint32_t block_exclusive_scan(uint32_t v, uint32_t& total, C& c) {
+  auto& sh = c.sh;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  uint32_t incl = v;
+  for (int off = 1; off < 32; off <<= 1) {
+    const uint32_t y = __shfl_up_sync(0xffffffffu, incl, off);
+    if (lane >= off) incl += y;
+  }
+  __syncthreads();  // the previous use of warp_red is over
+  if (lane == 31) sh.warp_red[warp][0] = incl;
+  __syncthreads();
+  uint32_t before = 0;
+  total = 0;
+  for (int w = 0; w < C::kWarps; ++w) {
+    const uint32_t n = static_cast<uint32_t>(sh.warp_red[w][0]);
+    if (w < warp) before += n;
+    total += n;
+  }
+  __syncthreads();
+  return before + incl - v;
+}
 
 // Calls f(key) for every candidate of the block's slice, each thread over its share. f has few
 // call sites, so that a pass's accumulators stay in registers (with a call site per unrolled
@@ -195,6 +229,15 @@ __device__ u64 rank_select(u64 lo, u64 hi, double count, double total, Weight w,
   if (total >= 0 && !ok(total)) return 0;
   // Invariant: ok(above + weight of [lo, hi]), !ok(above); above = weight before hi.
   double above = 0;
+  // A block reading the row from global memory copies the chosen range's keys to its spare
+  // shared memory during the pass after the one that chose it (each thread at an offset from a
+  // scan of its own count in that range, so in the order it visits them: deterministic), and
+  // reads them there from then on; the rank-select leaves the row as it found it.
+  const u64* const keys0 = c.keys;
+  const int64_t len0 = c.len;
+  auto restore = [&] { c.keys = keys0, c.len = len0; };
+  bool gather = false;
+  uint32_t gather_at = 0, gather_total = 0;
   while (total < 0 || count > kCap) {
     // kBins sub-ranges [e_j, e_j+1) by three rounds of halving (the same edges in every thread),
     // weighed in one pass (each thread's bins in registers, its adds in its order); the target's
@@ -214,6 +257,7 @@ __device__ u64 rank_select(u64 lo, u64 hi, double count, double total, Weight w,
     uint32_t ns[kBins] = {};
     for_each_key(c, [&](u64 o) {
       if (o >= lo && o <= hi) {
+        if (gather) c.spare[gather_at++] = o;
         int b = o >= sh.edges[4] ? 4 : 0;
         b += o >= sh.edges[b + 2] ? 2 : 0;
         b += o >= sh.edges[b + 1] ? 1 : 0;
@@ -223,6 +267,14 @@ __device__ u64 rank_select(u64 lo, u64 hi, double count, double total, Weight w,
           if (b == j) ws[j] += wl, ++ns[j];
       }
     });
+    if (gather) {  // the range is in the spare buffer now
+      gather = false;
+      c.keys = c.spare;
+      c.len = gather_total;
+    }
+    uint32_t mine[kBins];  // this thread's counts per bin (the compaction's offsets)
+#pragma unroll
+    for (int j = 0; j < kBins; ++j) mine[j] = ns[j];
     double v[kRed];
 #pragma unroll
     for (int j = 0; j < kBins; ++j) v[j] = ws[j], v[kBins + j] = static_cast<double>(ns[j]);
@@ -235,7 +287,10 @@ __device__ u64 rank_select(u64 lo, u64 hi, double count, double total, Weight w,
 #pragma unroll
       for (int j = kBins - 1; j >= 0; --j) total += ws[j], count += cs[j];
       target = relative ? factor * total : factor;
-      if (!ok(total)) return 0;
+      if (!ok(total)) {
+        restore();
+        return 0;
+      }
       if (count <= kCap) break;
     }
     // The chosen bin, with compile-time indices only (a runtime index would put the bins in
@@ -254,12 +309,17 @@ __device__ u64 rank_select(u64 lo, u64 hi, double count, double total, Weight w,
         nlo = e[j];
         nhi = e[j + 1] - 1;
         count = cs[j];
+        gather_at = mine[j];
       } else {
         above += ws[j];
       }
     }
     lo = nlo;
     hi = nhi;
+    if (c.keys == nullptr && c.spare != nullptr && count > kCap) {  // compact on the next pass?
+      gather_at = block_exclusive_scan(gather_at, gather_total, c);
+      gather = gather_total <= c.spare_cap;  // the block's share fits (a per-block choice)
+    }
   }
   // At most kCap candidates left: each block lists its own, rank 0 collects the lists, ranks the
   // candidates by counting (keys are unique), prefix-sums their weights in order (each thread
@@ -304,6 +364,7 @@ __device__ u64 rank_select(u64 lo, u64 hi, double count, double total, Weight w,
   c.cluster.sync();  // rank 0's pick is in place
   const u64 r = c.cluster.map_shared_rank(&sh, 0)->pick;
   c.cluster.sync();  // every block has it before rank 0 writes its shared memory again
+  restore();
   return r;
 }
 
@@ -357,7 +418,8 @@ sample_kernel(float* logits, int64_t vocab, const SampleRow* rows, const SampleP
   float* x = logits + row * vocab;
   const SampleRow p = rows[row];
   const bool cached = kCacheable && p.temperature > 0.f;  // greedy: one pass over the row
-  C c{cg::this_cluster(), rank, sh, cached ? cache : nullptr, x, begin, len};
+  C c{cg::this_cluster(), rank, sh, cached ? cache : nullptr, x, begin, len,
+      kCacheable ? nullptr : cache, kCacheable ? 0 : kSpareBytes / static_cast<int64_t>(sizeof(u64))};
   if (cached) {  // the slice's keys into shared memory
     for_each_float<kThreads>(x + begin, len, [&](float v, int64_t i) { cache[i] = key_of(v, begin + i); });
     __syncthreads();  // every key in place before a penalty or ban overwrites its own
@@ -397,27 +459,60 @@ sample_kernel(float* logits, int64_t vocab, const SampleRow* rows, const SampleP
 
 constexpr int kThreads = 512;
 
+// Lets a kernel run in clusters of kCluster blocks (beyond 8 a non-portable size).
+template <auto kKernel, int kCluster>
+cudaError_t allow_cluster() {
+  if constexpr (kCluster > 8)
+    return detail::raise_func_attribute<kKernel, cudaFuncAttributeNonPortableClusterSizeAllowed>(1);
+  return cudaSuccess;
+}
+
 // Launches the cluster kernel with kCluster blocks per row.
 template <int kCluster>
 void launch(float* logits, int64_t rows, int64_t vocab, const SampleRow* params,
             const SamplePenalty* penalties, const int32_t* banned, int32_t* ids, cudaStream_t stream) {
   constexpr auto kCached = sample_kernel<kThreads, kCluster, true>;
   constexpr auto kUncached = sample_kernel<kThreads, kCluster, false>;
-  // Once per shape: the cluster size (beyond 8 a non-portable one), the cache's shared memory.
-  static const cudaError_t setup = [] {
-    for (auto k : {kCached, kUncached}) {
-      if (kCluster > 8)
-        if (cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1)) return e;
-    }
-    return cudaFuncSetAttribute(kCached, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                static_cast<int>(kMaxCacheBytes));
-  }();
-  TESSERA_CUDA_CHECK(setup);
+  TESSERA_CUDA_CHECK((allow_cluster<kCached, kCluster>()));
+  TESSERA_CUDA_CHECK((allow_cluster<kUncached, kCluster>()));
+  TESSERA_CUDA_CHECK((detail::raise_func_attribute<kUncached, cudaFuncAttributeMaxDynamicSharedMemorySize>(
+      static_cast<int>(kSpareBytes))));
+  TESSERA_CUDA_CHECK((detail::raise_func_attribute<kCached, cudaFuncAttributeMaxDynamicSharedMemorySize>(
+      static_cast<int>(kMaxCacheBytes))));
   const size_t cache_bytes = static_cast<size_t>(slice_len(vocab, kCluster)) * sizeof(u64);
   const bool cacheable = cache_bytes <= static_cast<size_t>(kMaxCacheBytes);
   detail::launch_kernel_clustered(cacheable ? kCached : kUncached, rows * kCluster, kThreads,
-                                  cacheable ? cache_bytes : 0, stream, kCluster, logits, vocab,
-                                  params, penalties, banned, ids);
+                                  cacheable ? cache_bytes : kSpareBytes, stream, kCluster, logits,
+                                  vocab, params, penalties, banned, ids);
+}
+
+// How many clusters of kCluster blocks (with the largest key cache) the current device holds at
+// once, by cudaOccupancyMaxActiveClusters, asked once per device; 0 when the query fails or none
+// fits (a GPU or MIG slice whose GPCs cannot place kCluster full-SM blocks together).
+template <int kCluster>
+int max_active_clusters() {
+  static std::atomic<int> known[kMaxDevices] = {};  // clusters + 1 per device; 0: not asked yet
+  std::atomic<int>& slot = known[current_device()];
+  if (const int k = slot.load(std::memory_order_acquire)) return k - 1;
+  constexpr auto kKernel = sample_kernel<kThreads, kCluster, true>;
+  int clusters = 0;
+  if (allow_cluster<kKernel, kCluster>() == cudaSuccess &&
+      detail::raise_func_attribute<kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize>(
+          static_cast<int>(kMaxCacheBytes)) == cudaSuccess) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(kCluster);
+    cfg.blockDim = dim3(kThreads);
+    cfg.dynamicSmemBytes = kMaxCacheBytes;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim = {kCluster, 1, 1};
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    if (cudaOccupancyMaxActiveClusters(&clusters, kKernel, &cfg) != cudaSuccess) clusters = 0;
+  }
+  (void)cudaGetLastError();  // a failed query's error is not the next launch's
+  slot.store(clusters + 1, std::memory_order_release);
+  return clusters;
 }
 
 }  // namespace tessera::cuda::sample_detail::cluster
