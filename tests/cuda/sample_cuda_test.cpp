@@ -8,12 +8,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "cuda/cuda_test_util.h"
+#include "core/sample_weight.h"
 #include "kernels/cuda/sample.h"
 #include "runtime/llm/sampler.h"
 
@@ -181,6 +183,36 @@ void check_against_host(int64_t V, int n_u, uint64_t seed) {
                 static_cast<long long>(V), blocks, cases.size(), sampled, bad);
     EXPECT_EQ(bad, 0);
   }
+}
+
+// The device's candidate weight is the host's to the bit (the device draws the host's token only
+// if every weight agrees): exponent boundaries (n ln2 +- ulps), the underflow edge, random d.
+TEST(SampleCuda, WeightsAreTheHostsBitForBit) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  std::vector<float> d = {0.f, -0.f, -1e-30f, -1e-8f, -86.99f, -87.f, -87.01f, -1000.f, -INFINITY};
+  for (int k = 0; k <= 125; ++k)
+    for (float edge : {-(static_cast<float>(k) + 0.5f) * 0.693147182f, -static_cast<float>(k) * 0.693147182f}) {
+      float e = edge;
+      for (int j = 0; j < 4; ++j) e = std::nextafter(e, 0.f), d.push_back(e);
+      e = edge;
+      for (int j = 0; j < 4; ++j) e = std::nextafter(e, -INFINITY), d.push_back(e);
+    }
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> any(-90.f, 0.f), near(-2.f, 0.f);
+  for (int i = 0; i < 200000; ++i) d.push_back(i % 2 ? any(rng) : near(rng));
+  test::DevBuf<float> dd(d), dw(d.size());
+  cuda::sample_weights(dd.get(), static_cast<int64_t>(d.size()), dw.get(), nullptr);
+  test::check_launch();
+  const std::vector<float> got = dw.download();
+  int bad = 0;
+  for (size_t i = 0; i < d.size(); ++i) {
+    const float host = sample_weight(d[i]);
+    uint32_t a, b;
+    std::memcpy(&a, &got[i], 4);
+    std::memcpy(&b, &host, 4);
+    if (a != b && ++bad <= 5) ADD_FAILURE() << "d " << d[i] << ": device " << got[i] << ", host " << host;
+  }
+  EXPECT_EQ(bad, 0);
 }
 
 TEST(SampleCuda, SameTokenAsHostSamplerVocab1000) {

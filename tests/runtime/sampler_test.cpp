@@ -5,12 +5,29 @@
 #include <cmath>
 #include <map>
 
+#include "core/sample_weight.h"
 #include "runtime/llm/stop_matcher.h"
 
 namespace tessera::runtime {
 namespace {
 
 std::vector<float> logits_of(std::initializer_list<float> l) { return l; }
+
+// The candidates' float exp (shared with the CUDA kernels) against the C library's double exp.
+TEST(SampleWeight, MatchesExpWithinAFewFloatUlps) {
+  EXPECT_EQ(sample_weight(0.f), 1.f);
+  EXPECT_EQ(sample_weight(-87.f), 0.f);
+  EXPECT_EQ(sample_weight(-INFINITY), 0.f);
+  EXPECT_EQ(sample_weight(NAN), 0.f);
+  double worst = 0;
+  for (int i = 0; i <= 860000; ++i) {  // d in [-86, 0] in steps of 1e-4, plus half-ulp shifts
+    for (float d : {-1e-4f * static_cast<float>(i), std::nextafter(-1e-4f * static_cast<float>(i), 0.f)}) {
+      const double want = std::exp(static_cast<double>(d));
+      worst = std::max(worst, std::abs(sample_weight(d) - want) / want);
+    }
+  }
+  EXPECT_LT(worst, 3e-7) << "relative error of sample_weight";
+}
 
 TEST(Sampler, GreedyPicksArgmaxLowestIdOnTies) {
   Sampler s({});

@@ -59,4 +59,18 @@ void sample_rows(float* logits, int64_t rows, int64_t vocab, const SampleRow* pa
   TESSERA_CUDA_CHECK(cudaGetLastError());
 }
 
+namespace {
+__global__ void sample_weights_kernel(const float* d, int64_t n, float* w) {
+  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i < n) w[i] = sample_weight(d[i]);
+}
+}  // namespace
+
+void sample_weights(const float* d, int64_t n, float* w, cudaStream_t stream) {
+  TESSERA_CHECK_ARG(n >= 0 && n < (int64_t{1} << 40), "sample_weights: bad n");
+  if (n == 0) return;
+  sample_weights_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(d, n, w);
+  TESSERA_CUDA_CHECK(cudaGetLastError());
+}
+
 }  // namespace tessera::cuda

@@ -4,8 +4,10 @@
 // Per row: non-finite -> -inf, the row's penalties, its n-gram bans (written into the row: the
 // logits are modified in place, like the host sampler's), then greedy (argmax, lowest id on
 // ties) or the host's truncations and draw over the order (logit desc, id asc) without sorting:
-// top-k, top-p (first n whose cumulative exp(l - max) >= top_p * sum, in double), min-p (a value
-// threshold), then the first token whose cumulative exp((l - max) / T) exceeds u * total. Each
+// top-k, top-p (first n whose cumulative weight w(l - max) >= top_p * sum), min-p (a value
+// threshold on exp(l - max) in double), then the first token whose cumulative w((l - max) / T)
+// exceeds u * total; w is core/sample_weight.h's float exp, the host's to the bit, summed in
+// double. Each
 // boundary is found by a rank-select: bisection over the ordered (value, id) key space with
 // deterministic block reductions, finished by a sort in shared memory once at most 2048
 // candidates remain. Sums are in double like the host's; they differ from the host's only by
@@ -30,5 +32,9 @@ namespace tessera::cuda {
 void sample_rows(float* logits, int64_t rows, int64_t vocab, const SampleRow* params,
                  const SamplePenalty* penalties, const int32_t* banned, int32_t* ids,
                  cudaStream_t stream, int blocks_per_row = 0);
+
+// w[i] = the device's sample_weight(d[i]) (core/sample_weight.h), for tests that compare it bit
+// for bit with the host's.
+void sample_weights(const float* d, int64_t n, float* w, cudaStream_t stream);
 
 }  // namespace tessera::cuda

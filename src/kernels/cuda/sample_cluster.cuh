@@ -373,8 +373,7 @@ template <class C>
 __device__ u64 select(const SampleRow& p, u64 lo, u64 hi, double count, C& c) {
   auto& sh = c.sh;
   const float mx = ord_val(hi);
-  const Weight one{mx, 1.0, true}, prob{mx, 1.0, false},
-      temp{mx, static_cast<double>(p.temperature), false};
+  const Weight one{mx, 1.f, true}, prob{mx, 1.f, false}, temp{mx, __fdiv_rn(1.f, p.temperature), false};
   u64 bound = lo;  // the kept candidates are those with ord >= bound
   if (p.top_k > 0 && p.top_k < count)
     bound = rank_select(lo, hi, count, count, one, p.top_k, false, false, c);

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "core/sample_row.h"
+#include "core/sample_weight.h"
 
 namespace tessera::cuda::sample_detail {
 
@@ -53,16 +54,15 @@ struct Plus {
 };
 
 // A candidate's weight, computed as the host computes it: 1 (counting, top-k), or
-// exp(double(l - max) / t) (t = 1: top-p / min-p probabilities, where dividing is exact and
-// skipped; t = temperature: the draw).
+// sample_weight((l - max) * inv_t) in float (inv_t = 1: top-p probabilities; the rounded 1 / t:
+// the draw), summed in double.
 struct Weight {
   float max;
-  double t;
+  float inv_t;
   bool count;
   __device__ double operator()(float l) const {
     if (count) return 1.0;
-    const double d = static_cast<double>(__fsub_rn(l, max));
-    return exp(t == 1.0 ? d : d / t);
+    return static_cast<double>(sample_weight(__fmul_rn(__fsub_rn(l, max), inv_t)));
   }
 };
 

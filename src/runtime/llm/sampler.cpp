@@ -5,6 +5,8 @@
 #include <string>
 #include <unordered_map>
 
+#include "core/sample_weight.h"
+
 namespace tessera::runtime {
 
 std::string sampling_params_error(const SamplingParams& p) {
@@ -135,7 +137,7 @@ int32_t Sampler::sample_with_u(std::span<float> logits, std::span<const int32_t>
   const float max_logit = candidates_[0].first;
   std::vector<double> probs(keep);
   double sum = 0;
-  for (size_t i = 0; i < keep; ++i) sum += probs[i] = std::exp(static_cast<double>(candidates_[i].first - max_logit));
+  for (size_t i = 0; i < keep; ++i) sum += probs[i] = sample_weight(candidates_[i].first - max_logit);
   if (p_.top_p < 1.f) {
     double cum = 0;
     size_t n = 0;
@@ -147,14 +149,15 @@ int32_t Sampler::sample_with_u(std::span<float> logits, std::span<const int32_t>
   }
   if (p_.min_p > 0.f) {
     size_t n = 1;  // probs[0] is the max
-    while (n < keep && probs[n] >= p_.min_p * probs[0]) ++n;
+    // exp in double (the device bisects the logit range by this test, which needs it monotonic).
+    while (n < keep && std::exp(static_cast<double>(candidates_[n].first - max_logit)) >= p_.min_p) ++n;
     keep = n;
   }
   // Temperature, then draw.
   std::vector<double> w(keep);
   double total = 0;
-  for (size_t i = 0; i < keep; ++i)
-    total += w[i] = std::exp(static_cast<double>(candidates_[i].first - max_logit) / p_.temperature);
+  const float inv_t = 1.f / p_.temperature;  // the device's too (a product, not a division, per weight)
+  for (size_t i = 0; i < keep; ++i) total += w[i] = sample_weight((candidates_[i].first - max_logit) * inv_t);
   double r = u * total;
   for (size_t i = 0; i < keep; ++i) {
     r -= w[i];
