@@ -22,15 +22,17 @@
 
 namespace tessera {
 
-// exp(d) for d <= 0 (0 below -87: the weight of a candidate e^-87 below the top is nothing a
-// draw can pick). d = 0 gives exactly 1.
+// exp(d) for d <= 0 (0 at -87 and below, and for NaN: the weight of a candidate e^-87 below the
+// top is nothing a draw can pick). d = 0 gives exactly 1. rintf assumes the default rounding
+// mode (round to nearest even), which the device always uses.
 TESSERA_HOST_DEVICE inline float sample_weight(float d) {
-  if (!(d > -87.f)) return 0.f;
+  if (!(d > -87.f)) return 0.f;  // and NaN
+  if (d > 0.f) d = 0.f;          // callers pass d <= 0; above, 2^n would overflow its bits
   // d = n ln2 + r, |r| <= ln2 / 2; ln2 in two parts so that r is exact to a few ulp.
   const float n = rintf(d * 1.44269504f);
   float r = fmaf(n, -0.693145751953125f, d);
   r = fmaf(n, -1.42860677e-6f, r);
-  // e^r: Taylor to degree 7 (error < 3e-9 on |r| <= 0.347).
+  // e^r: Taylor to degree 7 (truncation error < 7e-9 relative on |r| <= ln2 / 2).
   float p = 1.98412698e-4f;
   p = fmaf(p, r, 1.38888889e-3f);
   p = fmaf(p, r, 8.33333333e-3f);
@@ -39,8 +41,8 @@ TESSERA_HOST_DEVICE inline float sample_weight(float d) {
   p = fmaf(p, r, 0.5f);
   p = fmaf(p, r, 1.f);
   p = fmaf(p, r, 1.f);
-  // p * 2^n, 2^n from its bits (n >= -126: a normal float), an exact scaling but for a
-  // subnormal product, which rounds as IEEE says on both sides.
+  // p * 2^n, 2^n from its bits: n >= -126 and the product >= e^-87 > FLT_MIN are normal floats,
+  // so the scaling is exact and no flush-to-zero setting can change it.
   const uint32_t bits = static_cast<uint32_t>(static_cast<int>(n) + 127) << 23;
   float scale;
   std::memcpy(&scale, &bits, sizeof scale);

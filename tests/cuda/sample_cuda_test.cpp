@@ -78,6 +78,7 @@ std::vector<SamplingParams> param_sets() {
   add(1.f, 0, 1.f, 0.f);
   add(0.7f, 40, 1.f, 0.f);
   add(1.2f, 0, 0.9f, 0.f);
+  add(1e-39f, 0, 1.f, 0.f);  // 1 / t is infinite: the capped reciprocal keeps the max's weight 1
   add(0.8f, 50, 0.7f, 0.05f);
   add(1.f, 0, 1.f, 0.1f);
   add(0.5f, 1, 1.f, 0.f);

@@ -20,13 +20,24 @@ TEST(SampleWeight, MatchesExpWithinAFewFloatUlps) {
   EXPECT_EQ(sample_weight(-INFINITY), 0.f);
   EXPECT_EQ(sample_weight(NAN), 0.f);
   double worst = 0;
-  for (int i = 0; i <= 860000; ++i) {  // d in [-86, 0] in steps of 1e-4, plus half-ulp shifts
+  for (int i = 0; i <= 860000; ++i) {  // d in [-86, 0] in steps of 1e-4, and one ulp above each
     for (float d : {-1e-4f * static_cast<float>(i), std::nextafter(-1e-4f * static_cast<float>(i), 0.f)}) {
       const double want = std::exp(static_cast<double>(d));
       worst = std::max(worst, std::abs(sample_weight(d) - want) / want);
     }
   }
-  EXPECT_LT(worst, 3e-7) << "relative error of sample_weight";
+  EXPECT_LT(worst, 1e-7) << "relative error of sample_weight";
+  EXPECT_EQ(sample_weight(1.f), 1.f);  // d > 0 is clamped to 0
+}
+
+// A tiny temperature makes 1 / t infinite; the draw must still take the max (its weight 1, the
+// rest 0), not the last candidate (0 * inf = NaN weights would sum to 0).
+TEST(Sampler, TinyTemperatureTakesTheMax) {
+  for (float t : {1e-39f, 1e-45f, 1e-20f}) {
+    Sampler s(SamplingParams{.temperature = t});
+    std::vector<float> l = {0.1f, 5.f, 2.f, -1.f};
+    EXPECT_EQ(s.sample(l, {}), 1) << "t " << t;
+  }
 }
 
 TEST(Sampler, GreedyPicksArgmaxLowestIdOnTies) {

@@ -45,7 +45,8 @@ void launch_kernel_clustered(void (*kernel)(KArgs...), dim3 grid, dim3 block, si
 // Raises a kernel attribute (the dynamic shared memory limit, the non-portable cluster size) to
 // at least `value` on the current device. Function attributes belong to each device's context,
 // so a process driving several GPUs sets them once per device; later calls asking no more than
-// what a device already has cost one cudaGetDevice.
+// what a device already has cost one cudaGetDevice. Each call site asks one value per kernel
+// (two threads raising one kernel to different values at once could leave the smaller set).
 template <auto kKernel, cudaFuncAttribute kAttr>
 cudaError_t raise_func_attribute(int value) {
   static std::atomic<long long> applied[kMaxDevices] = {};  // value + 1 per device; 0: none yet

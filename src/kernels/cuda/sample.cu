@@ -1,5 +1,6 @@
 #include "kernels/cuda/sample.h"
 
+#include <climits>
 #include <cstdint>
 #include <cstdlib>
 
@@ -67,7 +68,7 @@ __global__ void sample_weights_kernel(const float* d, int64_t n, float* w) {
 }  // namespace
 
 void sample_weights(const float* d, int64_t n, float* w, cudaStream_t stream) {
-  TESSERA_CHECK_ARG(n >= 0 && n < (int64_t{1} << 40), "sample_weights: bad n");
+  TESSERA_CHECK_ARG(n >= 0 && n <= int64_t{INT32_MAX} * 256, "sample_weights: bad n");
   if (n == 0) return;
   sample_weights_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(d, n, w);
   TESSERA_CUDA_CHECK(cudaGetLastError());

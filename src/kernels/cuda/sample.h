@@ -5,14 +5,14 @@
 // logits are modified in place, like the host sampler's), then greedy (argmax, lowest id on
 // ties) or the host's truncations and draw over the order (logit desc, id asc) without sorting:
 // top-k, top-p (first n whose cumulative weight w(l - max) >= top_p * sum), min-p (a value
-// threshold on exp(l - max) in double), then the first token whose cumulative w((l - max) / T)
-// exceeds u * total; w is core/sample_weight.h's float exp, the host's to the bit, summed in
-// double. Each
-// boundary is found by a rank-select: bisection over the ordered (value, id) key space with
-// deterministic block reductions, finished by a sort in shared memory once at most 2048
-// candidates remain. Sums are in double like the host's; they differ from the host's only by
-// summation order, so the token can differ only where u (or top_p) lies within double rounding
-// of a boundary.
+// threshold on exp(l - max) in double), then the first token whose cumulative w((l - max) * r)
+// exceeds u * total, r = 1 / T rounded once (capped at FLT_MAX); w is core/sample_weight.h's
+// float exp, the host's to the bit, summed in double. Each boundary is found by a rank-select
+// over the ordered (value, id) key space with deterministic block reductions, finished in shared
+// memory once few candidates remain. The token can differ from the host's only where u or top_p
+// lies within double rounding of a boundary: the sums differ by summation order, the host tests
+// top-p as cum(w / sum) >= top_p where the device tests cum(w) >= top_p * sum, and min-p's
+// double exp is the device's and the host's libm's (either may be 1 ulp off at the threshold).
 //
 // One block per row; no allocation or synchronization (capturable into a graph). All pointers
 // are device memory; rows[r].penalty_offset / banned_offset index penalties / banned.

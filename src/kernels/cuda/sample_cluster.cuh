@@ -22,7 +22,7 @@ namespace tessera::cuda::sample_detail::cluster {
 // compare; greedy rows make one pass over the row itself. A rank-select pass weighs 8
 // sub-ranges at once (3 bisection steps of the one-block kernel), and its first pass also sums
 // the range's weight (no separate pass for the top-p or draw total). The passes are
-// latency-bound chains (double exp per candidate): many warps per row pay, hence 512 threads and
+// latency-bound chains (a float exp and a double add per candidate): many warps per row pay, hence 512 threads and
 // up to 16 blocks (beyond 8 a non-portable cluster size, which H100 / H200 hold).
 constexpr int kBins = 8;  // sub-ranges a rank-select pass weighs at once (3 bisection steps)
 constexpr int kRed = 2 * kBins;  // values per cluster reduction, at most
@@ -373,7 +373,7 @@ template <class C>
 __device__ u64 select(const SampleRow& p, u64 lo, u64 hi, double count, C& c) {
   auto& sh = c.sh;
   const float mx = ord_val(hi);
-  const Weight one{mx, 1.f, true}, prob{mx, 1.f, false}, temp{mx, __fdiv_rn(1.f, p.temperature), false};
+  const Weight one{mx, 1.f, true}, prob{mx, 1.f, false}, temp{mx, inv_temperature(p.temperature), false};
   u64 bound = lo;  // the kept candidates are those with ord >= bound
   if (p.top_k > 0 && p.top_k < count)
     bound = rank_select(lo, hi, count, count, one, p.top_k, false, false, c);
@@ -486,18 +486,21 @@ void launch(float* logits, int64_t rows, int64_t vocab, const SampleRow* params,
 }
 
 // How many clusters of kCluster blocks (with the largest key cache) the current device holds at
-// once, by cudaOccupancyMaxActiveClusters, asked once per device; 0 when the query fails or none
-// fits (a GPU or MIG slice whose GPCs cannot place kCluster full-SM blocks together).
+// once, by cudaOccupancyMaxActiveClusters, asked once per device; 0 when none fits (a GPU or MIG
+// slice whose GPCs cannot place kCluster full-SM blocks together) or the query fails (not
+// cached then: the next launch asks again).
 template <int kCluster>
 int max_active_clusters() {
-  static std::atomic<int> known[kMaxDevices] = {};  // clusters + 1 per device; 0: not asked yet
+  static std::atomic<int> known[kMaxDevices] = {};  // clusters + 1 per device; 0: not known yet
   std::atomic<int>& slot = known[current_device()];
   if (const int k = slot.load(std::memory_order_acquire)) return k - 1;
   constexpr auto kKernel = sample_kernel<kThreads, kCluster, true>;
+  cudaError_t e = allow_cluster<kKernel, kCluster>();
+  if (e == cudaSuccess)
+    e = detail::raise_func_attribute<kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize>(
+        static_cast<int>(kMaxCacheBytes));
   int clusters = 0;
-  if (allow_cluster<kKernel, kCluster>() == cudaSuccess &&
-      detail::raise_func_attribute<kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize>(
-          static_cast<int>(kMaxCacheBytes)) == cudaSuccess) {
+  if (e == cudaSuccess) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(kCluster);
     cfg.blockDim = dim3(kThreads);
@@ -507,9 +510,12 @@ int max_active_clusters() {
     attr[0].val.clusterDim = {kCluster, 1, 1};
     cfg.attrs = attr;
     cfg.numAttrs = 1;
-    if (cudaOccupancyMaxActiveClusters(&clusters, kKernel, &cfg) != cudaSuccess) clusters = 0;
+    e = cudaOccupancyMaxActiveClusters(&clusters, kKernel, &cfg);
   }
-  (void)cudaGetLastError();  // a failed query's error is not the next launch's
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();  // this query's error (the calls above failed), not the next launch's
+    return 0;
+  }
   slot.store(clusters + 1, std::memory_order_release);
   return clusters;
 }

@@ -3,6 +3,7 @@
 // Included by sample.cu only.
 #pragma once
 
+#include <cfloat>
 #include <cstdint>
 
 #include "core/sample_row.h"
@@ -56,6 +57,10 @@ struct Plus {
 // A candidate's weight, computed as the host computes it: 1 (counting, top-k), or
 // sample_weight((l - max) * inv_t) in float (inv_t = 1: top-p probabilities; the rounded 1 / t:
 // the draw), summed in double.
+// 1 / t rounded once, capped at FLT_MAX as the host caps it: a tiny temperature keeps the max's
+// weight at exactly 1 (0 * inf would be NaN) and zeroes the rest.
+__device__ __forceinline__ float inv_temperature(float t) { return fminf(__fdiv_rn(1.f, t), FLT_MAX); }
+
 struct Weight {
   float max;
   float inv_t;

@@ -169,7 +169,7 @@ __device__ u64 rank_select(const float* x, int64_t vocab, u64 lo, u64 hi, double
 __device__ u64 select(const float* x, int64_t vocab, const SampleRow& p, u64 lo, u64 hi,
                       double count, Shared& sh) {
   const float mx = ord_val(hi);
-  const Weight one{mx, 1.f, true}, prob{mx, 1.f, false}, temp{mx, __fdiv_rn(1.f, p.temperature), false};
+  const Weight one{mx, 1.f, true}, prob{mx, 1.f, false}, temp{mx, inv_temperature(p.temperature), false};
   u64 bound = lo;  // the kept candidates are those with ord >= bound
   if (p.top_k > 0 && p.top_k < count)
     bound = rank_select(x, vocab, lo, hi, count, count, one, p.top_k, false, sh);
