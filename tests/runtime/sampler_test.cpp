@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <algorithm>
+#include <random>
+#include <cfloat>
 #include <map>
 
 #include "core/sample_weight.h"
@@ -28,6 +31,29 @@ TEST(SampleWeight, MatchesExpWithinAFewFloatUlps) {
   }
   EXPECT_LT(worst, 1e-7) << "relative error of sample_weight";
   EXPECT_EQ(sample_weight(1.f), 1.f);  // d > 0 is clamped to 0
+}
+
+// The radix sort gives std::sort's order under the sampler's comparator (logit desc, id asc;
+// -0 == +0), on rows with many ties, both zeros, negatives and extremes.
+TEST(Sampler, RadixSortMatchesComparisonSort) {
+  std::mt19937 rng(11);
+  for (size_t n : {1u, 2u, 3000u, 70000u, 131072u}) {
+    std::vector<std::pair<float, int32_t>> c, scratch;
+    std::uniform_int_distribution<int> pick(0, 9);
+    std::uniform_real_distribution<float> any(-30.f, 30.f);
+    const float special[] = {0.f, -0.f, 1.f, -1.f, FLT_MAX, -FLT_MAX, FLT_MIN, -FLT_MIN, 1e-40f, -1e-40f};
+    for (size_t i = 0; i < n; ++i)
+      c.emplace_back(pick(rng) < 4 ? special[pick(rng)] : any(rng), static_cast<int32_t>(i));
+    auto want = c;
+    std::sort(want.begin(), want.end(), [](const auto& a, const auto& b) {
+      return a.first > b.first || (a.first == b.first && a.second < b.second);
+    });
+    sort_by_logit(c, scratch);
+    ASSERT_EQ(c.size(), want.size());
+    for (size_t i = 0; i < n; ++i)
+      ASSERT_TRUE(c[i].second == want[i].second) << "n " << n << " at " << i << ": id " << c[i].second
+                                                  << " (" << c[i].first << ") vs " << want[i].second;
+  }
 }
 
 // A tiny temperature makes 1 / t infinite; the draw must still take the max (its weight 1, the

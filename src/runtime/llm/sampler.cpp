@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <string>
 #include <unordered_map>
+#include <utility>
 
 #include "core/sample_weight.h"
 
@@ -24,6 +27,28 @@ double candidate_weights(const std::pair<float, int32_t>* c, size_t n, float max
 }
 
 }  // namespace
+
+// A stable LSD radix sort on the logit's order key, 3 passes of 11 bits: a 128K-vocabulary row
+// took ~6 ms through std::sort.
+void sort_by_logit(std::vector<std::pair<float, int32_t>>& c, std::vector<std::pair<float, int32_t>>& scratch) {
+  auto desc_key = [](float l) {  // ascending key = descending logit; -0 and +0 share a key
+    if (l == 0.f) l = 0.f;
+    uint32_t u;
+    std::memcpy(&u, &l, sizeof u);
+    return ~((u & 0x80000000u) ? ~u : (u | 0x80000000u));
+  };
+  scratch.resize(c.size());
+  constexpr int kBits = 11;
+  constexpr uint32_t kMask = (1u << kBits) - 1;
+  for (int shift = 0; shift < 32; shift += kBits) {
+    size_t start[kMask + 1] = {};
+    for (const auto& e : c) ++start[(desc_key(e.first) >> shift) & kMask];
+    size_t at = 0;
+    for (size_t& s : start) at += std::exchange(s, at);
+    for (const auto& e : c) scratch[start[(desc_key(e.first) >> shift) & kMask]++] = e;
+    c.swap(scratch);
+  }
+}
 
 std::string sampling_params_error(const SamplingParams& p) {
   auto bad = [](float x) { return !std::isfinite(x); };
@@ -144,8 +169,10 @@ int32_t Sampler::sample_with_u(std::span<float> logits, std::span<const int32_t>
   if (p_.top_k > 0 && static_cast<size_t>(p_.top_k) < keep) {
     keep = p_.top_k;
     std::partial_sort(candidates_.begin(), candidates_.begin() + keep, candidates_.end(), by_logit);
-  } else {
+  } else if (keep < 2048) {
     std::sort(candidates_.begin(), candidates_.end(), by_logit);
+  } else {
+    sort_by_logit(candidates_, scratch_);  // the same order, as fast as a few passes
   }
   candidates_.resize(keep);
   // Probabilities at temperature 1 decide top-p truncation, then min-p (llama.cpp's order:

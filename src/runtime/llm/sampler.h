@@ -60,10 +60,15 @@ class Sampler {
 
   SamplingParams p_;
   std::mt19937_64 rng_;
-  std::vector<std::pair<float, int32_t>> candidates_;
+  std::vector<std::pair<float, int32_t>> candidates_, scratch_;
   std::vector<SamplePenalty> counts_;
   std::vector<int32_t> banned_;
 };
+
+// Sorts (logit, id) candidates given in id order by logit descending, then id ascending (-0 and
+// +0 equal): the sampler's order, in a few linear passes. scratch is working memory. Exposed for
+// tests.
+void sort_by_logit(std::vector<std::pair<float, int32_t>>& c, std::vector<std::pair<float, int32_t>>& scratch);
 
 // Marks in `banned` (size vocab) every token that would complete an n-gram already present in
 // history. Exposed for tests.
