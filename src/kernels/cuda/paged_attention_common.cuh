@@ -96,30 +96,26 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
+// Multiplies element e of every C fragment of o by f[e].
+template <int N>
+__device__ __forceinline__ void scale_fragments(float (&o)[N][4], const float (&f)[4]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[i][e] *= f[e];
+}
 // Rescales a warp's output accumulator (the mma C fragments of 16 query vectors x head_dim: rows
 // g and g + 8 hold elements [0..1] and [2..3]) by its two rows' alpha, as the online softmax's
 // running max rises.
 template <int HD>
 __device__ __forceinline__ void scale_rows(float (&o)[HD / 8][4], const float (&alpha)[2]) {
-#pragma unroll
-  for (int i = 0; i < HD / 8; ++i) {
-    o[i][0] *= alpha[0];
-    o[i][1] *= alpha[0];
-    o[i][2] *= alpha[1];
-    o[i][3] *= alpha[1];
-  }
+  scale_fragments(o, {alpha[0], alpha[0], alpha[1], alpha[1]});
 }
 // The same for the transposed accumulator (O^T: head dims x 8 query vectors, vectors 2t and
 // 2t + 1 in elements [0, 2] and [1, 3]) of the decode layout with the queries as columns.
 template <int HD>
 __device__ __forceinline__ void scale_cols(float (&o)[HD / 16][4], const float (&alpha)[2]) {
-#pragma unroll
-  for (int i = 0; i < HD / 16; ++i) {
-    o[i][0] *= alpha[0];
-    o[i][1] *= alpha[1];
-    o[i][2] *= alpha[0];
-    o[i][3] *= alpha[1];
-  }
+  scale_fragments(o, {alpha[0], alpha[1], alpha[0], alpha[1]});
 }
 
 // Two consecutive outputs (8 or 4 bytes, aligned by the caller).

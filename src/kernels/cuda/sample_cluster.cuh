@@ -35,6 +35,7 @@ constexpr int64_t kMaxCacheBytes = 160 << 10;
 // 191 -> 222, greedy 32.8 -> 31.8 -> 46.5 (192 KB blocks cannot share an SM with the previous
 // launch's; docs/design/gpu_runs/s15_sample_compaction.txt).
 constexpr int64_t kSpareBytes = 96 << 10;
+constexpr uint32_t kSpareKeys = kSpareBytes / sizeof(u64);
 
 namespace cg = cooperative_groups;
 
@@ -66,8 +67,7 @@ struct Ctx {
   const u64* keys;
   const float* x;
   int64_t begin, len;
-  u64* spare;          // a block without a key cache: shared memory for a rank-select's range
-  int64_t spare_cap;   // keys it holds
+  u64* spare;  // a block without a key cache: kSpareKeys keys of shared memory (a range)
   int reductions = 0;
 };
 
@@ -272,9 +272,6 @@ __device__ u64 rank_select(u64 lo, u64 hi, double count, double total, Weight w,
       c.keys = c.spare;
       c.len = gather_total;
     }
-    uint32_t mine[kBins];  // this thread's counts per bin (the compaction's offsets)
-#pragma unroll
-    for (int j = 0; j < kBins; ++j) mine[j] = ns[j];
     double v[kRed];
 #pragma unroll
     for (int j = 0; j < kBins; ++j) v[j] = ws[j], v[kBins + j] = static_cast<double>(ns[j]);
@@ -309,7 +306,7 @@ __device__ u64 rank_select(u64 lo, u64 hi, double count, double total, Weight w,
         nlo = e[j];
         nhi = e[j + 1] - 1;
         count = cs[j];
-        gather_at = mine[j];
+        gather_at = ns[j];  // this thread's count in the bin: its offset, once scanned
       } else {
         above += ws[j];
       }
@@ -318,7 +315,7 @@ __device__ u64 rank_select(u64 lo, u64 hi, double count, double total, Weight w,
     hi = nhi;
     if (c.keys == nullptr && c.spare != nullptr && count > kCap) {  // compact on the next pass?
       gather_at = block_exclusive_scan(gather_at, gather_total, c);
-      gather = gather_total <= c.spare_cap;  // the block's share fits (a per-block choice)
+      gather = gather_total <= kSpareKeys;  // the block's share fits (a per-block choice)
     }
   }
   // At most kCap candidates left: each block lists its own, rank 0 collects the lists, ranks the
@@ -417,8 +414,7 @@ sample_kernel(float* logits, int64_t vocab, const SampleRow* rows, const SampleP
   float* x = logits + row * vocab;
   const SampleRow p = rows[row];
   const bool cached = kCacheable && p.temperature > 0.f;  // greedy: one pass over the row
-  C c{cg::this_cluster(), rank, sh, cached ? cache : nullptr, x, begin, len,
-      kCacheable ? nullptr : cache, kCacheable ? 0 : kSpareBytes / static_cast<int64_t>(sizeof(u64))};
+  C c{cg::this_cluster(), rank, sh, cached ? cache : nullptr, x, begin, len, kCacheable ? nullptr : cache};
   if (cached) {  // the slice's keys into shared memory
     for_each_float<kThreads>(x + begin, len, [&](float v, int64_t i) { cache[i] = key_of(v, begin + i); });
     __syncthreads();  // every key in place before a penalty or ban overwrites its own

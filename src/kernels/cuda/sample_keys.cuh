@@ -54,13 +54,13 @@ struct Plus {
   __device__ double operator()(int, double x, double y) const { return x + y; }
 };
 
-// A candidate's weight, computed as the host computes it: 1 (counting, top-k), or
-// sample_weight((l - max) * inv_t) in float (inv_t = 1: top-p probabilities; the rounded 1 / t:
-// the draw), summed in double.
 // 1 / t rounded once, capped at FLT_MAX as the host caps it: a tiny temperature keeps the max's
 // weight at exactly 1 (0 * inf would be NaN) and zeroes the rest.
 __device__ __forceinline__ float inv_temperature(float t) { return fminf(__fdiv_rn(1.f, t), FLT_MAX); }
 
+// A candidate's weight, computed as the host computes it: 1 (counting, top-k), or
+// sample_weight((l - max) * inv_t) in float (inv_t = 1: top-p probabilities; inv_temperature:
+// the draw), summed in double.
 struct Weight {
   float max;
   float inv_t;
