@@ -142,7 +142,8 @@ def test_bench_reports_every_result_against_its_floor(tessera_bin, model_path, t
     rows = [line for line in report.splitlines() if line.startswith("| ") and line.rstrip().endswith("% |")]
     names = [row.split("|")[1].strip() for row in rows]
     assert names == ["decode, batch 1 (ms/token)", "decode, batch 1, temperature 0.8 top-p 0.95 (ms/token)",
-                     "prefill 16 (tokens/s)", "decode, batch 2 (tokens/s)"]
+                     "prefill 16 (tokens/s)", "decode, batch 2 (tokens/s)",
+                     "decode, batch 2, temperature 0.8 top-p 0.95 (tokens/s)"]
     for row in rows:
         measured, floor, pct = (c.strip() for c in row.split("|")[2:5])
         assert float(measured) > 0 and float(floor) > 0 and float(pct.rstrip("%")) > 0

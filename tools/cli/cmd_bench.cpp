@@ -36,7 +36,7 @@ const char* kUsage =
     "at the measured copy bandwidth; FLOPs at the measured FMA rate). Batch-1 decode generates\n"
     "--decode-tokens tokens after a --decode-ctx-token prompt. Batched decode: N sequences with\n"
     "--batch-ctx-token prompts each generate --batch-gen tokens; the rate counts only steps that\n"
-    "decode all N together.\n"
+    "decode all N together; the largest N runs again sampled (temperature 0.8, top-p 0.95).\n"
     "Defaults: --decode-tokens 64 --decode-ctx 16 --prefill 512,2048 --batch 16,64,128\n"
     "--batch-gen 16 --batch-ctx 512 on cuda, 32 on cpu; --max-step-tokens max(2048, longest\n"
     "prefill); --out out/tessera_bench.md\n"
@@ -81,13 +81,17 @@ struct BatchTiming {
   int64_t decode_steps = 0;
 };
 
-// Runs `prompts` to `max_tokens` each with continuous batching.
-BatchTiming run_batch(Engine& e, const std::vector<std::vector<int32_t>>& prompts, int max_tokens) {
+// Runs `prompts` to `max_tokens` each with continuous batching; greedy, or sampled as a chat
+// samples (temperature 0.8, top-p 0.95, a seed per request).
+BatchTiming run_batch(Engine& e, const std::vector<std::vector<int32_t>>& prompts, int max_tokens,
+                      bool sampled = false) {
   GenerationParams p;
   p.max_tokens = max_tokens;
   p.ignore_eos = true;
+  if (sampled) p.temperature = 0.8f, p.top_p = 0.95f;
   int done = 0;
   for (const auto& ids : prompts) {
+    if (sampled) ++p.seed;
     auto id = e.submit(ids, p, {.on_text = {}, .on_done = [&](Expected<GenerationResult>) { ++done; }, .on_logprob = {}});
     if (!id) throw std::runtime_error(id.status().to_string());
   }
@@ -251,8 +255,12 @@ int cmd_bench(int argc, char** argv) {
                       fmt("%.0f", n / floor_s), pct(floor_s / r->prompt_seconds),
                       floor_s / r->prompt_seconds});
     }
-    for (int b : batches) {
-      std::fprintf(stderr, "bench: batched decode, %d sequences...\n", b);
+    // Every batch size greedy, then the largest sampled: what the device sampler's passes add.
+    std::vector<std::pair<int, bool>> batch_runs;
+    for (int b : batches) batch_runs.push_back({b, false});
+    if (!batches.empty()) batch_runs.push_back({*std::max_element(batches.begin(), batches.end()), true});
+    for (const auto& [b, sampled] : batch_runs) {
+      std::fprintf(stderr, "bench: batched decode, %d sequences%s...\n", b, sampled ? ", sampled" : "");
       std::vector<std::vector<int32_t>> first, second;
       for (int i = 0; i < b; ++i) {
         first.push_back(random_prompt(batch_ctx, s.vocab, 1000 + i));
@@ -261,14 +269,14 @@ int cmd_bench(int argc, char** argv) {
       // Only the steps that decode all b sequences together count (not the prefill steps,
       // nor mixed ones); a first run on other prompts reaches a few such steps too, so the
       // shape's plans and CUDA graph are built before the timed run.
-      run_batch(e, first, prefill_steps(b) + 4);
-      const BatchTiming tg = run_batch(e, second, batch_gen + prefill_steps(b));
+      run_batch(e, first, prefill_steps(b) + 4, sampled);
+      const BatchTiming tg = run_batch(e, second, batch_gen + prefill_steps(b), sampled);
       if (tg.decode_steps == 0) throw std::runtime_error("bench: no step decoded all sequences");
       const double tps = static_cast<double>(b) * tg.decode_steps / tg.decode_seconds;
       const double mean_ctx = batch_ctx + (batch_gen + prefill_steps(b)) / 2.0;
       const double step_floor_s = (W + b * kv_tok * mean_ctx) / bw;
       const double floor_tps = b / step_floor_s;
-      rows.push_back({"decode, batch " + std::to_string(b) + " (tokens/s)", fmt("%.0f", tps),
+      rows.push_back({"decode, batch " + std::to_string(b) + (sampled ? ", temperature 0.8 top-p 0.95" : "") + " (tokens/s)", fmt("%.0f", tps),
                       fmt("%.0f", floor_tps), pct(tps / floor_tps), tps / floor_tps});
     }
   } catch (const std::exception& ex) {

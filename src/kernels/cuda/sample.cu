@@ -17,26 +17,27 @@ void sample_rows(float* logits, int64_t rows, int64_t vocab, const SampleRow* pa
                  cudaStream_t stream, int blocks_per_row) {
   TESSERA_CHECK_ARG(vocab >= 1 && vocab <= INT32_MAX && rows >= 0 && rows <= INT32_MAX / 16,
                     "sample_rows: vocab or rows out of range");
-  TESSERA_CHECK_ARG(blocks_per_row == 0 || blocks_per_row == 1 || blocks_per_row == 2 ||
-                        blocks_per_row == 8 || blocks_per_row == 16,
-                    "sample_rows: blocks_per_row must be 0, 1, 2, 8 or 16");
+  TESSERA_CHECK_ARG(blocks_per_row == 0 || blocks_per_row == 1 || blocks_per_row == 8 || blocks_per_row == 16,
+                    "sample_rows: blocks_per_row must be 0, 1, 8 or 16");
   if (rows == 0) return;
   // Blocks per row: the SMs the launch leaves each row (a block of 512 threads at ~128 registers
-  // fills an SM), 16 or 8 with the slices' keys in shared memory, else 2 reading the row; below
-  // 2 SMs per row, one block of 1024 threads per row (row_block). H200, sample_bench, one
-  // 128256-logit row, us old (row_block) -> cluster: greedy 27.6 -> 16.0, temperature 0.8 406
-  // -> 53, top-k 40 232 -> 58, top-p 0.9 699 -> 88; 16 rows: top-p 719 -> 219; 128 rows stay
-  // on row_block (the cluster kernel at one block per row: top-k 473 vs 273 us).
-  // TESSERA_SAMPLE_BLOCKS=16|8|2|1 forces a shape (1: row_block), for A/B runs.
+  // fills an SM): 16 or 8 with the slices' keys in shared memory; below 8 SMs per row, one block
+  // of 1024 threads per row (row_block), whose passes weigh 2048 bins at once. H200,
+  // sample_bench, 128256 logits, us (docs/design/gpu_runs/s16_sample_shapes.txt): one row as a
+  // 16-block cluster: greedy 14, temperature 0.8 48, top-p 0.9 83 (row_block: 28, 112, 197);
+  // 16 rows, 8-block clusters: top-p 205 flat / 150 peaked (row_block 199 / 185); 32 rows:
+  // row_block 113 / 199 against 153 / 271 as 2-block clusters (temperature / top-p, flat), which
+  // row_block beats at every row count, so they are gone.
+  // TESSERA_SAMPLE_BLOCKS=16|8|1 forces a shape (1: row_block), for A/B runs.
   static const int forced = [] {
     const char* e = std::getenv("TESSERA_SAMPLE_BLOCKS");
     const int b = e == nullptr ? 0 : std::atoi(e);
-    return b == 1 || b == 2 || b == 8 || b == 16 ? b : 0;
+    return b == 1 || b == 8 || b == 16 ? b : 0;
   }();
   const int64_t per_row = sm_count() / rows;
   const int blocks = blocks_per_row ? blocks_per_row
                      : forced       ? forced
-                                    : per_row >= 16 ? 16 : per_row >= 8 ? 8 : per_row >= 2 ? 2 : 1;
+                                    : per_row >= 16 ? 16 : per_row >= 8 ? 8 : 1;
   using namespace sample_detail;
   // The launcher's pick steps down where the device cannot place a cluster of that width at all
   // (a GPU or MIG slice whose GPCs hold fewer full-SM blocks). Fewer resident clusters than rows
@@ -46,13 +47,11 @@ void sample_rows(float* logits, int64_t rows, int64_t vocab, const SampleRow* pa
   int shape = blocks;
   if (blocks_per_row == 0 && forced == 0) {
     if (shape == 16 && cluster::max_active_clusters<16>() == 0) shape = 8;
-    if (shape == 8 && cluster::max_active_clusters<8>() == 0) shape = 2;
-    if (shape == 2 && cluster::max_active_clusters<2>() == 0) shape = 1;
+    if (shape == 8 && cluster::max_active_clusters<8>() == 0) shape = 1;
   }
   switch (shape) {
     case 16: cluster::launch<16>(logits, rows, vocab, params, penalties, banned, ids, stream); break;
     case 8: cluster::launch<8>(logits, rows, vocab, params, penalties, banned, ids, stream); break;
-    case 2: cluster::launch<2>(logits, rows, vocab, params, penalties, banned, ids, stream); break;
     default:
       detail::launch_kernel(row_block::sample_row_kernel, static_cast<unsigned>(rows), row_block::kThreads,
                             0, stream, logits, vocab, params, penalties, banned, ids);

@@ -7,15 +7,18 @@
 // top-k, top-p (first n whose cumulative weight w(l - max) >= top_p * sum), min-p (a value
 // threshold on exp(l - max) in double), then the first token whose cumulative w((l - max) * r)
 // exceeds u * total, r = 1 / T rounded once (capped at FLT_MAX); w is core/sample_weight.h's
-// float exp, the host's to the bit, summed in double. Each boundary is found by a rank-select
-// over the ordered (value, id) key space with deterministic block reductions, finished in shared
-// memory once few candidates remain. The token can differ from the host's only where u or top_p
-// lies within double rounding of a boundary: the sums differ by summation order, the host tests
-// top-p as cum(w / sum) >= top_p where the device tests cum(w) >= top_p * sum, and min-p's
-// double exp is the device's and the host's libm's (either may be 1 ulp off at the threshold).
+// float exp, the host's to the bit, summed in double (a cluster per row) or as exact 128-bit fixed
+// point (one block per row, each weight truncated to 2^-56 first). Each boundary is found by a
+// rank-select over the ordered (value, id) key space with deterministic reductions, finished in
+// shared memory once few candidates remain. The token can differ from the host's only where u or
+// top_p lies within rounding of a boundary: the sums differ by summation order (and truncation,
+// ~1e-12 over 128K weights), the host tests top-p as cum(w / sum) >= top_p where the device
+// tests cum(w) >= top_p * sum, and min-p's double exp is the device's and the host's libm's
+// (either may be 1 ulp off at the threshold).
 //
-// One block per row; no allocation or synchronization (capturable into a graph). All pointers
-// are device memory; rows[r].penalty_offset / banned_offset index penalties / banned.
+// A thread-block cluster or one block per row (sample_rows picks by the rows); no allocation or
+// synchronization (capturable into a graph). All pointers are device memory;
+// rows[r].penalty_offset / banned_offset index penalties / banned.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -26,9 +29,9 @@
 
 namespace tessera::cuda {
 
-// blocks_per_row: 0 picks the kernel's shape by the launch's rows (the SMs each row gets); 16,
-// 8 or 2 force a thread-block cluster of that many blocks per row, 1 one block per row (tests
-// run every shape on any GPU; TESSERA_SAMPLE_BLOCKS does the same for A/B runs).
+// blocks_per_row: 0 picks the kernel's shape by the launch's rows (the SMs each row gets); 16 or
+// 8 force a thread-block cluster of that many blocks per row, 1 one block per row (tests run
+// every shape on any GPU; TESSERA_SAMPLE_BLOCKS does the same for A/B runs).
 void sample_rows(float* logits, int64_t rows, int64_t vocab, const SampleRow* params,
                  const SamplePenalty* penalties, const int32_t* banned, int32_t* ids,
                  cudaStream_t stream, int blocks_per_row = 0);

@@ -1,5 +1,5 @@
-// Sampling with a cluster of blocks per row (sample.cu takes it for launches of up to half as
-// many rows as SMs). Included by sample.cu only.
+// Sampling with a cluster of 16 or 8 blocks per row (sample.cu takes it for launches that leave
+// a row at least 8 SMs). Included by sample.cu only.
 #pragma once
 
 #include <cooperative_groups.h>
@@ -29,9 +29,10 @@ constexpr int kRed = 2 * kBins;  // values per cluster reduction, at most
 // The largest slice of keys kept in shared memory (per block; 16 blocks: vocabularies up to
 // ~327K); larger rows are read from global memory on every pass.
 constexpr int64_t kMaxCacheBytes = 160 << 10;
-// The spare shared memory of a block without a key cache, for a rank-select's range (12K keys;
-// a flat 128K-logit row's range fits after its second pass). H200, sample_bench, 32 rows (2-block
-// clusters), us without -> 96 KB -> 192 KB: top-p 0.9 410 -> 308 -> 351, temperature 0.8 250 ->
+// The spare shared memory of a block without a key cache (a vocabulary whose slices exceed
+// kMaxCacheBytes), for a rank-select's range (12K keys; a flat 128K-logit row's range fits after
+// its second pass). Measured when 2-block clusters still drew 17-66 rows: H200, sample_bench,
+// 32 rows, us without -> 96 KB -> 192 KB: top-p 0.9 410 -> 308 -> 351, temperature 0.8 250 ->
 // 191 -> 222, greedy 32.8 -> 31.8 -> 46.5 (192 KB blocks cannot share an SM with the previous
 // launch's; docs/design/gpu_runs/s15_sample_compaction.txt).
 constexpr int64_t kSpareBytes = 96 << 10;
@@ -112,18 +113,21 @@ __device__ __forceinline__ void for_each_key(const C& c, F&& f) {
   if ((reinterpret_cast<uintptr_t>(x) & 15) == 0) {  // four float4 per thread in flight
     const int64_t n4 = c.len / 4;
     const float4* x4 = reinterpret_cast<const float4*>(x);
+    // Selects between named registers (an indexed array would live in local memory).
+    auto pick = [](int k, float a, float b, float c, float d) { return k == 0 ? a : k == 1 ? b : k == 2 ? c : d; };
     auto visit4 = [&](const float4& q, int64_t j) {
 #pragma unroll 1
       for (int k = 0; k < 4; ++k)
-        if (const u64 o = key_of(k == 0 ? q.x : k == 1 ? q.y : k == 2 ? q.z : q.w, c.begin + 4 * j + k)) f(o);
+        if (const u64 o = key_of(pick(k, q.x, q.y, q.z, q.w), c.begin + 4 * j + k)) f(o);
     };
     int64_t j = threadIdx.x;
     for (; j + 3 * kThreads < n4; j += 4 * kThreads) {
-      float4 q[4];
-#pragma unroll
-      for (int u = 0; u < 4; ++u) q[u] = x4[j + u * kThreads];
+      const float4 q0 = x4[j], q1 = x4[j + kThreads], q2 = x4[j + 2 * kThreads], q3 = x4[j + 3 * kThreads];
 #pragma unroll 1
-      for (int u = 0; u < 4; ++u) visit4(u == 0 ? q[0] : u == 1 ? q[1] : u == 2 ? q[2] : q[3], j + u * kThreads);
+      for (int u = 0; u < 4; ++u)
+        visit4(float4{pick(u, q0.x, q1.x, q2.x, q3.x), pick(u, q0.y, q1.y, q2.y, q3.y),
+                      pick(u, q0.z, q1.z, q2.z, q3.z), pick(u, q0.w, q1.w, q2.w, q3.w)},
+               j + u * kThreads);
     }
     for (; j < n4; j += kThreads) visit4(x4[j], j);
     tail = 4 * n4;

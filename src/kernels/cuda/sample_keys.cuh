@@ -65,10 +65,10 @@ struct Weight {
   float max;
   float inv_t;
   bool count;
-  __device__ double operator()(float l) const {
-    if (count) return 1.0;
-    return static_cast<double>(sample_weight(__fmul_rn(__fsub_rn(l, max), inv_t)));
+  __device__ float value(float l) const {
+    return count ? 1.f : sample_weight(__fmul_rn(__fsub_rn(l, max), inv_t));
   }
+  __device__ double operator()(float l) const { return static_cast<double>(value(l)); }
 };
 
 // A split point in (lo, hi]. Logits spread roughly linearly, so bisect the value range while it

@@ -1,6 +1,7 @@
 // Sampling with one block of 1024 threads per row, every pass reading the row (sample.cu takes
-// it for launches of more rows than half the SMs, where it beats a cluster per row: H200,
-// sample_bench, 128 rows). Included by sample.cu only.
+// it for launches that leave a row fewer than 8 SMs). Its rank-selects weigh 2048 bins per pass
+// (shared-memory integer atomics: exact, deterministic sums), so a 128K-logit row takes ~3 passes
+// where a bisection took ~10 (temperature) to ~20 (top-p). Included by sample.cu only.
 #pragma once
 
 #include <cstdint>
@@ -25,13 +26,67 @@ __device__ __forceinline__ void for_each_logit(const float* x, int64_t vocab, F&
   });
 }
 
+// Cumulative weights in unsigned 128-bit fixed point with kFracBits fraction bits: each weight
+// (<= 1) truncated to a multiple of 2^-56, summed exactly, so a sum is the same whatever the
+// order its terms arrive in (shared-memory integer atomics stay deterministic). The truncation,
+// < 2^-56 per candidate (1.8e-12 over 128K of them), is below what the host's own double sums
+// round away; weights under 2^-56 of the max's, which the host's sums (>= 1) cannot register
+// either, count as 0.
+constexpr int kFracBits = 56;
+struct Fix {
+  u64 lo, hi;
+};
+__device__ __forceinline__ Fix operator+(Fix a, Fix b) {
+  const u64 lo = a.lo + b.lo;
+  return {lo, a.hi + b.hi + (lo < a.lo)};
+}
+__device__ __forceinline__ Fix operator-(Fix a, Fix b) { return {a.lo - b.lo, a.hi - b.hi - (a.lo < b.lo)}; }
+__device__ __forceinline__ bool operator<(Fix a, Fix b) { return a.hi != b.hi ? a.hi < b.hi : a.lo < b.lo; }
+
+// A cumulative weight and the number of candidates it sums.
+struct Cum {
+  Fix w;
+  uint32_t n;
+};
+__device__ __forceinline__ Cum operator+(Cum a, Cum b) { return {a.w + b.w, a.n + b.n}; }
+__device__ __forceinline__ Cum operator-(Cum a, Cum b) { return {a.w - b.w, a.n - b.n}; }
+
+// w * 2^56 truncated, for a float w in [0, 1]: the product is exact (a power of two), the
+// conversion drops its fraction.
+__device__ __forceinline__ u64 to_fix(float w) { return __float2ull_rz(__fmul_rn(w, 0x1p56f)); }
+// t * 2^56 truncated (0 for t <= 0 or NaN, saturated far above any sum of weights).
+__device__ inline Fix fix_of(double t) {
+  if (!(t > 0)) return {0, 0};
+  const double x = t * 0x1p56;
+  if (x >= 0x1p126) return {0, u64{1} << 62};
+  const u64 hi = __double2ull_rz(x * 0x1p-64);
+  return {__double2ull_rz(x - static_cast<double>(hi) * 0x1p64), hi};  // exact (Sterbenz)
+}
+__device__ inline double to_double(Fix f) {
+  return (static_cast<double>(f.hi) * 0x1p64 + static_cast<double>(f.lo)) * 0x1p-56;
+}
+
+// A rank-select pass weighs the range's candidates in kBins sub-ranges at once: the next
+// kDigitBits bits of their keys below the range's common prefix.
+constexpr int kDigitBits = 11;
+constexpr int kBins = 1 << kDigitBits;
+static_assert(kBins == kCap, "bins and final candidates share the two-per-thread scan");
+
 struct Shared {
-  u64 ord[kCap];
-  double w[kCap];
+  union {
+    struct {
+      uint32_t w0[kBins], w1[kBins], w2[kBins];  // fixed-point weight, 32 bits at a time
+      uint32_t n[kBins];
+    } bins;
+    u64 ord[kCap];  // the final candidates
+  } u;
+  Cum warp_sums[kWarps];
   double red[kWarps][2];
   u64 mm[kWarps][2];
-  u64 pick;
-  int n;
+  Cum above;  // a pass's choice: the weight and number of candidates before it, its range, its size
+  u64 lo, hi, pick;
+  uint32_t count;
+  int n, pick_at;
 };
 
 // Block-wide reduction of a by op_a and of b by op_b, returned to every thread, through red (one
@@ -46,14 +101,9 @@ __device__ void block_reduce2(T& a, T& b, OpA op_a, OpB op_b, T (&red)[kWarps][2
   __syncthreads();  // the previous call's readers are done
   if (lane == 0) red[warp][0] = a, red[warp][1] = b;
   __syncthreads();
-  if (warp == 0) {
-    a = red[lane][0];
-    b = red[lane][1];
-    for (int off = 16; off; off >>= 1) {
-      a = op_a(a, __shfl_down_sync(0xffffffffu, a, off));
-      b = op_b(b, __shfl_down_sync(0xffffffffu, b, off));
-    }
-    if (lane == 0) red[0][0] = a, red[0][1] = b;
+  if (threadIdx.x == 0) {  // the warps' partials in warp order
+    for (int w = 1; w < kWarps; ++w) a = op_a(a, red[w][0]), b = op_b(b, red[w][1]);
+    red[0][0] = a, red[0][1] = b;
   }
   __syncthreads();
   a = red[0][0];
@@ -77,129 +127,313 @@ __device__ void block_minmax(u64& lo, u64& hi, Shared& sh) {
   block_reduce2(lo, hi, Min{}, Max{}, sh.mm);
 }
 
-// Weight and number of the candidates with ord in [a, b].
-__device__ void range_sum(const float* x, int64_t vocab, u64 a, u64 b, Weight w, double& ws,
-                          double& cs, Shared& sh) {
-  double s = 0, c = 0;
-  for_each_logit(x, vocab, [&](float l, int64_t i) {
-    const u64 o = ord(l, i);
-    if (o >= a && o <= b) {
-      s += w(l);
-      c += 1;
-    }
-  });
-  block_sum2(s, c, sh);
-  ws = s;
-  cs = c;
+// The exclusive prefix sum of v over the block's threads in thread order, and the block's total.
+__device__ Cum block_scan(Cum v, Cum& total, Shared& sh) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  Cum incl = v;
+  for (int off = 1; off < 32; off <<= 1) {
+    const Cum y{{__shfl_up_sync(0xffffffffu, incl.w.lo, off), __shfl_up_sync(0xffffffffu, incl.w.hi, off)},
+                __shfl_up_sync(0xffffffffu, incl.n, off)};
+    if (lane >= off) incl = incl + y;
+  }
+  __syncthreads();  // the previous call's readers are done
+  if (lane == 31) sh.warp_sums[warp] = incl;
+  __syncthreads();
+  Cum before{{0, 0}, 0};
+  total = before;
+  for (int w = 0; w < kWarps; ++w) {
+    const Cum s = sh.warp_sums[w];
+    if (w < warp) before = before + s;
+    total = total + s;
+  }
+  return before + (incl - v);
 }
 
-// Rank-select: over the candidates with ord in [lo, hi] (hi: the first candidate; `total`,
-// `count`: the range's weight and size), the first in order whose cumulative weight s satisfies
-// s >= target (strict: s > target). 0 when even the whole range does not (or, by rounding,
-// the last candidate of the range).
-__device__ u64 rank_select(const float* x, int64_t vocab, u64 lo, u64 hi, double total,
-                           double count, Weight w, double target, bool strict, Shared& sh) {
-  auto ok = [&](double s) { return strict ? s > target : s >= target; };
-  if (!ok(total)) return 0;
-  // Invariant: ok(above + weight of [lo, hi]), !ok(above); above = weight before hi.
-  double above = 0;
-  while (count > kCap) {
-    const u64 mid = split(lo, hi);
-    double ws, cs;
-    range_sum(x, vocab, mid, hi, w, ws, cs, sh);
-    if (ok(above + ws)) {
-      lo = mid;
-      count = cs;
-    } else {
-      hi = mid - 1;
-      above += ws;
-      count -= cs;
+// Calls f(ord, l) for every candidate (l = clean(x[i]) > -inf), each thread over its share, with
+// one call site (f is heavy: inlined at each unrolled element, its state left registers), four
+// float4 loads per thread in flight.
+template <class F>
+__device__ __forceinline__ void for_each_candidate(const float* x, int64_t vocab, F&& f) {
+  auto visit = [&](float v, int64_t i) {
+    const float l = clean(v);
+    if (l != -INFINITY) f(ord(l, i), l);
+  };
+  int64_t tail = 0;
+  if ((reinterpret_cast<uintptr_t>(x) & 15) == 0) {
+    const int64_t n4 = vocab / 4;
+    const float4* x4 = reinterpret_cast<const float4*>(x);
+    int64_t j = threadIdx.x;
+    // Selects between named registers (an indexed array would live in local memory).
+    auto pick = [](int k, float a, float b, float c, float d) { return k == 0 ? a : k == 1 ? b : k == 2 ? c : d; };
+    for (; j + 3 * kThreads < n4; j += 4 * kThreads) {
+      const float4 q0 = x4[j], q1 = x4[j + kThreads], q2 = x4[j + 2 * kThreads], q3 = x4[j + 3 * kThreads];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const float4 r{pick(u, q0.x, q1.x, q2.x, q3.x), pick(u, q0.y, q1.y, q2.y, q3.y),
+                       pick(u, q0.z, q1.z, q2.z, q3.z), pick(u, q0.w, q1.w, q2.w, q3.w)};
+#pragma unroll
+        for (int k = 0; k < 4; ++k) visit(pick(k, r.x, r.y, r.z, r.w), 4 * (j + u * kThreads) + k);
+      }
     }
+    for (; j < n4; j += kThreads) {
+      const float4 r = x4[j];
+#pragma unroll 1
+      for (int k = 0; k < 4; ++k) visit(pick(k, r.x, r.y, r.z, r.w), 4 * j + k);
+    }
+    tail = 4 * n4;
   }
-  // At most kCap candidates left: gather, sort by ord descending, prefix-sum, pick.
+  for (int64_t i = tail + threadIdx.x; i < vocab; i += kThreads) visit(x[i], i);
+}
+
+// How a rank-select pass splits its range [lo, hi] into bins (numbered from the bottom): by
+// value, linearly, while the range spans a moderate interval of values (logits spread roughly
+// evenly, so the bins hold similar numbers of candidates and the shared-memory atomics seldom
+// collide), else by the next key bits below the range's common prefix (one value: its ids; a
+// huge span of values: their exponents). Either map is monotonic in the key, so every bin is a
+// contiguous range of keys.
+struct Level {
+  u64 lo, hi;
+  bool by_value;
+  float a, inv;  // by value: bin = clamp(int((v - a) * inv), 0, kBins - 1)
+  int shift;     // by key: bin = (o >> shift) - (lo >> shift)
+  int nb;        // bins
+
+  // floor: values below it share bin 0 (their weights are 0; -inf: none).
+  __device__ __forceinline__ Level(u64 lo_, u64 hi_, float floor) : lo(lo_), hi(hi_) {
+    a = fmaxf(ord_val(lo), floor);
+    const float width = __fsub_rn(ord_val(hi), a);
+    inv = __fdiv_rn(static_cast<float>(kBins), width);
+    by_value = width > 0.f && width <= 4096.f && inv < 1e30f;
+    const u64 d = lo ^ hi;
+    const int top = d == 0 ? 0 : 63 - __clzll(d);
+    shift = top >= kDigitBits ? top - (kDigitBits - 1) : 0;
+    nb = by_value ? kBins : static_cast<int>((hi >> shift) - (lo >> shift)) + 1;
+  }
+  __device__ __forceinline__ int bin_of_value(float v) const {
+    const float q = __fmul_rn(__fsub_rn(v, a), inv);
+    return q < 1.f ? 0 : q >= static_cast<float>(kBins - 1) ? kBins - 1 : static_cast<int>(q);
+  }
+  __device__ __forceinline__ int bin(u64 o, float v) const {
+    return by_value ? bin_of_value(v) : static_cast<int>((o >> shift) - (lo >> shift));
+  }
+  // The keys of bin j (a non-empty bin): [first, last] within [lo, hi].
+  __device__ void keys_of(int j, u64& first, u64& last) const {
+    if (!by_value) {
+      const u64 edge = ((lo >> shift) + static_cast<u64>(j)) << shift;
+      first = max(lo, edge);
+      last = min(hi, edge + ((u64{1} << shift) - 1));
+      return;
+    }
+    first = j == 0 ? lo : max(lo, u64{first_value_key(j)} << 32);
+    last = j == nb - 1 ? hi : min(hi, (u64{first_value_key(j + 1)} << 32) - 1);
+  }
+  // The smallest value key in the range whose value's bin is >= j (bisection, no data).
+  __device__ uint32_t first_value_key(int j) const {
+    uint32_t k0 = static_cast<uint32_t>(lo >> 32), k1 = static_cast<uint32_t>(hi >> 32);
+    while (k0 < k1) {
+      const uint32_t m = k0 + (k1 - k0) / 2;
+      if (bin_of_value(fval(m)) >= j) k1 = m;
+      else k0 = m + 1;
+    }
+    return k0;
+  }
+};
+
+// One pass over the row: the number and fixed-point weight of L's range's candidates in each
+// of its bins. Out of line, so that the pass's registers are its own (the rank-select's state
+// stays outside the loop).
+__device__ __noinline__ void weigh_bins(const float* x, int64_t vocab, const Level L, const Weight w, Shared& sh) {
+  for_each_candidate(x, vocab, [&](u64 o, float l) {
+    if (o < L.lo || o > L.hi) return;
+    const int b = L.bin(o, l);
+    atomicAdd(&sh.u.bins.n[b], 1u);
+    if (w.count) return;  // the weight is n * 2^56
+    // The weight's 57 bits as two 32-bit adds and their carries (native 32-bit atomics; 64-bit
+    // ones on shared memory are compare-and-swap loops).
+    const u64 f = to_fix(w.value(l));
+    const uint32_t f0 = static_cast<uint32_t>(f);
+    uint32_t f1 = static_cast<uint32_t>(f >> 32);
+    if (f0) {
+      const uint32_t old = atomicAdd(&sh.u.bins.w0[b], f0);
+      f1 += old + f0 < old;
+    }
+    if (f1) {
+      const uint32_t old = atomicAdd(&sh.u.bins.w1[b], f1);
+      if (old + f1 < old) atomicAdd(&sh.u.bins.w2[b], 1u);
+    }
+  });
+}
+
+// One pass over the row: the candidates in [lo, hi] (at most kCap of them) into sh.u.ord, in no
+// particular order, and their number into sh.n.
+__device__ __noinline__ void gather(const float* x, int64_t vocab, u64 lo, u64 hi, Shared& sh) {
   if (threadIdx.x == 0) sh.n = 0;
   __syncthreads();
-  for_each_logit(x, vocab, [&](float l, int64_t i) {
-    const u64 o = ord(l, i);
+  for_each_candidate(x, vocab, [&](u64 o, float) {
     if (o >= lo && o <= hi) {
       const int j = atomicAdd(&sh.n, 1);
-      if (j < kCap) sh.ord[j] = o;
+      if (j < kCap) sh.u.ord[j] = o;
     }
   });
   __syncthreads();
-  const int n = min(sh.n, kCap);
-  int p2 = 1;
-  while (p2 < n) p2 <<= 1;
-  for (int j = n + threadIdx.x; j < p2; j += kThreads) sh.ord[j] = 0;
-  __syncthreads();
-  for (int k = 2; k <= p2; k <<= 1) {  // bitonic sort, descending
-    for (int j = k >> 1; j > 0; j >>= 1) {
-      for (int i = threadIdx.x; i < p2; i += kThreads) {
-        const int ij = i ^ j;
-        if (ij > i) {
-          const u64 a = sh.ord[i], b = sh.ord[ij];
-          if ((i & k) == 0 ? a < b : a > b) sh.ord[i] = b, sh.ord[ij] = a;
-        }
+}
+
+// The candidates a rank-select leaves kept ([pick, hi]): how many (< 0: not known), and whether
+// they are sh.u.ord[0, count), sorted (the whole kept range was gathered).
+struct Kept {
+  int64_t count;
+  bool resident;
+};
+
+// Rank-select: over the candidates with ord in [lo, hi] (hi: the first candidate; `in`: what is
+// known of them), the first in order whose cumulative weight s satisfies s >= target (strict:
+// s > target), target = factor x the range's weight (relative) or factor; sums in fixed point.
+// 0 when even the whole range does not reach it; else *out tells what [pick, hi] holds.
+//
+// Each pass weighs the range's bins (Level; integer atomics into shared memory, so the sums are
+// exact and the pass deterministic), and the bin where the cumulative weight crosses the target
+// becomes the range; once it holds at most kCap candidates they are gathered, sorted and summed
+// in order. A flat 128K-logit row takes one pass and the gathering one.
+__device__ u64 rank_select(const float* x, int64_t vocab, u64 lo, u64 hi, Kept in, Weight w,
+                           double factor, bool relative, bool strict, Kept* out, Shared& sh) {
+  const int t = threadIdx.x;
+  Fix target = fix_of(factor);
+  bool known = !relative;  // target known (else: set from the first pass's total)
+  auto ok = [&](Fix s) { return strict ? target < s : !(s < target); };
+  // Sets the target from the range's total; false when the range does not reach it.
+  auto settle = [&](Fix total) {
+    if (!known) target = fix_of(factor * to_double(total)), known = true;
+    return ok(total);
+  };
+  Cum above{{0, 0}, 0};  // before hi; the invariant once the target is known: !ok(above.w)
+  bool first = true;
+  int64_t count = in.count;
+  // Values whose weight is 0 (sample_weight(d) = 0 for d <= -87) need no bins of their own.
+  const float floor = w.count ? -INFINITY : __fsub_rn(w.max, __fdiv_rn(90.f, w.inv_t));
+  while (count < 0 || count > kCap) {
+    const Level L(lo, hi, floor);
+    for (int b = t; b < L.nb; b += kThreads)
+      sh.u.bins.w0[b] = 0, sh.u.bins.w1[b] = 0, sh.u.bins.w2[b] = 0, sh.u.bins.n[b] = 0;
+    __syncthreads();
+    weigh_bins(x, vocab, L, w, sh);
+    __syncthreads();
+    if (t == 0) sh.above = above, sh.lo = lo, sh.hi = hi, sh.count = 0;  // no choice: end (cannot happen)
+    // Thread t takes the bins 2t and 2t + 1 from the top; the first whose cumulative weight
+    // reaches the target is the new range.
+    const int b0 = L.nb - 1 - 2 * t, b1 = b0 - 1;
+    auto bin = [&](int b) -> Cum {
+      if (b < 0) return {{0, 0}, 0};
+      const uint32_t n = sh.u.bins.n[b];
+      if (w.count) return {{u64{n} << kFracBits, u64{n} >> (64 - kFracBits)}, n};
+      return {{(u64{sh.u.bins.w1[b]} << 32) | sh.u.bins.w0[b], sh.u.bins.w2[b]}, n};
+    };
+    const Cum v0 = bin(b0), v1 = bin(b1);
+    Cum total;
+    const Cum before0 = above + block_scan(v0 + v1, total, sh), after0 = before0 + v0, after1 = after0 + v1;
+    if (first) {
+      first = false;
+      if (!settle(total.w)) return 0;
+      if (ok(above.w)) {  // target <= 0: the first candidate
+        *out = {1, false};
+        return hi;
       }
-      __syncthreads();
+    }
+    int b = -1;
+    if (b0 >= 0 && ok(after0.w) && !ok(before0.w)) b = b0, sh.above = before0, sh.count = v0.n;
+    else if (b1 >= 0 && ok(after1.w) && !ok(after0.w)) b = b1, sh.above = after0, sh.count = v1.n;
+    if (b >= 0) L.keys_of(b, sh.lo, sh.hi);
+    __syncthreads();  // exactly one thread found it: the sums are exact and ok is monotonic
+    above = sh.above;
+    lo = sh.lo;
+    hi = sh.hi;
+    count = sh.count;
+    in.resident = false;
+    __syncthreads();  // read before the next pass's choice overwrites them
+  }
+  // At most kCap candidates left: gather and sort them by ord descending (unless the previous
+  // rank-select left them so), prefix-sum in order, pick.
+  int n = static_cast<int>(count);
+  if (!in.resident) {
+    gather(x, vocab, lo, hi, sh);
+    n = min(sh.n, kCap);
+    int p2 = 1;
+    while (p2 < n) p2 <<= 1;
+    for (int j = n + t; j < p2; j += kThreads) sh.u.ord[j] = 0;
+    __syncthreads();
+    for (int k = 2; k <= p2; k <<= 1) {  // bitonic sort, descending
+      for (int j = k >> 1; j > 0; j >>= 1) {
+        for (int i = t; i < p2; i += kThreads) {
+          const int ij = i ^ j;
+          if (ij > i) {
+            const u64 a = sh.u.ord[i], b = sh.u.ord[ij];
+            if ((i & k) == 0 ? a < b : a > b) sh.u.ord[i] = b, sh.u.ord[ij] = a;
+          }
+        }
+        __syncthreads();
+      }
     }
   }
-  for (int j = threadIdx.x; j < n; j += kThreads) sh.w[j] = w(ord_val(sh.ord[j]));
+  const int j0 = 2 * t, j1 = j0 + 1;
+  const u64 o0 = j0 < n ? sh.u.ord[j0] : 0, o1 = j1 < n ? sh.u.ord[j1] : 0;
+  const Cum v0{{j0 < n ? to_fix(w.value(ord_val(o0))) : 0, 0}, 1}, v1{{j1 < n ? to_fix(w.value(ord_val(o1))) : 0, 0}, 1};
+  Cum total;
+  const Cum before0 = above + block_scan(v0 + v1, total, sh), after0 = before0 + v0, after1 = after0 + v1;
+  if (first && !settle(total.w)) return 0;  // (uniform: every thread has the same total)
+  if (t == 0) sh.pick_at = n - 1;  // by default the last (cannot happen)
   __syncthreads();
-  for (int off = 1; off < n; off <<= 1) {  // inclusive scan (n <= 2 * kThreads)
-    const int j0 = threadIdx.x, j1 = threadIdx.x + kThreads;
-    const double v0 = j0 < n && j0 >= off ? sh.w[j0 - off] : 0.0;
-    const double v1 = j1 < n && j1 >= off ? sh.w[j1 - off] : 0.0;
-    __syncthreads();
-    if (j0 < n) sh.w[j0] += v0;
-    if (j1 < n) sh.w[j1] += v1;
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) sh.pick = n > 0 ? sh.ord[n - 1] : 0;
+  if (j0 < n && ok(after0.w) && (j0 == 0 || !ok(before0.w))) sh.pick_at = j0;
+  else if (j1 < n && ok(after1.w) && !ok(after0.w)) sh.pick_at = j1;
   __syncthreads();
-  for (int j = threadIdx.x; j < n; j += kThreads)
-    if (ok(above + sh.w[j]) && (j == 0 || !ok(above + sh.w[j - 1]))) sh.pick = sh.ord[j];
-  __syncthreads();
-  const u64 r = sh.pick;
+  const int at = sh.pick_at;
+  const u64 r = at >= 0 ? sh.u.ord[at] : 0;
+  // Kept: the candidates before the range and the range's first at + 1, all in ord[] when
+  // nothing came before the range.
+  *out = {static_cast<int64_t>(above.n) + at + 1, above.n == 0};
   __syncthreads();
   return r;
 }
 
-// The host sampler's truncations and draw over the candidates, first = hi, last = lo.
+// The host sampler's truncations and draw over the candidates (`count` of them), first = hi,
+// last = lo.
 __device__ u64 select(const float* x, int64_t vocab, const SampleRow& p, u64 lo, u64 hi,
-                      double count, Shared& sh) {
+                      int64_t count, Shared& sh) {
   const float mx = ord_val(hi);
   const Weight one{mx, 1.f, true}, prob{mx, 1.f, false}, temp{mx, inv_temperature(p.temperature), false};
   u64 bound = lo;  // the kept candidates are those with ord >= bound
+  Kept kept{count, false};
   if (p.top_k > 0 && p.top_k < count)
-    bound = rank_select(x, vocab, lo, hi, count, count, one, p.top_k, false, sh);
-  if (p.top_p < 1.f) {
-    double s, c;
-    range_sum(x, vocab, bound, hi, prob, s, c, sh);
-    if (const u64 b = rank_select(x, vocab, bound, hi, s, c, prob, static_cast<double>(p.top_p) * s, false, sh))
-      bound = b;
-  }
+    bound = rank_select(x, vocab, lo, hi, kept, one, p.top_k, false, false, &kept, sh);
+  if (p.top_p < 1.f)
+    if (const u64 b = rank_select(x, vocab, bound, hi, kept, prob, p.top_p, true, false, &kept, sh)) bound = b;
   if (p.min_p > 0.f) {
     if (threadIdx.x == 0) sh.pick = min_p_bound(bound, hi, mx, p.min_p);
     __syncthreads();
-    bound = sh.pick;
+    const u64 b = sh.pick;
+    if (b != bound && kept.resident) {  // still a prefix of ord[]: count it
+      int c = 0;
+      for (int j = 0; j < kCap; j += kThreads)
+        c += __syncthreads_count(j + threadIdx.x < kept.count && sh.u.ord[j + threadIdx.x] >= b);
+      kept.count = c;
+    } else if (b != bound) {
+      kept = {-1, false};
+    }
+    bound = b;
     __syncthreads();
   }
   if (bound == hi) return hi;
-  double total, c;
-  range_sum(x, vocab, bound, hi, temp, total, c, sh);
-  if (const u64 b = rank_select(x, vocab, bound, hi, total, c, temp, p.u * total, true, sh)) return b;
+  Kept unused;
+  if (const u64 b = rank_select(x, vocab, bound, hi, kept, temp, p.u, true, true, &unused, sh)) return b;
   // u * total not reached (u rounded up to 1): the host takes the last kept candidate.
-  u64 last = ~0ull, unused = 0;
+  u64 last = ~0ull, none = 0;
   for_each_logit(x, vocab, [&](float l, int64_t i) {
     const u64 o = ord(l, i);
     if (o >= bound) last = min(last, o);
   });
-  block_minmax(last, unused, sh);
+  block_minmax(last, none, sh);
   return last;
 }
 
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 1)
 sample_row_kernel(float* logits, int64_t vocab, const SampleRow* rows, const SamplePenalty* pen,
               const int32_t* banned, int32_t* ids) {
   detail::pdl_wait();  // inputs come from the previous kernel (PDL, launch.h)
@@ -231,7 +465,7 @@ sample_row_kernel(float* logits, int64_t vocab, const SampleRow* rows, const Sam
   block_minmax(lo, hi, sh);
   block_sum2(count, unused, sh);
   int32_t id = 0;  // no candidate: the host's answer too
-  if (count > 0) id = ord_id(p.temperature <= 0.f ? hi : select(x, vocab, p, lo, hi, count, sh));
+  if (count > 0) id = ord_id(p.temperature <= 0.f ? hi : select(x, vocab, p, lo, hi, static_cast<int64_t>(count), sh));
   if (threadIdx.x == 0) ids[blockIdx.x] = id;
 }
 
