@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -25,9 +26,9 @@ namespace {
 using runtime::Sampler;
 using runtime::SamplingParams;
 
-enum class Kind { kUniform, kTies, kNonFinite, kMasked, kPeaked, kEqual };
+enum class Kind { kUniform, kTies, kNonFinite, kMasked, kPeaked, kEqual, kFiniteMasks, kTopTies };
 const char* kind_name(Kind k) {
-  const char* names[] = {"uniform", "ties", "non-finite", "all-masked", "peaked", "all-equal"};
+  const char* names[] = {"uniform", "ties", "non-finite", "all-masked", "peaked", "all-equal", "finite-masks", "top-ties"};
   return names[static_cast<int>(k)];
 }
 
@@ -48,6 +49,10 @@ std::vector<float> make_row(Kind kind, int64_t V, uint64_t seed) {
       case Kind::kMasked: x[i] = i % 2 ? NAN : -INFINITY; break;
       case Kind::kPeaked: x[i] = 2.f * r + (i % 997 == 5 ? 9.f + r : 0.f); break;
       case Kind::kEqual: x[i] = 0.5f; break;
+      // Masks by large finite values (a value span far beyond any bin's, weights of 0).
+      case Kind::kFiniteMasks: x[i] = i % 3 == 1 ? -1e30f : i % 7 == 2 ? -FLT_MAX : 4.f * r; break;
+      // A tie group at the top larger than a rank-select's last range (2048 in one block).
+      case Kind::kTopTies: x[i] = i % 3 == 0 ? 5.f : 4.f * r; break;
     }
   }
   return x;
@@ -85,6 +90,9 @@ std::vector<SamplingParams> param_sets() {
   add(1.5f, 3000, 0.35f, 0.f);
   add(0.05f, 0, 0.95f, 0.f);
   add(2.f, 0, 1.f, 0.02f);
+  add(60.f, 0, 1.f, 0.f);         // weights over a span of values wider than the value bins take
+  add(1.f, 2048, 1.f, 0.f);       // top-k of exactly the one-block kernel's last range
+  add(0.9f, 2049, 0.99f, 0.f);    // one more
   SamplingParams pen{.temperature = 0.f, .repetition_penalty = 1.3f, .presence_penalty = 0.25f,
                      .frequency_penalty = 0.125f, .penalty_last_n = 64, .no_repeat_ngram = 4};
   v.push_back(pen);
@@ -152,7 +160,8 @@ void check_against_host(int64_t V, int n_u, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<double> uni(0.0, 1.0);
   std::vector<Case> cases;
-  for (Kind k : {Kind::kUniform, Kind::kTies, Kind::kNonFinite, Kind::kMasked, Kind::kPeaked, Kind::kEqual})
+  for (Kind k : {Kind::kUniform, Kind::kTies, Kind::kNonFinite, Kind::kMasked, Kind::kPeaked, Kind::kEqual,
+                 Kind::kFiniteMasks, Kind::kTopTies})
     for (size_t p = 0; p < ps.size(); ++p)
       for (int j = 0; j < n_u; ++j) {
         const double u = j == 0 ? 0.0 : j == 1 ? 0.9999999 : uni(rng);
@@ -231,7 +240,7 @@ TEST(SampleCuda, SameTokenAsHostSamplerVocab128256) {
 // gather; small enough for compute-sanitizer's racecheck.
 TEST(SampleCuda, SameTokenAsHostSamplerVocab4099) {
   TESSERA_SKIP_WITHOUT_GPU();
-  check_against_host(4099, 2, 5);
+  check_against_host(4099, 4, 5);
 }
 
 // A row is split among a cluster of blocks, each holding its slice in shared memory where it

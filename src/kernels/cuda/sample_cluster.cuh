@@ -10,6 +10,7 @@
 
 #include "core/sample_row.h"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/sample_bins.cuh"
 #include "kernels/cuda/sample_keys.cuh"
 
 namespace tessera::cuda::sample_detail::cluster {
@@ -18,25 +19,17 @@ namespace tessera::cuda::sample_detail::cluster {
 // row: every pass over the row is split among them, and the reductions combine the blocks'
 // partials through distributed shared memory in rank order, so every block holds the same bits
 // and takes the same branch. A sampled row's slice is kept in shared memory as order keys where
-// it fits (16 or 8 blocks per row), so the passes after the first read 8 bytes per logit and
-// compare; greedy rows make one pass over the row itself. A rank-select pass weighs 8
-// sub-ranges at once (3 bisection steps of the one-block kernel), and its first pass also sums
-// the range's weight (no separate pass for the top-p or draw total). The passes are
-// latency-bound chains (a float exp and a double add per candidate): many warps per row pay, hence 512 threads and
-// up to 16 blocks (beyond 8 a non-portable cluster size, which H100 / H200 hold).
-constexpr int kBins = 8;  // sub-ranges a rank-select pass weighs at once (3 bisection steps)
-constexpr int kRed = 2 * kBins;  // values per cluster reduction, at most
+// it fits, so the passes after the first read 8 bytes per logit and compare; greedy rows make one
+// pass over the row itself. A rank-select pass weighs its range in kBins bins (sample_bins.cuh:
+// exact integer sums) in each block, then each block sums its share of the bins over the
+// cluster, so a flat 128K-logit row's draw is one weighing pass and the final one. The passes are
+// latency-bound chains (a float exp and atomics per candidate): many warps per row pay, hence 512
+// threads and up to 16 blocks (beyond 8 a non-portable cluster size, which H100 / H200 hold).
+constexpr int kRed = 4;  // values per cluster reduction, at most
 // The largest slice of keys kept in shared memory (per block; 16 blocks: vocabularies up to
-// ~327K); larger rows are read from global memory on every pass.
+// ~327K), next to the bins; larger rows are read from global memory on every pass.
 constexpr int64_t kMaxCacheBytes = 160 << 10;
-// The spare shared memory of a block without a key cache (a vocabulary whose slices exceed
-// kMaxCacheBytes), for a rank-select's range (12K keys; a flat 128K-logit row's range fits after
-// its second pass). Measured when 2-block clusters still drew 17-66 rows: H200, sample_bench,
-// 32 rows, us without -> 96 KB -> 192 KB: top-p 0.9 410 -> 308 -> 351, temperature 0.8 250 ->
-// 191 -> 222, greedy 32.8 -> 31.8 -> 46.5 (192 KB blocks cannot share an SM with the previous
-// launch's; docs/design/gpu_runs/s15_sample_compaction.txt).
-constexpr int64_t kSpareBytes = 96 << 10;
-constexpr uint32_t kSpareKeys = kSpareBytes / sizeof(u64);
+constexpr int64_t kBinBytes = sizeof(Bins);
 
 namespace cg = cooperative_groups;
 
@@ -46,12 +39,16 @@ struct Shared {
   u64 ord[kCap];     // a block's own candidates at the end of a rank-select
   u64 all[kCap];     // rank 0: every block's, then in order
   u64 sorted[kCap];
-  double w[kCap];
+  u64 w[kCap];       // their fixed-point weights
   u64 warp_red[kWarps][kRed];
   u64 block_red[2][kRed];  // by reduction parity: a block one reduction ahead writes the other
   u64 total[kRed];
-  u64 edges[kBins + 1];
-  u64 pick;
+  Cum warp_sums[kWarps];
+  Cum part[kBins / 8];  // this block's share of the bins, summed over the cluster
+  Cum slice_total;      // their total
+  Cum above;            // rank 0: a pass's choice (written by the block that found it)
+  u64 lo, hi, pick;
+  uint32_t count;
   int n;
 };
 
@@ -68,33 +65,32 @@ struct Ctx {
   const u64* keys;
   const float* x;
   int64_t begin, len;
-  u64* spare;  // a block without a key cache: kSpareKeys keys of shared memory (a range)
+  Bins& bins;
   int reductions = 0;
 };
 
-// An exclusive prefix sum of v over the block's threads in thread order (deterministic), and the
-// block's total.
+// The exclusive prefix sum of v over the block's threads in thread order, and the block's total.
 template <class C>
-__device__ uint32_t block_exclusive_scan(uint32_t v, uint32_t& total, C& c) {
+__device__ Cum block_scan(Cum v, Cum& total, C& c) {
   auto& sh = c.sh;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  uint32_t incl = v;
+  Cum incl = v;
   for (int off = 1; off < 32; off <<= 1) {
-    const uint32_t y = __shfl_up_sync(0xffffffffu, incl, off);
-    if (lane >= off) incl += y;
+    const Cum y{{__shfl_up_sync(0xffffffffu, incl.w.lo, off), __shfl_up_sync(0xffffffffu, incl.w.hi, off)},
+                __shfl_up_sync(0xffffffffu, incl.n, off)};
+    if (lane >= off) incl = incl + y;
   }
-  __syncthreads();  // the previous use of warp_red is over
-  if (lane == 31) sh.warp_red[warp][0] = incl;
+  __syncthreads();  // the previous call's readers are done
+  if (lane == 31) sh.warp_sums[warp] = incl;
   __syncthreads();
-  uint32_t before = 0;
-  total = 0;
+  Cum before{{0, 0}, 0};
+  total = before;
   for (int w = 0; w < C::kWarps; ++w) {
-    const uint32_t n = static_cast<uint32_t>(sh.warp_red[w][0]);
-    if (w < warp) before += n;
-    total += n;
+    const Cum s = sh.warp_sums[w];
+    if (w < warp) before = before + s;
+    total = total + s;
   }
-  __syncthreads();
-  return before + incl - v;
+  return before + (incl - v);
 }
 
 // Calls f(key) for every candidate of the block's slice, each thread over its share. f has few
@@ -148,42 +144,21 @@ __device__ __forceinline__ T from_bits(u64 b) {
 }
 
 // The cluster's reduction of v[0..N) (slot j by op(j, a, b)) from each thread's values, returned
-// to every thread of the cluster. Warps reduce first (lane 0, or lane j for slot j when kScatter:
-// a reduce-scatter, N - 1 exchanges per lane instead of 5 per slot), then the warps of a block in
+// to every thread of the cluster. Warps reduce first (lane 0), then the warps of a block in
 // order, then the blocks in rank order through distributed shared memory: a fixed tree, the same
 // bits in every block and on every run.
-template <int N, bool kScatter, class T, class Op, class C>
+template <int N, class T, class Op, class C>
 __device__ void cluster_reduce(T (&v)[N], Op op, C& c) {
   constexpr int kWarps = C::kWarps, kCluster = C::kCluster;
   static_assert(sizeof(T) == 8 && N <= kRed, "8-byte values, at most kRed of them");
-  static_assert(!kScatter || N == 16, "the reduce-scatter is written for 16 slots");
-  static_assert(!kScatter || std::is_same_v<Op, Plus>, "the reduce-scatter loses the slot index: sums only");
   auto& sh = c.sh;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if constexpr (kScatter) {
 #pragma unroll
-    for (int j = 0; j < N; ++j) v[j] = op(j, v[j], __shfl_xor_sync(0xffffffffu, v[j], 16));
-    // Halve the slots a lane holds with each exchange: after the one at distance h, a lane
-    // holds slots whose bit h matches its own; at the end lane l holds slot l % 16.
+  for (int j = 0; j < N; ++j)
+    for (int off = 16; off; off >>= 1) v[j] = op(j, v[j], __shfl_down_sync(0xffffffffu, v[j], off));
+  if (lane == 0)
 #pragma unroll
-    for (int h = 8; h >= 1; h >>= 1) {
-      const bool upper = lane & h;
-#pragma unroll
-      for (int i = 0; i < h; ++i) {
-        const T low = v[i], high = v[i + h];  // values, then selected: no indexed access
-        const T got = __shfl_xor_sync(0xffffffffu, upper ? low : high, h);
-        v[i] = upper ? op(0, got, high) : op(0, low, got);  // the lower lane's value first
-      }
-    }
-    if (lane < N) sh.warp_red[warp][lane] = to_bits(v[0]);
-  } else {
-#pragma unroll
-    for (int j = 0; j < N; ++j)
-      for (int off = 16; off; off >>= 1) v[j] = op(j, v[j], __shfl_down_sync(0xffffffffu, v[j], off));
-    if (lane == 0)
-#pragma unroll
-      for (int j = 0; j < N; ++j) sh.warp_red[warp][j] = to_bits(v[j]);
-  }
+    for (int j = 0; j < N; ++j) sh.warp_red[warp][j] = to_bits(v[j]);
   __syncthreads();
   const int buf = c.reductions++ & 1;
   const int t = threadIdx.x;
@@ -211,120 +186,96 @@ __device__ void cluster_reduce(T (&v)[N], Op op, C& c) {
 template <class C>
 __device__ void cluster_minmax(u64& lo, u64& hi, C& c) {
   u64 v[2] = {lo, hi};
-  cluster_reduce<2, false>(v, [](int j, u64 x, u64 y) { return j == 0 ? min(x, y) : max(x, y); }, c);
+  cluster_reduce<2>(v, [](int j, u64 x, u64 y) { return j == 0 ? min(x, y) : max(x, y); }, c);
   lo = v[0];
   hi = v[1];
 }
 
 // Rank-select: over the candidates with ord in [lo, hi] (hi: the first candidate), the first
 // in order whose cumulative weight s satisfies s >= target (strict: s > target), with target =
-// factor x the range's weight (relative) or factor. 0 when even the whole range does not (or, by
-// rounding, the last candidate of the range). `count` / `total`: the range's size and weight, or
-// < 0 when unknown (the first pass, which weighs the range's sub-ranges anyway, sums them).
+// factor x the range's weight (relative) or factor; sums in fixed point. 0 when even the whole
+// range does not reach it. `count`: the range's size, or < 0 when unknown.
+//
+// A pass: every block weighs its slice's candidates in the range's bins (Level), block r sums
+// bins [r S, (r + 1) S) over the cluster (S = kBins / kCluster), the blocks' totals give each
+// block the weight above its share, and the one thread whose bin crosses the target writes the
+// new range to rank 0, where every block reads it.
 template <class C>
-__device__ u64 rank_select(u64 lo, u64 hi, double count, double total, Weight w, double factor,
-                           bool relative, bool strict, C& c) {
-  constexpr int kCluster = C::kCluster, kCap = C::kCap;
-  static_assert(kCap == C::kThreads, "the final phase gives each thread one candidate");
+__device__ u64 rank_select(u64 lo, u64 hi, int64_t count, Weight w, double factor, bool relative,
+                           bool strict, C& c) {
+  constexpr int kCluster = C::kCluster, kCap = C::kCap, kThreads = C::kThreads;
+  constexpr int kShare = kBins / kCluster;
+  static_assert(kCap == kThreads && kShare <= kThreads && kShare <= kBins / 8, "one candidate / bin per thread");
   auto& sh = c.sh;
   const int t = threadIdx.x;
-  double target = relative ? factor * total : factor;
-  auto ok = [&](double s) { return strict ? s > target : s >= target; };
-  if (total >= 0 && !ok(total)) return 0;
-  // Invariant: ok(above + weight of [lo, hi]), !ok(above); above = weight before hi.
-  double above = 0;
-  // A block reading the row from global memory copies the chosen range's keys to its spare
-  // shared memory during the pass after the one that chose it (each thread at an offset from a
-  // scan of its own count in that range, so in the order it visits them: deterministic), and
-  // reads them there from then on; the rank-select leaves the row as it found it.
-  const u64* const keys0 = c.keys;
-  const int64_t len0 = c.len;
-  auto restore = [&] { c.keys = keys0, c.len = len0; };
-  bool gather = false;
-  uint32_t gather_at = 0, gather_total = 0;
-  while (total < 0 || count > kCap) {
-    // kBins sub-ranges [e_j, e_j+1) by three rounds of halving (the same edges in every thread),
-    // weighed in one pass (each thread's bins in registers, its adds in its order); the target's
-    // is the first from the top whose weight reaches it.
-    u64 e[kBins + 1];
-    e[0] = lo;
-    e[kBins] = hi + 1;
-#pragma unroll
-    for (int step = kBins / 2; step >= 1; step /= 2)
-#pragma unroll
-      for (int j = step; j < kBins; j += 2 * step) e[j] = halve(e[j - step], e[j + step] - 1);
-    if (t == 0)
-#pragma unroll
-      for (int j = 0; j <= kBins; ++j) sh.edges[j] = e[j];
+  Fix target = fix_of(factor);
+  bool known = !relative;  // target known (else: set from the first pass's total)
+  auto ok = [&](Fix s) { return strict ? target < s : !(s < target); };
+  auto settle = [&](Fix total) {
+    if (!known) target = fix_of(factor * to_double(total)), known = true;
+    return ok(total);
+  };
+  Cum above{{0, 0}, 0};  // before hi; the invariant once the target is known: !ok(above.w)
+  bool first = true;
+  // Values whose weight is 0 (sample_weight(d) = 0 for d <= -87) need no bins of their own.
+  const float floor = w.count ? -INFINITY : __fsub_rn(w.max, __fdiv_rn(90.f, w.inv_t));
+  while (count < 0 || count > kCap) {
+    const Level L(lo, hi, floor);
+    c.bins.template clear<kThreads>(L.nb);
     __syncthreads();
-    double ws[kBins] = {};
-    uint32_t ns[kBins] = {};
     for_each_key(c, [&](u64 o) {
-      if (o >= lo && o <= hi) {
-        if (gather) c.spare[gather_at++] = o;
-        int b = o >= sh.edges[4] ? 4 : 0;
-        b += o >= sh.edges[b + 2] ? 2 : 0;
-        b += o >= sh.edges[b + 1] ? 1 : 0;
-        const double wl = w(ord_val(o));
-#pragma unroll
-        for (int j = 0; j < kBins; ++j)
-          if (b == j) ws[j] += wl, ++ns[j];
-      }
+      if (o >= lo && o <= hi) c.bins.add(L.bin(o, ord_val(o)), w, ord_val(o));
     });
-    if (gather) {  // the range is in the spare buffer now
-      gather = false;
-      c.keys = c.spare;
-      c.len = gather_total;
+    c.cluster.sync();  // every block's bins are complete
+    const int b = static_cast<int>(c.rank) * kShare + (kShare - 1 - t);  // this thread's bin, from the top
+    Cum v{{0, 0}, 0};
+    if (t < kShare && b < L.nb) {
+#pragma unroll 4
+      for (int r = 0; r < kCluster; ++r) v = v + c.cluster.map_shared_rank(&c.bins, r)->at(b, w.count);
     }
-    double v[kRed];
+    Cum share;
+    const Cum before_in_share = block_scan(v, share, c);
+    if (t == 0) {
+      sh.slice_total = share;
+      if (c.rank == 0) sh.above = above, sh.lo = lo, sh.hi = hi, sh.count = 0;  // no choice: end (cannot happen)
+    }
+    c.cluster.sync();  // every block's share total is in place
+    Cum total{{0, 0}, 0}, higher{{0, 0}, 0};  // the range's, and the shares above this block's
 #pragma unroll
-    for (int j = 0; j < kBins; ++j) v[j] = ws[j], v[kBins + j] = static_cast<double>(ns[j]);
-    cluster_reduce<kRed, true>(v, Plus{}, c);
-    double cs[kBins];
-#pragma unroll
-    for (int j = 0; j < kBins; ++j) ws[j] = v[j], cs[j] = v[kBins + j];
-    if (total < 0) {  // the first pass: the range's size and weight (bins from the top)
-      total = count = 0;
-#pragma unroll
-      for (int j = kBins - 1; j >= 0; --j) total += ws[j], count += cs[j];
-      target = relative ? factor * total : factor;
-      if (!ok(total)) {
-        restore();
+    for (int r = kCluster - 1; r >= 0; --r) {
+      const Cum s = c.cluster.map_shared_rank(&sh, r)->slice_total;
+      if (r > static_cast<int>(c.rank)) higher = higher + s;
+      total = total + s;
+    }
+    if (first) {
+      first = false;
+      if (!settle(total.w)) {
+        c.cluster.sync();  // no block rereads the totals after another's next pass
         return 0;
       }
-      if (count <= kCap) break;
-    }
-    // The chosen bin, with compile-time indices only (a runtime index would put the bins in
-    // local memory).
-    int lowest = kBins;
-#pragma unroll
-    for (int j = kBins - 1; j >= 0; --j)
-      if (cs[j] != 0) lowest = j;
-    bool found = false;
-    u64 nlo = lo, nhi = hi;
-#pragma unroll
-    for (int j = kBins - 1; j >= 0; --j) {
-      if (found || cs[j] == 0) continue;
-      if (j == lowest || ok(above + ws[j])) {  // the lowest by default (rounding)
-        found = true;
-        nlo = e[j];
-        nhi = e[j + 1] - 1;
-        count = cs[j];
-        gather_at = ns[j];  // this thread's count in the bin: its offset, once scanned
-      } else {
-        above += ws[j];
+      if (ok(above.w)) {  // target <= 0: the first candidate
+        c.cluster.sync();
+        return hi;
       }
     }
-    lo = nlo;
-    hi = nhi;
-    if (c.keys == nullptr && c.spare != nullptr && count > kCap) {  // compact on the next pass?
-      gather_at = block_exclusive_scan(gather_at, gather_total, c);
-      gather = gather_total <= kSpareKeys;  // the block's share fits (a per-block choice)
+    const Cum before = above + higher + before_in_share, after = before + v;
+    if (t < kShare && b < L.nb && ok(after.w) && !ok(before.w)) {  // exactly one thread of the cluster
+      Shared<kThreads>& r0 = *c.cluster.map_shared_rank(&sh, 0);
+      L.keys_of(b, r0.lo, r0.hi);
+      r0.above = before;
+      r0.count = v.n;
     }
+    c.cluster.sync();  // the choice is in rank 0
+    const Shared<kThreads>& r0 = *c.cluster.map_shared_rank(&sh, 0);
+    above = r0.above;
+    lo = r0.lo;
+    hi = r0.hi;
+    count = r0.count;
+    c.cluster.sync();  // read everywhere before the next pass's choice overwrites it
   }
   // At most kCap candidates left: each block lists its own, rank 0 collects the lists, ranks the
-  // candidates by counting (keys are unique), prefix-sums their weights in order (each thread
-  // from the first, as the host sums) and picks; the pick goes back to every block.
+  // candidates by counting (keys are unique), prefix-sums their weights in order (exactly, each
+  // thread from the first) and picks; the pick goes back to every block.
   if (t == 0) sh.n = 0;
   __syncthreads();
   for_each_key(c, [&](u64 o) {
@@ -353,42 +304,53 @@ __device__ u64 rank_select(u64 lo, u64 hi, double count, double total, Weight w,
       sh.sorted[rank] = key;
     }
     __syncthreads();
-    if (t < n) sh.w[t] = w(ord_val(sh.sorted[t]));
-    if (t == 0) sh.pick = n > 0 ? sh.sorted[n - 1] : 0;
+    if (t < n) sh.w[t] = to_fix(w.value(ord_val(sh.sorted[t])));
+    if (t == 0) sh.pick = n > 0 ? sh.sorted[n - 1] : 0;  // by default the last (cannot happen)
     __syncthreads();
-    if (t < n) {
-      double before = 0;
-      for (int j = 0; j < t; ++j) before += sh.w[j];
-      if (ok(above + (before + sh.w[t])) && (t == 0 || !ok(above + before))) sh.pick = sh.sorted[t];
+    // The total when no pass set the target (the whole range is here): a fixed order of adds.
+    Fix total{0, 0};
+    if (first)
+      for (int j = 0; j < n; ++j) total = total + Fix{sh.w[j], 0};
+    const bool reached = !first || settle(total);
+    if (reached && t < n) {
+      Fix before = above.w;
+      for (int j = 0; j < t; ++j) before = before + Fix{sh.w[j], 0};
+      const Fix after = before + Fix{sh.w[t], 0};
+      if (ok(after) && (t == 0 || !ok(before))) sh.pick = sh.sorted[t];
     }
+    if (!reached && t == 0) sh.pick = 0;
   }
   c.cluster.sync();  // rank 0's pick is in place
   const u64 r = c.cluster.map_shared_rank(&sh, 0)->pick;
   c.cluster.sync();  // every block has it before rank 0 writes its shared memory again
-  restore();
   return r;
 }
 
-// The host sampler's truncations and draw over the candidates, first = hi, last = lo.
+// The host sampler's truncations and draw over the candidates (`count` of them), first = hi,
+// last = lo.
 template <class C>
-__device__ u64 select(const SampleRow& p, u64 lo, u64 hi, double count, C& c) {
+__device__ u64 select(const SampleRow& p, u64 lo, u64 hi, int64_t count, C& c) {
   auto& sh = c.sh;
   const float mx = ord_val(hi);
   const Weight one{mx, 1.f, true}, prob{mx, 1.f, false}, temp{mx, inv_temperature(p.temperature), false};
   u64 bound = lo;  // the kept candidates are those with ord >= bound
-  if (p.top_k > 0 && p.top_k < count)
-    bound = rank_select(lo, hi, count, count, one, p.top_k, false, false, c);
+  int64_t kept = count;
+  if (p.top_k > 0 && p.top_k < count) {
+    bound = rank_select(lo, hi, count, one, p.top_k, false, false, c);
+    kept = p.top_k;
+  }
   if (p.top_p < 1.f)
-    if (const u64 b = rank_select(bound, hi, -1, -1, prob, p.top_p, true, false, c)) bound = b;
+    if (const u64 b = rank_select(bound, hi, kept, prob, p.top_p, true, false, c)) bound = b, kept = -1;
   if (p.min_p > 0.f) {
     // The same bisection in every block (no data pass).
-    if (threadIdx.x == 0) sh.edges[0] = min_p_bound(bound, hi, mx, p.min_p);
+    if (threadIdx.x == 0) sh.pick = min_p_bound(bound, hi, mx, p.min_p);
     __syncthreads();
-    bound = sh.edges[0];
+    if (sh.pick != bound) kept = -1;
+    bound = sh.pick;
     __syncthreads();
   }
   if (bound == hi) return hi;
-  if (const u64 b = rank_select(bound, hi, -1, -1, temp, p.u, true, true, c)) return b;
+  if (const u64 b = rank_select(bound, hi, kept, temp, p.u, true, true, c)) return b;
   // u * total not reached (u rounded up to 1): the host takes the last kept candidate.
   u64 last = ~0ull, unused = 0;
   for_each_key(c, [&](u64 o) {
@@ -411,14 +373,16 @@ sample_kernel(float* logits, int64_t vocab, const SampleRow* rows, const SampleP
   detail::pdl_wait();  // inputs come from the previous kernel (PDL, launch.h)
   detail::pdl_trigger();
   __shared__ Shared<kThreads> sh;
-  extern __shared__ __align__(16) u64 cache[];
+  extern __shared__ __align__(16) unsigned char dynamic_smem[];  // the bins, then the key cache
+  Bins& bins = *reinterpret_cast<Bins*>(dynamic_smem);
+  u64* const cache = reinterpret_cast<u64*>(dynamic_smem + kBinBytes);
   const unsigned rank = cg::this_cluster().block_rank();
   const int64_t row = blockIdx.x / kCluster, span = slice_len(vocab, kCluster);
   const int64_t begin = min(vocab, rank * span), len = min(vocab, begin + span) - begin;
   float* x = logits + row * vocab;
   const SampleRow p = rows[row];
   const bool cached = kCacheable && p.temperature > 0.f;  // greedy: one pass over the row
-  C c{cg::this_cluster(), rank, sh, cached ? cache : nullptr, x, begin, len, kCacheable ? nullptr : cache};
+  C c{cg::this_cluster(), rank, sh, cached ? cache : nullptr, x, begin, len, bins};
   if (cached) {  // the slice's keys into shared memory
     for_each_float<kThreads>(x + begin, len, [&](float v, int64_t i) { cache[i] = key_of(v, begin + i); });
     __syncthreads();  // every key in place before a penalty or ban overwrites its own
@@ -448,8 +412,8 @@ sample_kernel(float* logits, int64_t vocab, const SampleRow* rows, const SampleP
     ++n;
   });
   u64 v[3] = {lo, hi, n};
-  cluster_reduce<3, false>(v, [](int j, u64 a, u64 b) { return j == 0 ? min(a, b) : j == 1 ? max(a, b) : a + b; }, c);
-  const double count = static_cast<double>(v[2]);
+  cluster_reduce<3>(v, [](int j, u64 a, u64 b) { return j == 0 ? min(a, b) : j == 1 ? max(a, b) : a + b; }, c);
+  const int64_t count = static_cast<int64_t>(v[2]);
   int32_t id = 0;  // no candidate: the host's answer too
   if (count > 0) id = ord_id(p.temperature <= 0.f ? v[1] : select(p, v[0], v[1], count, c));
   if (rank == 0 && threadIdx.x == 0) ids[row] = id;
@@ -475,13 +439,13 @@ void launch(float* logits, int64_t rows, int64_t vocab, const SampleRow* params,
   TESSERA_CUDA_CHECK((allow_cluster<kCached, kCluster>()));
   TESSERA_CUDA_CHECK((allow_cluster<kUncached, kCluster>()));
   TESSERA_CUDA_CHECK((detail::raise_func_attribute<kUncached, cudaFuncAttributeMaxDynamicSharedMemorySize>(
-      static_cast<int>(kSpareBytes))));
+      static_cast<int>(kBinBytes))));  // with the static shared memory, over the default 48 KB
   TESSERA_CUDA_CHECK((detail::raise_func_attribute<kCached, cudaFuncAttributeMaxDynamicSharedMemorySize>(
-      static_cast<int>(kMaxCacheBytes))));
+      static_cast<int>(kBinBytes + kMaxCacheBytes))));
   const size_t cache_bytes = static_cast<size_t>(slice_len(vocab, kCluster)) * sizeof(u64);
   const bool cacheable = cache_bytes <= static_cast<size_t>(kMaxCacheBytes);
   detail::launch_kernel_clustered(cacheable ? kCached : kUncached, rows * kCluster, kThreads,
-                                  cacheable ? cache_bytes : kSpareBytes, stream, kCluster, logits,
+                                  kBinBytes + (cacheable ? cache_bytes : 0), stream, kCluster, logits,
                                   vocab, params, penalties, banned, ids);
 }
 
@@ -498,13 +462,13 @@ int max_active_clusters() {
   cudaError_t e = allow_cluster<kKernel, kCluster>();
   if (e == cudaSuccess)
     e = detail::raise_func_attribute<kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize>(
-        static_cast<int>(kMaxCacheBytes));
+        static_cast<int>(kBinBytes + kMaxCacheBytes));
   int clusters = 0;
   if (e == cudaSuccess) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(kCluster);
     cfg.blockDim = dim3(kThreads);
-    cfg.dynamicSmemBytes = kMaxCacheBytes;
+    cfg.dynamicSmemBytes = kBinBytes + kMaxCacheBytes;
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeClusterDimension;
     attr[0].val.clusterDim = {kCluster, 1, 1};

@@ -8,6 +8,7 @@
 
 #include "core/sample_row.h"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/sample_bins.cuh"
 #include "kernels/cuda/sample_keys.cuh"
 
 namespace tessera::cuda::sample_detail::row_block {
@@ -26,58 +27,11 @@ __device__ __forceinline__ void for_each_logit(const float* x, int64_t vocab, F&
   });
 }
 
-// Cumulative weights in unsigned 128-bit fixed point with kFracBits fraction bits: each weight
-// (<= 1) truncated to a multiple of 2^-56, summed exactly, so a sum is the same whatever the
-// order its terms arrive in (shared-memory integer atomics stay deterministic). The truncation,
-// < 2^-56 per candidate (1.8e-12 over 128K of them), is below what the host's own double sums
-// round away; weights under 2^-56 of the max's, which the host's sums (>= 1) cannot register
-// either, count as 0.
-constexpr int kFracBits = 56;
-struct Fix {
-  u64 lo, hi;
-};
-__device__ __forceinline__ Fix operator+(Fix a, Fix b) {
-  const u64 lo = a.lo + b.lo;
-  return {lo, a.hi + b.hi + (lo < a.lo)};
-}
-__device__ __forceinline__ Fix operator-(Fix a, Fix b) { return {a.lo - b.lo, a.hi - b.hi - (a.lo < b.lo)}; }
-__device__ __forceinline__ bool operator<(Fix a, Fix b) { return a.hi != b.hi ? a.hi < b.hi : a.lo < b.lo; }
-
-// A cumulative weight and the number of candidates it sums.
-struct Cum {
-  Fix w;
-  uint32_t n;
-};
-__device__ __forceinline__ Cum operator+(Cum a, Cum b) { return {a.w + b.w, a.n + b.n}; }
-__device__ __forceinline__ Cum operator-(Cum a, Cum b) { return {a.w - b.w, a.n - b.n}; }
-
-// w * 2^56 truncated, for a float w in [0, 1]: the product is exact (a power of two), the
-// conversion drops its fraction.
-__device__ __forceinline__ u64 to_fix(float w) { return __float2ull_rz(__fmul_rn(w, 0x1p56f)); }
-// t * 2^56 truncated (0 for t <= 0 or NaN, saturated far above any sum of weights).
-__device__ inline Fix fix_of(double t) {
-  if (!(t > 0)) return {0, 0};
-  const double x = t * 0x1p56;
-  if (x >= 0x1p126) return {0, u64{1} << 62};
-  const u64 hi = __double2ull_rz(x * 0x1p-64);
-  return {__double2ull_rz(x - static_cast<double>(hi) * 0x1p64), hi};  // exact (Sterbenz)
-}
-__device__ inline double to_double(Fix f) {
-  return (static_cast<double>(f.hi) * 0x1p64 + static_cast<double>(f.lo)) * 0x1p-56;
-}
-
-// A rank-select pass weighs the range's candidates in kBins sub-ranges at once: the next
-// kDigitBits bits of their keys below the range's common prefix.
-constexpr int kDigitBits = 11;
-constexpr int kBins = 1 << kDigitBits;
 static_assert(kBins == kCap, "bins and final candidates share the two-per-thread scan");
 
 struct Shared {
   union {
-    struct {
-      uint32_t w0[kBins], w1[kBins], w2[kBins];  // fixed-point weight, 32 bits at a time
-      uint32_t n[kBins];
-    } bins;
+    Bins bins;
     u64 ord[kCap];  // the final candidates
   } u;
   Cum warp_sums[kWarps];
@@ -185,82 +139,12 @@ __device__ __forceinline__ void for_each_candidate(const float* x, int64_t vocab
   for (int64_t i = tail + threadIdx.x; i < vocab; i += kThreads) visit(x[i], i);
 }
 
-// How a rank-select pass splits its range [lo, hi] into bins (numbered from the bottom): by
-// value, linearly, while the range spans a moderate interval of values (logits spread roughly
-// evenly, so the bins hold similar numbers of candidates and the shared-memory atomics seldom
-// collide), else by the next key bits below the range's common prefix (one value: its ids; a
-// huge span of values: their exponents). Either map is monotonic in the key, so every bin is a
-// contiguous range of keys.
-struct Level {
-  u64 lo, hi;
-  bool by_value;
-  float a, inv;  // by value: bin = clamp(int((v - a) * inv), 0, kBins - 1)
-  int shift;     // by key: bin = (o >> shift) - (lo >> shift)
-  int nb;        // bins
-
-  // floor: values below it share bin 0 (their weights are 0; -inf: none).
-  __device__ __forceinline__ Level(u64 lo_, u64 hi_, float floor) : lo(lo_), hi(hi_) {
-    a = fmaxf(ord_val(lo), floor);
-    const float width = __fsub_rn(ord_val(hi), a);
-    inv = __fdiv_rn(static_cast<float>(kBins), width);
-    by_value = width > 0.f && width <= 4096.f && inv < 1e30f;
-    const u64 d = lo ^ hi;
-    const int top = d == 0 ? 0 : 63 - __clzll(d);
-    shift = top >= kDigitBits ? top - (kDigitBits - 1) : 0;
-    nb = by_value ? kBins : static_cast<int>((hi >> shift) - (lo >> shift)) + 1;
-  }
-  __device__ __forceinline__ int bin_of_value(float v) const {
-    const float q = __fmul_rn(__fsub_rn(v, a), inv);
-    return q < 1.f ? 0 : q >= static_cast<float>(kBins - 1) ? kBins - 1 : static_cast<int>(q);
-  }
-  __device__ __forceinline__ int bin(u64 o, float v) const {
-    return by_value ? bin_of_value(v) : static_cast<int>((o >> shift) - (lo >> shift));
-  }
-  // The keys of bin j (a non-empty bin): [first, last] within [lo, hi].
-  __device__ void keys_of(int j, u64& first, u64& last) const {
-    if (!by_value) {
-      const u64 edge = ((lo >> shift) + static_cast<u64>(j)) << shift;
-      first = max(lo, edge);
-      last = min(hi, edge + ((u64{1} << shift) - 1));
-      return;
-    }
-    first = j == 0 ? lo : max(lo, u64{first_value_key(j)} << 32);
-    last = j == nb - 1 ? hi : min(hi, (u64{first_value_key(j + 1)} << 32) - 1);
-  }
-  // The smallest value key in the range whose value's bin is >= j (bisection, no data).
-  __device__ uint32_t first_value_key(int j) const {
-    uint32_t k0 = static_cast<uint32_t>(lo >> 32), k1 = static_cast<uint32_t>(hi >> 32);
-    while (k0 < k1) {
-      const uint32_t m = k0 + (k1 - k0) / 2;
-      if (bin_of_value(fval(m)) >= j) k1 = m;
-      else k0 = m + 1;
-    }
-    return k0;
-  }
-};
-
 // One pass over the row: the number and fixed-point weight of L's range's candidates in each
 // of its bins. Out of line, so that the pass's registers are its own (the rank-select's state
 // stays outside the loop).
 __device__ __noinline__ void weigh_bins(const float* x, int64_t vocab, const Level L, const Weight w, Shared& sh) {
   for_each_candidate(x, vocab, [&](u64 o, float l) {
-    if (o < L.lo || o > L.hi) return;
-    const int b = L.bin(o, l);
-    atomicAdd(&sh.u.bins.n[b], 1u);
-    if (w.count) return;  // the weight is n * 2^56
-    // The weight's 57 bits as two 32-bit adds and their carries (native 32-bit atomics; 64-bit
-    // ones on shared memory are compare-and-swap loops).
-    const u64 f = to_fix(w.value(l));
-    const uint32_t f0 = static_cast<uint32_t>(f);
-    uint32_t f1 = static_cast<uint32_t>(f >> 32);
-    if (f0) {
-      const uint32_t old = atomicAdd(&sh.u.bins.w0[b], f0);
-      f1 += old + f0 < old;
-    }
-    if (f1) {
-      const uint32_t old = atomicAdd(&sh.u.bins.w1[b], f1);
-      if (old + f1 < old) atomicAdd(&sh.u.bins.w2[b], 1u);
-    }
+    if (o >= L.lo && o <= L.hi) sh.u.bins.add(L.bin(o, l), w, l);
   });
 }
 
@@ -312,8 +196,7 @@ __device__ u64 rank_select(const float* x, int64_t vocab, u64 lo, u64 hi, Kept i
   const float floor = w.count ? -INFINITY : __fsub_rn(w.max, __fdiv_rn(90.f, w.inv_t));
   while (count < 0 || count > kCap) {
     const Level L(lo, hi, floor);
-    for (int b = t; b < L.nb; b += kThreads)
-      sh.u.bins.w0[b] = 0, sh.u.bins.w1[b] = 0, sh.u.bins.w2[b] = 0, sh.u.bins.n[b] = 0;
+    sh.u.bins.clear<kThreads>(L.nb);
     __syncthreads();
     weigh_bins(x, vocab, L, w, sh);
     __syncthreads();
@@ -321,18 +204,16 @@ __device__ u64 rank_select(const float* x, int64_t vocab, u64 lo, u64 hi, Kept i
     // Thread t takes the bins 2t and 2t + 1 from the top; the first whose cumulative weight
     // reaches the target is the new range.
     const int b0 = L.nb - 1 - 2 * t, b1 = b0 - 1;
-    auto bin = [&](int b) -> Cum {
-      if (b < 0) return {{0, 0}, 0};
-      const uint32_t n = sh.u.bins.n[b];
-      if (w.count) return {{u64{n} << kFracBits, u64{n} >> (64 - kFracBits)}, n};
-      return {{(u64{sh.u.bins.w1[b]} << 32) | sh.u.bins.w0[b], sh.u.bins.w2[b]}, n};
-    };
-    const Cum v0 = bin(b0), v1 = bin(b1);
+    const Cum v0 = b0 >= 0 ? sh.u.bins.at(b0, w.count) : Cum{{0, 0}, 0};
+    const Cum v1 = b1 >= 0 ? sh.u.bins.at(b1, w.count) : Cum{{0, 0}, 0};
     Cum total;
     const Cum before0 = above + block_scan(v0 + v1, total, sh), after0 = before0 + v0, after1 = after0 + v1;
     if (first) {
       first = false;
-      if (!settle(total.w)) return 0;
+      if (!settle(total.w)) {
+        *out = in;  // nothing cut: what was known of the range still holds
+        return 0;
+      }
       if (ok(above.w)) {  // target <= 0: the first candidate
         *out = {1, false};
         return hi;
@@ -378,7 +259,10 @@ __device__ u64 rank_select(const float* x, int64_t vocab, u64 lo, u64 hi, Kept i
   const Cum v0{{j0 < n ? to_fix(w.value(ord_val(o0))) : 0, 0}, 1}, v1{{j1 < n ? to_fix(w.value(ord_val(o1))) : 0, 0}, 1};
   Cum total;
   const Cum before0 = above + block_scan(v0 + v1, total, sh), after0 = before0 + v0, after1 = after0 + v1;
-  if (first && !settle(total.w)) return 0;  // (uniform: every thread has the same total)
+  if (first && !settle(total.w)) {  // (uniform: every thread has the same total)
+    *out = in;
+    return 0;
+  }
   if (t == 0) sh.pick_at = n - 1;  // by default the last (cannot happen)
   __syncthreads();
   if (j0 < n && ok(after0.w) && (j0 == 0 || !ok(before0.w))) sh.pick_at = j0;
