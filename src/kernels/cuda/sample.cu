@@ -22,12 +22,12 @@ void sample_rows(float* logits, int64_t rows, int64_t vocab, const SampleRow* pa
   if (rows == 0) return;
   // Blocks per row: the SMs the launch leaves each row (a block of 512 threads at ~128 registers
   // fills an SM): 16 or 8 with the slices' keys in shared memory; below 8 SMs per row, one block
-  // of 1024 threads per row (row_block), whose passes weigh 2048 bins at once. H200,
-  // sample_bench, 128256 logits, us (docs/design/gpu_runs/s16_sample_shapes.txt): one row as a
-  // 16-block cluster: greedy 14, temperature 0.8 48, top-p 0.9 83 (row_block: 28, 112, 197);
-  // 16 rows, 8-block clusters: top-p 205 flat / 150 peaked (row_block 199 / 185); 32 rows:
-  // row_block 113 / 199 against 153 / 271 as 2-block clusters (temperature / top-p, flat), which
-  // row_block beats at every row count, so they are gone.
+  // of 1024 threads per row (row_block). H200, sample_bench, 128256 logits, flat, us
+  // (docs/design/gpu_runs/s16_sample_shapes.txt, s16_sample_cluster_bins.txt): one row as a
+  // 16-block cluster: greedy 14, temperature 0.8 37, top-p 0.9 65 (row_block 28 / 112 / 197);
+  // 16 rows as 8-block clusters: temperature 77, top-p 133 (row_block 113 / 199); 2-block
+  // clusters lost to row_block at every row count (32 rows: 153 / 271 against 113 / 199), so
+  // they are gone.
   // TESSERA_SAMPLE_BLOCKS=16|8|1 forces a shape (1: row_block), for A/B runs.
   static const int forced = [] {
     const char* e = std::getenv("TESSERA_SAMPLE_BLOCKS");

@@ -7,14 +7,14 @@
 // top-k, top-p (first n whose cumulative weight w(l - max) >= top_p * sum), min-p (a value
 // threshold on exp(l - max) in double), then the first token whose cumulative w((l - max) * r)
 // exceeds u * total, r = 1 / T rounded once (capped at FLT_MAX); w is core/sample_weight.h's
-// float exp, the host's to the bit, summed in double (a cluster per row) or as exact 128-bit fixed
-// point (one block per row, each weight truncated to 2^-56 first). Each boundary is found by a
-// rank-select over the ordered (value, id) key space with deterministic reductions, finished in
+// float exp, the host's to the bit, truncated to a multiple of 2^-56 and summed exactly as
+// fixed point. Each boundary is found by a rank-select over the ordered (value, id) key space:
+// passes that weigh 2048 bins of the range at once (integer atomics: deterministic), finished in
 // shared memory once few candidates remain. The token can differ from the host's only where u or
-// top_p lies within rounding of a boundary: the sums differ by summation order (and truncation,
-// ~1e-12 over 128K weights), the host tests top-p as cum(w / sum) >= top_p where the device
-// tests cum(w) >= top_p * sum, and min-p's double exp is the device's and the host's libm's
-// (either may be 1 ulp off at the threshold).
+// top_p lies within rounding of a boundary: the host sums in double (in order), the device
+// exactly after truncation (~1e-12 over 128K weights), the host tests top-p as
+// cum(w / sum) >= top_p where the device tests cum(w) >= top_p * sum, and min-p's double exp is
+// the device's and the host's libm's (either may be 1 ulp off at the threshold).
 //
 // A thread-block cluster or one block per row (sample_rows picks by the rows); no allocation or
 // synchronization (capturable into a graph). All pointers are device memory;

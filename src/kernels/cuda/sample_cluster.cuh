@@ -6,7 +6,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <type_traits>
 
 #include "core/sample_row.h"
 #include "kernels/cuda/launch.cuh"
@@ -132,25 +131,14 @@ __device__ __forceinline__ void for_each_key(const C& c, F&& f) {
     if (const u64 o = key_of(x[i], c.begin + i)) f(o);
 }
 
-template <class T>
-__device__ __forceinline__ u64 to_bits(T v) {
-  if constexpr (std::is_integral_v<T>) return static_cast<u64>(v);
-  else return static_cast<u64>(__double_as_longlong(v));
-}
-template <class T>
-__device__ __forceinline__ T from_bits(u64 b) {
-  if constexpr (std::is_integral_v<T>) return static_cast<T>(b);
-  else return __longlong_as_double(static_cast<long long>(b));
-}
-
 // The cluster's reduction of v[0..N) (slot j by op(j, a, b)) from each thread's values, returned
 // to every thread of the cluster. Warps reduce first (lane 0), then the warps of a block in
 // order, then the blocks in rank order through distributed shared memory: a fixed tree, the same
 // bits in every block and on every run.
-template <int N, class T, class Op, class C>
-__device__ void cluster_reduce(T (&v)[N], Op op, C& c) {
+template <int N, class Op, class C>
+__device__ void cluster_reduce(u64 (&v)[N], Op op, C& c) {
   constexpr int kWarps = C::kWarps, kCluster = C::kCluster;
-  static_assert(sizeof(T) == 8 && N <= kRed, "8-byte values, at most kRed of them");
+  static_assert(N <= kRed, "at most kRed values");
   auto& sh = c.sh;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 #pragma unroll
@@ -158,28 +146,28 @@ __device__ void cluster_reduce(T (&v)[N], Op op, C& c) {
     for (int off = 16; off; off >>= 1) v[j] = op(j, v[j], __shfl_down_sync(0xffffffffu, v[j], off));
   if (lane == 0)
 #pragma unroll
-    for (int j = 0; j < N; ++j) sh.warp_red[warp][j] = to_bits(v[j]);
+    for (int j = 0; j < N; ++j) sh.warp_red[warp][j] = v[j];
   __syncthreads();
   const int buf = c.reductions++ & 1;
   const int t = threadIdx.x;
   if (t < N) {
-    T a = from_bits<T>(sh.warp_red[0][t]);
-    for (int w = 1; w < kWarps; ++w) a = op(t, a, from_bits<T>(sh.warp_red[w][t]));
-    sh.block_red[buf][t] = to_bits(a);
+    u64 a = sh.warp_red[0][t];
+    for (int w = 1; w < kWarps; ++w) a = op(t, a, sh.warp_red[w][t]);
+    sh.block_red[buf][t] = a;
   }
   c.cluster.sync();  // every block's partial is in place
   if (t < N) {  // every block's partial loaded first (remote loads in flight together)
     u64 part[kCluster];
 #pragma unroll
     for (int r = 0; r < kCluster; ++r) part[r] = c.cluster.map_shared_rank(&sh.block_red[buf][0], r)[t];
-    T a = from_bits<T>(part[0]);
+    u64 a = part[0];
 #pragma unroll
-    for (int r = 1; r < kCluster; ++r) a = op(t, a, from_bits<T>(part[r]));
-    sh.total[t] = to_bits(a);
+    for (int r = 1; r < kCluster; ++r) a = op(t, a, part[r]);
+    sh.total[t] = a;
   }
   __syncthreads();
 #pragma unroll
-  for (int j = 0; j < N; ++j) v[j] = from_bits<T>(sh.total[j]);
+  for (int j = 0; j < N; ++j) v[j] = sh.total[j];
 }
 
 // Cluster-wide min of lo and max of hi.

@@ -50,17 +50,13 @@ __device__ __forceinline__ float penalized(float v, const SamplePenalty& e, cons
                                 p.presence_penalty));
 }
 
-struct Plus {
-  __device__ double operator()(int, double x, double y) const { return x + y; }
-};
-
 // 1 / t rounded once, capped at FLT_MAX as the host caps it: a tiny temperature keeps the max's
 // weight at exactly 1 (0 * inf would be NaN) and zeroes the rest.
 __device__ __forceinline__ float inv_temperature(float t) { return fminf(__fdiv_rn(1.f, t), FLT_MAX); }
 
 // A candidate's weight, computed as the host computes it: 1 (counting, top-k), or
 // sample_weight((l - max) * inv_t) in float (inv_t = 1: top-p probabilities; inv_temperature:
-// the draw), summed in double.
+// the draw), summed exactly as fixed point (sample_bins.cuh).
 struct Weight {
   float max;
   float inv_t;
@@ -68,28 +64,7 @@ struct Weight {
   __device__ float value(float l) const {
     return count ? 1.f : sample_weight(__fmul_rn(__fsub_rn(l, max), inv_t));
   }
-  __device__ double operator()(float l) const { return static_cast<double>(value(l)); }
 };
-
-// A split point in (lo, hi]. Logits spread roughly linearly, so bisect the value range while it
-// is moderate; else the key bits (a few steps through the exponents); within one value, the ids.
-__device__ u64 split(u64 lo, u64 hi) {
-  const uint32_t klo = static_cast<uint32_t>(lo >> 32), khi = static_cast<uint32_t>(hi >> 32);
-  if (klo == khi) return lo + (hi - lo + 1) / 2;
-  const float vlo = fval(klo), vhi = fval(khi);
-  uint32_t km;
-  if (vhi - vlo <= 256.f) {
-    km = fkey(clean(vlo * 0.5f + vhi * 0.5f));
-    if (km <= klo) km = klo + 1;
-  } else {
-    km = klo + (khi - klo + 1) / 2;
-  }
-  return u64{km} << 32;
-}
-
-// The lower edge of the upper part when [a, b] is halved: split's point, b + 1 (everything
-// below) for a single key, a for an empty range.
-__device__ u64 halve(u64 a, u64 b) { return a > b ? a : a == b ? b + 1 : split(a, b); }
 
 // min-p over the candidates with ord in [bound, hi] (hi: the first, of value mx): they are kept
 // while exp(l - max) >= min_p, a value threshold; the smallest key that passes, by bisection
