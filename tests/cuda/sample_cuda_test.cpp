@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <string>
@@ -255,6 +256,35 @@ TEST(SampleCuda, SameTokenAsHostSamplerOddAndLargeVocabularies) {
   check_against_host(33, 2, 7);   // 16 blocks: ranks 9..15 hold empty slices
   check_against_host(512, 2, 8);  // a rank-select's last range: kCap (512) candidates at most
   check_against_host(513, 2, 9);
+}
+
+// The edges a draw reaches only where the sums are exact: u = 1 on rows of equal weights (the
+// target is the whole total: not reached, so the last kept token, as on the host), a top-p so
+// small that its target truncates to 0 (the first token), and u = 1 after a top-k cut; on every
+// shape, at a vocabulary that fits one pass of the cluster's final phase and one that does not.
+TEST(SampleCuda, DrawEdgesTakeTheHostsFirstOrLastKeptToken) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  std::vector<SamplingParams> ps = {{.temperature = 1.f},
+                                    {.temperature = 1.f, .top_p = std::numeric_limits<float>::denorm_min()},
+                                    {.temperature = 1e-39f},
+                                    {.temperature = 0.7f, .top_k = 40}};
+  for (const int64_t V : {512, 1000, 4099}) {
+    const auto history = make_history(V, 21);
+    std::vector<Case> cases;
+    for (size_t p = 0; p < ps.size(); ++p)
+      for (const double u : {0.0, 1.0}) cases.push_back({Kind::kEqual, p, u, 90 + p});
+    std::vector<int32_t> want(cases.size());
+    for (size_t r = 0; r < cases.size(); ++r) {
+      auto x = make_row(cases[r].kind, V, cases[r].seed);
+      want[r] = Sampler(ps[cases[r].params]).sample_with_u(x, history, cases[r].u);
+    }
+    for (int blocks : {0, 16, 8, 1}) {
+      const auto got = run_device(cases, ps, history, V, nullptr, blocks);
+      for (size_t r = 0; r < cases.size(); ++r)
+        EXPECT_EQ(got[r], want[r]) << "V " << V << " blocks " << blocks << " params " << cases[r].params
+                                   << " u " << cases[r].u;
+    }
+  }
 }
 
 // Penalties and bans land in the row exactly as the host sampler writes them.

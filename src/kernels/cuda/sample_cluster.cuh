@@ -43,7 +43,6 @@ struct Shared {
   u64 block_red[2][kRed];  // by reduction parity: a block one reduction ahead writes the other
   u64 total[kRed];
   Cum warp_sums[kWarps];
-  Cum part[kBins / 8];  // this block's share of the bins, summed over the cluster
   Cum slice_total;      // their total
   Cum above;            // rank 0: a pass's choice (written by the block that found it)
   u64 lo, hi, pick;
@@ -193,7 +192,7 @@ __device__ u64 rank_select(u64 lo, u64 hi, int64_t count, Weight w, double facto
                            bool strict, C& c) {
   constexpr int kCluster = C::kCluster, kCap = C::kCap, kThreads = C::kThreads;
   constexpr int kShare = kBins / kCluster;
-  static_assert(kCap == kThreads && kShare <= kThreads && kShare <= kBins / 8, "one candidate / bin per thread");
+  static_assert(kCap == kThreads && kShare <= kThreads, "one candidate / bin per thread");
   auto& sh = c.sh;
   const int t = threadIdx.x;
   Fix target = fix_of(factor);
