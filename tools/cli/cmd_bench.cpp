@@ -81,17 +81,25 @@ struct BatchTiming {
   int64_t decode_steps = 0;
 };
 
-// Runs `prompts` to `max_tokens` each with continuous batching; greedy, or sampled as a chat
-// samples (temperature 0.8, top-p 0.95, a seed per request).
+// A chat's sampling, for the bench's sampled rows (named by kChatSampling).
+constexpr const char* kChatSampling = "temperature 0.8 top-p 0.95";
+void sample_like_a_chat(GenerationParams& p, uint64_t seed) {
+  p.temperature = 0.8f;
+  p.top_p = 0.95f;
+  p.seed = seed;
+}
+
+// Runs `prompts` to `max_tokens` each with continuous batching; greedy, or sampled like a chat
+// (a seed per request).
 BatchTiming run_batch(Engine& e, const std::vector<std::vector<int32_t>>& prompts, int max_tokens,
                       bool sampled = false) {
   GenerationParams p;
   p.max_tokens = max_tokens;
   p.ignore_eos = true;
-  if (sampled) p.temperature = 0.8f, p.top_p = 0.95f;
   int done = 0;
+  uint64_t seed = 0;
   for (const auto& ids : prompts) {
-    if (sampled) ++p.seed;
+    if (sampled) sample_like_a_chat(p, ++seed);
     auto id = e.submit(ids, p, {.on_text = {}, .on_done = [&](Expected<GenerationResult>) { ++done; }, .on_logprob = {}});
     if (!id) throw std::runtime_error(id.status().to_string());
   }
@@ -228,14 +236,14 @@ int cmd_bench(int argc, char** argv) {
       GenerationParams p;
       p.max_tokens = decode_tokens;
       p.ignore_eos = true;
-      if (sampled) p.temperature = 0.8f, p.top_p = 0.95f, p.seed = 1;
+      if (sampled) sample_like_a_chat(p, 1);
       auto r = e.generate_from_tokens(random_prompt(decode_ctx, s.vocab, 2), p);
       if (!r) throw std::runtime_error(r.status().to_string());
       const double ms = r->generation_seconds / (r->generated_tokens - 1) * 1e3;
       const double mean_ctx = decode_ctx + decode_tokens / 2.0;
       const double floor_ms = (W + kv_tok * mean_ctx) / bw * 1e3;
-      rows.push_back({sampled ? "decode, batch 1, temperature 0.8 top-p 0.95 (ms/token)"
-                              : "decode, batch 1 (ms/token)",
+      rows.push_back({sampled ? std::string("decode, batch 1, ") + kChatSampling + " (ms/token)"
+                              : std::string("decode, batch 1 (ms/token)"),
                       fmt("%.2f", ms), fmt("%.2f", floor_ms), pct(floor_ms / ms), floor_ms / ms});
     }
     for (int n : prefill) {
@@ -276,7 +284,8 @@ int cmd_bench(int argc, char** argv) {
       const double mean_ctx = batch_ctx + (batch_gen + prefill_steps(b)) / 2.0;
       const double step_floor_s = (W + b * kv_tok * mean_ctx) / bw;
       const double floor_tps = b / step_floor_s;
-      rows.push_back({"decode, batch " + std::to_string(b) + (sampled ? ", temperature 0.8 top-p 0.95" : "") + " (tokens/s)", fmt("%.0f", tps),
+      const std::string how = sampled ? std::string(", ") + kChatSampling : "";
+      rows.push_back({"decode, batch " + std::to_string(b) + how + " (tokens/s)", fmt("%.0f", tps),
                       fmt("%.0f", floor_tps), pct(tps / floor_tps), tps / floor_tps});
     }
   } catch (const std::exception& ex) {

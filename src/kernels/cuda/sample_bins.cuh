@@ -49,6 +49,52 @@ __device__ inline double to_double(Fix f) {
   return (static_cast<double>(f.hi) * 0x1p64 + static_cast<double>(f.lo)) * 0x1p-56;
 }
 
+// A rank-select's target: factor, or factor x the range's total once a pass has summed it
+// (relative). reached(s): a cumulative weight s is >= it (strict: > it).
+struct Target {
+  Fix t;
+  double factor;
+  bool known, strict;
+  __device__ Target(double factor_, bool relative, bool strict_)
+      : t(fix_of(factor_)), factor(factor_), known(!relative), strict(strict_) {}
+  __device__ bool reached(Fix s) const { return strict ? t < s : !(s < t); }
+  // Sets a relative target from the range's total; false when the range does not reach it.
+  __device__ bool settle(Fix total) {
+    if (!known) t = fix_of(factor * to_double(total)), known = true;
+    return reached(total);
+  }
+};
+
+// Values below it weigh 0 (sample_weight(d) = 0 for d <= -87), so a Level puts them all in bin 0
+// (-inf for counting weights: every candidate counts).
+__device__ __forceinline__ float zero_weight_floor(const Weight& w) {
+  return w.count ? -INFINITY : __fsub_rn(w.max, __fdiv_rn(90.f, w.inv_t));
+}
+
+// The exclusive prefix sum of v over the block's threads in thread order, and the block's total,
+// through one slot per warp.
+template <int kWarps>
+__device__ Cum block_scan(Cum v, Cum& total, Cum (&warp_sums)[kWarps]) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  Cum incl = v;
+  for (int off = 1; off < 32; off <<= 1) {
+    const Cum y{{__shfl_up_sync(0xffffffffu, incl.w.lo, off), __shfl_up_sync(0xffffffffu, incl.w.hi, off)},
+                __shfl_up_sync(0xffffffffu, incl.n, off)};
+    if (lane >= off) incl = incl + y;
+  }
+  __syncthreads();  // the previous call's readers are done
+  if (lane == 31) warp_sums[warp] = incl;
+  __syncthreads();
+  Cum before{{0, 0}, 0};
+  total = before;
+  for (int w = 0; w < kWarps; ++w) {
+    const Cum s = warp_sums[w];
+    if (w < warp) before = before + s;
+    total = total + s;
+  }
+  return before + (incl - v);
+}
+
 // A rank-select pass weighs the range's candidates in kBins sub-ranges at once: the next
 // kDigitBits bits of their keys below the range's common prefix.
 constexpr int kDigitBits = 11;

@@ -67,30 +67,6 @@ struct Ctx {
   int reductions = 0;
 };
 
-// The exclusive prefix sum of v over the block's threads in thread order, and the block's total.
-template <class C>
-__device__ Cum block_scan(Cum v, Cum& total, C& c) {
-  auto& sh = c.sh;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  Cum incl = v;
-  for (int off = 1; off < 32; off <<= 1) {
-    const Cum y{{__shfl_up_sync(0xffffffffu, incl.w.lo, off), __shfl_up_sync(0xffffffffu, incl.w.hi, off)},
-                __shfl_up_sync(0xffffffffu, incl.n, off)};
-    if (lane >= off) incl = incl + y;
-  }
-  __syncthreads();  // the previous call's readers are done
-  if (lane == 31) sh.warp_sums[warp] = incl;
-  __syncthreads();
-  Cum before{{0, 0}, 0};
-  total = before;
-  for (int w = 0; w < C::kWarps; ++w) {
-    const Cum s = sh.warp_sums[w];
-    if (w < warp) before = before + s;
-    total = total + s;
-  }
-  return before + (incl - v);
-}
-
 // Calls f(key) for every candidate of the block's slice, each thread over its share. f has few
 // call sites, so that a pass's accumulators stay in registers (with a call site per unrolled
 // element, nvcc kept f out of line and its captures in local memory: ~17 us per pass).
@@ -195,17 +171,10 @@ __device__ u64 rank_select(u64 lo, u64 hi, int64_t count, Weight w, double facto
   static_assert(kCap == kThreads && kShare <= kThreads, "one candidate / bin per thread");
   auto& sh = c.sh;
   const int t = threadIdx.x;
-  Fix target = fix_of(factor);
-  bool known = !relative;  // target known (else: set from the first pass's total)
-  auto ok = [&](Fix s) { return strict ? target < s : !(s < target); };
-  auto settle = [&](Fix total) {
-    if (!known) target = fix_of(factor * to_double(total)), known = true;
-    return ok(total);
-  };
-  Cum above{{0, 0}, 0};  // before hi; the invariant once the target is known: !ok(above.w)
+  Target target(factor, relative, strict);
+  Cum above{{0, 0}, 0};  // before hi; once the target is known, !target.reached(above.w)
   bool first = true;
-  // Values whose weight is 0 (sample_weight(d) = 0 for d <= -87) need no bins of their own.
-  const float floor = w.count ? -INFINITY : __fsub_rn(w.max, __fdiv_rn(90.f, w.inv_t));
+  const float floor = zero_weight_floor(w);
   while (count < 0 || count > kCap) {
     const Level L(lo, hi, floor);
     c.bins.template clear<kThreads>(L.nb);
@@ -221,7 +190,7 @@ __device__ u64 rank_select(u64 lo, u64 hi, int64_t count, Weight w, double facto
       for (int r = 0; r < kCluster; ++r) v = v + c.cluster.map_shared_rank(&c.bins, r)->at(b, w.count);
     }
     Cum share;
-    const Cum before_in_share = block_scan(v, share, c);
+    const Cum before_in_share = block_scan(v, share, sh.warp_sums);
     if (t == 0) {
       sh.slice_total = share;
       if (c.rank == 0) sh.above = above, sh.lo = lo, sh.hi = hi, sh.count = 0;  // no choice: end (cannot happen)
@@ -236,17 +205,18 @@ __device__ u64 rank_select(u64 lo, u64 hi, int64_t count, Weight w, double facto
     }
     if (first) {
       first = false;
-      if (!settle(total.w)) {
+      if (!target.settle(total.w)) {
         c.cluster.sync();  // no block rereads the totals after another's next pass
         return 0;
       }
-      if (ok(above.w)) {  // target <= 0: the first candidate
+      if (target.reached(above.w)) {  // target <= 0: the first candidate
         c.cluster.sync();
         return hi;
       }
     }
     const Cum before = above + higher + before_in_share, after = before + v;
-    if (t < kShare && b < L.nb && ok(after.w) && !ok(before.w)) {  // exactly one thread of the cluster
+    // Exactly one thread of the cluster finds the crossing.
+    if (t < kShare && b < L.nb && target.reached(after.w) && !target.reached(before.w)) {
       Shared<kThreads>& r0 = *c.cluster.map_shared_rank(&sh, 0);
       L.keys_of(b, r0.lo, r0.hi);
       r0.above = before;
@@ -298,12 +268,12 @@ __device__ u64 rank_select(u64 lo, u64 hi, int64_t count, Weight w, double facto
     Fix total{0, 0};
     if (first)
       for (int j = 0; j < n; ++j) total = total + Fix{sh.w[j], 0};
-    const bool reached = !first || settle(total);
+    const bool reached = !first || target.settle(total);
     if (reached && t < n) {
       Fix before = above.w;
       for (int j = 0; j < t; ++j) before = before + Fix{sh.w[j], 0};
       const Fix after = before + Fix{sh.w[t], 0};
-      if (ok(after) && (t == 0 || !ok(before))) sh.pick = sh.sorted[t];
+      if (target.reached(after) && (t == 0 || !target.reached(before))) sh.pick = sh.sorted[t];
     }
     if (!reached && t == 0) sh.pick = 0;
   }

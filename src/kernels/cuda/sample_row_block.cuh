@@ -81,31 +81,10 @@ __device__ void block_minmax(u64& lo, u64& hi, Shared& sh) {
   block_reduce2(lo, hi, Min{}, Max{}, sh.mm);
 }
 
-// The exclusive prefix sum of v over the block's threads in thread order, and the block's total.
-__device__ Cum block_scan(Cum v, Cum& total, Shared& sh) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  Cum incl = v;
-  for (int off = 1; off < 32; off <<= 1) {
-    const Cum y{{__shfl_up_sync(0xffffffffu, incl.w.lo, off), __shfl_up_sync(0xffffffffu, incl.w.hi, off)},
-                __shfl_up_sync(0xffffffffu, incl.n, off)};
-    if (lane >= off) incl = incl + y;
-  }
-  __syncthreads();  // the previous call's readers are done
-  if (lane == 31) sh.warp_sums[warp] = incl;
-  __syncthreads();
-  Cum before{{0, 0}, 0};
-  total = before;
-  for (int w = 0; w < kWarps; ++w) {
-    const Cum s = sh.warp_sums[w];
-    if (w < warp) before = before + s;
-    total = total + s;
-  }
-  return before + (incl - v);
-}
-
-// Calls f(ord, l) for every candidate (l = clean(x[i]) > -inf), each thread over its share, with
-// one call site (f is heavy: inlined at each unrolled element, its state left registers), four
-// float4 loads per thread in flight.
+// Calls f(ord, l) for every candidate (l = clean(x[i]) > -inf), each thread over its share, four
+// float4 loads per thread in flight: the batches' visits unrolled, the remainder's not. (Built on
+// for_each_logit, whose remainder is unrolled too, weigh_bins spilled: ptxas -v.) The passes
+// that call it are out of line (weigh_bins, gather), so their state stays in registers.
 template <class F>
 __device__ __forceinline__ void for_each_candidate(const float* x, int64_t vocab, F&& f) {
   auto visit = [&](float v, int64_t i) {
@@ -138,6 +117,7 @@ __device__ __forceinline__ void for_each_candidate(const float* x, int64_t vocab
   }
   for (int64_t i = tail + threadIdx.x; i < vocab; i += kThreads) visit(x[i], i);
 }
+
 
 // One pass over the row: the number and fixed-point weight of L's range's candidates in each
 // of its bins. Out of line, so that the pass's registers are its own (the rank-select's state
@@ -181,19 +161,11 @@ struct Kept {
 __device__ u64 rank_select(const float* x, int64_t vocab, u64 lo, u64 hi, Kept in, Weight w,
                            double factor, bool relative, bool strict, Kept* out, Shared& sh) {
   const int t = threadIdx.x;
-  Fix target = fix_of(factor);
-  bool known = !relative;  // target known (else: set from the first pass's total)
-  auto ok = [&](Fix s) { return strict ? target < s : !(s < target); };
-  // Sets the target from the range's total; false when the range does not reach it.
-  auto settle = [&](Fix total) {
-    if (!known) target = fix_of(factor * to_double(total)), known = true;
-    return ok(total);
-  };
-  Cum above{{0, 0}, 0};  // before hi; the invariant once the target is known: !ok(above.w)
+  Target target(factor, relative, strict);
+  Cum above{{0, 0}, 0};  // before hi; once the target is known, !target.reached(above.w)
   bool first = true;
   int64_t count = in.count;
-  // Values whose weight is 0 (sample_weight(d) = 0 for d <= -87) need no bins of their own.
-  const float floor = w.count ? -INFINITY : __fsub_rn(w.max, __fdiv_rn(90.f, w.inv_t));
+  const float floor = zero_weight_floor(w);
   while (count < 0 || count > kCap) {
     const Level L(lo, hi, floor);
     sh.u.bins.clear<kThreads>(L.nb);
@@ -207,21 +179,23 @@ __device__ u64 rank_select(const float* x, int64_t vocab, u64 lo, u64 hi, Kept i
     const Cum v0 = b0 >= 0 ? sh.u.bins.at(b0, w.count) : Cum{{0, 0}, 0};
     const Cum v1 = b1 >= 0 ? sh.u.bins.at(b1, w.count) : Cum{{0, 0}, 0};
     Cum total;
-    const Cum before0 = above + block_scan(v0 + v1, total, sh), after0 = before0 + v0, after1 = after0 + v1;
+    const Cum before0 = above + block_scan(v0 + v1, total, sh.warp_sums), after0 = before0 + v0, after1 = after0 + v1;
     if (first) {
       first = false;
-      if (!settle(total.w)) {
+      if (!target.settle(total.w)) {
         *out = in;  // nothing cut: what was known of the range still holds
         return 0;
       }
-      if (ok(above.w)) {  // target <= 0: the first candidate
+      if (target.reached(above.w)) {  // target <= 0: the first candidate
         *out = {1, false};
         return hi;
       }
     }
     int b = -1;
-    if (b0 >= 0 && ok(after0.w) && !ok(before0.w)) b = b0, sh.above = before0, sh.count = v0.n;
-    else if (b1 >= 0 && ok(after1.w) && !ok(after0.w)) b = b1, sh.above = after0, sh.count = v1.n;
+    if (b0 >= 0 && target.reached(after0.w) && !target.reached(before0.w))
+      b = b0, sh.above = before0, sh.count = v0.n;
+    else if (b1 >= 0 && target.reached(after1.w) && !target.reached(after0.w))
+      b = b1, sh.above = after0, sh.count = v1.n;
     if (b >= 0) L.keys_of(b, sh.lo, sh.hi);
     __syncthreads();  // exactly one thread found it: the sums are exact and ok is monotonic
     above = sh.above;
@@ -258,15 +232,15 @@ __device__ u64 rank_select(const float* x, int64_t vocab, u64 lo, u64 hi, Kept i
   const u64 o0 = j0 < n ? sh.u.ord[j0] : 0, o1 = j1 < n ? sh.u.ord[j1] : 0;
   const Cum v0{{j0 < n ? to_fix(w.value(ord_val(o0))) : 0, 0}, 1}, v1{{j1 < n ? to_fix(w.value(ord_val(o1))) : 0, 0}, 1};
   Cum total;
-  const Cum before0 = above + block_scan(v0 + v1, total, sh), after0 = before0 + v0, after1 = after0 + v1;
-  if (first && !settle(total.w)) {  // (uniform: every thread has the same total)
+  const Cum before0 = above + block_scan(v0 + v1, total, sh.warp_sums), after0 = before0 + v0, after1 = after0 + v1;
+  if (first && !target.settle(total.w)) {  // (uniform: every thread has the same total)
     *out = in;
     return 0;
   }
   if (t == 0) sh.pick_at = n - 1;  // by default the last (cannot happen)
   __syncthreads();
-  if (j0 < n && ok(after0.w) && (j0 == 0 || !ok(before0.w))) sh.pick_at = j0;
-  else if (j1 < n && ok(after1.w) && !ok(after0.w)) sh.pick_at = j1;
+  if (j0 < n && target.reached(after0.w) && (j0 == 0 || !target.reached(before0.w))) sh.pick_at = j0;
+  else if (j1 < n && target.reached(after1.w) && !target.reached(after0.w)) sh.pick_at = j1;
   __syncthreads();
   const int at = sh.pick_at;
   const u64 r = at >= 0 ? sh.u.ord[at] : 0;
