@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <functional>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -257,6 +258,48 @@ TEST(LlamaCudaDummy, OneRowStepsMatchOneChunk) {
     EXPECT_LE(e, t == DType::kBF16 ? 1e-4 : 1e-2) << name;
     EXPECT_GE(a.top1, t == DType::kBF16 ? 0.95 : 0.85) << name;
   }
+}
+
+// Decode-only steps replay CUDA graphs, which hold the KV cache's buffers. A cache destroyed
+// and another constructed at the same address (other buffers) must not replay the old graphs:
+// they would read the first sequence's K/V. The second sequence's logits must equal those of a
+// model of the same weights running it on its own cache (each model's second sequence: a
+// model's first call builds its GEMM plans, whose rounding later calls need not share).
+TEST(LlamaCudaDummy, DecodeGraphsFollowANewCacheAtTheSameAddress) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  ThreadPool pool(1);
+  auto m = models::cuda_llama_create_dummy("smollm2-135m", 0, DType::kBF16);
+  auto twin = models::cuda_llama_create_dummy("smollm2-135m", 0, DType::kBF16);
+  const int64_t V = m->config().vocab;
+  const std::vector<int32_t> blocks = {2, 0, 5};
+  auto decode = [&](models::CausalLm& model, models::KvCache& cache, int seed) {
+    std::vector<int32_t> prompt(9);
+    for (int i = 0; i < 9; ++i) prompt[i] = (i * 7919 + 131 * seed) % 40000;
+    std::vector<float> logits(V), all;
+    const models::SeqChunk first{0, 9, blocks, true};
+    model.forward(prompt, {&first, 1}, cache, logits.data(), false, pool);
+    for (int step = 0; step < 8; ++step) {  // captured at the second step, then replayed
+      const int32_t tok = (step * 313 + 71 * seed) % 40000;
+      const models::SeqChunk c{9 + step, 1, blocks, true};
+      model.forward(std::span<const int32_t>(&tok, 1), {&c, 1}, cache, logits.data(), false, pool);
+      all.insert(all.end(), logits.begin(), logits.end());
+    }
+    return all;
+  };
+  std::optional<models::KvCache> slot;
+  slot.emplace(m->make_kv_cache(8, 16));
+  decode(*m, *slot, 1);
+  models::KvCache other = m->make_kv_cache(8, 16);  // made while the first lives: other buffers
+  const void* const old_k0 = slot->k(0).raw_data();
+  slot.reset();
+  slot.emplace(std::move(other));  // the same object address
+  ASSERT_NE(slot->k(0).raw_data(), old_k0);
+  const std::vector<float> got = decode(*m, *slot, 2);
+  auto twin_first = twin->make_kv_cache(8, 16), twin_cache = twin->make_kv_cache(8, 16);
+  decode(*twin, twin_first, 1);
+  const std::vector<float> want = decode(*twin, twin_cache, 2);
+  for (float v : got) ASSERT_TRUE(std::isfinite(v));
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
 }
 
 // Decode-only steps of several sequences take RoPE and the KV write inside attention

@@ -273,10 +273,18 @@ class CudaLlama final : public CausalLm {
       return n_logits;
     }
     if (decode_only) {
-      if (std::memcmp(&b, &graph_bufs_, sizeof b) != 0 || graph_cache_ != &cache) {
+      // The graphs hold this cache's K/V addresses: a cache object at the same address may hold
+      // other buffers (one destroyed, another constructed in its place), so those are compared.
+      kv_now_.clear();
+      for (int64_t li = 0; li < cache.n_layers(); ++li) {
+        kv_now_.push_back(cache.k(li).raw_data());
+        kv_now_.push_back(cache.v(li).raw_data());
+      }
+      if (std::memcmp(&b, &graph_bufs_, sizeof b) != 0 || graph_cache_ != &cache || kv_now_ != graph_kv_) {
         drop_graphs();
         graph_bufs_ = b;
         graph_cache_ = &cache;
+        graph_kv_ = kv_now_;
       }
       const auto key = std::make_pair(n, plan_.table_stride);
       if (auto it = graphs_.find(key); it != graphs_.end()) {
@@ -702,6 +710,7 @@ class CudaLlama final : public CausalLm {
   std::set<std::pair<int64_t, int64_t>> seen_shapes_;
   Bufs graph_bufs_{};
   const KvCache* graph_cache_ = nullptr;
+  std::vector<const void*> graph_kv_, kv_now_;  // the K/V buffers the graphs use; this call's
   Grow<uint8_t> staged_[kStaged];
   std::vector<void*> pinned_[2];
   std::vector<size_t> pinned_cap_[2];
