@@ -6,7 +6,8 @@
 #     steps vs one chunk, greedy text of 5 prompts), seeded GPU sampling through the engine on the
 #     default model and on dummy Llama-3-8B weights; `tessera bench --profile` on dummy Llama-3-8B
 #     bf16 weights (per-op GPU time and % of floor for batch-1 decode, prefill 2048 and decode of
-#     128 sequences); Hugging Face checkpoints on the GPU vs transformers (skipped with NO_HF=1).
+#     128 sequences); `tessera bench` of dummy Llama-3-8B Q4_0 / Q4_K / Q8_0 weights (batch 1, prefill,
+#     16 / 64 / 128 sequences); Hugging Face checkpoints on the GPU vs transformers (skipped with NO_HF=1).
 # Results under $OUT (the tool returns 8 files: logs are concatenated per phase).
 set -u
 phase=${1:?phase a or b}
@@ -31,10 +32,11 @@ case $phase in
     unxz_tar $src/bins.tar.xz /tmp/bin
     cp $src/model.part.1 /tmp/m/
     nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader | tee -a "$out/summary.txt"
-    for t in backend_cuda_test row_ops_cuda_test gemv_cuda_test mmq_cuda_test paged_attention_cuda_test \
+    for t in backend_cuda_test row_ops_cuda_test gemv_cuda_test mmq_cuda_test dequant_gemm_cuda_test paged_attention_cuda_test \
              sample_cuda_test decode_kernels_cuda_test act_quant_cuda_test decode_attention_cuda_test \
              rms_norm_cuda_test llama_decode_cuda_test; do
-      step $t /tmp/bin/$t --gtest_brief=1
+      if [ -x /tmp/bin/$t ]; then step $t /tmp/bin/$t --gtest_brief=1
+      else echo "== $t not packed (TESTS)" | tee -a "$out/summary.txt"; fi
     done
     # Shared-memory races of the cluster sampler (its key cache, penalties and bans; session 14
     # found one only through a flaky engine test): racecheck over the penalty test's clusters.
@@ -55,6 +57,13 @@ case $phase in
     step profile timeout 240 /tmp/bin/tessera bench -m $TESSERA_MODEL --device cuda --dummy llama3-8b --profile \
       --prefill 2048 --batch 128 --batch-gen 8 --decode-tokens 16 --decode-ctx 512 --out /tmp/m/prof.md
     sed -n '/GPU time per op/,/^decode x1[0-9]/p' /tmp/m/profile.log | tee -a "$out/summary.txt"
+    # Quantized weights at 16-128 rows (dequant_gemm.h; batch 1 takes the GEMV).
+    for ty in q4_0 q4_k q8_0; do
+      step bench_$ty timeout 200 /tmp/bin/tessera bench -m $TESSERA_MODEL --device cuda --dummy llama3-8b \
+        --dummy-type $ty --decode-ctx 512 --decode-tokens 16 --prefill 512 --batch 16,64,128 --batch-gen 16 \
+        --out /tmp/m/bench_$ty.md
+      grep -E "^\| (decode|prefill)" /tmp/m/bench_$ty.md | sed "s/^/$ty /" | tee -a "$out/summary.txt"
+    done
     if [ -z "${NO_HF:-}" ]; then
       python3 -m pytest --version > /dev/null 2>&1 || python3 -m pip install -q --no-index --find-links $src pytest
       step hf_vs_transformers_gpu env TESSERA_BIN=/tmp/bin/tessera TESSERA_TEST_CUDA=1 timeout 300 \

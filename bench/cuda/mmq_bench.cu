@@ -8,7 +8,11 @@
 // rotating over weight copies totalling >= 4x the L2, median of 15 replays after warm-up,
 // random data (dummy quant blocks, uniform activations).
 //
-//   mmq_bench [--k-split] [q4_0 q8_0 q4_k q6_k q4_1]      (default q4_0 q8_0 q4_k)
+//   mmq_bench [--k-split | --dequant-gemm] [q4_0 q8_0 q4_k q6_k q4_1]   (default q4_0 q8_0 q4_k)
+//
+// --dequant-gemm: the dequantizing tensor-core GEMM (dequant_gemm.h) at 16..512 rows against the
+// engine's other path for those rows (each weight dequantized to a bf16 copy, then cuBLASLt) and
+// against cuBLASLt on bf16 weights; floor = max(bytes / copy, 2 n k m / cuBLASLt's 8192^3 rate).
 //
 // --k-split: instead of the table, the GEMV at 1, 2 and 4 rows with 1, 2 and 4 warps per row
 // group (mmq_gemv's k_split) and its default, to tune the default.
@@ -24,6 +28,8 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gemm_bf16.h"
 #include "bench_timing.cuh"
+#include "kernels/cuda/dequant_gemm.h"
+#include "kernels/cuda/dequant_packed.h"
 #include "kernels/cuda/fill_random.h"
 #include "kernels/cuda/gemv.h"
 #include "kernels/cuda/mmq.h"
@@ -59,14 +65,30 @@ float time_ms(F&& fn, cudaStream_t s, int launches) {
       launches, s, 3, 15);
 }
 
+// Random repacked weights of one shape, in enough copies (>= 256 MB) that rotating over them
+// streams from HBM, not the L2.
+std::vector<uint8_t*> random_weight_copies(DType t, int64_t n, int64_t k, cudaStream_t s) {
+  const size_t wbytes = cuda::gemv_quant_layout(t, n, k).bytes;
+  std::vector<uint8_t*> w(std::max<size_t>(1, (size_t{256} << 20) / wbytes + 1));
+  for (size_t c = 0; c < w.size(); ++c) {
+    TESSERA_CUDA_CHECK(cudaMalloc(&w[c], wbytes));
+    cuda::fill_random_quant(t, w[c], n, k, cuda::dummy_quant_scale(t, k), 100 + c, s);
+  }
+  return w;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::vector<DType> types;
-  bool k_split_table = false;
+  bool k_split_table = false, dequant_table = false;
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--k-split") {
       k_split_table = true;
+      continue;
+    }
+    if (std::string(argv[i]) == "--dequant-gemm") {
+      dequant_table = true;
       continue;
     }
     auto t = dtype_from_name(argv[i]);
@@ -90,6 +112,55 @@ int main(int argc, char** argv) {
   const float mma_ms = time_ms([&](cudaStream_t st) { int8_mma_peak<<<sms * 8, 128, 0, st>>>(dummy, iters); }, s, 2);
   const double int8_rate = 2.0 * 16 * 8 * 32 * 8.0 * iters * (sms * 8 * 4) / (mma_ms * 1e-3);
   std::printf("ceilings: copy %.0f GB/s, int8 mma.sync %.0f TOPS\n", bw / 1e9, int8_rate / 1e12);
+  if (dequant_table) {
+    const double bf16_rate = cuda::measure_bf16_gemm_tflops() * 1e12;
+    std::printf("cuBLASLt bf16 8192^3: %.0f TFLOP/s\n", bf16_rate / 1e12);
+    std::printf("| type | shape | rows | floor us | dequant_gemm us | %% of floor | bf16 copy + cuBLASLt us | "
+                "speed-up | cuBLASLt on bf16 weights us |\n|---|---|---|---|---|---|---|---|---|\n");
+    struct Shape { const char* name; int64_t n, k; };
+    const Shape shapes[] = {{"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gate|up", 28672, 4096}, {"down", 4096, 14336}};
+    cuda::GemmBf16 gemm;
+    for (DType t : types)
+      for (const Shape& sh : shapes) {
+        const std::vector<uint8_t*> w = random_weight_copies(t, sh.n, sh.k, s);
+        const int copies = static_cast<int>(w.size());
+        const int64_t mmax = 512;
+        __nv_bfloat16 *xb, *wb;
+        float* y;
+        void* ws;
+        const size_t ws_bytes = 64 << 20;
+        TESSERA_CUDA_CHECK(cudaMalloc(&xb, mmax * sh.k * 2));
+        TESSERA_CUDA_CHECK(cudaMalloc(&wb, sh.n * sh.k * 2));
+        TESSERA_CUDA_CHECK(cudaMalloc(&y, mmax * sh.n * 4));
+        TESSERA_CUDA_CHECK(cudaMalloc(&ws, ws_bytes));
+        cuda::fill_uniform_bf16(reinterpret_cast<uint16_t*>(xb), mmax * sh.k, -1.f, 1.f, 4, s);
+        for (int64_t m : {16, 32, 64, 128, 256, 512}) {
+          int it = 0;
+          const float us = 1e3f * time_ms([&](cudaStream_t st) {
+            cuda::dequant_gemm_bf16(t, w[it++ % copies], sh.n, sh.k, xb, m, y, sh.n, false, ws, ws_bytes, st);
+          }, s, 20);
+          it = 0;
+          const float slice_us = 1e3f * time_ms([&](cudaStream_t st) {
+            cuda::dequantize_packed_bf16(t, w[it++ % copies], sh.n, sh.k, 0, sh.n, wb, st);
+            gemm.run(xb, wb, y, m, sh.n, sh.k, false, st);
+          }, s, 10);
+          const float bf_us = 1e3f * time_ms([&](cudaStream_t st) { gemm.run(xb, wb, y, m, sh.n, sh.k, false, st); }, s, 20);
+          const double bytes = static_cast<double>(sh.n) * *dtype_row_bytes(t, sh.k) + m * sh.k * 2.0 + m * sh.n * 4.0;
+          const double floor_us = std::max(bytes / bw, 2.0 * sh.n * sh.k * m / bf16_rate) * 1e6;
+          std::printf("| %s | %s %lldx%lld | %lld | %.2f | %.2f | %.1f%% | %.2f | %.2fx | %.2f |\n",
+                      std::string(dtype_name(t)).c_str(),
+                      sh.name, static_cast<long long>(sh.n), static_cast<long long>(sh.k), static_cast<long long>(m),
+                      floor_us, us, 100.0 * floor_us / us, slice_us, slice_us / us, bf_us);
+          std::fflush(stdout);
+        }
+        for (auto* p : w) cudaFree(p);
+        cudaFree(xb);
+        cudaFree(wb);
+        cudaFree(y);
+        cudaFree(ws);
+      }
+    return 0;
+  }
 
   struct Shape { const char* name; int64_t n, k; };
   const Shape shapes[] = {{"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gate|up", 28672, 4096}, {"down", 4096, 14336}};
@@ -105,13 +176,8 @@ int main(int argc, char** argv) {
   }
   for (DType t : types)
     for (const Shape& sh : shapes) {
-      const size_t wbytes = cuda::gemv_quant_layout(t, sh.n, sh.k).bytes;
-      const int copies = static_cast<int>(std::max<size_t>(1, (size_t{256} << 20) / wbytes + 1));
-      std::vector<uint8_t*> w(copies);
-      for (int c = 0; c < copies; ++c) {
-        TESSERA_CUDA_CHECK(cudaMalloc(&w[c], wbytes));
-        cuda::fill_random_quant(t, w[c], sh.n, sh.k, cuda::dummy_quant_scale(t, sh.k), 100 + c, s);
-      }
+      const std::vector<uint8_t*> w = random_weight_copies(t, sh.n, sh.k, s);
+      const int copies = static_cast<int>(w.size());
       const int64_t mmax = 2048;
       float *x, *y;
       int8_t* qx;

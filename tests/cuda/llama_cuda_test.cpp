@@ -384,6 +384,42 @@ models::LlmConfig small_llama(int64_t d, int64_t heads, int64_t kv_heads, int64_
   return c;
 }
 
+// Quantized projections of 9..128 rows run on dequant_gemm (tensor cores on the quantized
+// bytes); TESSERA_DEQUANT_GEMM_MAX_ROWS=0 keeps the other path (each weight slice dequantized
+// to a bf16 copy, then cuBLASLt). Both multiply the same bf16 values, so the logits of prompts
+// in chunks of 40 and 12 rows (the 64- and 16-row tiles) of a 4-layer model differ only through
+// f32 summation order, amplified where activations are rounded to bf16 between layers: within
+// the bound of the two bf16 paths of OneRowStepsMatchOneChunk (H200: nMSE 1.2e-5 .. 5.1e-5,
+// top-1 97.5-100 %; a wrong kernel gives nMSE ~1; the GEMM's own numerics are checked in
+// dequant_gemm_cuda_test).
+TEST(LlamaCudaDummy, BatchedQuantizedProjectionsMatchTheBf16CopyPath) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  ThreadPool pool(1);
+  models::LlmConfig cfg = small_llama(512, 8, 2, 1536);
+  cfg.n_layers = 4;
+  std::vector<int32_t> ids(40);
+  for (int i = 0; i < 40; ++i) ids[i] = (i * 7919 + 13) % 4000;
+  const std::vector<int32_t> blocks = {3, 1, 2};
+  for (DType t : {DType::kQ4_0, DType::kQ4_K, DType::kQ6_K, DType::kQ8_0}) {
+    auto tensor_cores = models::cuda_llama_create_dummy(cfg, t);
+    setenv("TESSERA_DEQUANT_GEMM_MAX_ROWS", "0", 1);  // read when the model is created
+    auto copies = models::cuda_llama_create_dummy(cfg, t);
+    unsetenv("TESSERA_DEQUANT_GEMM_MAX_ROWS");
+    for (int64_t chunk : {40, 12}) {
+      auto ca = tensor_cores->make_kv_cache(4, 16), cb = copies->make_kv_cache(4, 16);
+      const auto a = run_alone(*tensor_cores, ca, ids, blocks, chunk, pool);
+      const auto b = run_alone(*copies, cb, ids, blocks, chunk, pool);
+      for (float v : a) ASSERT_TRUE(std::isfinite(v));
+      const Agreement ag = compare(b, a, cfg.vocab);
+      const double e = test::nmse(a, b);
+      std::printf("%s chunks of %lld, dequant_gemm vs bf16 copies: top-1 %.1f%%, nMSE %.2e\n",
+                  std::string(dtype_name(t)).c_str(), static_cast<long long>(chunk), 100 * ag.top1, e);
+      EXPECT_LE(e, 1e-4) << dtype_name(t) << " chunk " << chunk;
+      EXPECT_GE(ag.top1, 0.95) << dtype_name(t) << " chunk " << chunk;
+    }
+  }
+}
+
 // With TESSERA_PERSISTENT_DECODE=1, one-row steps of quantized models take the persistent
 // decode kernel (every layer in one launch, kernels/cuda/decode_persistent.h) instead of the
 // kernel chain (norm + quantize, GEMVs, paged attention, ...). Same random weights, teacher-forced

@@ -19,6 +19,7 @@
 #include "backend/cuda/op_profiler.h"
 #include "core/error.h"
 #include "kernels/cuda/decode_persistent.h"
+#include "kernels/cuda/dequant_gemm.h"
 #include "kernels/cuda/dequant_packed.h"
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/gemv.h"
@@ -255,6 +256,8 @@ class CudaLlama final : public CausalLm {
     // Set for every call once enabled (not only one-row ones): Bufs keys the graphs, and a
     // field that came and went with the row count would drop them at every switch.
     if (persistent_ok()) prepare_persistent(b, cache);
+    dg_ws_bytes_ = dequant_gemm_rows(n) ? dequant_gemm_ws_bytes(n) : 0;
+    b.dg_ws = w_.any_quant ? dg_ws_.get(static_cast<int64_t>(std::max<size_t>(dg_ws_bytes_, 16))) : nullptr;
 
     // Decode-only steps (one token per sequence) replay a CUDA graph per (rows, table stride):
     // ~10 launches per layer collapse into one. Graphs hold buffer addresses, so any buffer
@@ -328,6 +331,7 @@ class CudaLlama final : public CausalLm {
     float* attn_ws;
     cuda::PersistentLayer* player;  // one-row steps through decode_persistent: its layer table
     float* pws;                     // and workspace (null otherwise)
+    void* dg_ws;                    // quantized projections through dequant_gemm: split-k sums
   };
 
   // Whether one-row steps take decode_persistent: asked for (TESSERA_PERSISTENT_DECODE=1, read
@@ -603,7 +607,10 @@ class CudaLlama final : public CausalLm {
   // TESSERA_MMQ_GEMM=1 selects the int8 kernel instead (benchmarks, tests).
   void project(const Proj& p, const In& in, int64_t rows, const Bufs& b, float* y, int64_t ldy,
                bool accumulate) {
-    if (rows > cuda::kMmqGemvMaxRows && b.wdq) {
+    const bool dequant_gemm = dequant_gemm_rows(rows) && std::all_of(p.parts.begin(), p.parts.end(), [&](const Proj::Part& part) {
+      return cuda::dequant_gemm_supported(part.type, p.k);
+    });
+    if (dequant_gemm || (rows > cuda::kMmqGemvMaxRows && b.wdq)) {
       bf16* h = b.h;  // the bf16 input rows
       switch (in.kind) {
         case In::kNorm:
@@ -615,6 +622,12 @@ class CudaLlama final : public CausalLm {
         case In::kSwiglu:
           cuda::swiglu_rows_f32_bf16(in.x, rows, p.k, h, stream_);
           break;
+      }
+      if (dequant_gemm) {  // the quantized bytes straight into tensor cores (dequant_gemm.h)
+        for (const Proj::Part& part : p.parts)
+          cuda::dequant_gemm_bf16(part.type, part.packed, part.n, p.k, h, rows, y + part.row0, ldy, accumulate,
+                                  b.dg_ws, dg_ws_bytes_, stream_);
+        return;
       }
       const int64_t slice = std::max<int64_t>(64, kDequantSliceElems / p.k / 64 * 64);
       for (const Proj::Part& part : p.parts)
@@ -698,6 +711,32 @@ class CudaLlama final : public CausalLm {
   Grow<bf16> h_, gu_;
   Grow<int8_t> qx_;
   Grow<bf16> wdq_;
+  // Quantized projections of kMmqGemvMaxRows < rows <= dequant_gemm_max_rows_ run on
+  // dequant_gemm (tensor cores on the quantized bytes) instead of a bf16 copy of each weight
+  // slice and cuBLASLt. TESSERA_DEQUANT_GEMM_MAX_ROWS=N moves the bound (0: off; A/B runs).
+  const int64_t dequant_gemm_max_rows_ = [] {
+    const char* v = std::getenv("TESSERA_DEQUANT_GEMM_MAX_ROWS");
+    return v ? std::atoll(v) : int64_t{128};
+  }();
+  bool dequant_gemm_rows(int64_t rows) const {
+    return w_.any_quant && !mmq_gemm_ && rows > cuda::kMmqGemvMaxRows && rows <= dequant_gemm_max_rows_;
+  }
+  // The split-k workspace of the largest need among the model's quantized projections at `rows`.
+  size_t dequant_gemm_ws_bytes(int64_t rows) {
+    if (auto it = dg_ws_need_.find(rows); it != dg_ws_need_.end()) return it->second;
+    size_t need = 0;
+    auto add = [&](const Proj& p) {
+      for (const Proj::Part& part : p.parts)
+        need = std::max(need, cuda::dequant_gemm_workspace_bytes(part.type, part.n, p.k, rows));
+    };
+    for (const Layer& l : w_.layers)
+      for (const Proj* p : {&l.qkv, &l.wo, &l.wgu, &l.wd}) add(*p);
+    add(w_.output);
+    return dg_ws_need_[rows] = need;
+  }
+  std::map<int64_t, size_t> dg_ws_need_;
+  size_t dg_ws_bytes_ = 0;  // this call's (run())
+  Grow<uint8_t> dg_ws_;
   static constexpr int64_t kDequantSliceElems = int64_t{32} << 20;  // 64 MB of bf16
   const bool mmq_gemm_ = [] {
     const char* v = std::getenv("TESSERA_MMQ_GEMM");
