@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <numeric>
 #include <optional>
 #include <string>
@@ -18,6 +19,7 @@
 #include "backend/cpu/thread_pool.h"
 #include "cuda/cuda_test_util.h"
 #include "kernels/cuda/decode_persistent.h"
+#include "kernels/cuda/dequant_gemm.h"
 #include "kernels/cuda/launch.h"
 #include "models/cuda/llama_cuda.h"
 #include "models/registry.h"
@@ -384,31 +386,44 @@ models::LlmConfig small_llama(int64_t d, int64_t heads, int64_t kv_heads, int64_
   return c;
 }
 
+// Two models of the same random weights, the second with TESSERA_DEQUANT_GEMM_MAX_ROWS=0 (read
+// when a model is created; the caller's value is restored, and cleared for the first).
+struct DequantGemmPair {
+  std::unique_ptr<models::CausalLm> tensor_cores, copies;
+  DequantGemmPair(const models::LlmConfig& cfg, DType t) {
+    const char* prev = std::getenv("TESSERA_DEQUANT_GEMM_MAX_ROWS");
+    const std::string saved = prev ? prev : "";
+    unsetenv("TESSERA_DEQUANT_GEMM_MAX_ROWS");
+    tensor_cores = models::cuda_llama_create_dummy(cfg, t);
+    setenv("TESSERA_DEQUANT_GEMM_MAX_ROWS", "0", 1);
+    copies = models::cuda_llama_create_dummy(cfg, t);
+    if (prev) setenv("TESSERA_DEQUANT_GEMM_MAX_ROWS", saved.c_str(), 1);
+    else unsetenv("TESSERA_DEQUANT_GEMM_MAX_ROWS");
+  }
+};
+
 // Quantized projections of 9..128 rows run on dequant_gemm (tensor cores on the quantized
 // bytes); TESSERA_DEQUANT_GEMM_MAX_ROWS=0 keeps the other path (each weight slice dequantized
-// to a bf16 copy, then cuBLASLt). Both multiply the same bf16 values, so the logits of prompts
-// in chunks of 40 and 12 rows (the 64- and 16-row tiles) of a 4-layer model differ only through
-// f32 summation order, amplified where activations are rounded to bf16 between layers: within
-// the bound of the two bf16 paths of OneRowStepsMatchOneChunk (H200: nMSE 1.2e-5 .. 5.1e-5,
-// top-1 97.5-100 %; a wrong kernel gives nMSE ~1; the GEMM's own numerics are checked in
-// dequant_gemm_cuda_test).
+// to a bf16 copy, then cuBLASLt). Both multiply the same bf16 values, so the logits of a prompt
+// in chunks of 100, 40 and 12 rows (every row tile: 128, 32, 64, 16) of a 4-layer model differ
+// only through f32 summation order, amplified where activations are rounded to bf16 between
+// layers: within the bound of the two bf16 paths of OneRowStepsMatchOneChunk (H200: nMSE
+// 1.2e-5 .. 5.1e-5, top-1 97.5-100 %; a wrong kernel gives nMSE ~1; the GEMM's own numerics
+// are checked in dequant_gemm_cuda_test).
 TEST(LlamaCudaDummy, BatchedQuantizedProjectionsMatchTheBf16CopyPath) {
   TESSERA_SKIP_WITHOUT_GPU();
   ThreadPool pool(1);
   models::LlmConfig cfg = small_llama(512, 8, 2, 1536);
   cfg.n_layers = 4;
-  std::vector<int32_t> ids(40);
-  for (int i = 0; i < 40; ++i) ids[i] = (i * 7919 + 13) % 4000;
-  const std::vector<int32_t> blocks = {3, 1, 2};
+  std::vector<int32_t> ids(130);
+  for (int i = 0; i < 130; ++i) ids[i] = (i * 7919 + 13) % 4000;
+  const std::vector<int32_t> blocks = {3, 1, 2, 8, 0, 4, 5, 7, 6};
   for (DType t : {DType::kQ4_0, DType::kQ4_K, DType::kQ6_K, DType::kQ8_0}) {
-    auto tensor_cores = models::cuda_llama_create_dummy(cfg, t);
-    setenv("TESSERA_DEQUANT_GEMM_MAX_ROWS", "0", 1);  // read when the model is created
-    auto copies = models::cuda_llama_create_dummy(cfg, t);
-    unsetenv("TESSERA_DEQUANT_GEMM_MAX_ROWS");
-    for (int64_t chunk : {40, 12}) {
-      auto ca = tensor_cores->make_kv_cache(4, 16), cb = copies->make_kv_cache(4, 16);
-      const auto a = run_alone(*tensor_cores, ca, ids, blocks, chunk, pool);
-      const auto b = run_alone(*copies, cb, ids, blocks, chunk, pool);
+    DequantGemmPair m(cfg, t);
+    for (int64_t chunk : {100, 40, 12}) {
+      auto ca = m.tensor_cores->make_kv_cache(10, 16), cb = m.copies->make_kv_cache(10, 16);
+      const auto a = run_alone(*m.tensor_cores, ca, ids, blocks, chunk, pool);
+      const auto b = run_alone(*m.copies, cb, ids, blocks, chunk, pool);
       for (float v : a) ASSERT_TRUE(std::isfinite(v));
       const Agreement ag = compare(b, a, cfg.vocab);
       const double e = test::nmse(a, b);
@@ -418,6 +433,38 @@ TEST(LlamaCudaDummy, BatchedQuantizedProjectionsMatchTheBf16CopyPath) {
       EXPECT_GE(ag.top1, 0.95) << dtype_name(t) << " chunk " << chunk;
     }
   }
+}
+
+// A step's layers and its head run at different row counts: 16 one-token sequences with a
+// 200-token prompt chunk is 216 rows (the layers take the bf16 copies) but 17 logits rows, so
+// the head (4096 x 2048: few tiles, k split in 4) takes dequant_gemm and needs its own split
+// workspace (once sized for the layers' rows only: the step threw).
+TEST(LlamaCudaDummy, DequantGemmHeadRowsDifferFromTheLayers) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  ThreadPool pool(1);
+  const models::LlmConfig cfg = small_llama(2048, 16, 4, 1536);
+  ASSERT_GT(cuda::dequant_gemm_workspace_bytes(DType::kQ4_0, cfg.vocab, cfg.d_model, 17), 0u);
+  DequantGemmPair m(cfg, DType::kQ4_0);
+  std::vector<int32_t> tokens;
+  std::vector<std::vector<int32_t>> tables;
+  for (int s = 0; s < 16; ++s) {
+    tokens.push_back(100 + 37 * s);
+    tables.push_back({s});
+  }
+  std::vector<int32_t> prompt_blocks;
+  for (int b = 0; b < 13; ++b) prompt_blocks.push_back(16 + b);
+  for (int i = 0; i < 200; ++i) tokens.push_back((i * 7919 + 5) % 4000);
+  std::vector<models::SeqChunk> chunks;
+  for (int s = 0; s < 16; ++s) chunks.push_back({0, 1, tables[s], true});
+  chunks.push_back({0, 200, prompt_blocks, true});
+  std::vector<float> a(17 * cfg.vocab), b(17 * cfg.vocab);
+  auto ca = m.tensor_cores->make_kv_cache(32, 16), cb = m.copies->make_kv_cache(32, 16);
+  ASSERT_NO_THROW(m.tensor_cores->forward(tokens, chunks, ca, a.data(), false, pool));
+  m.copies->forward(tokens, chunks, cb, b.data(), false, pool);
+  for (float v : a) ASSERT_TRUE(std::isfinite(v));
+  const double e = test::nmse(a, b);
+  std::printf("mixed step, head on dequant_gemm vs bf16 copies: nMSE %.2e\n", e);
+  EXPECT_LE(e, 1e-4);
 }
 
 // With TESSERA_PERSISTENT_DECODE=1, one-row steps of quantized models take the persistent

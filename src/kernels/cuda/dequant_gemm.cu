@@ -319,7 +319,7 @@ int step_k(int64_t k, int64_t rows) { return tile_rows(rows) <= 64 && k % 256 ==
 
 // Splits of k: enough blocks for about four per SM at up to 32 rows, two at 64, one at 128
 // (TESSERA_DG_BLOCKS_PER_SM=N instead, for tuning); at most 8, each at least 2 steps.
-int splits_for(int64_t n, int64_t k, int64_t rows) {
+int splits_for(int64_t n, int64_t k, int64_t rows, int max_splits) {
   static const int64_t per_sm = [] {
     const char* e = std::getenv("TESSERA_DG_BLOCKS_PER_SM");
     return e ? std::atoll(e) : 0;
@@ -327,7 +327,8 @@ int splits_for(int64_t n, int64_t k, int64_t rows) {
   const int64_t bm = tile_rows(rows), tiles = (n + kBN - 1) / kBN * ((rows + bm - 1) / bm);
   const int64_t want = sm_count() * (per_sm > 0 ? per_sm : bm <= 32 ? 4 : bm == 64 ? 2 : 1);
   const int64_t steps = k / step_k(k, rows);
-  int s = static_cast<int>(std::clamp<int64_t>(want / std::max<int64_t>(tiles, 1), 1, kMaxSplits));
+  const int cap = max_splits > 0 ? std::min(max_splits, kMaxSplits) : kMaxSplits;
+  int s = static_cast<int>(std::clamp<int64_t>(want / std::max<int64_t>(tiles, 1), 1, cap));
   while (s > 1 && steps / s < 2) --s;
   return s;
 }
@@ -364,15 +365,15 @@ bool dequant_gemm_supported(DType type, int64_t k) {
   }
 }
 
-size_t dequant_gemm_workspace_bytes(DType type, int64_t n, int64_t k, int64_t rows) {
+size_t dequant_gemm_workspace_bytes(DType type, int64_t n, int64_t k, int64_t rows, int max_splits) {
   if (!dequant_gemm_supported(type, k) || n <= 0 || rows <= 0) return 0;
-  const int splits = splits_for(n, k, rows);
+  const int splits = splits_for(n, k, rows, max_splits);
   return splits > 1 ? static_cast<size_t>(splits) * static_cast<size_t>(rows * n) * sizeof(float) : 0;
 }
 
 void dequant_gemm_bf16(DType type, const void* packed, int64_t n, int64_t k, const __nv_bfloat16* x,
                        int64_t rows, float* y, int64_t ldy, bool accumulate, void* ws, size_t ws_bytes,
-                       cudaStream_t stream) {
+                       cudaStream_t stream, int max_splits) {
   TESSERA_CHECK_ARG(dequant_gemm_supported(type, k),
                     "cuda::dequant_gemm_bf16: unsupported type " + std::string(dtype_name(type)) +
                         " or k (multiples of 128; K types 256)");
@@ -380,8 +381,8 @@ void dequant_gemm_bf16(DType type, const void* packed, int64_t n, int64_t k, con
   TESSERA_CHECK_ARG(reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(packed) % 16 == 0,
                     "cuda::dequant_gemm_bf16: x and the weights must be 16-byte aligned");
   if (n == 0 || rows == 0) return;
-  const int splits = splits_for(n, k, rows);
-  const size_t need = dequant_gemm_workspace_bytes(type, n, k, rows);
+  const int splits = splits_for(n, k, rows, max_splits);
+  const size_t need = dequant_gemm_workspace_bytes(type, n, k, rows, max_splits);
   TESSERA_CHECK_ARG(ws_bytes >= need && reinterpret_cast<uintptr_t>(ws) % 16 == 0,
                     "cuda::dequant_gemm_bf16: workspace too small or not aligned");
   Params p{static_cast<const uint8_t*>(packed), gemv_quant_layout(type, n, k), n, k, x, rows, y, ldy,

@@ -27,13 +27,14 @@ namespace tessera::cuda {
 bool dequant_gemm_supported(DType type, int64_t k);
 
 // Workspace bytes (16-byte aligned, any contents) dequant_gemm_bf16 needs for this shape; 0
-// when it does not split k.
-size_t dequant_gemm_workspace_bytes(DType type, int64_t n, int64_t k, int64_t rows);
+// when it does not split k. max_splits > 0 caps the split count (both calls must pass the same;
+// tests use 1 to run every k step through one block's ring).
+size_t dequant_gemm_workspace_bytes(DType type, int64_t n, int64_t k, int64_t rows, int max_splits = 0);
 
 // packed: the whole n x k matrix (gemv_quant_layout); x [rows][k] bf16, 16-byte aligned;
 // y[r * ldy + j] for j < n, f32, written or (accumulate) added to.
 void dequant_gemm_bf16(DType type, const void* packed, int64_t n, int64_t k, const __nv_bfloat16* x,
                        int64_t rows, float* y, int64_t ldy, bool accumulate, void* ws, size_t ws_bytes,
-                       cudaStream_t stream);
+                       cudaStream_t stream, int max_splits = 0);
 
 }  // namespace tessera::cuda

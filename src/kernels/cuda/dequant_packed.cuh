@@ -1,7 +1,8 @@
 // The dequantization of one 32-element chunk of a repacked quantized row (kernels/cuda/gemv.h
-// layout), shared by dequantize_packed_bf16 and the dequantizing GEMM (dequant_gemm.h): the GGUF
-// arithmetic in f32, exactly as ref::dequantize_row computes it (no contraction), so both give
-// the same bits.
+// layout), as dequantize_packed_bf16 runs it: the GGUF arithmetic in f32, exactly as
+// ref::dequantize_row computes it (no contraction). The dequantizing GEMM (dequant_gemm.cu)
+// performs the same operations word by word on its B fragments; its tests compare every weight
+// with the reference bit for bit, so a change here must be made there too.
 #pragma once
 
 #include <cuda_fp16.h>

@@ -231,8 +231,11 @@ class CudaLlama final : public CausalLm {
     b.attn = w_.any_quant ? attn_.get(n * qd) : nullptr;
     b.qx = w_.any_quant ? qx_.get(n * widest) : nullptr;
     b.meta = w_.any_quant ? meta_.get(n * widest / 32) : nullptr;
-    b.wdq = w_.any_quant && n > cuda::kMmqGemvMaxRows && !mmq_gemm_ ? wdq_.get(kDequantSliceElems)
-                                                                 : nullptr;
+    // The bf16 weight slices, where a quantized projection of more than kMmqGemvMaxRows rows may
+    // not take dequant_gemm (more rows than it takes, or a shape it cannot run).
+    const bool slices = w_.any_quant && n > cuda::kMmqGemvMaxRows && !mmq_gemm_ &&
+                        !(dequant_gemm_rows(n) && dequant_gemm_runs_all());
+    b.wdq = slices ? wdq_.get(kDequantSliceElems) : nullptr;
     b.out = logits_.get(n_logits * V);
     b.tokens = d_tokens;
     b.pos = d_pos;
@@ -256,7 +259,9 @@ class CudaLlama final : public CausalLm {
     // Set for every call once enabled (not only one-row ones): Bufs keys the graphs, and a
     // field that came and went with the row count would drop them at every switch.
     if (persistent_ok()) prepare_persistent(b, cache);
-    dg_ws_bytes_ = dequant_gemm_rows(n) ? dequant_gemm_ws_bytes(n) : 0;
+    // The layers' projections run at n rows, the head at n_logits (either may take dequant_gemm).
+    dg_ws_bytes_ = std::max(dequant_gemm_rows(n) ? dequant_gemm_ws_bytes(n, false) : 0,
+                            dequant_gemm_rows(n_logits) ? dequant_gemm_ws_bytes(n_logits, true) : 0);
     b.dg_ws = w_.any_quant ? dg_ws_.get(static_cast<int64_t>(std::max<size_t>(dg_ws_bytes_, 16))) : nullptr;
 
     // Decode-only steps (one token per sequence) replay a CUDA graph per (rows, table stride):
@@ -601,10 +606,12 @@ class CudaLlama final : public CausalLm {
     static In swiglu(const float* gu) { return {kSwiglu, gu, nullptr}; }
   };
   //
-  // Few rows (<= kMmqGemvMaxRows): the integer-dot GEMV reads each weight once. More rows: the
-  // weight is dequantized to bf16 a slice at a time and multiplied by cuBLASLt, which today is
-  // 2-5x faster than the int8 tensor-core kernel for 16..2048 rows (docs/design/cuda_engine.md);
-  // TESSERA_MMQ_GEMM=1 selects the int8 kernel instead (benchmarks, tests).
+  // Few rows (<= kMmqGemvMaxRows): the integer-dot GEMV reads each weight once. Up to
+  // dequant_gemm_max_rows_: dequant_gemm (tensor cores fed from the quantized bytes). More rows,
+  // or shapes dequant_gemm cannot run: the weight is dequantized to bf16 a slice at a time and
+  // multiplied by cuBLASLt, which is 2-5x faster than the int8 tensor-core kernel for 16..2048
+  // rows (docs/design/cuda_engine.md); TESSERA_MMQ_GEMM=1 selects the int8 kernel instead
+  // (benchmarks, tests).
   void project(const Proj& p, const In& in, int64_t rows, const Bufs& b, float* y, int64_t ldy,
                bool accumulate) {
     const bool dequant_gemm = dequant_gemm_rows(rows) && std::all_of(p.parts.begin(), p.parts.end(), [&](const Proj::Part& part) {
@@ -721,20 +728,40 @@ class CudaLlama final : public CausalLm {
   bool dequant_gemm_rows(int64_t rows) const {
     return w_.any_quant && !mmq_gemm_ && rows > cuda::kMmqGemvMaxRows && rows <= dequant_gemm_max_rows_;
   }
-  // The split-k workspace of the largest need among the model's quantized projections at `rows`.
-  size_t dequant_gemm_ws_bytes(int64_t rows) {
-    if (auto it = dg_ws_need_.find(rows); it != dg_ws_need_.end()) return it->second;
+  // The split-k workspace of the largest need at `rows` among the layers' quantized projections,
+  // or (head) of the output projection. Not monotonic in rows: tile sizes and splits change.
+  size_t dequant_gemm_ws_bytes(int64_t rows, bool head) {
+    const auto key = std::make_pair(rows, head);
+    if (auto it = dg_ws_need_.find(key); it != dg_ws_need_.end()) return it->second;
     size_t need = 0;
     auto add = [&](const Proj& p) {
       for (const Proj::Part& part : p.parts)
         need = std::max(need, cuda::dequant_gemm_workspace_bytes(part.type, part.n, p.k, rows));
     };
-    for (const Layer& l : w_.layers)
-      for (const Proj* p : {&l.qkv, &l.wo, &l.wgu, &l.wd}) add(*p);
-    add(w_.output);
-    return dg_ws_need_[rows] = need;
+    if (head) {
+      add(w_.output);
+    } else {
+      for (const Layer& l : w_.layers)
+        for (const Proj* p : {&l.qkv, &l.wo, &l.wgu, &l.wd}) add(*p);
+    }
+    return dg_ws_need_[key] = need;
   }
-  std::map<int64_t, size_t> dg_ws_need_;
+  // Whether every quantized projection (head included) has a shape dequant_gemm runs.
+  bool dequant_gemm_runs_all() {
+    if (!dg_runs_all_) {
+      bool all = true;
+      auto check = [&](const Proj& p) {
+        for (const Proj::Part& part : p.parts) all = all && cuda::dequant_gemm_supported(part.type, p.k);
+      };
+      for (const Layer& l : w_.layers)
+        for (const Proj* p : {&l.qkv, &l.wo, &l.wgu, &l.wd}) check(*p);
+      check(w_.output);
+      dg_runs_all_ = all;
+    }
+    return *dg_runs_all_;
+  }
+  std::map<std::pair<int64_t, bool>, size_t> dg_ws_need_;
+  std::optional<bool> dg_runs_all_;
   size_t dg_ws_bytes_ = 0;  // this call's (run())
   Grow<uint8_t> dg_ws_;
   static constexpr int64_t kDequantSliceElems = int64_t{32} << 20;  // 64 MB of bf16
