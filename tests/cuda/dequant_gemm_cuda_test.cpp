@@ -46,13 +46,6 @@ struct Problem {
   }
 };
 
-// x [rows][k], rounded to bf16 in place; the device copy.
-std::vector<uint16_t> bf16_rows(std::vector<float>& x) {
-  std::vector<uint16_t> b(x.size());
-  for (size_t i = 0; i < x.size(); ++i) b[i] = f32_to_bf16(x[i]), x[i] = bf16_to_f32(b[i]);
-  return b;
-}
-
 // y[r * ldy + j] (+)= sum_c x[r][c] w[j][c], in double.
 std::vector<double> reference(const Problem& p, const std::vector<float>& x, int64_t rows) {
   std::vector<double> y(rows * p.n);
@@ -88,9 +81,8 @@ TEST(DequantGemm, MatchesTheDequantizedProductInDouble) {
                                  std::to_string(p.k) + " rows " + std::to_string(rows) + " max splits " +
                                  std::to_string(sh.max_splits);
         std::vector<float> x = test::random_floats(rows * p.k, 5 + rows);
-        const std::vector<uint16_t> xb = bf16_rows(x);
-        test::DevBuf<uint16_t> dx(xb);
-        const auto* xp = reinterpret_cast<const __nv_bfloat16*>(dx.get());
+        test::DevBuf<__nv_bfloat16> dx(test::to_device_type<__nv_bfloat16>(x));  // rounds x too
+        const __nv_bfloat16* xp = dx.get();
         const int64_t ldy = p.n + 3;  // a part of a wider output row
         std::vector<float> y0 = test::random_floats(rows * ldy, 6 + rows);
         test::DevBuf<float> y(rows * ldy), yacc(y0);
@@ -140,9 +132,9 @@ TEST(DequantGemm, DequantizesLikeTheReference) {
       for (int64_t c0 = 0; c0 < p.k; c0 += rows) {
         std::vector<float> x(rows * p.k, 0.f);
         for (int64_t r = 0; r < rows; ++r) x[r * p.k + c0 + r] = 1.f;
-        test::DevBuf<uint16_t> dx(bf16_rows(x));
+        test::DevBuf<__nv_bfloat16> dx(test::to_device_type<__nv_bfloat16>(x));
         test::DevBuf<float> y(rows * p.n);
-        run(p, reinterpret_cast<const __nv_bfloat16*>(dx.get()), rows, y.get(), p.n, false, ws);
+        run(p, dx.get(), rows, y.get(), p.n, false, ws);
         const std::vector<float> got = y.download();
         for (int64_t r = 0; r < rows; ++r)
           for (int64_t j = 0; j < p.n; ++j)

@@ -10,11 +10,10 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/cp_async.cuh"  // smem_addr
+
 namespace tessera::cuda::detail {
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
 // An mbarrier that completes a phase on one arrival (the expect_tx) plus its bytes.
 __device__ __forceinline__ void mbar_init(uint64_t* bar) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(bar)) : "memory");

@@ -6,6 +6,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "core/error.h"
+#include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/gemv.h"
 #include "kernels/cuda/launch.cuh"
 
@@ -33,31 +34,6 @@ struct Raw {
   static constexpr int kRaw = (kDOff + kD + 15) / 16 * 16;
 };
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-template <int kBytes>
-__device__ __forceinline__ void cp_async(void* dst, const void* src) {
-  if constexpr (kBytes == 16)
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_u32(dst)), "l"(src));
-  else
-    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(smem_u32(dst)), "l"(src), "n"(kBytes));
-}
-// 16 bytes, or zeros when !valid (src must still be a valid address).
-__device__ __forceinline__ void cp_async16_or_zero(void* dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
-               "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_u32(p)));
-}
 // d += a (16 x 16, row) * b (16 x 8, col), bf16 in, f32 accumulators (fragments as in
 // paged_attention_common.cuh's mma_16816).
 __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
@@ -72,8 +48,8 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const uint32_t (&a
 // chunk (elements 16 s ..), lane (g, t) of an n8 tile holds its row's elements 2t, 2t+1 (b0) and
 // 2t+8, 2t+9 (b1). In the repacked nibble order those are bytes 2t, 2t+1, 2t+8, 2t+9 of the
 // chunk's 16 qs bytes, low nibbles for slice 0 and high for slice 1: one word per row and chunk
-// gives the lane both slices. Each value is the GGUF arithmetic of dequant_chunk8
-// (dequant_packed.cuh) on the same f32 values, so the same bits (DequantizesLikeTheReference
+// gives the lane both slices. Each value is the GGUF arithmetic of dequantize_packed_bf16
+// (dequant_packed.cu) on the same f32 values, so the same bits (DequantizesLikeTheReference
 // checks every element); small integers become floats exactly by the 2^23 trick (a byte
 // permute and an add, full rate) rather than an int-to-float conversion (quarter rate).
 
@@ -236,7 +212,7 @@ __global__ void __launch_bounds__(kThreads) dequant_gemm_kernel(const Params p) 
       const int r = i / kPieces, piece = i % kPieces;
       const bool valid = m0 + r < p.rows;
       const __nv_bfloat16* src = p.x + (valid ? (m0 + r) * p.k + k0 + piece * 8 : 0);
-      cp_async16_or_zero(dst0 + r * kLd + piece * 8, src, valid);
+      cp_async_or_zero<16>(dst0 + r * kLd + piece * 8, src, valid);
     }
   };
 
@@ -333,6 +309,11 @@ int splits_for(int64_t n, int64_t k, int64_t rows, int max_splits) {
   return s;
 }
 
+// The partial sums of `splits` splits (none for one).
+size_t split_sums_bytes(int splits, int64_t rows, int64_t n) {
+  return splits > 1 ? static_cast<size_t>(splits) * static_cast<size_t>(rows * n) * sizeof(float) : 0;
+}
+
 template <DType kType, int kBM, int kBK>
 void launch(const Params& p, int splits, cudaStream_t s) {
   constexpr size_t smem = smem_bytes<kType, kBM, kBK>();
@@ -367,8 +348,7 @@ bool dequant_gemm_supported(DType type, int64_t k) {
 
 size_t dequant_gemm_workspace_bytes(DType type, int64_t n, int64_t k, int64_t rows, int max_splits) {
   if (!dequant_gemm_supported(type, k) || n <= 0 || rows <= 0) return 0;
-  const int splits = splits_for(n, k, rows, max_splits);
-  return splits > 1 ? static_cast<size_t>(splits) * static_cast<size_t>(rows * n) * sizeof(float) : 0;
+  return split_sums_bytes(splits_for(n, k, rows, max_splits), rows, n);
 }
 
 void dequant_gemm_bf16(DType type, const void* packed, int64_t n, int64_t k, const __nv_bfloat16* x,
@@ -382,8 +362,7 @@ void dequant_gemm_bf16(DType type, const void* packed, int64_t n, int64_t k, con
                     "cuda::dequant_gemm_bf16: x and the weights must be 16-byte aligned");
   if (n == 0 || rows == 0) return;
   const int splits = splits_for(n, k, rows, max_splits);
-  const size_t need = dequant_gemm_workspace_bytes(type, n, k, rows, max_splits);
-  TESSERA_CHECK_ARG(ws_bytes >= need && reinterpret_cast<uintptr_t>(ws) % 16 == 0,
+  TESSERA_CHECK_ARG(ws_bytes >= split_sums_bytes(splits, rows, n) && reinterpret_cast<uintptr_t>(ws) % 16 == 0,
                     "cuda::dequant_gemm_bf16: workspace too small or not aligned");
   Params p{static_cast<const uint8_t*>(packed), gemv_quant_layout(type, n, k), n, k, x, rows, y, ldy,
            accumulate, static_cast<float*>(ws), 0};

@@ -4,13 +4,21 @@
 #include <string>
 
 #include "core/error.h"
-#include "kernels/cuda/dequant_packed.cuh"
 #include "kernels/cuda/gemv.h"
 
 namespace tessera::cuda {
 namespace {
 
 constexpr int kThreads = 256;
+
+__device__ __forceinline__ float f16(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+
+// 4-bit value l (0..31) of a 32-element chunk in the Q4_0 nibble order: byte l % 16, low nibble
+// for l < 16, high for l >= 16.
+__device__ __forceinline__ int nibble(const uint8_t* chunk, int l) {
+  const uint8_t b = chunk[l & 15];
+  return l < 16 ? (b & 0xF) : (b >> 4);
+}
 
 // One thread per 8 consecutive elements of a row (8 | 32: never straddles a chunk).
 template <DType kType>
@@ -21,14 +29,41 @@ __global__ void dequant_kernel(const uint8_t* __restrict__ base, GemvQuantLayout
        gi += int64_t{gridDim.x} * blockDim.x) {
     const int64_t e0 = row0 * k + gi * 8;  // element index in the whole matrix
     const int64_t chunk = e0 / 32;
-    detail::QuantChunk c{};
-    c.qs = base + L.qs + chunk * (kType == DType::kQ8_0 ? 32 : 16);
-    c.scale = base + L.scales + chunk * (kType == DType::kQ4_1 ? 4 : 2);  // Q6_K: two int8
-    if constexpr (kType == DType::kQ6_K) c.qh = base + L.qh + chunk * 8;
-    if constexpr (kType == DType::kQ4_K) c.d = base + L.d + e0 / 256 * 4;
-    if constexpr (kType == DType::kQ6_K) c.d = base + L.d + e0 / 256 * 2;
+    const int l0 = static_cast<int>(e0 % 32);
     float y[8];
-    detail::dequant_chunk8<kType>(c, static_cast<int>(e0 % 32), y);
+    if constexpr (kType == DType::kQ8_0) {
+      const float d = f16(reinterpret_cast<const uint16_t*>(base + L.scales)[chunk]);
+      const auto* q = reinterpret_cast<const int8_t*>(base + L.qs) + e0;
+      for (int i = 0; i < 8; ++i) y[i] = __fmul_rn(static_cast<float>(q[i]), d);
+    } else if constexpr (kType == DType::kQ4_0) {
+      const float d = f16(reinterpret_cast<const uint16_t*>(base + L.scales)[chunk]);
+      const uint8_t* c = base + L.qs + chunk * 16;
+      for (int i = 0; i < 8; ++i) y[i] = __fmul_rn(d, static_cast<float>(nibble(c, l0 + i) - 8));
+    } else if constexpr (kType == DType::kQ4_1) {
+      const uint32_t dm = reinterpret_cast<const uint32_t*>(base + L.scales)[chunk];
+      const float d = f16(static_cast<uint16_t>(dm & 0xFFFF)), m = f16(static_cast<uint16_t>(dm >> 16));
+      const uint8_t* c = base + L.qs + chunk * 16;
+      for (int i = 0; i < 8; ++i)
+        y[i] = __fadd_rn(__fmul_rn(d, static_cast<float>(nibble(c, l0 + i))), m);
+    } else if constexpr (kType == DType::kQ4_K) {
+      const uint16_t scmn = reinterpret_cast<const uint16_t*>(base + L.scales)[chunk];
+      const uint32_t dd = reinterpret_cast<const uint32_t*>(base + L.d)[e0 / 256];
+      const float d = __fmul_rn(f16(static_cast<uint16_t>(dd & 0xFFFF)), static_cast<float>(scmn & 0xFF));
+      const float dm = __fmul_rn(f16(static_cast<uint16_t>(dd >> 16)), static_cast<float>(scmn >> 8));
+      const uint8_t* c = base + L.qs + chunk * 16;
+      for (int i = 0; i < 8; ++i)
+        y[i] = __fsub_rn(__fmul_rn(d, static_cast<float>(nibble(c, l0 + i))), dm);
+    } else {  // Q6_K
+      const uint8_t* c = base + L.qs + chunk * 16;
+      const uint32_t* qh = reinterpret_cast<const uint32_t*>(base + L.qh + chunk * 8);
+      const float d = f16(reinterpret_cast<const uint16_t*>(base + L.d)[e0 / 256]);
+      const float ds = __fmul_rn(d, static_cast<float>(reinterpret_cast<const int8_t*>(base + L.scales)[e0 / 16]));
+      for (int i = 0; i < 8; ++i) {
+        const int l = l0 + i, ll = l % 16;
+        const int hi = static_cast<int>((qh[l / 16] >> (8 * (ll % 4) + 2 * (ll / 4))) & 3);
+        y[i] = __fmul_rn(ds, static_cast<float>((nibble(c, l) | hi << 4) - 32));
+      }
+    }
     uint4 packed;
     auto* p2 = reinterpret_cast<__nv_bfloat162*>(&packed);
     for (int i = 0; i < 4; ++i) p2[i] = __floats2bfloat162_rn(y[2 * i], y[2 * i + 1]);

@@ -14,6 +14,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "core/error.h"
+#include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/mmq_common.cuh"
 
@@ -23,25 +24,6 @@ using namespace detail;
 
 constexpr int kThreads = 128, kStages = 3, kBK = 256;
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void cp16(void* dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
-               "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp8(void* dst, const void* src, bool valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
-               "r"(valid ? 8 : 0));
-}
-__device__ __forceinline__ void cp4(void* dst, const void* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_addr(dst)), "l"(src));
-}
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
 
 __device__ __forceinline__ void mma_k32(const uint32_t (&a)[4], uint32_t b0, uint32_t b1, int (&c)[4]) {
   asm volatile(
@@ -122,13 +104,13 @@ __global__ void __launch_bounds__(kThreads) mmq_mma_kernel(Args p) {
       const int64_t row = min(bm0 + r, n - 1);
       const bool valid = blk0 + c / kWqChunks < nb;
       const uint8_t* src = base + p.w.L.qs + row * nb * F::kQB + (valid ? blk0 * F::kQB + c * 16 : 0);
-      cp16(sb + S::kWq + r * S::kWqStride + c * 16, src, valid);
+      cp_async_or_zero<16>(sb + S::kWq + r * S::kWqStride + c * 16, src, valid);
     }
     if constexpr (F::kQh) {
       for (int i = tid; i < BM * 4; i += kThreads) {
         const int r = i / 4, c = i % 4;
         const int64_t row = min(bm0 + r, n - 1);
-        cp16(sb + S::kWh + r * S::kWhStride + c * 16, base + p.w.L.qh + row * (k / 4) + kt * 64 + c * 16, true);
+        cp_async_or_zero<16>(sb + S::kWh + r * S::kWhStride + c * 16, base + p.w.L.qh + row * (k / 4) + kt * 64 + c * 16, true);
       }
     }
     {
@@ -139,27 +121,27 @@ __global__ void __launch_bounds__(kThreads) mmq_mma_kernel(Args p) {
         const int64_t off = p.w.L.scales + row * s0_row + blk0 * F::kS0;
         const int64_t w0 = off & ~int64_t{3};
         if (w0 + 4 * wd < off + nbt * F::kS0)  // only words holding this tile's scales
-          cp4(sb + S::kS0 + (r * S::kS0Words + wd) * 4, base + w0 + 4 * wd);
+          cp_async<4>(sb + S::kS0 + (r * S::kS0Words + wd) * 4, base + w0 + 4 * wd);
       }
     }
     if constexpr (F::kS1 != 0) {
       for (int i = tid; i < BM; i += kThreads) {
         const int64_t row = min(bm0 + i, n - 1);
         const int64_t off = p.w.L.d + row * s1_row + kt * F::kS1;
-        cp4(sb + S::kS1 + i * 4, base + (off & ~int64_t{3}));
+        cp_async<4>(sb + S::kS1 + i * 4, base + (off & ~int64_t{3}));
       }
     }
     for (int i = tid; i < BN * 16; i += kThreads) {
       const int t = i / 16, c = i % 16;
       const int64_t tok = min(bn0 + t, p.m - 1);
       const bool valid = blk0 + c / 2 < nb;
-      cp16(sb + S::kXq + t * S::kXqStride + c * 16, p.qx + tok * k + (valid ? kt * kBK + c * 16 : 0), valid);
+      cp_async_or_zero<16>(sb + S::kXq + t * S::kXqStride + c * 16, p.qx + tok * k + (valid ? kt * kBK + c * 16 : 0), valid);
     }
     for (int i = tid; i < BN * 8; i += kThreads) {
       const int t = i / 8, c = i % 8;
       const int64_t tok = min(bn0 + t, p.m - 1);
       const bool valid = blk0 + c < nb;
-      cp8(sb + S::kXm + t * S::kXmStride + c * 8, p.meta + tok * nb + (valid ? blk0 + c : 0), valid);
+      cp_async_or_zero<8>(sb + S::kXm + t * S::kXmStride + c * 8, p.meta + tok * nb + (valid ? blk0 + c : 0), valid);
     }
   };
 
@@ -179,14 +161,14 @@ __global__ void __launch_bounds__(kThreads) mmq_mma_kernel(Args p) {
 #pragma unroll
   for (int st = 0; st < kStages - 1; ++st) {
     if (st < kt_count) load(st, st);
-    cp_commit();
+    cp_async_commit();
   }
 
   for (int64_t kt = 0; kt < kt_count; ++kt) {
-    cp_wait<kStages - 2>();
+    cp_async_wait<kStages - 2>();
     __syncthreads();
     if (kt + kStages - 1 < kt_count) load(kt + kStages - 1, static_cast<int>((kt + kStages - 1) % kStages));
-    cp_commit();
+    cp_async_commit();
 
     const uint8_t* sb = smem + (kt % kStages) * S::kStage;
     const int64_t blk0 = kt * 8;
@@ -306,7 +288,7 @@ __global__ void __launch_bounds__(kThreads) mmq_mma_kernel(Args p) {
       }
     }
   }
-  cp_wait<0>();
+  cp_async_wait<0>();
 
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)

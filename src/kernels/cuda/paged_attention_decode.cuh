@@ -384,8 +384,8 @@ __global__ void __launch_bounds__(W * 32) narrow_kernel(const Args<T, O> a) {
       if (p < k_end) {
         const int64_t off = whole_chunks ? base + j * kRowStep * row_elems
                                          : (cache_row(a, e[j], p) * a.n_kv_heads + kvh) * HD + part * 8;
-        cp_async_16(kd, a.k_cache + off);
-        cp_async_16(vd, a.v_cache + off);
+        cp_async<16>(kd, a.k_cache + off);
+        cp_async<16>(vd, a.v_cache + off);
       } else {
         *reinterpret_cast<uint4*>(kd) = make_uint4(0, 0, 0, 0);
         *reinterpret_cast<uint4*>(vd) = make_uint4(0, 0, 0, 0);

@@ -94,9 +94,7 @@ __global__ void __launch_bounds__(kWideThreads, 2) wide_kernel(const Args<T, O> 
     if (threadIdx.x < kWideKeys && p < k_end) {
       const int32_t* src =
           a.block_shift >= 0 ? table + (p >> a.block_shift) : table + p / a.block_size;
-      asm volatile(
-          "cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_addr(&tbl[slot][threadIdx.x])),
-          "l"(src));
+      cp_async<4>(&tbl[slot][threadIdx.x], src);
     }
   };
   // Starts the copies of chunk `chunk` into stage st (keys past the range become zeros).
@@ -110,8 +108,8 @@ __global__ void __launch_bounds__(kWideThreads, 2) wide_kernel(const Args<T, O> 
       __half* vd = vdst + r * kRow + part * 8;
       if (p < k_end) {
         const int64_t off = (cache_row(a, tbl[slot][r], p) * a.n_kv_heads + kvh) * HD + part * 8;
-        cp_async_16(kd, a.k_cache + off);
-        cp_async_16(vd, a.v_cache + off);
+        cp_async<16>(kd, a.k_cache + off);
+        cp_async<16>(vd, a.v_cache + off);
       } else {
         *reinterpret_cast<uint4*>(kd) = make_uint4(0, 0, 0, 0);
         *reinterpret_cast<uint4*>(vd) = make_uint4(0, 0, 0, 0);

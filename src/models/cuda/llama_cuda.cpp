@@ -234,7 +234,7 @@ class CudaLlama final : public CausalLm {
     // The bf16 weight slices, where a quantized projection of more than kMmqGemvMaxRows rows may
     // not take dequant_gemm (more rows than it takes, or a shape it cannot run).
     const bool slices = w_.any_quant && n > cuda::kMmqGemvMaxRows && !mmq_gemm_ &&
-                        !(dequant_gemm_rows(n) && dequant_gemm_runs_all());
+                        !(dequant_gemm_rows(n) && w_.all_dequant_gemm);
     b.wdq = slices ? wdq_.get(kDequantSliceElems) : nullptr;
     b.out = logits_.get(n_logits * V);
     b.tokens = d_tokens;
@@ -281,17 +281,16 @@ class CudaLlama final : public CausalLm {
       return n_logits;
     }
     if (decode_only) {
-      // The graphs hold this cache's K/V addresses: a cache object at the same address may hold
-      // other buffers (one destroyed, another constructed in its place), so those are compared.
+      // The graphs hold the cache's K/V addresses, so those key them (not the cache object's
+      // address: one destroyed and another constructed in its place holds other buffers).
       kv_now_.clear();
       for (int64_t li = 0; li < cache.n_layers(); ++li) {
         kv_now_.push_back(cache.k(li).raw_data());
         kv_now_.push_back(cache.v(li).raw_data());
       }
-      if (std::memcmp(&b, &graph_bufs_, sizeof b) != 0 || graph_cache_ != &cache || kv_now_ != graph_kv_) {
+      if (std::memcmp(&b, &graph_bufs_, sizeof b) != 0 || kv_now_ != graph_kv_) {
         drop_graphs();
         graph_bufs_ = b;
-        graph_cache_ = &cache;
         graph_kv_ = kv_now_;
       }
       const auto key = std::make_pair(n, plan_.table_stride);
@@ -441,8 +440,7 @@ class CudaLlama final : public CausalLm {
       cuda::decode_persistent(p, s);
       if (prof_.enabled()) {
         double bytes = attn_cost.bytes * cfg_.n_layers;
-        for (const Layer& l : w_.layers)
-          for (const Proj* pr : {&l.qkv, &l.wo, &l.wgu, &l.wd}) bytes += proj_cost(*pr, 1, 0, 0).bytes;
+        w_.for_each_layer_proj([&](const Proj& pr) { bytes += proj_cost(pr, 1, 0, 0).bytes; });
         prof_.mark("layers (persistent)", {bytes});
       }
     }
@@ -728,40 +726,14 @@ class CudaLlama final : public CausalLm {
   bool dequant_gemm_rows(int64_t rows) const {
     return w_.any_quant && !mmq_gemm_ && rows > cuda::kMmqGemvMaxRows && rows <= dequant_gemm_max_rows_;
   }
-  // The split-k workspace of the largest need at `rows` among the layers' quantized projections,
-  // or (head) of the output projection. Not monotonic in rows: tile sizes and splits change.
+  // Weights::dequant_gemm_workspace_bytes, once per (rows, head). Not monotonic in rows: tile
+  // sizes and splits change.
   size_t dequant_gemm_ws_bytes(int64_t rows, bool head) {
     const auto key = std::make_pair(rows, head);
     if (auto it = dg_ws_need_.find(key); it != dg_ws_need_.end()) return it->second;
-    size_t need = 0;
-    auto add = [&](const Proj& p) {
-      for (const Proj::Part& part : p.parts)
-        need = std::max(need, cuda::dequant_gemm_workspace_bytes(part.type, part.n, p.k, rows));
-    };
-    if (head) {
-      add(w_.output);
-    } else {
-      for (const Layer& l : w_.layers)
-        for (const Proj* p : {&l.qkv, &l.wo, &l.wgu, &l.wd}) add(*p);
-    }
-    return dg_ws_need_[key] = need;
-  }
-  // Whether every quantized projection (head included) has a shape dequant_gemm runs.
-  bool dequant_gemm_runs_all() {
-    if (!dg_runs_all_) {
-      bool all = true;
-      auto check = [&](const Proj& p) {
-        for (const Proj::Part& part : p.parts) all = all && cuda::dequant_gemm_supported(part.type, p.k);
-      };
-      for (const Layer& l : w_.layers)
-        for (const Proj* p : {&l.qkv, &l.wo, &l.wgu, &l.wd}) check(*p);
-      check(w_.output);
-      dg_runs_all_ = all;
-    }
-    return *dg_runs_all_;
+    return dg_ws_need_[key] = w_.dequant_gemm_workspace_bytes(rows, head);
   }
   std::map<std::pair<int64_t, bool>, size_t> dg_ws_need_;
-  std::optional<bool> dg_runs_all_;
   size_t dg_ws_bytes_ = 0;  // this call's (run())
   Grow<uint8_t> dg_ws_;
   static constexpr int64_t kDequantSliceElems = int64_t{32} << 20;  // 64 MB of bf16
@@ -775,7 +747,6 @@ class CudaLlama final : public CausalLm {
   std::map<std::pair<int64_t, int64_t>, cudaGraphExec_t> graphs_;
   std::set<std::pair<int64_t, int64_t>> seen_shapes_;
   Bufs graph_bufs_{};
-  const KvCache* graph_cache_ = nullptr;
   std::vector<const void*> graph_kv_, kv_now_;  // the K/V buffers the graphs use; this call's
   Grow<uint8_t> staged_[kStaged];
   std::vector<void*> pinned_[2];

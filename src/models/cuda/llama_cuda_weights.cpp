@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/half.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cuda/dequant_gemm.h"
 #include "kernels/cuda/fill_random.h"
 #include "kernels/cuda/gemv.h"
 #include "kernels/cuda/mmq.h"
@@ -158,6 +159,23 @@ void Weights::finish_load(const float* rope_factors) {
     any_f32_gu |= f32_gu;
     any_bf16_gu |= !f32_gu;
   }
+  all_dequant_gemm = true;
+  auto check = [&](const Proj& p) {
+    for (const Proj::Part& part : p.parts) all_dequant_gemm &= cuda::dequant_gemm_supported(part.type, p.k);
+  };
+  for_each_layer_proj(check);
+  check(output);
+}
+
+size_t Weights::dequant_gemm_workspace_bytes(int64_t rows, bool head) const {
+  size_t need = 0;
+  auto add = [&](const Proj& p) {
+    for (const Proj::Part& part : p.parts)
+      need = std::max(need, cuda::dequant_gemm_workspace_bytes(part.type, part.n, p.k, rows));
+  };
+  if (head) add(output);
+  else for_each_layer_proj(add);
+  return need;
 }
 
 // Host weights [rows_i][k] stacked by rows into one projection. All of a quantized type the

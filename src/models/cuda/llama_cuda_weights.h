@@ -7,6 +7,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 #include <string>
@@ -81,6 +82,18 @@ class Weights {
   int64_t weight_bytes = 0;  // projections and head as stored (quantized: GGUF block bytes)
   // Which intermediate buffers the layers' projection types need.
   bool any_quant = false, any_bf16_gu = false, any_f32_gu = false;
+  // Whether every quantized projection (head included) has a shape dequant_gemm runs.
+  bool all_dequant_gemm = false;
+
+  // f(proj) for each layer's four projections, in order (not the head).
+  template <class F>
+  void for_each_layer_proj(F f) const {
+    for (const Layer& l : layers)
+      for (const Proj* p : {&l.qkv, &l.wo, &l.wgu, &l.wd}) f(*p);
+  }
+  // The split-k workspace dequant_gemm needs at `rows`: the largest among the layers'
+  // quantized projections, or (head) the output projection's.
+  size_t dequant_gemm_workspace_bytes(int64_t rows, bool head) const;
 
  private:
   // The RoPE angle table (rope_factors: host, n_rot / 2, or null) and the buffer needs.
