@@ -8,7 +8,8 @@
 // rotating over weight copies totalling >= 4x the L2, median of 15 replays after warm-up,
 // random data (dummy quant blocks, uniform activations).
 //
-//   mmq_bench [--k-split | --dequant-gemm] [q4_0 q8_0 q4_k q6_k q4_1]   (default q4_0 q8_0 q4_k)
+//   mmq_bench [--k-split | --dequant-gemm] [--rows 16,128] [--shapes qkv,gate|up] [q4_0 q8_0 ...]
+//   (default types q4_0 q8_0 q4_k; --rows / --shapes narrow the --dequant-gemm table, e.g. for ncu)
 //
 // --dequant-gemm: the dequantizing tensor-core GEMM (dequant_gemm.h) at 16..512 rows against the
 // engine's other path for those rows (each weight dequantized to a bf16 copy, then cuBLASLt) and
@@ -20,6 +21,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <string>
 #include <vector>
@@ -82,7 +84,26 @@ std::vector<uint8_t*> random_weight_copies(DType t, int64_t n, int64_t k, cudaSt
 int main(int argc, char** argv) {
   std::vector<DType> types;
   bool k_split_table = false, dequant_table = false;
+  std::vector<int64_t> dg_rows = {16, 32, 64, 128, 256, 512};
+  std::string dg_shapes;  // comma-separated names; empty: all
   for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--rows" && i + 1 < argc) {
+      dg_rows.clear();
+      for (const char* p = argv[++i]; *p;) {
+        char* end;
+        dg_rows.push_back(std::strtoll(p, &end, 10));
+        if (end == p || dg_rows.back() <= 0 || dg_rows.back() > 512) {
+          std::fprintf(stderr, "--rows: a comma-separated list of 1..512\n");
+          return 2;
+        }
+        p = *end == ',' ? end + 1 : end;
+      }
+      continue;
+    }
+    if (std::string(argv[i]) == "--shapes" && i + 1 < argc) {
+      dg_shapes = "," + std::string(argv[++i]) + ",";
+      continue;
+    }
     if (std::string(argv[i]) == "--k-split") {
       k_split_table = true;
       continue;
@@ -122,6 +143,7 @@ int main(int argc, char** argv) {
     cuda::GemmBf16 gemm;
     for (DType t : types)
       for (const Shape& sh : shapes) {
+        if (!dg_shapes.empty() && dg_shapes.find("," + std::string(sh.name) + ",") == std::string::npos) continue;
         const std::vector<uint8_t*> w = random_weight_copies(t, sh.n, sh.k, s);
         const int copies = static_cast<int>(w.size());
         const int64_t mmax = 512;
@@ -134,7 +156,7 @@ int main(int argc, char** argv) {
         TESSERA_CUDA_CHECK(cudaMalloc(&y, mmax * sh.n * 4));
         TESSERA_CUDA_CHECK(cudaMalloc(&ws, ws_bytes));
         cuda::fill_uniform_bf16(reinterpret_cast<uint16_t*>(xb), mmax * sh.k, -1.f, 1.f, 4, s);
-        for (int64_t m : {16, 32, 64, 128, 256, 512}) {
+        for (int64_t m : dg_rows) {
           int it = 0;
           const float us = 1e3f * time_ms([&](cudaStream_t st) {
             cuda::dequant_gemm_bf16(t, w[it++ % copies], sh.n, sh.k, xb, m, y, sh.n, false, ws, ws_bytes, st);

@@ -71,10 +71,12 @@ TEST(DequantGemm, MatchesTheDequantizedProductInDouble) {
       {300, 512, {1, 9, 16, 17, 33, 64, 65, 128, 129, 200}},  // 3 weight tiles, k split in 1-2
       {256, 4096, {9, 40}},                                      // few tiles, long k: 8 splits
       {1100, 256, {16, 130}},                                    // 9 weight tiles, 2 steps
-      {160, 4096, {16, 40, 100}, 1},  // unsplit: 16-32 steps wrap each block's 3-4 stage ring
+      {160, 4096, {16, 40, 100}, 1},  // unsplit: 16-64 steps wrap each block's 4-stage ring
+      {200, 384, {16, 70}},           // k % 256 != 0 (Q8_0, Q4_0, Q4_1): 128-wide steps at 16 rows
   };
   for (DType t : test::kQuantTypes)
     for (const Shape& sh : shapes) {
+      if (!cuda::dequant_gemm_supported(t, sh.k)) continue;
       const Problem p(t, sh.n, sh.k, 91 + sh.n);
       for (int64_t rows : sh.rows) {
         const std::string what = std::string(dtype_name(t)) + " n " + std::to_string(p.n) + " k " +
@@ -122,12 +124,12 @@ TEST(DequantGemm, MatchesTheDequantizedProductInDouble) {
 
 // Rows of x that are unit vectors pick single weights: y[r][j] = W[j][c] exactly (one product by
 // 1, the rest zeros), so every dequantized weight is compared with the reference bit for bit,
-// through the 128-wide k steps (128 rows) and the 256-wide ones (64 rows).
+// through each k step width: 64 (128 rows), 128 (64 rows) and 256 (16 rows).
 TEST(DequantGemm, DequantizesLikeTheReference) {
   TESSERA_SKIP_WITHOUT_GPU();
   for (DType t : test::kQuantTypes) {
     const Problem p(t, 130, 512, 17);
-    for (int64_t rows : {128, 64}) {
+    for (int64_t rows : {128, 64, 16}) {
       test::DevBuf<uint8_t> ws(std::max<size_t>(16, cuda::dequant_gemm_workspace_bytes(t, p.n, p.k, rows)));
       for (int64_t c0 = 0; c0 < p.k; c0 += rows) {
         std::vector<float> x(rows * p.k, 0.f);

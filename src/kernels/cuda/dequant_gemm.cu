@@ -9,16 +9,13 @@
 #include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/gemv.h"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/wgmma.cuh"
 
 namespace tessera::cuda {
 namespace {
 using namespace detail;
 
-constexpr int kThreads = 256, kWarps = kThreads / 32;
-constexpr int kBN = 128;       // weight rows (outputs) per block
-// k per step (a template argument, kBK): 256 for up to 64 rows when k allows (each weight row's
-// bytes of a step are then 128-256 contiguous bytes, not 64-128), else 128.
-constexpr int kRowPad = 8;     // bf16 of padding per shared row: ldmatrix rows hit distinct banks
+constexpr int kBN = 128;  // weight rows (outputs) per block: two warpgroups of 64
 constexpr int kMaxSplits = 8;
 
 // A format's quantized bytes of one weight row for one k step, as staged in shared memory:
@@ -34,28 +31,28 @@ struct Raw {
   static constexpr int kRaw = (kDOff + kD + 15) / 16 * 16;
 };
 
-// d += a (16 x 16, row) * b (16 x 8, col), bf16 in, f32 accumulators (fragments as in
-// paged_attention_common.cuh's mma_16816).
-__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// ---- B fragments straight from the staged quantized bytes. For k16 slice s of a 32-element
-// chunk (elements 16 s ..), lane (g, t) of an n8 tile holds its row's elements 2t, 2t+1 (b0) and
-// 2t+8, 2t+9 (b1). In the repacked nibble order those are bytes 2t, 2t+1, 2t+8, 2t+9 of the
+// ---- MMA fragments straight from the staged quantized bytes. For k16 slice s of a 32-element
+// chunk (elements 16 s ..), lane (g, t) holds its row's elements 2t, 2t+1 (f0) and 2t+8, 2t+9
+// (f1), for the wgmma A fragment of rows g and g + 8 (as mma.m16n8k16's A). In the repacked nibble order those are bytes 2t, 2t+1, 2t+8, 2t+9 of the
 // chunk's 16 qs bytes, low nibbles for slice 0 and high for slice 1: one word per row and chunk
 // gives the lane both slices. Each value is the GGUF arithmetic of dequantize_packed_bf16
 // (dequant_packed.cu) on the same f32 values, so the same bits (DequantizesLikeTheReference
 // checks every element); small integers become floats exactly by the 2^23 trick (a byte
 // permute and an add, full rate) rather than an int-to-float conversion (quarter rate).
 
-// The float of byte j of w (0..255) minus `off`: 2^23 + byte - (2^23 + off), exact.
-__device__ __forceinline__ float byte_minus(uint32_t w, int j, float off) {
-  return __fsub_rn(__int_as_float(__byte_perm(w, 0x4B000000u, 0x7540u | static_cast<unsigned>(j))), 8388608.f + off);
+// Small integers become exact floats by placing their byte under a fixed exponent (a byte
+// permute, full rate; an int-to-float conversion is quarter rate):
+//   byte j of w in bits 16..23 under exponent 126: 0.5 + b / 256 (b < 128: 4- and 6-bit quants);
+//   byte j of w in bits 8..15 under 2^15:         32768 + b      (b < 256: Q8_0).
+// The GGUF value (b - off) * s then takes one FMA, fma(x, 256 s, -(128 + off) s) or
+// fma(x, s, -(32768 + off) s): both products of the scale are exact (s has at most 19
+// significant bits, 128 + off and 32768 + 128 at most 5 and 9), the FMA's own product is exact,
+// and (b - off) * s fits 24 bits, so the result is the reference's exact f32 product.
+__device__ __forceinline__ float half_plus(uint32_t w, int j) {
+  return __int_as_float(__byte_perm(w, 0x3F000000u, 0x7044u | static_cast<unsigned>(j) << 8));
+}
+__device__ __forceinline__ float big_plus(uint32_t w, int j) {
+  return __int_as_float(__byte_perm(w, 0x47000000u, 0x7404u | static_cast<unsigned>(j) << 4));
 }
 __device__ __forceinline__ uint32_t bf16x2(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
@@ -75,44 +72,49 @@ __device__ __forceinline__ void frag(uint32_t w, uint32_t (&b)[2], F f) {
   b[1] = bf16x2(f(w, 2), f(w, 3));
 }
 
-// b[s] = the fragment of slice s of chunk `chunk` of the staged row.
+// b[s] = {f0, f1} of slice s of chunk `chunk` of the staged row.
 template <DType kType, int kBK>
 __device__ __forceinline__ void chunk_frags(const uint8_t* row, int chunk, int t, uint32_t (&b)[2][2]) {
   using R = Raw<kType, kBK>;
-  if constexpr (kType == DType::kQ8_0) {  // signed bytes, offset by 128; slice s: bytes 16 s ..
-    const float d = f16_bits(u16_at(row + R::kScOff + chunk * 2));
+  if constexpr (kType == DType::kQ8_0) {  // signed bytes, as unsigned + 128; slice s: bytes 16 s ..
+    const float d = f16_bits(u16_at(row + R::kScOff + chunk * 2)), nd = __fmul_rn(-32896.f, d);
     const uint8_t* qs = row + chunk * 32;
-    auto f = [&](uint32_t v, int j) { return __fmul_rn(byte_minus(v, j, 128.f), d); };
+    auto f = [&](uint32_t v, int j) { return __fmaf_rn(big_plus(v, j), d, nd); };
     frag(lane_bytes(qs, t) ^ 0x80808080u, b[0], f);
     frag(lane_bytes(qs + 16, t) ^ 0x80808080u, b[1], f);
   } else {
     const uint32_t w = lane_bytes(row + chunk * 16, t);
     const uint32_t lo = w & 0x0F0F0F0Fu, hi = (w >> 4) & 0x0F0F0F0Fu;
-    if constexpr (kType == DType::kQ4_0) {
+    if constexpr (kType == DType::kQ4_0) {  // (q - 8) d
       const float d = f16_bits(u16_at(row + R::kScOff + chunk * 2));
-      auto f = [&](uint32_t v, int j) { return __fmul_rn(d, byte_minus(v, j, 8.f)); };
+      const float d256 = __fmul_rn(256.f, d), nd = __fmul_rn(-136.f, d);
+      auto f = [&](uint32_t v, int j) { return __fmaf_rn(half_plus(v, j), d256, nd); };
       frag(lo, b[0], f);
       frag(hi, b[1], f);
-    } else if constexpr (kType == DType::kQ4_1) {
+    } else if constexpr (kType == DType::kQ4_1) {  // q d + m
       const uint32_t dm = *reinterpret_cast<const uint32_t*>(row + R::kScOff + chunk * 4);
       const float d = f16_bits(dm & 0xFFFF), m = f16_bits(dm >> 16);
-      auto f = [&](uint32_t v, int j) { return __fadd_rn(__fmul_rn(d, byte_minus(v, j, 0.f)), m); };
+      const float d256 = __fmul_rn(256.f, d), nd = __fmul_rn(-128.f, d);
+      auto f = [&](uint32_t v, int j) { return __fadd_rn(__fmaf_rn(half_plus(v, j), d256, nd), m); };
       frag(lo, b[0], f);
       frag(hi, b[1], f);
-    } else if constexpr (kType == DType::kQ4_K) {
+    } else if constexpr (kType == DType::kQ4_K) {  // q (d sc) - dmin mn
       const uint32_t scmn = u16_at(row + R::kScOff + chunk * 2);
       const uint32_t dd = *reinterpret_cast<const uint32_t*>(row + R::kDOff);
       const float d = __fmul_rn(f16_bits(dd & 0xFFFF), static_cast<float>(scmn & 0xFF));
       const float dmin = __fmul_rn(f16_bits(dd >> 16), static_cast<float>(scmn >> 8));
-      auto f = [&](uint32_t v, int j) { return __fsub_rn(__fmul_rn(d, byte_minus(v, j, 0.f)), dmin); };
+      const float d256 = __fmul_rn(256.f, d), nd = __fmul_rn(-128.f, d);
+      auto f = [&](uint32_t v, int j) { return __fsub_rn(__fmaf_rn(half_plus(v, j), d256, nd), dmin); };
       frag(lo, b[0], f);
       frag(hi, b[1], f);
-    } else {  // Q6_K: element l's two high bits at bit 8 (l % 4) + 2 (l / 4) of qh word l / 16
+    } else {  // Q6_K, (q - 32) d sc: element l's two high bits at bit 8 (l % 4) + 2 (l / 4) of qh word l / 16
       static_assert(kType == DType::kQ6_K, "Q8_0, Q4_0, Q4_1, Q4_K, Q6_K");
       const uint2 qh = *reinterpret_cast<const uint2*>(row + R::kQhOff + chunk * 8);
       const auto* sc = reinterpret_cast<const int8_t*>(row + R::kScOff + chunk * 2);
       const float d = f16_bits(u16_at(row + R::kDOff));
       const float ds0 = __fmul_rn(d, static_cast<float>(sc[0])), ds1 = __fmul_rn(d, static_cast<float>(sc[1]));
+      const float s0 = __fmul_rn(256.f, ds0), n0 = __fmul_rn(-160.f, ds0);
+      const float s1 = __fmul_rn(256.f, ds1), n1 = __fmul_rn(-160.f, ds1);
       uint32_t h0 = 0, h1 = 0;  // the high bits of the lane's 4 elements, one per byte
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
@@ -120,8 +122,8 @@ __device__ __forceinline__ void chunk_frags(const uint8_t* row, int chunk, int t
         h0 |= ((qh.x >> sh) & 3u) << (8 * e);
         h1 |= ((qh.y >> sh) & 3u) << (8 * e);
       }
-      frag(lo | h0 << 4, b[0], [&](uint32_t v, int j) { return __fmul_rn(ds0, byte_minus(v, j, 32.f)); });
-      frag(hi | h1 << 4, b[1], [&](uint32_t v, int j) { return __fmul_rn(ds1, byte_minus(v, j, 32.f)); });
+      frag(lo | h0 << 4, b[0], [&](uint32_t v, int j) { return __fmaf_rn(half_plus(v, j), s0, n0); });
+      frag(hi | h1 << 4, b[1], [&](uint32_t v, int j) { return __fmaf_rn(half_plus(v, j), s1, n1); });
     }
   }
 }
@@ -139,85 +141,94 @@ struct Params {
   int64_t k_split;   // k per split (a multiple of the step)
 };
 
-// Every warp takes all of the block's rows (tokens) and 16 of its weight rows (two n8 tiles),
-// so each weight is dequantized once per block. Stages: as many as fit with room (4 for small
-// tiles, 3 for the larger ones).
-template <int kBM, int kBK>
+// ---- The block: wgmma with the weights as A. Two warpgroups of 64 weight rows each; every warp
+// turns its 16 rows' bytes into the A fragments of wgmma.m64nNk16 in registers (one staged word
+// per row and chunk, as above), and the activation rows are B, read by the tensor cores from a
+// 128-byte-swizzled tile in shared memory. N = the block's rows (kN): one instruction covers
+// 64 weight rows x all of the block's rows, with no ldmatrix. (Session 17's mma.sync form, each
+// warp multiplying its 16 rows by every activation row through ldmatrix, was 1.0-1.5x slower.)
+template <int kN_, int kBK_, int kStages_, int kMinBlocks_ = 1>
 struct Tiling {
-  static constexpr int kMT = kBM / 16;  // m16 tiles per warp
-  static constexpr int kWarpN = kBN / kWarps;
-  static constexpr int kLd = kBK + kRowPad;
-  static constexpr int kStages = kBM * kBK <= 16 * 256 || (kBK == 128 && kBM <= 64) ? 4 : 3;
-  static_assert(kWarpN == 16, "two n8 tiles per warp");
+  static constexpr int kN = kN_, kBK = kBK_, kStages = kStages_, kThreads = 256, kMinBlocks = kMinBlocks_;
+  static constexpr int kActBytes = kN * kBK * 2;              // a multiple of 1024 (kN % 8 == 0)
+  static_assert(kN % 8 == 0 && kN <= 128 && kBK % 64 == 0, "wgmma tiles");
 };
 
-template <DType kType, int kBM, int kBK>
-constexpr size_t smem_bytes() {
-  using T = Tiling<kBM, kBK>;
-  return size_t{T::kStages} * (size_t{kBM} * T::kLd * 2 + size_t{kBN} * Raw<kType, kBK>::kRaw);
+template <DType kType, class T>
+__host__ __device__ constexpr size_t stage_bytes() {
+  return (size_t{T::kActBytes} + size_t{kBN} * Raw<kType, T::kBK>::kRaw + 1023) / 1024 * 1024;
 }
+template <DType kType, class T>
+constexpr size_t smem_bytes() { return T::kStages * stage_bytes<kType, T>() + 1024; }  // + alignment
 
-// Block (weight-row tile, row tile, split). A ring of kStages cp.async stages holds the quantized
-// weight rows and the activation rows of the next k steps; each step, every warp turns its rows'
-// bytes into B fragments in registers and multiplies. One block barrier per step.
-template <DType kType, int kBM, int kBK>
-__global__ void __launch_bounds__(kThreads) dequant_gemm_kernel(const Params p) {
+template <DType kType, class T>
+__global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) dequant_gemm_kernel(const Params p) {
+  constexpr int kN = T::kN, kBK = T::kBK, kStages = T::kStages, kThreads = T::kThreads;
+  constexpr size_t kStageBytes = stage_bytes<kType, T>();
   using R = Raw<kType, kBK>;
-  using T = Tiling<kBM, kBK>;
-  constexpr int kStages = T::kStages, kLd = T::kLd;
   pdl_trigger();
-  extern __shared__ __align__(16) uint8_t smem[];
-  auto* a_tile = reinterpret_cast<__nv_bfloat16*>(smem);        // [kStages][kBM][kLd]
-  uint8_t* raw = smem + size_t{kStages} * kBM * kLd * 2;         // [kStages][kBN][kRaw]
+  extern __shared__ __align__(16) uint8_t smem_unaligned[];
+  // Stages of [activations, swizzled: kBK / 64 x kN x 128 bytes][weights: kBN x kRaw], 1024-aligned.
+  uint8_t* smem = smem_unaligned + ((1024 - smem_addr(smem_unaligned) % 1024) % 1024);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
-  const int64_t n0 = int64_t{blockIdx.x} * kBN, m0 = int64_t{blockIdx.y} * kBM;
+  const int64_t n0 = int64_t{blockIdx.x} * kBN, m0 = int64_t{blockIdx.y} * kN;
   const int64_t k_begin = int64_t{blockIdx.z} * p.k_split, k_end = min(p.k, k_begin + p.k_split);
   const int steps = static_cast<int>((k_end - k_begin) / kBK);
 
+  // Copies: every thread has fixed rows and pieces, so a step's addresses are its k offset added
+  // to pointers computed once. Weights: thread tid takes row tid % kBN and every second piece of
+  // it from tid / kBN (pieces: qs, qh 16 bytes each, the scales, d). Activations: a fixed 16-byte
+  // column piece of rows r0, r0 + kRowStep, ...; kRowStep is a multiple of 8, so the swizzle of
+  // every row is the same and the destinations are kRowStep * 128 bytes apart.
+  constexpr int kScPiece = R::kSc < 16 ? R::kSc : 16, kQsP = R::kQs / 16, kQhP = R::kQh / 16, kScP = R::kSc / kScPiece;
+  constexpr int kWPieces = kQsP + kQhP + kScP + (R::kD ? 1 : 0), kHalves = kThreads / kBN;
+  static_assert(kThreads % kBN == 0, "whole rows per thread group");
+  const int w_row = tid % kBN, w_first = tid / kBN;
+  const int64_t grow = min(n0 + w_row, p.n - 1);  // past n: a valid row, never stored
+  const uint8_t* qs_src = p.base + p.L.qs + grow * p.L.qs_row;
+  const uint8_t* qh_src = p.base + p.L.qh + grow * p.L.qh_row;
+  const uint8_t* sc_src = p.base + p.L.scales + grow * p.L.scales_row;
+  const uint8_t* d_src = p.base + p.L.d + grow * p.L.d_row;
   auto issue_weights = [&](int step, int stage) {
     const int64_t k0 = k_begin + int64_t{step} * kBK;
-    uint8_t* dst0 = raw + stage * kBN * R::kRaw;
-    // Pieces of a row: qs, qh (16 bytes each), the scales (16-byte pieces, or one of 8), d.
-    constexpr int kScPiece = R::kSc < 16 ? R::kSc : 16, kQsP = R::kQs / 16, kQhP = R::kQh / 16,
-                  kScP = R::kSc / kScPiece;
-    constexpr int kPieces = kQsP + kQhP + kScP + (R::kD ? 1 : 0);
-    for (int i = tid; i < kBN * kPieces; i += kThreads) {
-      const int r = i / kPieces, piece = i % kPieces;
-      const int64_t row = min(n0 + r, p.n - 1);  // past n: a valid row, never stored
-      uint8_t* dst = dst0 + r * R::kRaw;
+    uint8_t* dst = smem + stage * kStageBytes + T::kActBytes + w_row * R::kRaw;
+#pragma unroll
+    for (int j = 0; j < (kWPieces + kHalves - 1) / kHalves; ++j) {
+      const int piece = w_first + j * kHalves;
+      if (piece >= kWPieces) break;
       if (piece < kQsP) {
-        const int64_t qs_k = kType == DType::kQ8_0 ? k0 : k0 / 2;
-        cp_async<16>(dst + piece * 16, p.base + p.L.qs + row * p.L.qs_row + qs_k + piece * 16);
+        cp_async<16>(dst + piece * 16, qs_src + (kType == DType::kQ8_0 ? k0 : k0 / 2) + piece * 16);
       } else if (piece < kQsP + kQhP) {
-        const int j = piece - kQsP;
-        cp_async<16>(dst + R::kQhOff + j * 16, p.base + p.L.qh + row * p.L.qh_row + k0 / 4 + j * 16);
+        const int q = piece - kQsP;
+        cp_async<16>(dst + R::kQhOff + q * 16, qh_src + k0 / 4 + q * 16);
       } else if (piece < kQsP + kQhP + kScP) {
-        const int j = piece - kQsP - kQhP;
+        const int q = piece - kQsP - kQhP;
         const int64_t sc_k = kType == DType::kQ6_K ? k0 / 16 : k0 / 32 * (kType == DType::kQ4_1 ? 4 : 2);
-        cp_async<kScPiece>(dst + R::kScOff + j * kScPiece,
-                           p.base + p.L.scales + row * p.L.scales_row + sc_k + j * kScPiece);
+        cp_async<kScPiece>(dst + R::kScOff + q * kScPiece, sc_src + sc_k + q * kScPiece);
       } else if constexpr (R::kD == 4) {
-        cp_async<4>(dst + R::kDOff, p.base + p.L.d + row * p.L.d_row + k0 / 256 * 4);
+        cp_async<4>(dst + R::kDOff, d_src + k0 / 256 * 4);
       } else if constexpr (R::kD == 2) {  // 2-byte aligned: a plain copy
-        *reinterpret_cast<uint16_t*>(dst + R::kDOff) =
-            *reinterpret_cast<const uint16_t*>(p.base + p.L.d + row * p.L.d_row + k0 / 256 * 2);
+        *reinterpret_cast<uint16_t*>(dst + R::kDOff) = *reinterpret_cast<const uint16_t*>(d_src + k0 / 256 * 2);
       }
     }
   };
+  constexpr int kAPieces = kBK / 8, kRowStep = kThreads / kAPieces;  // 16-byte pieces per row
+  static_assert(kThreads % kAPieces == 0 && kRowStep % 8 == 0 && kN % kRowStep == 0, "activation copy plan");
+  const int a_row0 = tid / kAPieces, a_piece = tid % kAPieces;
+  const __nv_bfloat16* a_src = p.x + (m0 + a_row0) * p.k + a_piece * 8;
+  const uint32_t a_dst = (a_piece / 8) * (kN * 128) + sw128_offset(a_row0, a_piece % 8);
   auto issue_acts = [&](int step, int stage) {
     const int64_t k0 = k_begin + int64_t{step} * kBK;
-    __nv_bfloat16* dst0 = a_tile + stage * kBM * kLd;
-    constexpr int kPieces = kBK / 8;  // 16 bytes each
-    for (int i = tid; i < kBM * kPieces; i += kThreads) {
-      const int r = i / kPieces, piece = i % kPieces;
-      const bool valid = m0 + r < p.rows;
-      const __nv_bfloat16* src = p.x + (valid ? (m0 + r) * p.k + k0 + piece * 8 : 0);
-      cp_async_or_zero<16>(dst0 + r * kLd + piece * 8, src, valid);
+    uint8_t* dst = smem + stage * kStageBytes + a_dst;
+#pragma unroll
+    for (int j = 0; j < kN / kRowStep; ++j) {
+      const bool valid = m0 + a_row0 + j * kRowStep < p.rows;
+      cp_async_or_zero<16>(dst + j * kRowStep * 128, valid ? a_src + j * kRowStep * p.k + k0 : p.x, valid);
     }
   };
 
-  const int wn0 = warp * T::kWarpN;
-  float acc[T::kMT][2][4] = {};
+  const int row0 = warp * 16;  // this warp's weight rows in the block: row0 + g and row0 + g + 8
+  float acc[kN / 2];  // set by the first wgmma (scale_d = 0); every split has at least one step
   // The first stages: weights before the wait (they never change), activations after it.
   for (int st = 0; st < kStages - 1; ++st)
     if (st < steps) issue_weights(st, st);
@@ -229,60 +240,64 @@ __global__ void __launch_bounds__(kThreads) dequant_gemm_kernel(const Params p) 
   for (int s = 0; s < steps; ++s) {
     const int stage = s % kStages;
     cp_async_wait<kStages - 2>();  // step s landed (this thread's copies) ...
-    __syncthreads();               // ... and everyone's; everyone is done with step s - 1
+    fence_proxy_async_smem();      // ... visible to the tensor cores' reads ...
+    __syncthreads();               // ... and everyone's; step s - 1 is done (its wgmmas waited for)
     if (s + kStages - 1 < steps) {
       issue_weights(s + kStages - 1, (s + kStages - 1) % kStages);
       issue_acts(s + kStages - 1, (s + kStages - 1) % kStages);
     }
     cp_async_commit();
-    const __nv_bfloat16* a = a_tile + stage * kBM * kLd;
-    const uint8_t* wrow0 = raw + stage * kBN * R::kRaw + (wn0 + g) * R::kRaw;  // n8 tile 0; tile 1: + 8 rows
+    const uint8_t* st_base = smem + stage * kStageBytes;
+    const uint32_t act_addr = smem_addr(st_base);
+    const uint8_t* wrow = st_base + T::kActBytes + (row0 + g) * R::kRaw;
+    wgmma_fence_operands(acc);
 #pragma unroll
     for (int chunk = 0; chunk < kBK / 32; ++chunk) {
-      uint32_t bf[2][2][2];  // [n8 tile][slice][b0 / b1]
-      chunk_frags<kType, kBK>(wrow0, chunk, t, bf[0]);
-      chunk_frags<kType, kBK>(wrow0 + 8 * R::kRaw, chunk, t, bf[1]);
+      uint32_t lo[2][2], hi[2][2];  // rows g and g + 8: [slice][b0 / b1]
+      chunk_frags<kType, kBK>(wrow, chunk, t, lo);
+      chunk_frags<kType, kBK>(wrow + 8 * R::kRaw, chunk, t, hi);
+      wgmma_fence();
 #pragma unroll
       for (int sl = 0; sl < 2; ++sl) {
-        const int kk = 2 * chunk + sl;
-#pragma unroll
-        for (int mt = 0; mt < T::kMT; ++mt) {
-          uint32_t af[4];
-          ldmatrix_x4(af, a + (mt * 16 + lane % 16) * kLd + kk * 16 + (lane / 16) * 8);
-          mma_bf16_16816(acc[mt][0], af, bf[0][sl][0], bf[0][sl][1]);
-          mma_bf16_16816(acc[mt][1], af, bf[1][sl][0], bf[1][sl][1]);
-        }
+        const int kk = 2 * chunk + sl;  // k16 slice of the step
+        const uint32_t a[4] = {lo[sl][0], hi[sl][0], lo[sl][1], hi[sl][1]};
+        wgmma_bf16_rs<kN>(acc, a, wgmma_desc_sw128(act_addr + (kk / 4) * (kN * 128) + (kk % 4) * 32), s > 0 || kk > 0);
       }
     }
+    wgmma_commit();
+    // Every wgmma of the step done before the next writes A fragments or the ring reuses this
+    // stage. (Waiting one step later instead let the next step's dequantization overwrite the
+    // registers of A fragments still in flight: wrong sums under register pressure, s18.)
+    wgmma_wait<0>();
+    wgmma_fence_operands(acc);
   }
+  wgmma_wait<0>();
+  wgmma_fence_operands(acc);
   cp_async_wait<0>();
 
   const bool split = gridDim.z > 1;
 #pragma unroll
-  for (int mt = 0; mt < T::kMT; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int64_t m = m0 + mt * 16 + g + 8 * (e / 2), j = n0 + wn0 + nt * 8 + 2 * t + e % 2;
-        if (m >= p.rows || j >= p.n) continue;
-        const float v = acc[mt][nt][e];
-        if (split) {
-          p.ws[(int64_t{blockIdx.z} * p.rows + m) * p.n + j] = v;
-        } else {
-          float* out = p.y + m * p.ldy + j;
-          *out = p.accumulate ? *out + v : v;
-        }
-      }
+  for (int i = 0; i < kN / 2; ++i) {
+    const int64_t m = m0 + (i / 4) * 8 + 2 * t + (i % 2), j = n0 + row0 + g + 8 * ((i / 2) % 2);
+    if (m >= p.rows || j >= p.n) continue;
+    const float v = acc[i];
+    if (split) {
+      p.ws[(int64_t{blockIdx.z} * p.rows + m) * p.n + j] = v;
+    } else {
+      float* out = p.y + m * p.ldy + j;
+      *out = p.accumulate ? *out + v : v;
+    }
+  }
 }
 
 // y (+)= the splits' partial sums, added in split order.
-__global__ void __launch_bounds__(kThreads) sum_splits_kernel(const float* ws, int splits, int64_t rows, int64_t n,
+constexpr int kSumThreads = 256;
+__global__ void __launch_bounds__(kSumThreads) sum_splits_kernel(const float* ws, int splits, int64_t rows, int64_t n,
                                                               float* y, int64_t ldy, bool accumulate) {
   pdl_trigger();
   pdl_wait();
   const int64_t total = rows * n;
-  for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < total; i += int64_t{gridDim.x} * kThreads) {
+  for (int64_t i = blockIdx.x * int64_t{kSumThreads} + threadIdx.x; i < total; i += int64_t{gridDim.x} * kSumThreads) {
     float s = ws[i];
     for (int z = 1; z < splits; ++z) s += ws[z * total + i];
     float* out = y + (i / n) * ldy + i % n;
@@ -290,19 +305,32 @@ __global__ void __launch_bounds__(kThreads) sum_splits_kernel(const float* ws, i
   }
 }
 
-int tile_rows(int64_t rows) { return rows <= 16 ? 16 : rows <= 32 ? 32 : rows <= 64 ? 64 : 128; }
-int step_k(int64_t k, int64_t rows) { return tile_rows(rows) <= 64 && k % 256 == 0 ? 256 : 128; }
+// The block shape by row count: rows per block (the wgmma's N), the k step, and the split rule's
+// target blocks per SM. At 16 rows 4-bit weights take 256-wide steps where k allows (longer
+// contiguous runs of each weight row; a stage stays small enough for two blocks per SM; Q8_0 and
+// Q6_K stages of 256 would leave one: 1.1-1.4x slower, s18).
+struct Config {
+  int rows, bk, blocks_per_sm;
+};
+Config config_for(DType type, int64_t k, int64_t rows) {
+  const bool four_bit = type == DType::kQ4_0 || type == DType::kQ4_1 || type == DType::kQ4_K;
+  if (rows <= 16) return {16, four_bit && k % 256 == 0 ? 256 : 128, 4};
+  if (rows <= 32) return {32, 128, 4};
+  if (rows <= 64) return {64, 128, 2};
+  return {128, 64, 2};
+}
 
-// Splits of k: enough blocks for about four per SM at up to 32 rows, two at 64, one at 128
-// (TESSERA_DG_BLOCKS_PER_SM=N instead, for tuning); at most 8, each at least 2 steps.
-int splits_for(int64_t n, int64_t k, int64_t rows, int max_splits) {
+// Splits of k: enough blocks for the shape's target per SM (TESSERA_DG_BLOCKS_PER_SM=N instead,
+// for tuning); at most 8, each at least 2 steps.
+int splits_for(DType type, int64_t n, int64_t k, int64_t rows, int max_splits) {
   static const int64_t per_sm = [] {
     const char* e = std::getenv("TESSERA_DG_BLOCKS_PER_SM");
     return e ? std::atoll(e) : 0;
   }();
-  const int64_t bm = tile_rows(rows), tiles = (n + kBN - 1) / kBN * ((rows + bm - 1) / bm);
-  const int64_t want = sm_count() * (per_sm > 0 ? per_sm : bm <= 32 ? 4 : bm == 64 ? 2 : 1);
-  const int64_t steps = k / step_k(k, rows);
+  const Config c = config_for(type, k, rows);
+  const int64_t bm = c.rows, tiles = (n + kBN - 1) / kBN * ((rows + bm - 1) / bm);
+  const int64_t want = sm_count() * (per_sm > 0 ? per_sm : c.blocks_per_sm);
+  const int64_t steps = k / c.bk;
   const int cap = max_splits > 0 ? std::min(max_splits, kMaxSplits) : kMaxSplits;
   int s = static_cast<int>(std::clamp<int64_t>(want / std::max<int64_t>(tiles, 1), 1, cap));
   while (s > 1 && steps / s < 2) --s;
@@ -314,25 +342,27 @@ size_t split_sums_bytes(int splits, int64_t rows, int64_t n) {
   return splits > 1 ? static_cast<size_t>(splits) * static_cast<size_t>(rows * n) * sizeof(float) : 0;
 }
 
-template <DType kType, int kBM, int kBK>
+template <DType kType, class T>
 void launch(const Params& p, int splits, cudaStream_t s) {
-  constexpr size_t smem = smem_bytes<kType, kBM, kBK>();
-  auto* kernel = dequant_gemm_kernel<kType, kBM, kBK>;
-  TESSERA_CUDA_CHECK((raise_func_attribute<dequant_gemm_kernel<kType, kBM, kBK>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize>(static_cast<int>(smem))));
-  const dim3 grid(static_cast<unsigned>((p.n + kBN - 1) / kBN), static_cast<unsigned>((p.rows + kBM - 1) / kBM),
+  constexpr size_t smem = smem_bytes<kType, T>();
+  auto* kernel = dequant_gemm_kernel<kType, T>;
+  TESSERA_CUDA_CHECK((raise_func_attribute<dequant_gemm_kernel<kType, T>, cudaFuncAttributeMaxDynamicSharedMemorySize>(
+      static_cast<int>(smem))));
+  const dim3 grid(static_cast<unsigned>((p.n + kBN - 1) / kBN), static_cast<unsigned>((p.rows + T::kN - 1) / T::kN),
                   static_cast<unsigned>(splits));
-  launch_kernel(kernel, grid, kThreads, smem, s, p);
+  launch_kernel(kernel, grid, T::kThreads, smem, s, p);
 }
 
+// Tiling<rows, k step, stages, blocks per SM (the register bound)>. No configuration may spill:
+// a register of an A fragment reloaded while its wgmma is in flight would be undefined.
 template <DType kType>
-void launch_type(const Params& p, int splits, cudaStream_t s) {
-  const bool wide = step_k(p.k, p.rows) == 256;
-  switch (tile_rows(p.rows)) {
-    case 16: return wide ? launch<kType, 16, 256>(p, splits, s) : launch<kType, 16, 128>(p, splits, s);
-    case 32: return wide ? launch<kType, 32, 256>(p, splits, s) : launch<kType, 32, 128>(p, splits, s);
-    case 64: return wide ? launch<kType, 64, 256>(p, splits, s) : launch<kType, 64, 128>(p, splits, s);
-    default: return launch<kType, 128, 128>(p, splits, s);
+void launch_type(const Params& p, const Config& c, int splits, cudaStream_t s) {
+  switch (c.rows) {
+    case 16: return c.bk == 256 ? launch<kType, Tiling<16, 256, 4, 2>>(p, splits, s)
+                                : launch<kType, Tiling<16, 128, 4, 2>>(p, splits, s);
+    case 32: return launch<kType, Tiling<32, 128, 4, 2>>(p, splits, s);
+    case 64: return launch<kType, Tiling<64, 128, 4, 2>>(p, splits, s);
+    default: return launch<kType, Tiling<128, 64, 4, 2>>(p, splits, s);
   }
 }
 
@@ -348,7 +378,7 @@ bool dequant_gemm_supported(DType type, int64_t k) {
 
 size_t dequant_gemm_workspace_bytes(DType type, int64_t n, int64_t k, int64_t rows, int max_splits) {
   if (!dequant_gemm_supported(type, k) || n <= 0 || rows <= 0) return 0;
-  return split_sums_bytes(splits_for(n, k, rows, max_splits), rows, n);
+  return split_sums_bytes(splits_for(type, n, k, rows, max_splits), rows, n);
 }
 
 void dequant_gemm_bf16(DType type, const void* packed, int64_t n, int64_t k, const __nv_bfloat16* x,
@@ -361,26 +391,27 @@ void dequant_gemm_bf16(DType type, const void* packed, int64_t n, int64_t k, con
   TESSERA_CHECK_ARG(reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(packed) % 16 == 0,
                     "cuda::dequant_gemm_bf16: x and the weights must be 16-byte aligned");
   if (n == 0 || rows == 0) return;
-  const int splits = splits_for(n, k, rows, max_splits);
+  const int splits = splits_for(type, n, k, rows, max_splits);
   TESSERA_CHECK_ARG(ws_bytes >= split_sums_bytes(splits, rows, n) && reinterpret_cast<uintptr_t>(ws) % 16 == 0,
                     "cuda::dequant_gemm_bf16: workspace too small or not aligned");
   Params p{static_cast<const uint8_t*>(packed), gemv_quant_layout(type, n, k), n, k, x, rows, y, ldy,
            accumulate, static_cast<float*>(ws), 0};
-  const int bk = step_k(k, rows);
-  const int64_t steps = k / bk;
-  p.k_split = (steps + splits - 1) / splits * bk;
+  const Config c = config_for(type, k, rows);
+  const int64_t steps = k / c.bk;
+  p.k_split = (steps + splits - 1) / splits * c.bk;
   const int used = static_cast<int>((k + p.k_split - 1) / p.k_split);  // splits that hold steps
   switch (type) {
-    case DType::kQ8_0: launch_type<DType::kQ8_0>(p, used, stream); break;
-    case DType::kQ4_0: launch_type<DType::kQ4_0>(p, used, stream); break;
-    case DType::kQ4_1: launch_type<DType::kQ4_1>(p, used, stream); break;
-    case DType::kQ4_K: launch_type<DType::kQ4_K>(p, used, stream); break;
-    default: launch_type<DType::kQ6_K>(p, used, stream); break;
+    case DType::kQ8_0: launch_type<DType::kQ8_0>(p, c, used, stream); break;
+    case DType::kQ4_0: launch_type<DType::kQ4_0>(p, c, used, stream); break;
+    case DType::kQ4_1: launch_type<DType::kQ4_1>(p, c, used, stream); break;
+    case DType::kQ4_K: launch_type<DType::kQ4_K>(p, c, used, stream); break;
+    default: launch_type<DType::kQ6_K>(p, c, used, stream); break;
   }
   if (used > 1) {
     const int64_t total = rows * n;
-    const unsigned grid = static_cast<unsigned>(std::min<int64_t>((total + kThreads - 1) / kThreads, sm_count() * 8));
-    launch_kernel(sum_splits_kernel, grid, kThreads, 0, stream, static_cast<const float*>(ws), used, rows, n, y,
+    const unsigned grid =
+        static_cast<unsigned>(std::min<int64_t>((total + kSumThreads - 1) / kSumThreads, sm_count() * 8));
+    launch_kernel(sum_splits_kernel, grid, kSumThreads, 0, stream, static_cast<const float*>(ws), used, rows, n, y,
                   ldy, accumulate);
   }
 }

@@ -2,8 +2,9 @@
 // x[rows][k] W^T for W in the repacked GEMV layout (gemv.h: Q8_0, Q4_0, Q4_1, Q4_K, Q6_K) and
 // x bf16. Each block streams the quantized bytes of 128 weight rows, and the activation rows,
 // through a ring of cp.async stages in shared memory; every warp turns its 16 weight rows'
-// bytes into mma.sync B fragments in registers (bf16, the values dequantize_packed_bf16 writes,
-// bit for bit) and multiplies with f32 accumulation. The result is dequantize-then-GEMM up to
+// bytes into the A fragments of Hopper's wgmma in registers (bf16, the values
+// dequantize_packed_bf16 writes, bit for bit), and the tensor cores read the activation rows
+// (B) from a swizzled shared-memory tile; f32 accumulation. sm_90a. The result is dequantize-then-GEMM up to
 // the f32 summation order, reading each weight byte once per call instead of writing and reading
 // a bf16 copy (the engine's batched decode of quantized models, 9..128 rows).
 //
