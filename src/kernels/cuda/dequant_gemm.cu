@@ -151,7 +151,7 @@ template <int kN_, int kBK_, int kStages_, int kMinBlocks_ = 1>
 struct Tiling {
   static constexpr int kN = kN_, kBK = kBK_, kStages = kStages_, kThreads = 256, kMinBlocks = kMinBlocks_;
   static constexpr int kActBytes = kN * kBK * 2;              // a multiple of 1024 (kN % 8 == 0)
-  static_assert(kN % 8 == 0 && kN <= 128 && kBK % 64 == 0, "wgmma tiles");
+  static_assert(kN % 8 == 0 && kN <= 128 && kBK % 64 == 0 && kStages >= 2, "wgmma tiles");
 };
 
 template <DType kType, class T>
@@ -353,17 +353,28 @@ void launch(const Params& p, int splits, cudaStream_t s) {
   launch_kernel(kernel, grid, T::kThreads, smem, s, p);
 }
 
-// Tiling<rows, k step, stages, blocks per SM (the register bound: 128 at two)>. None spills
-// (ptxas -v: keep it so; a spill of an in-flight A fragment's register would be a hazard). Three
-// blocks per SM at 16 rows (80 registers) measured no faster (s18).
+// Stages: 4, or as many as leave two blocks per SM their shared memory (Q8_0 and Q6_K stages at
+// 64 rows hold 128-byte steps of 8-bit rows: 3).
+template <DType kType, int kN, int kBK>
+constexpr int stages_for() {
+  constexpr size_t kPerBlock = 113 * 1024;  // two blocks in the SM's 227 KB, 1 KB each for alignment
+  constexpr size_t stage = (size_t{kN} * kBK * 2 + size_t{kBN} * Raw<kType, kBK>::kRaw + 1023) / 1024 * 1024;
+  return static_cast<int>(std::min<size_t>(4, (kPerBlock - 1024) / stage));
+}
+template <DType kType, int kN, int kBK>
+using TilingFor = Tiling<kN, kBK, stages_for<kType, kN, kBK>(), 2>;
+
+// TilingFor: two blocks per SM, which bounds registers at 128. None spills (ptxas -v: keep it so;
+// a spill of an in-flight A fragment's register would be a hazard). Three blocks per SM at 16
+// rows (80 registers) measured no faster (s18).
 template <DType kType>
 void launch_type(const Params& p, const Config& c, int splits, cudaStream_t s) {
   switch (c.rows) {
-    case 16: return c.bk == 256 ? launch<kType, Tiling<16, 256, 4, 2>>(p, splits, s)
-                                : launch<kType, Tiling<16, 128, 4, 2>>(p, splits, s);
-    case 32: return launch<kType, Tiling<32, 128, 4, 2>>(p, splits, s);
-    case 64: return launch<kType, Tiling<64, 128, 4, 2>>(p, splits, s);
-    default: return launch<kType, Tiling<128, 64, 4, 2>>(p, splits, s);
+    case 16: return c.bk == 256 ? launch<kType, TilingFor<kType, 16, 256>>(p, splits, s)
+                                : launch<kType, TilingFor<kType, 16, 128>>(p, splits, s);
+    case 32: return launch<kType, TilingFor<kType, 32, 128>>(p, splits, s);
+    case 64: return launch<kType, TilingFor<kType, 64, 128>>(p, splits, s);
+    default: return launch<kType, TilingFor<kType, 128, 64>>(p, splits, s);
   }
 }
 
