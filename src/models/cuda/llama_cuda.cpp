@@ -19,8 +19,6 @@
 #include "backend/cuda/op_profiler.h"
 #include "core/error.h"
 #include "kernels/cuda/decode_persistent.h"
-#include "kernels/cuda/dequant_gemm.h"
-#include "kernels/cuda/dequant_packed.h"
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/gemv.h"
 #include "kernels/cuda/mmq.h"
@@ -29,6 +27,7 @@
 #include "kernels/cuda/row_ops.h"
 #include "kernels/cuda/sample.h"
 #include "models/cuda/device_grow.h"
+#include "models/cuda/llama_cuda_project.h"
 #include "models/cuda/llama_cuda_weights.h"
 #include "models/cuda/step_plan.h"
 #include "models/llama.h"
@@ -127,13 +126,13 @@ class CudaLlama final : public CausalLm {
     const Use uses[] = {{&l.qkv, false, false}, {&l.wo, true, false}, {&l.wgu, false, bf16_gu},
                         {&l.wd, true, false}, {&w_.output, false, false}};
     const int64_t top = std::min<int64_t>(max_rows, cuda::GemmBf16::kTuneMaxRows);
-    auto eligible = [&](const Use& u) { return !u.p->quant() && u.p->w && gemm_.selects_for(u.p->n, u.p->k); };
+    auto eligible = [&](const Use& u) { return !u.p->quant() && u.p->w && proj_.gemm().selects_for(u.p->n, u.p->k); };
     if (top < 16 || std::none_of(std::begin(uses), std::end(uses), eligible)) return;
     std::fprintf(stderr, "tessera: timing cuBLASLt kernels for 16..%lld rows (a few seconds)\n",
                  static_cast<long long>(top));
     for (int64_t rows = 16; rows / 2 < top; rows *= 2)
       for (const Use& u : uses)
-        if (eligible(u)) gemm_.prepare_rows(u.p->w, rows, u.p->n, u.p->k, u.accumulate, u.bf16_out, stream_);
+        if (eligible(u)) proj_.gemm().prepare_rows(u.p->w, rows, u.p->n, u.p->k, u.accumulate, u.bf16_out, stream_);
   }
 
   bool forward_sample(std::span<const int32_t> tokens, std::span<const SeqChunk> chunks,
@@ -233,9 +232,7 @@ class CudaLlama final : public CausalLm {
     b.meta = w_.any_quant ? meta_.get(n * widest / 32) : nullptr;
     // The bf16 weight slices, where a quantized projection of more than kMmqGemvMaxRows rows may
     // not take dequant_gemm (more rows than it takes, or a shape it cannot run).
-    const bool slices = w_.any_quant && n > cuda::kMmqGemvMaxRows && !mmq_gemm_ &&
-                        !(dequant_gemm_rows(n) && w_.all_dequant_gemm);
-    b.wdq = slices ? wdq_.get(kDequantSliceElems) : nullptr;
+    b.wdq = proj_.slices(n) ? wdq_.get(cuda_llama::Projections::kSliceElems) : nullptr;
     b.out = logits_.get(n_logits * V);
     b.tokens = d_tokens;
     b.pos = d_pos;
@@ -260,9 +257,8 @@ class CudaLlama final : public CausalLm {
     // field that came and went with the row count would drop them at every switch.
     if (persistent_ok()) prepare_persistent(b, cache);
     // The layers' projections run at n rows, the head at n_logits (either may take dequant_gemm).
-    dg_ws_bytes_ = std::max(dequant_gemm_rows(n) ? dequant_gemm_ws_bytes(n, false) : 0,
-                            dequant_gemm_rows(n_logits) ? dequant_gemm_ws_bytes(n_logits, true) : 0);
-    b.dg_ws = w_.any_quant ? dg_ws_.get(static_cast<int64_t>(std::max<size_t>(dg_ws_bytes_, 16))) : nullptr;
+    const size_t dg_ws_bytes = proj_.plan_call(n, n_logits);
+    b.dg_ws = w_.any_quant ? dg_ws_.get(static_cast<int64_t>(std::max<size_t>(dg_ws_bytes, 16))) : nullptr;
 
     // Decode-only steps (one token per sequence) replay a CUDA graph per (rows, table stride):
     // ~10 launches per layer collapse into one. Graphs hold buffer addresses, so any buffer
@@ -579,91 +575,15 @@ class CudaLlama final : public CausalLm {
     return {bytes, flops};
   }
 
-  // y (+)= x W^T for a bf16 projection: one row takes the bandwidth-bound GEMV (launched with
-  // PDL, so its weight loads start while the previous kernel finishes); more rows cuBLASLt.
+  // The projections (llama_cuda_project.h), on this call's scratch and stream.
+  using In = cuda_llama::Projections::In;
+  void project(const Proj& p, const In& in, int64_t rows, const Bufs& b, float* y, int64_t ldy, bool accumulate) {
+    proj_.project(p, in, rows, {b.h, b.qx, b.meta, b.wdq, b.dg_ws}, y, ldy, accumulate, stream_);
+  }
   void matmul(const bf16* x, const Proj& p, int64_t rows, float* y, bool accumulate) {
-    const auto* w = reinterpret_cast<const uint16_t*>(p.w);
-    if (rows == 1 && cuda::gemv_bf16_f32_supported(w, x, p.k))
-      cuda::gemv_bf16_f32(w, x, p.n, p.k, y, accumulate, stream_);
-    else
-      gemm_.run(x, p.w, y, rows, p.n, p.k, accumulate, stream_);
+    proj_.matmul(x, p, rows, y, accumulate, stream_);
   }
-  // Rounded to bf16: the gate|up output (an aligned single row takes gemv_bf16_swiglu instead).
-  void matmul(const bf16* x, const Proj& p, int64_t rows, bf16* y) {
-    gemm_.run(x, p.w, y, rows, p.n, p.k, stream_);
-  }
-
-  // The input of a quantized projection: RMSNorm of f32 rows (x, norm weight), f32 rows, or
-  // SwiGLU of an f32 gate|up output; quantized per part type family just before its GEMM.
-  struct In {
-    enum Kind { kNorm, kRows, kSwiglu } kind;
-    const float* x;
-    const float* w;
-    static In norm(const float* x, const float* w) { return {kNorm, x, w}; }
-    static In rows(const float* x) { return {kRows, x, nullptr}; }
-    static In swiglu(const float* gu) { return {kSwiglu, gu, nullptr}; }
-  };
-  //
-  // Few rows (<= kMmqGemvMaxRows): the integer-dot GEMV reads each weight once. Up to
-  // dequant_gemm_max_rows_: dequant_gemm (tensor cores fed from the quantized bytes). More rows,
-  // or shapes dequant_gemm cannot run: the weight is dequantized to bf16 a slice at a time and
-  // multiplied by cuBLASLt, which is 2-5x faster than the int8 tensor-core kernel for 16..2048
-  // rows (docs/design/cuda_engine.md); TESSERA_MMQ_GEMM=1 selects the int8 kernel instead
-  // (benchmarks, tests).
-  void project(const Proj& p, const In& in, int64_t rows, const Bufs& b, float* y, int64_t ldy,
-               bool accumulate) {
-    const bool dequant_gemm = dequant_gemm_rows(rows) && std::all_of(p.parts.begin(), p.parts.end(), [&](const Proj::Part& part) {
-      return cuda::dequant_gemm_supported(part.type, p.k);
-    });
-    if (dequant_gemm || (rows > cuda::kMmqGemvMaxRows && b.wdq)) {
-      bf16* h = b.h;  // the bf16 input rows
-      switch (in.kind) {
-        case In::kNorm:
-          cuda::rms_norm_rows_bf16(in.x, in.w, cfg_.norm_eps, rows, p.k, h, stream_);
-          break;
-        case In::kRows:
-          cuda::f32_to_bf16_rows(in.x, rows * p.k, h, stream_);
-          break;
-        case In::kSwiglu:
-          cuda::swiglu_rows_f32_bf16(in.x, rows, p.k, h, stream_);
-          break;
-      }
-      if (dequant_gemm) {  // the quantized bytes straight into tensor cores (dequant_gemm.h)
-        for (const Proj::Part& part : p.parts)
-          cuda::dequant_gemm_bf16(part.type, part.packed, part.n, p.k, h, rows, y + part.row0, ldy, accumulate,
-                                  b.dg_ws, dg_ws_bytes_, stream_);
-        return;
-      }
-      const int64_t slice = std::max<int64_t>(64, kDequantSliceElems / p.k / 64 * 64);
-      for (const Proj::Part& part : p.parts)
-        for (int64_t r0 = 0; r0 < part.n; r0 += slice) {
-          const int64_t sn = std::min(slice, part.n - r0);
-          cuda::dequantize_packed_bf16(part.type, part.packed, part.n, p.k, r0, sn, b.wdq, stream_);
-          gemm_.run(h, b.wdq, y + part.row0 + r0, rows, sn, p.k, accumulate, stream_, ldy);
-        }
-      return;
-    }
-    int64_t quantized_for = 0;  // activation block (32 / 256) of the rows now in b.qx
-    for (const Proj::Part& part : p.parts) {
-      const int64_t blk = cuda::mmq_act_block(part.type);
-      if (blk != quantized_for) {
-        switch (in.kind) {
-          case In::kNorm:
-            cuda::mmq_rms_norm_quantize_rows(part.type, in.x, in.w, cfg_.norm_eps, rows, p.k, b.qx, b.meta, stream_);
-            break;
-          case In::kRows:
-            cuda::mmq_quantize_rows(part.type, in.x, p.k, rows, p.k, b.qx, b.meta, stream_);
-            break;
-          case In::kSwiglu:
-            cuda::mmq_swiglu_quantize_rows(part.type, in.x, rows, p.k, b.qx, b.meta, stream_);
-            break;
-        }
-        quantized_for = blk;
-      }
-      cuda::mmq_matmul(part.type, part.packed, part.n, p.k, b.qx, b.meta, rows, y + part.row0, ldy,
-                       accumulate, stream_);
-    }
-  }
+  void matmul(const bf16* x, const Proj& p, int64_t rows, bf16* y) { proj_.matmul(x, p, rows, y, stream_); }
 
   // Pinned host buffers: per-step tables staged to the device (with a device twin each), and the
   // results coming back.
@@ -711,36 +631,12 @@ class CudaLlama final : public CausalLm {
   cudaStream_t stream_ = nullptr;
   cuda::OpProfiler prof_;  // TESSERA_CUDA_PROFILE
   cuda_llama::Weights w_;  // holds a reference to cfg_: declared after it
-  cuda::GemmBf16 gemm_;
+  cuda_llama::Projections proj_{cfg_, w_};  // after w_
   Grow<float> residual_, normed_, qkv_, q_, attn_, guf_, logits_, attn_ws_;
   Grow<bf16> h_, gu_;
   Grow<int8_t> qx_;
   Grow<bf16> wdq_;
-  // Quantized projections of kMmqGemvMaxRows < rows <= dequant_gemm_max_rows_ run on
-  // dequant_gemm (tensor cores on the quantized bytes) instead of a bf16 copy of each weight
-  // slice and cuBLASLt. TESSERA_DEQUANT_GEMM_MAX_ROWS=N moves the bound (0: off; A/B runs).
-  const int64_t dequant_gemm_max_rows_ = [] {
-    const char* v = std::getenv("TESSERA_DEQUANT_GEMM_MAX_ROWS");
-    return v ? std::atoll(v) : int64_t{128};
-  }();
-  bool dequant_gemm_rows(int64_t rows) const {
-    return w_.any_quant && !mmq_gemm_ && rows > cuda::kMmqGemvMaxRows && rows <= dequant_gemm_max_rows_;
-  }
-  // Weights::dequant_gemm_workspace_bytes, once per (rows, head). Not monotonic in rows: tile
-  // sizes and splits change.
-  size_t dequant_gemm_ws_bytes(int64_t rows, bool head) {
-    const auto key = std::make_pair(rows, head);
-    if (auto it = dg_ws_need_.find(key); it != dg_ws_need_.end()) return it->second;
-    return dg_ws_need_[key] = w_.dequant_gemm_workspace_bytes(rows, head);
-  }
-  std::map<std::pair<int64_t, bool>, size_t> dg_ws_need_;
-  size_t dg_ws_bytes_ = 0;  // this call's (run())
   Grow<uint8_t> dg_ws_;
-  static constexpr int64_t kDequantSliceElems = int64_t{32} << 20;  // 64 MB of bf16
-  const bool mmq_gemm_ = [] {
-    const char* v = std::getenv("TESSERA_MMQ_GEMM");
-    return v && std::strcmp(v, "1") == 0;
-  }();
   Grow<cuda::MmqActMeta> meta_;
   Grow<int32_t> ids_;
   static constexpr int64_t kMaxGraphRows = 512;

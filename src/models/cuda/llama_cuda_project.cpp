@@ -1,0 +1,118 @@
+#include "models/cuda/llama_cuda_project.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "kernels/cuda/dequant_gemm.h"
+#include "kernels/cuda/dequant_packed.h"
+#include "kernels/cuda/gemv.h"
+#include "kernels/cuda/row_ops.h"
+
+namespace tessera::models::cuda_llama {
+namespace {
+
+int64_t dequant_gemm_max_rows_from_env() {
+  const char* v = std::getenv("TESSERA_DEQUANT_GEMM_MAX_ROWS");
+  return v ? std::atoll(v) : int64_t{128};
+}
+bool mmq_gemm_from_env() {
+  const char* v = std::getenv("TESSERA_MMQ_GEMM");
+  return v && std::strcmp(v, "1") == 0;
+}
+
+}  // namespace
+
+Projections::Projections(const LlmConfig& cfg, const Weights& w)
+    : cfg_(cfg), w_(w), dequant_gemm_max_rows_(dequant_gemm_max_rows_from_env()), mmq_gemm_(mmq_gemm_from_env()) {}
+
+bool Projections::dequant_gemm_rows(int64_t rows) const {
+  return w_.any_quant && !mmq_gemm_ && rows > cuda::kMmqGemvMaxRows && rows <= dequant_gemm_max_rows_;
+}
+
+// Weights::dequant_gemm_workspace_bytes, once per (rows, head). Not monotonic in rows: tile sizes
+// and splits change.
+size_t Projections::dequant_gemm_ws_bytes(int64_t rows, bool head) {
+  const auto key = std::make_pair(rows, head);
+  if (auto it = dg_ws_need_.find(key); it != dg_ws_need_.end()) return it->second;
+  return dg_ws_need_[key] = w_.dequant_gemm_workspace_bytes(rows, head);
+}
+
+bool Projections::slices(int64_t rows) const {
+  return w_.any_quant && rows > cuda::kMmqGemvMaxRows && !mmq_gemm_ && !(dequant_gemm_rows(rows) && w_.all_dequant_gemm);
+}
+
+size_t Projections::plan_call(int64_t rows, int64_t logit_rows) {
+  dg_ws_bytes_ = std::max(dequant_gemm_rows(rows) ? dequant_gemm_ws_bytes(rows, false) : 0,
+                          dequant_gemm_rows(logit_rows) ? dequant_gemm_ws_bytes(logit_rows, true) : 0);
+  return dg_ws_bytes_;
+}
+
+void Projections::matmul(const bf16* x, const Proj& p, int64_t rows, float* y, bool accumulate, cudaStream_t s) {
+  const auto* w = reinterpret_cast<const uint16_t*>(p.w);
+  if (rows == 1 && cuda::gemv_bf16_f32_supported(w, x, p.k))
+    cuda::gemv_bf16_f32(w, x, p.n, p.k, y, accumulate, s);
+  else
+    gemm_.run(x, p.w, y, rows, p.n, p.k, accumulate, s);
+}
+
+void Projections::matmul(const bf16* x, const Proj& p, int64_t rows, bf16* y, cudaStream_t s) {
+  gemm_.run(x, p.w, y, rows, p.n, p.k, s);
+}
+
+void Projections::project(const Proj& p, const In& in, int64_t rows, const Scratch& b, float* y, int64_t ldy,
+                          bool accumulate, cudaStream_t s) {
+  const bool dequant_gemm =
+      dequant_gemm_rows(rows) && std::all_of(p.parts.begin(), p.parts.end(), [&](const Proj::Part& part) {
+        return cuda::dequant_gemm_supported(part.type, p.k);
+      });
+  if (dequant_gemm || (rows > cuda::kMmqGemvMaxRows && b.wdq)) {
+    bf16* h = b.h;  // the bf16 input rows
+    switch (in.kind) {
+      case In::kNorm:
+        cuda::rms_norm_rows_bf16(in.x, in.w, cfg_.norm_eps, rows, p.k, h, s);
+        break;
+      case In::kRows:
+        cuda::f32_to_bf16_rows(in.x, rows * p.k, h, s);
+        break;
+      case In::kSwiglu:
+        cuda::swiglu_rows_f32_bf16(in.x, rows, p.k, h, s);
+        break;
+    }
+    if (dequant_gemm) {  // the quantized bytes straight into tensor cores (dequant_gemm.h)
+      for (const Proj::Part& part : p.parts)
+        cuda::dequant_gemm_bf16(part.type, part.packed, part.n, p.k, h, rows, y + part.row0, ldy, accumulate, b.dg_ws,
+                                dg_ws_bytes_, s);
+      return;
+    }
+    const int64_t slice = std::max<int64_t>(64, kSliceElems / p.k / 64 * 64);
+    for (const Proj::Part& part : p.parts)
+      for (int64_t r0 = 0; r0 < part.n; r0 += slice) {
+        const int64_t sn = std::min(slice, part.n - r0);
+        cuda::dequantize_packed_bf16(part.type, part.packed, part.n, p.k, r0, sn, b.wdq, s);
+        gemm_.run(h, b.wdq, y + part.row0 + r0, rows, sn, p.k, accumulate, s, ldy);
+      }
+    return;
+  }
+  int64_t quantized_for = 0;  // activation block (32 / 256) of the rows now in b.qx
+  for (const Proj::Part& part : p.parts) {
+    const int64_t blk = cuda::mmq_act_block(part.type);
+    if (blk != quantized_for) {
+      switch (in.kind) {
+        case In::kNorm:
+          cuda::mmq_rms_norm_quantize_rows(part.type, in.x, in.w, cfg_.norm_eps, rows, p.k, b.qx, b.meta, s);
+          break;
+        case In::kRows:
+          cuda::mmq_quantize_rows(part.type, in.x, p.k, rows, p.k, b.qx, b.meta, s);
+          break;
+        case In::kSwiglu:
+          cuda::mmq_swiglu_quantize_rows(part.type, in.x, rows, p.k, b.qx, b.meta, s);
+          break;
+      }
+      quantized_for = blk;
+    }
+    cuda::mmq_matmul(part.type, part.packed, part.n, p.k, b.qx, b.meta, rows, y + part.row0, ldy, accumulate, s);
+  }
+}
+
+}  // namespace tessera::models::cuda_llama

@@ -1,0 +1,84 @@
+// The projections of the CUDA Llama model (models/cuda/llama_cuda): y (+)= x W^T for each of its
+// weights, by weight type and row count.
+//   bf16 weights: one row takes the bandwidth-bound GEMV (launched with PDL, so its weight loads
+//     start while the previous kernel finishes); more rows cuBLASLt.
+//   Quantized weights: up to cuda::kMmqGemvMaxRows rows the integer-dot GEMV on 8-bit
+//     activations (weights read once for all rows); then up to TESSERA_DEQUANT_GEMM_MAX_ROWS
+//     (128; 0 turns it off) dequant_gemm, Hopper tensor cores fed from the quantized bytes; more
+//     rows, or shapes dequant_gemm cannot run, dequantize the weight to bf16 a slice at a time
+//     for cuBLASLt (faster than the int8 tensor-core kernel for 16..2048 rows,
+//     docs/design/cuda_engine.md; TESSERA_MMQ_GEMM=1 selects that kernel instead, for benchmarks
+//     and tests).
+// Enqueues on the caller's stream; never synchronizes. Scratch buffers are the caller's (a CUDA
+// graph holds their addresses); this class says which ones a call needs and how large.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <utility>
+
+#include "backend/cuda/gemm_bf16.h"
+#include "kernels/cuda/mmq.h"
+#include "models/causal_lm.h"
+#include "models/cuda/llama_cuda_weights.h"
+
+namespace tessera::models::cuda_llama {
+
+class Projections {
+ public:
+  Projections(const LlmConfig& cfg, const Weights& w);
+
+  // The input of a quantized projection: RMSNorm of f32 rows (x, norm weight), f32 rows, or
+  // SwiGLU of an f32 gate|up output; turned into what the chosen kernel reads (8-bit rows per
+  // part type family, or bf16 rows) just before it.
+  struct In {
+    enum Kind { kNorm, kRows, kSwiglu } kind;
+    const float* x;
+    const float* w;
+    static In norm(const float* x, const float* w) { return {kNorm, x, w}; }
+    static In rows(const float* x) { return {kRows, x, nullptr}; }
+    static In swiglu(const float* gu) { return {kSwiglu, gu, nullptr}; }
+  };
+  // Scratch of one call (device): bf16 input rows, 8-bit rows and their scales, a dequantized
+  // weight slice (null where slices() says none is needed), dequant_gemm's split sums.
+  struct Scratch {
+    bf16* h;
+    int8_t* qx;
+    cuda::MmqActMeta* meta;
+    bf16* wdq;
+    void* dg_ws;
+  };
+  static constexpr int64_t kSliceElems = int64_t{32} << 20;  // a weight slice: 64 MB of bf16
+
+  // Whether a call of `rows` rows may need the weight-slice buffer (kSliceElems).
+  bool slices(int64_t rows) const;
+  // Plans a call whose layers run at `rows` rows and whose head runs at `logit_rows`: the bytes
+  // of dequant_gemm split sums it needs (Scratch::dg_ws; 0 when none).
+  size_t plan_call(int64_t rows, int64_t logit_rows);
+
+  // Quantized projection p (p.quant()).
+  void project(const Proj& p, const In& in, int64_t rows, const Scratch& b, float* y, int64_t ldy,
+               bool accumulate, cudaStream_t s);
+  // bf16 projection p: f32 out, written or added to; or rounded to bf16 (the gate|up output).
+  void matmul(const bf16* x, const Proj& p, int64_t rows, float* y, bool accumulate, cudaStream_t s);
+  void matmul(const bf16* x, const Proj& p, int64_t rows, bf16* y, cudaStream_t s);
+
+  cuda::GemmBf16& gemm() { return gemm_; }  // cuBLASLt plans (the model times them ahead)
+
+ private:
+  bool dequant_gemm_rows(int64_t rows) const;
+  size_t dequant_gemm_ws_bytes(int64_t rows, bool head);
+
+  const LlmConfig& cfg_;
+  const Weights& w_;
+  cuda::GemmBf16 gemm_;
+  const int64_t dequant_gemm_max_rows_;
+  const bool mmq_gemm_;
+  std::map<std::pair<int64_t, bool>, size_t> dg_ws_need_;  // Weights' answer per (rows, head)
+  size_t dg_ws_bytes_ = 0;                                   // this call's (plan_call)
+};
+
+}  // namespace tessera::models::cuda_llama
