@@ -8,7 +8,7 @@
 // rotating over weight copies totalling >= 4x the L2, median of 15 replays after warm-up,
 // random data (dummy quant blocks, uniform activations).
 //
-//   mmq_bench [--k-split | --dequant-gemm] [--rows 16,128] [--shapes qkv,gate|up] [q4_0 q8_0 ...]
+//   mmq_bench [--k-split | --dequant-gemm] [--rows 16,128] [--shapes 'qkv,gate|up'] [q4_0 q8_0 ...]
 //   (default types q4_0 q8_0 q4_k; --rows / --shapes narrow the --dequant-gemm table, e.g. for ncu)
 //
 // --dequant-gemm: the dequantizing tensor-core GEMM (dequant_gemm.h) at 16..512 rows against the
@@ -102,6 +102,13 @@ int main(int argc, char** argv) {
     }
     if (std::string(argv[i]) == "--shapes" && i + 1 < argc) {
       dg_shapes = "," + std::string(argv[++i]) + ",";
+      for (size_t a = 1, b; (b = dg_shapes.find(',', a)) != std::string::npos; a = b + 1) {
+        const std::string name = dg_shapes.substr(a, b - a);
+        if (name != "qkv" && name != "o" && name != "gate|up" && name != "down") {
+          std::fprintf(stderr, "--shapes: comma-separated names of qkv, o, gate|up, down\n");
+          return 2;
+        }
+      }
       continue;
     }
     if (std::string(argv[i]) == "--k-split") {

@@ -17,10 +17,15 @@ M=${DONOR:-$P/tok_donor.gguf}
 TYPES=${TYPES:-q4_0 q8_0}
 log=$out/peer_quant_log.txt
 note() { echo "== $* ($(date +%T))" | tee -a "$log"; }
-[ -x /tmp/bin/llama-batched-bench ] || xz -dc $P/llama.tar.xz | tar xf - -C /tmp/bin
+if command -v xz > /dev/null; then xz -dc $P/llama.tar.xz | tar xf - -C /tmp/bin
+else python3 -c "import lzma,tarfile; tarfile.open(fileobj=lzma.open('$P/llama.tar.xz')).extractall('/tmp/bin')"; fi
 mkdir -p /tmp/gguf-py && tar xzf $P/gguf-py.tar.gz -C /tmp/gguf-py
 d=$(dirname "$(find /usr/local /opt /usr/lib -name 'libcublasLt.so.13*' 2>/dev/null | head -1)")
 export LD_LIBRARY_PATH=$d:${LD_LIBRARY_PATH:-}
+[ -x "$T" ] || { note "no tessera at $T (set TESSERA_BIN)"; exit 1; }
+/tmp/bin/llama-batched-bench --help > /dev/null 2>&1 ||
+  { note "llama-batched-bench does not run: $P must hold llama.cpp packed by bench/cuda/peer_pack.sh"; exit 1; }
+[ -s "$M" ] || { note "no tokenizer donor GGUF at $M (set DONOR)"; exit 1; }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader >> "$log"
 for ty in $TYPES; do
   note "tessera $ty"

@@ -71,7 +71,7 @@ TEST(DequantGemm, MatchesTheDequantizedProductInDouble) {
       {300, 512, {1, 9, 16, 17, 33, 64, 65, 128, 129, 200}},  // 3 weight tiles, k split in 1-2
       {256, 4096, {9, 40}},                                      // few tiles, long k: 8 splits
       {1100, 256, {16, 130}},                                    // 9 weight tiles, 2 steps
-      {160, 4096, {16, 40, 100}, 1},  // unsplit: 16-64 steps wrap each block's 4-stage ring
+      {160, 4096, {16, 40, 100}, 1},  // unsplit: 16-64 steps wrap each block's 3-4 stage ring
       {200, 384, {16, 70}},           // k % 256 != 0 (Q8_0, Q4_0, Q4_1): 128-wide steps at 16 rows
   };
   for (DType t : test::kQuantTypes)

@@ -33,12 +33,12 @@ struct Raw {
 
 // ---- MMA fragments straight from the staged quantized bytes. For k16 slice s of a 32-element
 // chunk (elements 16 s ..), lane (g, t) holds its row's elements 2t, 2t+1 (f0) and 2t+8, 2t+9
-// (f1), for the wgmma A fragment of rows g and g + 8 (as mma.m16n8k16's A). In the repacked nibble order those are bytes 2t, 2t+1, 2t+8, 2t+9 of the
-// chunk's 16 qs bytes, low nibbles for slice 0 and high for slice 1: one word per row and chunk
-// gives the lane both slices. Each value is the GGUF arithmetic of dequantize_packed_bf16
-// (dequant_packed.cu) on the same f32 values, so the same bits (DequantizesLikeTheReference
-// checks every element); small integers become floats exactly by the 2^23 trick (a byte
-// permute and an add, full rate) rather than an int-to-float conversion (quarter rate).
+// (f1), for the wgmma A fragment of rows g and g + 8 (as mma.m16n8k16's A). In the repacked
+// nibble order those are bytes 2t, 2t+1, 2t+8, 2t+9 of the chunk's 16 qs bytes, low nibbles for
+// slice 0 and high for slice 1: one word per row and chunk gives the lane both slices. Each value
+// is the value dequantize_packed_bf16 (dequant_packed.cu) writes (DequantizesLikeTheReference
+// checks every element); only a zero's sign may differ (+0 where the reference's product with
+// a negative scale gives -0), which no sum can see.
 
 // Small integers become exact floats by placing their byte under a fixed exponent (a byte
 // permute, full rate; an int-to-float conversion is quarter rate):
@@ -47,7 +47,8 @@ struct Raw {
 // The GGUF value (b - off) * s then takes one FMA, fma(x, 256 s, -(128 + off) s) or
 // fma(x, s, -(32768 + off) s): both products of the scale are exact (s has at most 19
 // significant bits, 128 + off and 32768 + 128 at most 5 and 9), the FMA's own product is exact,
-// and (b - off) * s fits 24 bits, so the result is the reference's exact f32 product.
+// and (b - off) * s fits 24 bits, so the result is the reference's exact f32 product (up to the
+// sign of zero: an exact cancellation gives +0).
 __device__ __forceinline__ float half_plus(uint32_t w, int j) {
   return __int_as_float(__byte_perm(w, 0x3F000000u, 0x7044u | static_cast<unsigned>(j) << 8));
 }
@@ -307,8 +308,8 @@ __global__ void __launch_bounds__(kSumThreads) sum_splits_kernel(const float* ws
 
 // The block shape by row count: rows per block (the wgmma's N), the k step, and the split rule's
 // target blocks per SM. At 16 rows 4-bit weights take 256-wide steps where k allows (longer
-// contiguous runs of each weight row; a stage stays small enough for two blocks per SM; Q8_0 and
-// Q6_K stages of 256 would leave one: 1.1-1.4x slower, s18).
+// contiguous runs of each weight row, 4 stages at two blocks per SM); Q8_0 and Q6_K take 128
+// (their 256-wide stages measured 1.1-1.4x slower, s18, at one block per SM then).
 struct Config {
   int rows, bk, blocks_per_sm;
 };
@@ -321,7 +322,8 @@ Config config_for(DType type, int64_t k, int64_t rows) {
 }
 
 // Splits of k: enough blocks for the shape's target per SM (TESSERA_DG_BLOCKS_PER_SM=N instead,
-// for tuning); at most 8, each at least 2 steps.
+// for tuning); at most 8, about 2 steps or more each (the last may hold fewer; every one holds
+// at least one, which the kernel relies on).
 int splits_for(DType type, int64_t n, int64_t k, int64_t rows, int max_splits) {
   static const int64_t per_sm = [] {
     const char* e = std::getenv("TESSERA_DG_BLOCKS_PER_SM");
@@ -342,22 +344,31 @@ size_t split_sums_bytes(int splits, int64_t rows, int64_t n) {
   return splits > 1 ? static_cast<size_t>(splits) * static_cast<size_t>(rows * n) * sizeof(float) : 0;
 }
 
+// An SM has 228 KB of shared memory, 1 KB of it reserved per block: two blocks of up to 113 KB
+// each (the kernel's own 1 KB alignment pad included).
+constexpr size_t kBlockSmem = 113 * 1024;
+
 template <DType kType, class T>
 void launch(const Params& p, int splits, cudaStream_t s) {
   constexpr size_t smem = smem_bytes<kType, T>();
+  static_assert(T::kMinBlocks < 2 || smem <= kBlockSmem, "two blocks per SM");
   auto* kernel = dequant_gemm_kernel<kType, T>;
   TESSERA_CUDA_CHECK((raise_func_attribute<dequant_gemm_kernel<kType, T>, cudaFuncAttributeMaxDynamicSharedMemorySize>(
       static_cast<int>(smem))));
+  // All of the SM's unified memory as shared memory, so that two blocks fit whatever the driver
+  // would pick.
+  TESSERA_CUDA_CHECK((raise_func_attribute<dequant_gemm_kernel<kType, T>,
+                                           cudaFuncAttributePreferredSharedMemoryCarveout>(100)));
   const dim3 grid(static_cast<unsigned>((p.n + kBN - 1) / kBN), static_cast<unsigned>((p.rows + T::kN - 1) / T::kN),
                   static_cast<unsigned>(splits));
   launch_kernel(kernel, grid, T::kThreads, smem, s, p);
 }
 
-// Stages: 4, or as many as leave two blocks per SM their shared memory (Q8_0 and Q6_K stages at
-// 64 rows hold 128-byte steps of 8-bit rows: 3).
+// Stages: 4, or as many as leave two blocks per SM their shared memory (Q8_0 and Q6_K at 64 rows:
+// 3).
 template <DType kType, int kN, int kBK>
 constexpr int stages_for() {
-  constexpr size_t kPerBlock = 113 * 1024;  // two blocks in the SM's 227 KB, 1 KB each for alignment
+  constexpr size_t kPerBlock = kBlockSmem;
   constexpr size_t stage = (size_t{kN} * kBK * 2 + size_t{kBN} * Raw<kType, kBK>::kRaw + 1023) / 1024 * 1024;
   return static_cast<int>(std::min<size_t>(4, (kPerBlock - 1024) / stage));
 }
@@ -370,8 +381,10 @@ using TilingFor = Tiling<kN, kBK, stages_for<kType, kN, kBK>(), 2>;
 template <DType kType>
 void launch_type(const Params& p, const Config& c, int splits, cudaStream_t s) {
   switch (c.rows) {
-    case 16: return c.bk == 256 ? launch<kType, TilingFor<kType, 16, 256>>(p, splits, s)
-                                : launch<kType, TilingFor<kType, 16, 128>>(p, splits, s);
+    case 16:
+      if constexpr (kType == DType::kQ4_0 || kType == DType::kQ4_1 || kType == DType::kQ4_K)  // see config_for
+        if (c.bk == 256) return launch<kType, TilingFor<kType, 16, 256>>(p, splits, s);
+      return launch<kType, TilingFor<kType, 16, 128>>(p, splits, s);
     case 32: return launch<kType, TilingFor<kType, 32, 128>>(p, splits, s);
     case 64: return launch<kType, TilingFor<kType, 64, 128>>(p, splits, s);
     default: return launch<kType, TilingFor<kType, 128, 64>>(p, splits, s);

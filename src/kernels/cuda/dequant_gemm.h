@@ -3,10 +3,11 @@
 // x bf16. Each block streams the quantized bytes of 128 weight rows, and the activation rows,
 // through a ring of cp.async stages in shared memory; every warp turns its 16 weight rows'
 // bytes into the A fragments of Hopper's wgmma in registers (bf16, the values
-// dequantize_packed_bf16 writes, bit for bit), and the tensor cores read the activation rows
-// (B) from a swizzled shared-memory tile; f32 accumulation. sm_90a. The result is dequantize-then-GEMM up to
-// the f32 summation order, reading each weight byte once per call instead of writing and reading
-// a bf16 copy (the engine's batched decode of quantized models, 9..128 rows).
+// dequantize_packed_bf16 writes; only a zero's sign may differ), and the tensor cores read the
+// activation rows (B) from a swizzled shared-memory tile; f32 accumulation. sm_90a. The result
+// is dequantize-then-GEMM up to the f32 summation order, reading each weight byte once per call
+// instead of writing and reading a bf16 copy (the engine's batched decode of quantized models,
+// 9..128 rows).
 //
 // Shapes: k % 128 == 0 (K types: k % 256 == 0, as gemv_quant_layout asks). Projections with few
 // output tiles split k over up to 8 blocks; their partial sums go to `ws` and a second kernel
