@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
 #include <map>
 #include <string>
 #include <vector>
@@ -39,6 +40,10 @@
 using namespace tessera;
 
 namespace {
+
+// The Llama-3-8B projections of a layer.
+struct Shape { const char* name; int64_t n, k; };
+constexpr Shape kShapes[] = {{"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gate|up", 28672, 4096}, {"down", 4096, 14336}};
 
 __global__ void int8_mma_peak(int* out, int iters) {
   int c[8][4] = {};
@@ -104,7 +109,7 @@ int main(int argc, char** argv) {
       dg_shapes = "," + std::string(argv[++i]) + ",";
       for (size_t a = 1, b; (b = dg_shapes.find(',', a)) != std::string::npos; a = b + 1) {
         const std::string name = dg_shapes.substr(a, b - a);
-        if (name != "qkv" && name != "o" && name != "gate|up" && name != "down") {
+        if (std::none_of(std::begin(kShapes), std::end(kShapes), [&](const Shape& sh) { return name == sh.name; })) {
           std::fprintf(stderr, "--shapes: comma-separated names of qkv, o, gate|up, down\n");
           return 2;
         }
@@ -145,11 +150,9 @@ int main(int argc, char** argv) {
     std::printf("cuBLASLt bf16 8192^3: %.0f TFLOP/s\n", bf16_rate / 1e12);
     std::printf("| type | shape | rows | floor us | dequant_gemm us | %% of floor | bf16 copy + cuBLASLt us | "
                 "speed-up | cuBLASLt on bf16 weights us |\n|---|---|---|---|---|---|---|---|---|\n");
-    struct Shape { const char* name; int64_t n, k; };
-    const Shape shapes[] = {{"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gate|up", 28672, 4096}, {"down", 4096, 14336}};
     cuda::GemmBf16 gemm;
     for (DType t : types)
-      for (const Shape& sh : shapes) {
+      for (const Shape& sh : kShapes) {
         if (!dg_shapes.empty() && dg_shapes.find("," + std::string(sh.name) + ",") == std::string::npos) continue;
         const std::vector<uint8_t*> w = random_weight_copies(t, sh.n, sh.k, s);
         const int copies = static_cast<int>(w.size());
@@ -191,8 +194,6 @@ int main(int argc, char** argv) {
     return 0;
   }
 
-  struct Shape { const char* name; int64_t n, k; };
-  const Shape shapes[] = {{"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gate|up", 28672, 4096}, {"down", 4096, 14336}};
   const int64_t ms[] = {1, 4, 8, 16, 32, 64, 128, 256, 512, 2048};
   cuda::GemmBf16 gemm;
   std::map<std::pair<int64_t, int64_t>, float> bf16_us;  // (n * k + k, rows): type-independent
@@ -204,7 +205,7 @@ int main(int argc, char** argv) {
     std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
   }
   for (DType t : types)
-    for (const Shape& sh : shapes) {
+    for (const Shape& sh : kShapes) {
       const std::vector<uint8_t*> w = random_weight_copies(t, sh.n, sh.k, s);
       const int copies = static_cast<int>(w.size());
       const int64_t mmax = 2048;

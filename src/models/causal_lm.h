@@ -61,6 +61,7 @@ class KvCache {
   Tensor& k(int64_t layer) { return k_[layer]; }
   Tensor& v(int64_t layer) { return v_[layer]; }
   const Tensor& k(int64_t layer) const { return k_[layer]; }
+  const Tensor& v(int64_t layer) const { return v_[layer]; }
 
  private:
   int64_t n_blocks_, block_size_;

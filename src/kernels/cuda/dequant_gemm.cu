@@ -6,6 +6,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "core/error.h"
+#include "kernels/cuda/convert.cuh"
 #include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/gemv.h"
 #include "kernels/cuda/launch.cuh"
@@ -17,6 +18,10 @@ using namespace detail;
 
 constexpr int kBN = 128;  // weight rows (outputs) per block: two warpgroups of 64
 constexpr int kMaxSplits = 8;
+constexpr int kBlocksPerSm = 2;  // resident blocks the tiles are sized for (registers <= 128)
+
+// 4-bit weights take 256-wide k steps at 16 rows where k allows (config_for).
+constexpr bool four_bit(DType t) { return t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ4_K; }
 
 // A format's quantized bytes of one weight row for one k step, as staged in shared memory:
 // qs, then qh (Q6_K), the chunk scales, and the super-block's d (K types), each at a fixed
@@ -59,7 +64,7 @@ __device__ __forceinline__ uint32_t bf16x2(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&v);
 }
-__device__ __forceinline__ float f16_bits(uint32_t h) { return __half2float(__ushort_as_half(static_cast<uint16_t>(h))); }
+__device__ __forceinline__ float f16_bits(uint32_t h) { return f16_bits_to_f32(static_cast<uint16_t>(h)); }
 __device__ __forceinline__ uint32_t u16_at(const uint8_t* p) { return *reinterpret_cast<const uint16_t*>(p); }
 
 // Bytes 2t, 2t+1, 2t+8, 2t+9 of 16 bytes at p, as one word.
@@ -142,30 +147,41 @@ struct Params {
   int64_t k_split;   // k per split (a multiple of the step)
 };
 
+// A stage: the activation tile (kN x kBK bf16, a multiple of 1024 bytes as kN % 8 == 0) and the
+// weight rows' quantized bytes, rounded up to the 1024-byte swizzle alignment.
+template <DType kType, int kN, int kBK>
+__host__ __device__ constexpr size_t stage_bytes() {
+  return (size_t{kN} * kBK * 2 + size_t{kBN} * Raw<kType, kBK>::kRaw + 1023) / 1024 * 1024;
+}
+
+// An SM has 228 KB of shared memory, 1 KB of it reserved per block: two blocks of up to 113 KB
+// each (the kernel's own 1 KB alignment pad included).
+constexpr size_t kBlockSmem = 113 * 1024;
+
 // ---- The block: wgmma with the weights as A. Two warpgroups of 64 weight rows each; every warp
 // turns its 16 rows' bytes into the A fragments of wgmma.m64nNk16 in registers (one staged word
 // per row and chunk, as above), and the activation rows are B, read by the tensor cores from a
 // 128-byte-swizzled tile in shared memory. N = the block's rows (kN): one instruction covers
 // 64 weight rows x all of the block's rows, with no ldmatrix. (Session 17's mma.sync form, each
 // warp multiplying its 16 rows by every activation row through ldmatrix, was 1.0-1.5x slower.)
-template <int kN_, int kBK_, int kStages_, int kMinBlocks_ = 1>
+// Stages: 4, or as many as leave kBlocksPerSm blocks their shared memory (Q8_0 and Q6_K at 64
+// rows: 3).
+template <DType kType, int kN_, int kBK_>
 struct Tiling {
-  static constexpr int kN = kN_, kBK = kBK_, kStages = kStages_, kThreads = 256, kMinBlocks = kMinBlocks_;
-  static constexpr int kActBytes = kN * kBK * 2;              // a multiple of 1024 (kN % 8 == 0)
+  static constexpr int kN = kN_, kBK = kBK_, kThreads = 256;
+  static constexpr int kActBytes = kN * kBK * 2;  // the stage's activation tile comes first
+  static constexpr int kStages =
+      static_cast<int>(std::min<size_t>(4, (kBlockSmem - 1024) / stage_bytes<kType, kN, kBK>()));
+  static constexpr size_t kStageBytes = stage_bytes<kType, kN, kBK>();
+  static constexpr size_t kSmem = kStages * kStageBytes + 1024;  // + the alignment pad
   static_assert(kN % 8 == 0 && kN <= 128 && kBK % 64 == 0 && kStages >= 2, "wgmma tiles");
+  static_assert(kBlocksPerSm * (kSmem + 1024) <= 228 * 1024, "two blocks per SM");
 };
 
 template <DType kType, class T>
-__host__ __device__ constexpr size_t stage_bytes() {
-  return (size_t{T::kActBytes} + size_t{kBN} * Raw<kType, T::kBK>::kRaw + 1023) / 1024 * 1024;
-}
-template <DType kType, class T>
-constexpr size_t smem_bytes() { return T::kStages * stage_bytes<kType, T>() + 1024; }  // + alignment
-
-template <DType kType, class T>
-__global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) dequant_gemm_kernel(const Params p) {
+__global__ void __launch_bounds__(T::kThreads, kBlocksPerSm) dequant_gemm_kernel(const Params p) {
   constexpr int kN = T::kN, kBK = T::kBK, kStages = T::kStages, kThreads = T::kThreads;
-  constexpr size_t kStageBytes = stage_bytes<kType, T>();
+  constexpr size_t kStageBytes = T::kStageBytes;
   using R = Raw<kType, kBK>;
   pdl_trigger();
   extern __shared__ __align__(16) uint8_t smem_unaligned[];
@@ -314,8 +330,7 @@ struct Config {
   int rows, bk, blocks_per_sm;
 };
 Config config_for(DType type, int64_t k, int64_t rows) {
-  const bool four_bit = type == DType::kQ4_0 || type == DType::kQ4_1 || type == DType::kQ4_K;
-  if (rows <= 16) return {16, four_bit && k % 256 == 0 ? 256 : 128, 4};
+  if (rows <= 16) return {16, four_bit(type) && k % 256 == 0 ? 256 : 128, 4};
   if (rows <= 32) return {32, 128, 4};
   if (rows <= 64) return {64, 128, 2};
   return {128, 64, 2};
@@ -344,14 +359,9 @@ size_t split_sums_bytes(int splits, int64_t rows, int64_t n) {
   return splits > 1 ? static_cast<size_t>(splits) * static_cast<size_t>(rows * n) * sizeof(float) : 0;
 }
 
-// An SM has 228 KB of shared memory, 1 KB of it reserved per block: two blocks of up to 113 KB
-// each (the kernel's own 1 KB alignment pad included).
-constexpr size_t kBlockSmem = 113 * 1024;
-
 template <DType kType, class T>
 void launch(const Params& p, int splits, cudaStream_t s) {
-  constexpr size_t smem = smem_bytes<kType, T>();
-  static_assert(T::kMinBlocks < 2 || smem <= kBlockSmem, "two blocks per SM");
+  constexpr size_t smem = T::kSmem;
   auto* kernel = dequant_gemm_kernel<kType, T>;
   TESSERA_CUDA_CHECK((raise_func_attribute<dequant_gemm_kernel<kType, T>, cudaFuncAttributeMaxDynamicSharedMemorySize>(
       static_cast<int>(smem))));
@@ -364,30 +374,19 @@ void launch(const Params& p, int splits, cudaStream_t s) {
   launch_kernel(kernel, grid, T::kThreads, smem, s, p);
 }
 
-// Stages: 4, or as many as leave two blocks per SM their shared memory (Q8_0 and Q6_K at 64 rows:
-// 3).
-template <DType kType, int kN, int kBK>
-constexpr int stages_for() {
-  constexpr size_t kPerBlock = kBlockSmem;
-  constexpr size_t stage = (size_t{kN} * kBK * 2 + size_t{kBN} * Raw<kType, kBK>::kRaw + 1023) / 1024 * 1024;
-  return static_cast<int>(std::min<size_t>(4, (kPerBlock - 1024) / stage));
-}
-template <DType kType, int kN, int kBK>
-using TilingFor = Tiling<kN, kBK, stages_for<kType, kN, kBK>(), 2>;
-
-// TilingFor: two blocks per SM, which bounds registers at 128. None spills (ptxas -v: keep it so;
-// a spill of an in-flight A fragment's register would be a hazard). Three blocks per SM at 16
-// rows (80 registers) measured no faster (s18).
+// Two blocks per SM bound registers at 128. None spills (ptxas -v: keep it so; a spill of an
+// in-flight A fragment's register would be a hazard). Three blocks per SM at 16 rows (80
+// registers) measured no faster (s18).
 template <DType kType>
 void launch_type(const Params& p, const Config& c, int splits, cudaStream_t s) {
   switch (c.rows) {
     case 16:
-      if constexpr (kType == DType::kQ4_0 || kType == DType::kQ4_1 || kType == DType::kQ4_K)  // see config_for
-        if (c.bk == 256) return launch<kType, TilingFor<kType, 16, 256>>(p, splits, s);
-      return launch<kType, TilingFor<kType, 16, 128>>(p, splits, s);
-    case 32: return launch<kType, TilingFor<kType, 32, 128>>(p, splits, s);
-    case 64: return launch<kType, TilingFor<kType, 64, 128>>(p, splits, s);
-    default: return launch<kType, TilingFor<kType, 128, 64>>(p, splits, s);
+      if constexpr (four_bit(kType))
+        if (c.bk == 256) return launch<kType, Tiling<kType, 16, 256>>(p, splits, s);
+      return launch<kType, Tiling<kType, 16, 128>>(p, splits, s);
+    case 32: return launch<kType, Tiling<kType, 32, 128>>(p, splits, s);
+    case 64: return launch<kType, Tiling<kType, 64, 128>>(p, splits, s);
+    default: return launch<kType, Tiling<kType, 128, 64>>(p, splits, s);
   }
 }
 

@@ -277,17 +277,14 @@ class CudaLlama final : public CausalLm {
       return n_logits;
     }
     if (decode_only) {
-      // The graphs hold the cache's K/V addresses, so those key them (not the cache object's
-      // address: one destroyed and another constructed in its place holds other buffers).
-      kv_now_.clear();
-      for (int64_t li = 0; li < cache.n_layers(); ++li) {
-        kv_now_.push_back(cache.k(li).raw_data());
-        kv_now_.push_back(cache.v(li).raw_data());
-      }
-      if (std::memcmp(&b, &graph_bufs_, sizeof b) != 0 || kv_now_ != graph_kv_) {
+      if (std::memcmp(&b, &graph_bufs_, sizeof b) != 0 || !graphs_hold(cache)) {
         drop_graphs();
         graph_bufs_ = b;
-        graph_kv_ = kv_now_;
+        graph_kv_.clear();
+        for (int64_t li = 0; li < cache.n_layers(); ++li) {
+          graph_kv_.push_back(cache.k(li).raw_data());
+          graph_kv_.push_back(cache.v(li).raw_data());
+        }
       }
       const auto key = std::make_pair(n, plan_.table_stride);
       if (auto it = graphs_.find(key); it != graphs_.end()) {
@@ -316,6 +313,16 @@ class CudaLlama final : public CausalLm {
     }
     enqueue(b, n, n_logits, cache);
     return n_logits;
+  }
+
+  // Whether the graphs were captured on this cache's K/V buffers. The graphs hold those
+  // addresses, so they key them (not the cache object's address: one destroyed and another
+  // constructed in its place holds other buffers).
+  bool graphs_hold(const KvCache& cache) const {
+    if (graph_kv_.size() != static_cast<size_t>(2 * cache.n_layers())) return false;
+    for (int64_t li = 0; li < cache.n_layers(); ++li)
+      if (graph_kv_[2 * li] != cache.k(li).raw_data() || graph_kv_[2 * li + 1] != cache.v(li).raw_data()) return false;
+    return true;
   }
 
   // Device buffers of one forward call (graphs capture these addresses).
@@ -643,7 +650,7 @@ class CudaLlama final : public CausalLm {
   std::map<std::pair<int64_t, int64_t>, cudaGraphExec_t> graphs_;
   std::set<std::pair<int64_t, int64_t>> seen_shapes_;
   Bufs graph_bufs_{};
-  std::vector<const void*> graph_kv_, kv_now_;  // the K/V buffers the graphs use; this call's
+  std::vector<const void*> graph_kv_;  // the K/V buffers the graphs hold, per layer k, v
   Grow<uint8_t> staged_[kStaged];
   std::vector<void*> pinned_[2];
   std::vector<size_t> pinned_cap_[2];
