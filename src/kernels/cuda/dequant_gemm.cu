@@ -47,7 +47,8 @@ struct Raw {
 
 // Small integers become exact floats by placing their byte under a fixed exponent (a byte
 // permute, full rate; an int-to-float conversion is quarter rate):
-//   byte j of w in bits 16..23 under exponent 126: 0.5 + b / 256 (b < 128: 4- and 6-bit quants);
+//   byte j of w in bits 16..23 under exponent 126: 0.5 + b / 256 (b < 128: 4- and 6-bit quants;
+//   Q4_0 takes the packed bf16 form below);
 //   byte j of w in bits 8..15 under 2^15:         32768 + b      (b < 256: Q8_0).
 // The GGUF value (b - off) * s then takes one FMA, fma(x, 256 s, -(128 + off) s) or
 // fma(x, s, -(32768 + off) s): both products of the scale are exact (s has at most 19
@@ -67,6 +68,39 @@ __device__ __forceinline__ uint32_t bf16x2(float lo, float hi) {
 __device__ __forceinline__ float f16_bits(uint32_t h) { return f16_bits_to_f32(static_cast<uint16_t>(h)); }
 __device__ __forceinline__ uint32_t u16_at(const uint8_t* p) { return *reinterpret_cast<const uint16_t*>(p); }
 
+// Q4_0 in packed bf16 with the reference's bits, ~4 instructions per pair of weights where the
+// f32 form takes 5. A byte permute puts two nibbles under the bf16 exponent of 128 (128 + q,
+// exact); a packed subtract makes q - 8 (exact). The f16 scale d splits into d_hi = bf16(d) and
+// d_lo = d - d_hi, which has at most 3 significant bits (d has 11, d_hi 8), so (q - 8) d_lo
+// (4 x 3 bits) is exact in bf16, and one packed FMA (q - 8) d_hi + (q - 8) d_lo rounds the
+// exact (q - 8) d once: the reference's bf16 of its exact f32 product.
+__device__ __forceinline__ uint32_t bf16x2_sub(uint32_t a, uint32_t b) {
+  uint32_t r;
+  asm("sub.rn.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  return r;
+}
+__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
+  uint32_t r;
+  asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  return r;
+}
+__device__ __forceinline__ uint32_t bf16x2_fma(uint32_t a, uint32_t b, uint32_t c) {
+  uint32_t r;
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+  return r;
+}
+// Bytes j, j + 1 of w (values < 128) as the bf16 pair (128 + b_j, 128 + b_{j+1}): exact.
+// x43 = 0x43 comes from a kernel parameter (Params::x43): with a literal, the compiler made the
+// selectors the registers and rebuilt them before every permute (~1 extra instruction each).
+template <int kJ>
+__device__ __forceinline__ uint32_t bf16_128_plus_pair(uint32_t w, uint32_t x43) {
+  return __byte_perm(w, x43, kJ == 0 ? 0x4140u : 0x4342u);
+}
+__device__ __forceinline__ uint32_t q4_0_pair(uint32_t x128, uint32_t d_hi, uint32_t d_lo) {
+  const uint32_t q = bf16x2_sub(x128, 0x43084308u);  // 136 = 128 + 8
+  return bf16x2_fma(q, d_hi, bf16x2_mul(q, d_lo));
+}
+
 // Bytes 2t, 2t+1, 2t+8, 2t+9 of 16 bytes at p, as one word.
 __device__ __forceinline__ uint32_t lane_bytes(const uint8_t* p, int t) {
   return u16_at(p + 2 * t) | u16_at(p + 2 * t + 8) << 16;
@@ -80,7 +114,7 @@ __device__ __forceinline__ void frag(uint32_t w, uint32_t (&b)[2], F f) {
 
 // b[s] = {f0, f1} of slice s of chunk `chunk` of the staged row.
 template <DType kType, int kBK>
-__device__ __forceinline__ void chunk_frags(const uint8_t* row, int chunk, int t, uint32_t (&b)[2][2]) {
+__device__ __forceinline__ void chunk_frags(const uint8_t* row, int chunk, int t, uint32_t x43, uint32_t (&b)[2][2]) {
   using R = Raw<kType, kBK>;
   if constexpr (kType == DType::kQ8_0) {  // signed bytes, as unsigned + 128; slice s: bytes 16 s ..
     const float d = f16_bits(u16_at(row + R::kScOff + chunk * 2)), nd = __fmul_rn(-32896.f, d);
@@ -91,12 +125,15 @@ __device__ __forceinline__ void chunk_frags(const uint8_t* row, int chunk, int t
   } else {
     const uint32_t w = lane_bytes(row + chunk * 16, t);
     const uint32_t lo = w & 0x0F0F0F0Fu, hi = (w >> 4) & 0x0F0F0F0Fu;
-    if constexpr (kType == DType::kQ4_0) {  // (q - 8) d
+    if constexpr (kType == DType::kQ4_0) {  // (q - 8) d, in packed bf16 (q4_0_pair)
       const float d = f16_bits(u16_at(row + R::kScOff + chunk * 2));
-      const float d256 = __fmul_rn(256.f, d), nd = __fmul_rn(-136.f, d);
-      auto f = [&](uint32_t v, int j) { return __fmaf_rn(half_plus(v, j), d256, nd); };
-      frag(lo, b[0], f);
-      frag(hi, b[1], f);
+      const uint32_t d_hi = bf16x2(d, d);
+      const float d_lo = __fsub_rn(d, __uint_as_float(d_hi << 16));
+      const uint32_t d_lo2 = bf16x2(d_lo, d_lo);
+      b[0][0] = q4_0_pair(bf16_128_plus_pair<0>(lo, x43), d_hi, d_lo2);
+      b[0][1] = q4_0_pair(bf16_128_plus_pair<2>(lo, x43), d_hi, d_lo2);
+      b[1][0] = q4_0_pair(bf16_128_plus_pair<0>(hi, x43), d_hi, d_lo2);
+      b[1][1] = q4_0_pair(bf16_128_plus_pair<2>(hi, x43), d_hi, d_lo2);
     } else if constexpr (kType == DType::kQ4_1) {  // q d + m
       const uint32_t dm = *reinterpret_cast<const uint32_t*>(row + R::kScOff + chunk * 4);
       const float d = f16_bits(dm & 0xFFFF), m = f16_bits(dm >> 16);
@@ -145,6 +182,7 @@ struct Params {
   bool accumulate;
   float* ws;         // [splits][rows][n] partial sums (splits > 1)
   int64_t k_split;   // k per split (a multiple of the step)
+  uint32_t x43;      // 0x43, the high byte of bf16 128 (bf16_128_plus_pair), kept in a register
 };
 
 // A stage: the activation tile (kN x kBK bf16, a multiple of 1024 bytes as kN % 8 == 0) and the
@@ -265,20 +303,24 @@ __global__ void __launch_bounds__(T::kThreads, kBlocksPerSm) dequant_gemm_kernel
     }
     cp_async_commit();
     const uint8_t* st_base = smem + stage * kStageBytes;
-    const uint32_t act_addr = smem_addr(st_base);
+    // The stage's tile descriptor; k16 slice kk lies (kk / 4) 64-wide column blocks and (kk % 4)
+    // 32-byte steps further, added to the descriptor's address field in 16-byte units (shared
+    // addresses stay below 2^18, so the sum never carries out of the field). Building each
+    // slice's descriptor from its address instead cost ~5 uniform instructions per wgmma.
+    const uint64_t act_desc = wgmma_desc_sw128(smem_addr(st_base));
     const uint8_t* wrow = st_base + T::kActBytes + (row0 + g) * R::kRaw;
     wgmma_fence_operands(acc);
 #pragma unroll
     for (int chunk = 0; chunk < kBK / 32; ++chunk) {
       uint32_t lo[2][2], hi[2][2];  // rows g and g + 8: [slice][b0 / b1]
-      chunk_frags<kType, kBK>(wrow, chunk, t, lo);
-      chunk_frags<kType, kBK>(wrow + 8 * R::kRaw, chunk, t, hi);
+      chunk_frags<kType, kBK>(wrow, chunk, t, p.x43, lo);
+      chunk_frags<kType, kBK>(wrow + 8 * R::kRaw, chunk, t, p.x43, hi);
       wgmma_fence();
 #pragma unroll
       for (int sl = 0; sl < 2; ++sl) {
         const int kk = 2 * chunk + sl;  // k16 slice of the step
         const uint32_t a[4] = {lo[sl][0], hi[sl][0], lo[sl][1], hi[sl][1]};
-        wgmma_bf16_rs<kN>(acc, a, wgmma_desc_sw128(act_addr + (kk / 4) * (kN * 128) + (kk % 4) * 32), s > 0 || kk > 0);
+        wgmma_bf16_rs<kN>(acc, a, act_desc + ((kk / 4) * (kN * 128) + (kk % 4) * 32) / 16, s > 0 || kk > 0);
       }
     }
     wgmma_commit();
@@ -419,7 +461,7 @@ void dequant_gemm_bf16(DType type, const void* packed, int64_t n, int64_t k, con
   TESSERA_CHECK_ARG(ws_bytes >= split_sums_bytes(splits, rows, n) && reinterpret_cast<uintptr_t>(ws) % 16 == 0,
                     "cuda::dequant_gemm_bf16: workspace too small or not aligned");
   Params p{static_cast<const uint8_t*>(packed), gemv_quant_layout(type, n, k), n, k, x, rows, y, ldy,
-           accumulate, static_cast<float*>(ws), 0};
+           accumulate, static_cast<float*>(ws), 0, 0x43};
   const Config c = config_for(type, k, rows);
   const int64_t steps = k / c.bk;
   p.k_split = (steps + splits - 1) / splits * c.bk;
