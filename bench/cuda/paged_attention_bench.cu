@@ -141,6 +141,11 @@ int main() {
   };
   const Case cases[] = {{"decode 128 seqs x ctx 512", 128, 512, 1, true, {kNone, kAuto, 2, 3, 4}},
                         {"decode 128 seqs x ctx 640", 128, 640, 1, true, {kNone, 2, 3}},
+                        // Fewer pairs than SMs at a short context (16-32 sequences of
+                        // quantized batched decode): split, about two blocks per SM.
+                        {"decode 16 seqs x ctx 512", 16, 512, 1, true, {kNone, kAuto, 2, 4, 6, 8}},
+                        {"decode 32 seqs x ctx 512", 32, 512, 1, true, {kNone, kAuto, 2, 3}},
+                        {"decode 64 seqs x ctx 512", 64, 512, 1, true, {kNone, kAuto, 2}},
                         {"decode 64 seqs x ctx 1024", 64, 1024, 1, true, {kNone}},
                         {"decode 48 seqs x ctx 2048", 48, 2048, 1, true, {kNone}},
                         {"decode 32 seqs x ctx 4096", 32, 4096, 1, true, {kNone, kAuto, 2}},
