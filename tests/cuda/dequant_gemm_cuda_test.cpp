@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/half.h"
@@ -32,9 +33,9 @@ struct Problem {
   std::vector<float> w;  // [n][k] dequantized, rounded to bf16
   test::DevBuf<uint8_t> packed;
 
-  Problem(DType t, int64_t n_, int64_t k_, uint64_t seed)
-      : type(t), n(n_), k(k_), blocks(test::random_quant_blocks(t, n_, k_, seed)), w(n_ * k_),
-        packed(cuda::gemv_quant_layout(t, n_, k_).bytes) {
+  Problem(DType t, int64_t n_, int64_t k_, uint64_t seed) : Problem(t, n_, k_, test::random_quant_blocks(t, n_, k_, seed)) {}
+  Problem(DType t, int64_t n_, int64_t k_, std::vector<uint8_t> blocks_)
+      : type(t), n(n_), k(k_), blocks(std::move(blocks_)), w(n_ * k_), packed(cuda::gemv_quant_layout(t, n_, k_).bytes) {
     std::vector<uint8_t> host(cuda::gemv_quant_layout(t, n, k).bytes);
     cuda::repack_quant(t, blocks.data(), n, k, host.data());
     packed.upload(host);
@@ -125,26 +126,51 @@ TEST(DequantGemm, MatchesTheDequantizedProductInDouble) {
 // Rows of x that are unit vectors pick single weights: y[r][j] = W[j][c] exactly (one product by
 // 1, the rest zeros), so every dequantized weight is compared with the reference bit for bit,
 // through each k step width: 64 (128 rows), 128 (64 rows) and 256 (16 rows).
+void expect_every_weight_like_the_reference(const Problem& p) {
+  for (int64_t rows : {128, 64, 16}) {
+    test::DevBuf<uint8_t> ws(std::max<size_t>(16, cuda::dequant_gemm_workspace_bytes(p.type, p.n, p.k, rows)));
+    for (int64_t c0 = 0; c0 < p.k; c0 += rows) {
+      std::vector<float> x(rows * p.k, 0.f);
+      for (int64_t r = 0; r < rows; ++r) x[r * p.k + c0 + r] = 1.f;
+      test::DevBuf<__nv_bfloat16> dx(test::to_device_type<__nv_bfloat16>(x));
+      test::DevBuf<float> y(rows * p.n);
+      run(p, dx.get(), rows, y.get(), p.n, false, ws);
+      const std::vector<float> got = y.download();
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < p.n; ++j)
+          ASSERT_EQ(got[r * p.n + j], p.w[j * p.k + c0 + r])
+              << dtype_name(p.type) << " weight row " << j << " column " << c0 + r << " rows " << rows;
+    }
+  }
+}
+
 TEST(DequantGemm, DequantizesLikeTheReference) {
   TESSERA_SKIP_WITHOUT_GPU();
   for (DType t : test::kQuantTypes) {
     const Problem p(t, 130, 512, 17);
-    for (int64_t rows : {128, 64, 16}) {
-      test::DevBuf<uint8_t> ws(std::max<size_t>(16, cuda::dequant_gemm_workspace_bytes(t, p.n, p.k, rows)));
-      for (int64_t c0 = 0; c0 < p.k; c0 += rows) {
-        std::vector<float> x(rows * p.k, 0.f);
-        for (int64_t r = 0; r < rows; ++r) x[r * p.k + c0 + r] = 1.f;
-        test::DevBuf<__nv_bfloat16> dx(test::to_device_type<__nv_bfloat16>(x));
-        test::DevBuf<float> y(rows * p.n);
-        run(p, dx.get(), rows, y.get(), p.n, false, ws);
-        const std::vector<float> got = y.download();
-        for (int64_t r = 0; r < rows; ++r)
-          for (int64_t j = 0; j < p.n; ++j)
-            ASSERT_EQ(got[r * p.n + j], p.w[j * p.k + c0 + r])
-                << dtype_name(t) << " weight row " << j << " column " << c0 + r << " rows " << rows;
-      }
-    }
+    expect_every_weight_like_the_reference(p);
+    if (HasFatalFailure()) return;
   }
+}
+
+// Q4_0 takes packed bf16 arithmetic with its f16 scale split into bf16 d_hi + d_lo
+// (dequant_gemm.cu): every finite f16 scale, once per block (zero, subnormals, either sign,
+// those whose bf16 rounding carries into the next power of two), with random quants.
+TEST(DequantGemm, Q4_0EveryFiniteScaleDequantizesLikeTheReference) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  constexpr int64_t n = 496, k = 4096;  // 496 x 128 blocks: the 63,488 finite f16 patterns
+  constexpr int64_t kBlockBytes = 18;   // GGUF Q4_0: d (f16), 16 bytes of quants
+  std::vector<uint8_t> blocks = test::random_quant_blocks(DType::kQ4_0, n, k, 29);
+  int64_t b = 0;
+  for (uint32_t h = 0; h < 65536; ++h) {
+    if ((h & 0x7C00u) == 0x7C00u) continue;  // infinities and NaNs
+    const uint16_t bits = static_cast<uint16_t>(h);
+    std::memcpy(blocks.data() + b * kBlockBytes, &bits, 2);
+    ++b;
+  }
+  ASSERT_EQ(b * kBlockBytes, static_cast<int64_t>(blocks.size()));
+  const Problem p(DType::kQ4_0, n, k, std::move(blocks));
+  expect_every_weight_like_the_reference(p);
 }
 
 // Under programmatic dependent launch the GEMM requests its first weights before waiting for

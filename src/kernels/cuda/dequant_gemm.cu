@@ -153,8 +153,10 @@ __global__ void __launch_bounds__(kSumThreads) sum_splits_kernel(const float* ws
 
 // The block shape by row count: rows per block (the wgmma's N), the k step, and the split rule's
 // target blocks per SM. At 16 rows 4-bit weights take 256-wide steps where k allows (longer
-// contiguous runs of each weight row, 4 stages at two blocks per SM); Q8_0 and Q6_K take 128
-// (their 256-wide stages measured 1.1-1.4x slower, s18, at one block per SM then).
+// contiguous runs of each weight row; 4 stages at two blocks per SM for Q4_0, 3 for Q4_1 / Q4_K
+// since their rows are padded to an odd number of 16-byte units, which measured the same for
+// Q4_K, s19); Q8_0 and Q6_K take 128 (their 256-wide stages measured 1.1-1.4x slower, s18, at
+// one block per SM then).
 struct Config {
   int rows, bk, blocks_per_sm;
 };

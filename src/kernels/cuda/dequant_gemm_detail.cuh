@@ -1,7 +1,7 @@
-// Internals shared by the dequantizing GEMM's two kernels (dequant_gemm.cu: weights dequantized
-// into register A fragments; dequant_gemm_ws.cu: producer warps dequantizing into shared-memory
-// A tiles for consumer warpgroups): the staged row format, the fragment dequantization and the
-// copy plan of a stage. Included by those two files only.
+// Internals of the dequantizing GEMM (dequant_gemm.cu): the staged row format, the fragment
+// dequantization and the copy plan of a stage, in a header of their own so that another kernel
+// can share them (session 19's warp-specialized kernel did, branch wip/s19-dequant-ws).
+// Included by dequant_gemm.cu only.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -183,7 +183,7 @@ struct Params {
   bool accumulate;
   float* ws;         // [splits][rows][n] partial sums (splits > 1)
   int64_t k_split;   // k per split (a multiple of the step)
-  uint32_t x43;      // 0x43, the high byte of bf16 128 (bf16_128_plus_pair), kept in a register
+  uint32_t x43 = 0x43;  // the high byte of bf16 128 (bf16_128_plus_pair), kept in a register
 };
 
 

@@ -9,7 +9,9 @@ namespace tessera::cuda::detail {
 
 // Descriptor of a K-major bf16 tile in shared memory under the 128-byte swizzle: rows of 64
 // elements (128 bytes), 8-row groups 1024 bytes apart (SBO), the group base 1024-byte aligned.
-// Moving along k within the 64 adds 2 per 16 elements to the address field (32 bytes).
+// Moving along k within the 64 adds 2 per 16 elements to the address field (32 bytes). Callers
+// add such offsets to a built descriptor: shared addresses below 2^18 (228 KB) keep the sum
+// inside the 14-bit field.
 __device__ __forceinline__ uint64_t wgmma_desc_sw128(uint32_t smem_addr) {
   return static_cast<uint64_t>((smem_addr & 0x3FFFF) >> 4) | uint64_t{1} << 16 /* LBO: unused */ |
          uint64_t{1024 >> 4} << 32 /* SBO */ | uint64_t{1} << 62 /* 128-byte swizzle */;
