@@ -15,6 +15,9 @@ using namespace detail;
 using namespace dequant;
 
 constexpr int kMaxSplits = 8;
+
+// 4-bit weights take 256-wide k steps at 16 rows where k allows (config_for).
+constexpr bool four_bit(DType t) { return t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ4_K; }
 // A stage: the activation tile (kN x kBK bf16, a multiple of 1024 bytes as kN % 8 == 0) and the
 // weight rows' quantized bytes, rounded up to the 1024-byte swizzle alignment.
 template <DType kType, int kN, int kBK>
@@ -63,7 +66,7 @@ __global__ void __launch_bounds__(T::kThreads, kBlocksPerSm) dequant_gemm_kernel
   const int64_t k_begin = int64_t{blockIdx.z} * p.k_split, k_end = min(p.k, k_begin + p.k_split);
   const int steps = static_cast<int>((k_end - k_begin) / kBK);
 
-  const StageCopies<kType, kN, kBK, kThreads, kBN> copies(p, tid, n0, m0);
+  const StageCopies<kType, kN, kBK, kThreads> copies(p, tid, n0, m0);
   auto issue_weights = [&](int step, int stage) {
     copies.weights(k_begin + int64_t{step} * kBK, smem + stage * kStageBytes + T::kActBytes);
   };

@@ -19,9 +19,6 @@ using namespace tessera::cuda::detail;
 
 constexpr int kBN = 128;  // weight rows (outputs) per block
 
-// 4-bit weights take 256-wide k steps at 16 rows where k allows (config_for).
-constexpr bool four_bit(DType t) { return t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ4_K; }
-
 // A format's quantized bytes of one weight row for one k step, as staged in shared memory:
 // qs, then qh (Q6_K), the chunk scales, and the super-block's d (K types), each at a fixed
 // offset of a row of kRaw bytes.
@@ -186,24 +183,23 @@ struct Params {
   uint32_t x43 = 0x43;  // the high byte of bf16 128 (bf16_128_plus_pair), kept in a register
 };
 
-
-// ---- The copy plan of a stage of kRowsW weight rows, for kThreads copying threads (tid <
+// ---- The copy plan of a stage of kBN weight rows, for kThreads copying threads (tid <
 // kThreads): every thread has fixed rows and pieces, so a step's addresses are its k offset added
-// to pointers computed once. Weights: thread tid takes row tid % kRowsW and every
-// (kThreads / kRowsW)-th piece of it from tid / kRowsW (pieces: qs, qh 16 bytes each, the scales,
-// d) into a region of kRowsW x kRaw bytes.
+// to pointers computed once. Weights: thread tid takes row tid % kBN and every (kThreads / kBN)-th
+// piece of it from tid / kBN (pieces: qs, qh 16 bytes each, the scales, d) into a region of
+// kBN x kRaw bytes.
 // Activations: a fixed 16-byte column piece of rows r0, r0 + kRowStep, ... into a 128-byte-
 // swizzled tile of kBK / 64 column blocks x kN rows x 128 bytes; kRowStep is a multiple of 8, so
 // the swizzle of every row is the same and the destinations are kRowStep * 128 bytes apart.
 // Activation rows past p.rows are zero-filled.
-template <DType kType, int kN, int kBK, int kThreads, int kRowsW>
+template <DType kType, int kN, int kBK, int kThreads>
 struct StageCopies {
   using R = Raw<kType, kBK>;
   static constexpr int kScPiece = R::kSc < 16 ? R::kSc : 16, kQsP = R::kQs / 16, kQhP = R::kQh / 16,
                        kScP = R::kSc / kScPiece;
-  static constexpr int kWPieces = kQsP + kQhP + kScP + (R::kD ? 1 : 0), kHalves = kThreads / kRowsW;
+  static constexpr int kWPieces = kQsP + kQhP + kScP + (R::kD ? 1 : 0), kHalves = kThreads / kBN;
   static constexpr int kAPieces = kBK / 8, kRowStep = kThreads / kAPieces;  // 16-byte pieces per row
-  static_assert(kThreads % kRowsW == 0, "whole rows per thread group");
+  static_assert(kThreads % kBN == 0, "whole rows per thread group");
   static_assert(kThreads % kAPieces == 0 && kRowStep % 8 == 0 && kN % kRowStep == 0, "activation copy plan");
 
   int w_row, w_first, a_row0;
@@ -214,8 +210,8 @@ struct StageCopies {
   int64_t k, m_left;  // activation rows from a_row0 on that exist: p.rows - m0 - a_row0
 
   __device__ __forceinline__ StageCopies(const Params& p, int tid, int64_t n0, int64_t m0) {
-    w_row = tid % kRowsW;
-    w_first = tid / kRowsW;
+    w_row = tid % kBN;
+    w_first = tid / kBN;
     const int64_t grow = min(n0 + w_row, p.n - 1);  // past n: a valid row, never stored
     qs_src = p.base + p.L.qs + grow * p.L.qs_row;
     qh_src = p.base + p.L.qh + grow * p.L.qh_row;
@@ -229,7 +225,7 @@ struct StageCopies {
     k = p.k;
     m_left = p.rows - m0 - a_row0;
   }
-  // The weight bytes of the step at k0 into raw (kRowsW x kRaw bytes).
+  // The weight bytes of the step at k0 into raw (kBN x kRaw bytes).
   __device__ __forceinline__ void weights(int64_t k0, uint8_t* raw) const {
     uint8_t* dst = raw + w_row * R::kRaw;
 #pragma unroll
