@@ -172,7 +172,11 @@ Config config_for(DType type, int64_t k, int64_t rows) {
 
 // Splits of k: enough blocks for the shape's target per SM (TESSERA_DG_BLOCKS_PER_SM=N instead,
 // for tuning); at most 8, about 2 steps or more each (the last may hold fewer; every one holds
-// at least one, which the kernel relies on).
+// at least one, which the kernel relies on). A shape with at least a tile per SM is not split:
+// Llama-3-8B's gate|up (224 tiles) at 16 / 32 rows took 2 splits by the target and measured
+// 50.9 / 62.0 us for Q4_0 against 44.8 / 54.3 unsplit (Q4_K 63.2 / 78.1 vs 58.0 / 71.5; H200,
+// s20_dequant_gemm_split_sweep.txt), while the shapes with fewer tiles than SMs were best at
+// the target's split or within 1 us of it.
 int splits_for(DType type, int64_t n, int64_t k, int64_t rows, int max_splits) {
   static const int64_t per_sm = [] {
     const char* e = std::getenv("TESSERA_DG_BLOCKS_PER_SM");
@@ -180,6 +184,7 @@ int splits_for(DType type, int64_t n, int64_t k, int64_t rows, int max_splits) {
   }();
   const Config c = config_for(type, k, rows);
   const int64_t bm = c.rows, tiles = (n + kBN - 1) / kBN * ((rows + bm - 1) / bm);
+  if (per_sm <= 0 && tiles >= sm_count()) return 1;
   const int64_t want = sm_count() * (per_sm > 0 ? per_sm : c.blocks_per_sm);
   const int64_t steps = k / c.bk;
   const int cap = max_splits > 0 ? std::min(max_splits, kMaxSplits) : kMaxSplits;
