@@ -380,7 +380,7 @@ __global__ void __launch_bounds__(W * 32) narrow_kernel(const Args<T, O> a) {
       // Every row of the chunk is in range and in one cache block: the lane's pieces follow its
       // first at a fixed stride, with no per-row test (one branch region per chunk instead of
       // one per piece, each with its own address arithmetic: 223 -> ~70 instructions per chunk,
-      // ncu source counters at 128 x 512, gpu_runs/s20_attention_issue_path.txt).
+      // ncu source counters at 128 x 512, gpu_runs/s20_attention_ncu_source_before.txt).
       const __half* kp = a.k_cache + base;
       const __half* vp = a.v_cache + base;
       const int64_t step = kRowStep * row_elems;
@@ -478,7 +478,7 @@ __global__ void __launch_bounds__(W * 32) narrow_kernel(const Args<T, O> a) {
   // A thread merges 4 consecutive dims of a vector, so the vector's max, weights and sum are
   // formed once per 4 dims (each element takes the same operations in the same order as with one
   // dim per thread: the same bits). This epilogue was ~13 % of the kernel's instructions at
-  // 128 x 512 with one dim per thread (ncu source counters, s20_attention_issue_path.txt).
+  // 128 x 512 with one dim per thread (ncu source counters, gpu_runs/s20_attention_ncu_source_before.txt).
   constexpr int kQuads = HD / 4;
   for (int i = threadIdx.x; i < n_vec * kQuads; i += kNarrowThreads) {
     const int r = i / kQuads, dim = i % kQuads * 4;
