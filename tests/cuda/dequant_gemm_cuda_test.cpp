@@ -206,6 +206,11 @@ TEST(DequantGemm, RejectsWhatItCannotRun) {
   TESSERA_SKIP_WITHOUT_GPU();
   const Problem p(DType::kQ4_0, 128, 4096, 1);  // splits k: needs a workspace
   ASSERT_GT(cuda::dequant_gemm_workspace_bytes(p.type, p.n, p.k, 16), 0u);
+  // A shape with an output tile (128 columns) per SM is not split, so it needs no workspace.
+  int sms = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  EXPECT_EQ(cuda::dequant_gemm_workspace_bytes(p.type, int64_t{128} * sms, p.k, 16), 0u);
+  EXPECT_GT(cuda::dequant_gemm_workspace_bytes(p.type, int64_t{128} * (sms - 1), p.k, 16), 0u);
   test::DevBuf<__nv_bfloat16> x(16 * p.k);
   test::DevBuf<float> y(16 * p.n);
   EXPECT_THROW(cuda::dequant_gemm_bf16(p.type, p.packed.get(), p.n, p.k, x.get(), 16, y.get(), p.n, false, nullptr,

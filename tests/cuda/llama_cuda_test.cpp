@@ -437,7 +437,7 @@ TEST(LlamaCudaDummy, BatchedQuantizedProjectionsMatchTheBf16CopyPath) {
 
 // A step's layers and its head run at different row counts: 16 one-token sequences with a
 // 200-token prompt chunk is 216 rows (the layers take the bf16 copies) but 17 logits rows, so
-// the head (4096 x 2048: few tiles, k split in 4) takes dequant_gemm and needs its own split
+// the head (4096 x 2048: few tiles, so k is split) takes dequant_gemm and needs its own split
 // workspace (once sized for the layers' rows only: the step threw).
 TEST(LlamaCudaDummy, DequantGemmHeadRowsDifferFromTheLayers) {
   TESSERA_SKIP_WITHOUT_GPU();
