@@ -29,7 +29,7 @@ def read_rows(path):
         sys.exit(f"{path}: no source-counter table (expected a header row starting with \"Address\")")
     table = list(csv.reader(io.StringIO("\n".join(lines[starts[0]:]))))
     header, body = table[0], table[1:]
-    rows = [dict(zip(header, r)) for r in body if len(r) == len(header) and not r[0].startswith('"Address')]
+    rows = [dict(zip(header, r)) for r in body if len(r) == len(header) and r[0] != header[0]]  # repeated headers
     if not rows:
         sys.exit(f"{path}: the source-counter table is empty")
     return header, rows
