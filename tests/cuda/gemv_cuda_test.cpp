@@ -5,6 +5,7 @@
 // rounding to T / f16).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <string>
@@ -88,6 +89,37 @@ TEST(GemvRepack, Q4_0LayoutIsTheDocumentedOne) {  // host only: spot-check one d
       const uint8_t byte = packed[L.qs + r * k / 2 + (j / 32) * 16 + (j % 16)];
       const int nib = (j % 32) < 16 ? (byte & 0xF) : (byte >> 4);
       ASSERT_EQ(f16_to_f32(d) * (nib - 8), row[j]) << "row " << r << " col " << j;
+    }
+  }
+}
+
+// Host only: Q5_K's repacked sections, read as gemv.h documents them (scale | min << 8 per 32,
+// d | dmin << 16 per 256, qs in the Q4_0 nibble order, the fifth bit of element l < 16 at bit
+// 8 (l % 4) + l / 4 of the chunk's qh word, of 16 + l at 4 more), give the reference values.
+TEST(GemvRepack, Q5_KLayoutIsTheDocumentedOne) {
+  const int64_t n = 3, k = 512;
+  const auto b = test::random_quant_blocks(DType::kQ5_K, n, k, 21);
+  const auto L = cuda::gemv_quant_layout(DType::kQ5_K, n, k);
+  std::vector<uint8_t> packed(L.bytes);
+  cuda::repack_quant(DType::kQ5_K, b.data(), n, k, packed.data());
+  std::vector<float> row(k);
+  for (int64_t r = 0; r < n; ++r) {
+    ref::dequantize_row(DType::kQ5_K, b.data() + r * (k / 256) * 176, row.data(), k);
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t c = r * k / 32 + j / 32;  // chunk
+      const int l = static_cast<int>(j % 32);
+      uint16_t scmn;
+      uint32_t dm, h;
+      std::memcpy(&scmn, packed.data() + L.scales + 2 * c, 2);
+      std::memcpy(&dm, packed.data() + L.d + 4 * (c / 8), 4);
+      std::memcpy(&h, packed.data() + L.qh + 4 * c, 4);
+      const uint8_t byte = packed[L.qs + 16 * c + l % 16];
+      const int q = (l < 16 ? (byte & 0xF) : (byte >> 4)) | ((h >> (8 * (l % 4) + (l % 16) / 4 + 4 * (l / 16))) & 1) << 4;
+      const float d = f16_to_f32(static_cast<uint16_t>(dm & 0xFFFF)) * static_cast<float>(scmn & 0xFF);
+      const float dmin = f16_to_f32(static_cast<uint16_t>(dm >> 16)) * static_cast<float>(scmn >> 8);
+      // Near, not equal: the host compiler may contract d q - dmin (a wrong fifth bit moves it by 16 d).
+      const float want = d * static_cast<float>(q) - dmin;
+      ASSERT_NEAR(want, row[j], 1e-6f * (std::fabs(d) * 32.f + std::fabs(dmin))) << "row " << r << " col " << j;
     }
   }
 }
@@ -320,7 +352,7 @@ void qkv_case(DType t, int64_t n_heads, int64_t n_kv, int64_t hd, int64_t n_rot,
 TYPED_TEST(GemvCuda, QkvRopeMatchesReference) {
   TESSERA_SKIP_WITHOUT_GPU();
   using T = TypeParam;
-  for (DType t : {DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ4_K, DType::kQ6_K}) {
+  for (DType t : {DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
     qkv_case<T>(t, 32, 8, 128, 128, 4096, 31999, 5, 11);  // Llama-3-8B shape, large position
     qkv_case<T>(t, 4, 2, 64, 32, 512, 7, 0, 12);          // partial rotation
     qkv_case<T>(t, 2, 1, 4, 4, 256, 0, 2, 13);            // tiny heads, position 0

@@ -409,7 +409,8 @@ TEST(MmqMatmul, RejectsBadArguments) {
   EXPECT_THROW(cuda::mmq_gemv(DType::kQ4_0, nullptr, 4, 32, nullptr, nullptr, 1, nullptr, 4, false, nullptr, -1), Error);
   const auto* odd = reinterpret_cast<const int8_t*>(uintptr_t{8});  // not 16-byte aligned
   EXPECT_THROW(cuda::mmq_gemv(DType::kQ4_0, nullptr, 4, 32, odd, nullptr, 1, nullptr, 4, false, nullptr), Error);
-  EXPECT_THROW(cuda::mmq_mma(DType::kQ5_K, nullptr, 4, 256, nullptr, nullptr, 9, nullptr, 4, false, nullptr), Error);
+  EXPECT_THROW(cuda::mmq_mma(DType::kQ5_0, nullptr, 4, 256, nullptr, nullptr, 9, nullptr, 4, false, nullptr), Error);
+  EXPECT_THROW(cuda::mmq_mma(DType::kQ5_K, nullptr, 4, 96, nullptr, nullptr, 9, nullptr, 4, false, nullptr), Error);  // k % 256
 }
 
 // The bf16 path for many rows dequantizes slices of the repacked weights on the device: every

@@ -12,12 +12,12 @@
 namespace tessera::test {
 
 inline constexpr DType kQuantTypes[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ4_K,
-                                        DType::kQ6_K};
+                                        DType::kQ5_K, DType::kQ6_K};
 
-inline bool is_k_quant(DType t) { return t == DType::kQ4_K || t == DType::kQ6_K; }
+inline bool is_k_quant(DType t) { return t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K; }
 
 // n rows of k elements of GGUF blocks: every quant bit pattern, finite f16 scales of both signs
-// (a file could hold any of these), Q4_K / Q6_K sub-block scales random too.
+// (a file could hold any of these), Q4_K / Q5_K / Q6_K sub-block scales random too.
 inline std::vector<uint8_t> random_quant_blocks(DType t, int64_t n, int64_t k, uint64_t seed) {
   const int64_t bytes = n * *dtype_row_bytes(t, k);
   std::vector<uint8_t> b(static_cast<size_t>(bytes));
@@ -33,7 +33,7 @@ inline std::vector<uint8_t> random_quant_blocks(DType t, int64_t n, int64_t k, u
     switch (t) {
       case DType::kQ8_0: case DType::kQ4_0: h[0] = f16(0.02f); std::memcpy(p, h, 2); break;
       case DType::kQ4_1: h[0] = f16(0.02f); h[1] = f16(0.1f); std::memcpy(p, h, 4); break;
-      case DType::kQ4_K: h[0] = f16(0.002f); h[1] = f16(0.002f); std::memcpy(p, h, 4); break;
+      case DType::kQ4_K: case DType::kQ5_K: h[0] = f16(0.002f); h[1] = f16(0.002f); std::memcpy(p, h, 4); break;
       case DType::kQ6_K: h[0] = f16(0.0005f); std::memcpy(p + 208, h, 2); break;
       default: break;
     }

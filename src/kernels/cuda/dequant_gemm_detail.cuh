@@ -20,14 +20,14 @@ using namespace tessera::cuda::detail;
 constexpr int kBN = 128;  // weight rows (outputs) per block
 
 // A format's quantized bytes of one weight row for one k step, as staged in shared memory:
-// qs, then qh (Q6_K), the chunk scales, and the super-block's d (K types), each at a fixed
+// qs, then qh (Q5_K, Q6_K), the chunk scales, and the super-block's d (K types), each at a fixed
 // offset of a row of kRaw bytes.
 template <DType kType, int kBK>
 struct Raw {
   static constexpr int kQs = kType == DType::kQ8_0 ? kBK : kBK / 2;
-  static constexpr int kQh = kType == DType::kQ6_K ? kBK / 4 : 0;
+  static constexpr int kQh = kType == DType::kQ6_K ? kBK / 4 : kType == DType::kQ5_K ? kBK / 8 : 0;
   static constexpr int kSc = kBK / 32 * (kType == DType::kQ4_1 ? 4 : 2);  // per chunk; Q6_K 2 x int8
-  static constexpr int kD = kType == DType::kQ4_K ? 4 : kType == DType::kQ6_K ? 2 : 0;
+  static constexpr int kD = kType == DType::kQ4_K || kType == DType::kQ5_K ? 4 : kType == DType::kQ6_K ? 2 : 0;
   static constexpr int kQhOff = kQs, kScOff = kQs + kQh, kDOff = kScOff + kSc;
   // An odd number of 16-byte units per row: the 8 rows g of a warp's fragment loads then start
   // in 8 different 4-bank groups (64- and 160-byte rows made 4- and 2-way bank conflicts).
@@ -122,7 +122,7 @@ __device__ __forceinline__ void chunk_frags(const uint8_t* row, int chunk, int t
     frag(lane_bytes(qs + 16, t) ^ 0x80808080u, b[1], f);
   } else {
     const uint32_t w = lane_bytes(row + chunk * 16, t);
-    const uint32_t lo = w & 0x0F0F0F0Fu, hi = (w >> 4) & 0x0F0F0F0Fu;
+    uint32_t lo = w & 0x0F0F0F0Fu, hi = (w >> 4) & 0x0F0F0F0Fu;
     if constexpr (kType == DType::kQ4_0) {  // (q - 8) d, in packed bf16 (q4_0_pair)
       const float d = f16_bits(u16_at(row + R::kScOff + chunk * 2));
       const uint32_t d_hi = bf16x2(d, d);
@@ -139,7 +139,17 @@ __device__ __forceinline__ void chunk_frags(const uint8_t* row, int chunk, int t
       auto f = [&](uint32_t v, int j) { return __fadd_rn(__fmaf_rn(half_plus(v, j), d256, nd), m); };
       frag(lo, b[0], f);
       frag(hi, b[1], f);
-    } else if constexpr (kType == DType::kQ4_K) {  // q (d sc) - dmin mn
+    } else if constexpr (kType == DType::kQ4_K || kType == DType::kQ5_K) {  // q (d sc) - dmin mn
+      if constexpr (kType == DType::kQ5_K) {  // the fifth bits of the lane's 4 elements (gemv.h):
+        // elements 2t, 2t+1, 2t+8, 2t+9 sit at bits p, p + 8, p + 2, p + 10 (p = 16 (t % 2) + t / 2)
+        // of the chunk's qh word, those of 16 + the same 4 higher. Shifted by p, bits 4, 12, 6, 14
+        // hold the high half's: bits 4 and 12 are already bit 4 of bytes 0 and 1, bits 6 and 14
+        // move up by 14 to bytes 2 and 3. The low half's take the same after a shift by 4.
+        const uint32_t h = *reinterpret_cast<const uint32_t*>(row + R::kQhOff + chunk * 4) >> (16 * (t & 1) + (t >> 1));
+        auto spread = [](uint32_t v) { return (v & 0x1010u) | (v & 0x4040u) << 14; };
+        lo |= spread(h << 4);
+        hi |= spread(h);
+      }
       const uint32_t scmn = u16_at(row + R::kScOff + chunk * 2);
       const uint32_t dd = *reinterpret_cast<const uint32_t*>(row + R::kDOff);
       const float d = __fmul_rn(f16_bits(dd & 0xFFFF), static_cast<float>(scmn & 0xFF));
@@ -149,7 +159,7 @@ __device__ __forceinline__ void chunk_frags(const uint8_t* row, int chunk, int t
       frag(lo, b[0], f);
       frag(hi, b[1], f);
     } else {  // Q6_K, (q - 32) d sc: element l's two high bits at bit 8 (l % 4) + 2 (l / 4) of qh word l / 16
-      static_assert(kType == DType::kQ6_K, "Q8_0, Q4_0, Q4_1, Q4_K, Q6_K");
+      static_assert(kType == DType::kQ6_K, "Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K");
       const uint2 qh = *reinterpret_cast<const uint2*>(row + R::kQhOff + chunk * 8);
       const auto* sc = reinterpret_cast<const int8_t*>(row + R::kScOff + chunk * 2);
       const float d = f16_bits(u16_at(row + R::kDOff));
@@ -195,8 +205,8 @@ struct Params {
 template <DType kType, int kN, int kBK, int kThreads>
 struct StageCopies {
   using R = Raw<kType, kBK>;
-  static constexpr int kScPiece = R::kSc < 16 ? R::kSc : 16, kQsP = R::kQs / 16, kQhP = R::kQh / 16,
-                       kScP = R::kSc / kScPiece;
+  static constexpr int kScPiece = R::kSc < 16 ? R::kSc : 16, kQhPiece = R::kQh && R::kQh < 16 ? R::kQh : 16;
+  static constexpr int kQsP = R::kQs / 16, kQhP = R::kQh == 0 ? 0 : R::kQh / kQhPiece, kScP = R::kSc / kScPiece;
   static constexpr int kWPieces = kQsP + kQhP + kScP + (R::kD ? 1 : 0), kHalves = kThreads / kBN;
   static constexpr int kAPieces = kBK / 8, kRowStep = kThreads / kAPieces;  // 16-byte pieces per row
   static_assert(kThreads % kBN == 0, "whole rows per thread group");
@@ -236,7 +246,7 @@ struct StageCopies {
         cp_async<16>(dst + piece * 16, qs_src + (kType == DType::kQ8_0 ? k0 : k0 / 2) + piece * 16);
       } else if (piece < kQsP + kQhP) {
         const int q = piece - kQsP;
-        cp_async<16>(dst + R::kQhOff + q * 16, qh_src + k0 / 4 + q * 16);
+        cp_async<kQhPiece>(dst + R::kQhOff + q * kQhPiece, qh_src + k0 / (kType == DType::kQ5_K ? 8 : 4) + q * kQhPiece);
       } else if (piece < kQsP + kQhP + kScP) {
         const int q = piece - kQsP - kQhP;
         const int64_t sc_k = kType == DType::kQ6_K ? k0 / 16 : k0 / 32 * (kType == DType::kQ4_1 ? 4 : 2);

@@ -45,14 +45,19 @@ __global__ void dequant_kernel(const uint8_t* __restrict__ base, GemvQuantLayout
       const uint8_t* c = base + L.qs + chunk * 16;
       for (int i = 0; i < 8; ++i)
         y[i] = __fadd_rn(__fmul_rn(d, static_cast<float>(nibble(c, l0 + i))), m);
-    } else if constexpr (kType == DType::kQ4_K) {
+    } else if constexpr (kType == DType::kQ4_K || kType == DType::kQ5_K) {
       const uint16_t scmn = reinterpret_cast<const uint16_t*>(base + L.scales)[chunk];
       const uint32_t dd = reinterpret_cast<const uint32_t*>(base + L.d)[e0 / 256];
       const float d = __fmul_rn(f16(static_cast<uint16_t>(dd & 0xFFFF)), static_cast<float>(scmn & 0xFF));
       const float dm = __fmul_rn(f16(static_cast<uint16_t>(dd >> 16)), static_cast<float>(scmn >> 8));
       const uint8_t* c = base + L.qs + chunk * 16;
-      for (int i = 0; i < 8; ++i)
-        y[i] = __fsub_rn(__fmul_rn(d, static_cast<float>(nibble(c, l0 + i))), dm);
+      // Q5_K: the fifth bit of element l at bit 8 (l % 4) + (l % 16) / 4 + 4 (l / 16) of the chunk's qh word
+      const uint32_t h = kType == DType::kQ5_K ? reinterpret_cast<const uint32_t*>(base + L.qh)[chunk] : 0;
+      for (int i = 0; i < 8; ++i) {
+        const int l = l0 + i;
+        const int hi = static_cast<int>((h >> (8 * (l % 4) + (l % 16) / 4 + 4 * (l / 16))) & 1);
+        y[i] = __fsub_rn(__fmul_rn(d, static_cast<float>(nibble(c, l) | hi << 4)), dm);
+      }
     } else {  // Q6_K
       const uint8_t* c = base + L.qs + chunk * 16;
       const uint32_t* qh = reinterpret_cast<const uint32_t*>(base + L.qh + chunk * 8);
@@ -93,6 +98,8 @@ void dequantize_packed_bf16(DType type, const void* packed, int64_t n, int64_t k
       return dequant_kernel<DType::kQ4_1><<<grid, kThreads, 0, stream>>>(base, L, k, row0, rows, out);
     case DType::kQ4_K:
       return dequant_kernel<DType::kQ4_K><<<grid, kThreads, 0, stream>>>(base, L, k, row0, rows, out);
+    case DType::kQ5_K:
+      return dequant_kernel<DType::kQ5_K><<<grid, kThreads, 0, stream>>>(base, L, k, row0, rows, out);
     case DType::kQ6_K:
       return dequant_kernel<DType::kQ6_K><<<grid, kThreads, 0, stream>>>(base, L, k, row0, rows, out);
     default:

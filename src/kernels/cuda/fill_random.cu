@@ -58,18 +58,21 @@ __global__ void q4_1_meta_kernel(uint32_t* dm, int64_t n, float scale, uint64_t 
             uint32_t{__half_as_ushort(__float2half_rn(m))} << 16;
   }
 }
-__global__ void q4_k_meta_kernel(uint32_t* dm, uint16_t* scmn, int64_t n_super, float scale,
-                                 uint64_t seed) {
+// Q4_K / Q5_K: d, dmin = kMinRatio d, and per 32 a scale sc (0..15) with the min that centres
+// the chunk's values (mn ~ sc * mean(q) / kMinRatio, + one random bit).
+template <int kMinRatio, int kMeanQx2>
+__global__ void k4_meta_kernel(uint32_t* dm, uint16_t* scmn, int64_t n_super, float scale, uint64_t seed) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n_super;
        i += int64_t{blockDim.x} * gridDim.x) {
     const uint64_t h = hash(seed, i);
     const float d = scale * (0.5f + unit(h));
     dm[i] = uint32_t{__half_as_ushort(__float2half_rn(d))} |
-            uint32_t{__half_as_ushort(__float2half_rn(2.f * d))} << 16;
+            uint32_t{__half_as_ushort(__float2half_rn(float{kMinRatio} * d))} << 16;
     const uint64_t g = hash(seed ^ 0x99, i);
     for (int j = 0; j < 8; ++j) {
       const int sc = static_cast<int>((g >> (8 * j)) & 15);
-      const int mn = min(63, static_cast<int>(3.75f * sc + 0.5f) + static_cast<int>((g >> (8 * j + 4)) & 1));
+      const float per_sc = 0.5f * kMeanQx2 / kMinRatio;  // Q4_K 7.5 / 2, Q5_K 15.5 / 4
+      const int mn = min(63, static_cast<int>(per_sc * sc + 0.5f) + static_cast<int>((g >> (8 * j + 4)) & 1));
       scmn[i * 8 + j] = static_cast<uint16_t>(sc | mn << 8);
     }
   }
@@ -132,7 +135,13 @@ void fill_random_quant(DType t, void* packed, int64_t n, int64_t k, float scale,
       TESSERA_CUDA_CHECK(cudaGetLastError());
       break;
     case DType::kQ4_K:  // u16 (sc | mn << 8) per 32; u32 (d | dmin << 16) per 256
-      q4_k_meta_kernel<<<grid_for(e / 256), kThreads, 0, s>>>(
+      k4_meta_kernel<2, 15><<<grid_for(e / 256), kThreads, 0, s>>>(
+          reinterpret_cast<uint32_t*>(base + L.d), reinterpret_cast<uint16_t*>(base + L.scales),
+          e / 256, scale, seed ^ 0x5ca1e);
+      TESSERA_CUDA_CHECK(cudaGetLastError());
+      break;
+    case DType::kQ5_K:  // Q4_K's sections (the random qh bits are the fifth bits)
+      k4_meta_kernel<4, 31><<<grid_for(e / 256), kThreads, 0, s>>>(
           reinterpret_cast<uint32_t*>(base + L.d), reinterpret_cast<uint16_t*>(base + L.scales),
           e / 256, scale, seed ^ 0x5ca1e);
       TESSERA_CUDA_CHECK(cudaGetLastError());
@@ -144,13 +153,15 @@ void fill_random_quant(DType t, void* packed, int64_t n, int64_t k, float scale,
 
 float dummy_quant_scale(DType t, int64_t k) {
   // Element rms per unit scale: Q8_0 int8 ~74; Q4_0 (n - 8) ~4.6; Q4_1 d (n - 7.5) ~4.6;
-  // Q4_K sc (q - 7.5) with sc 0..15 ~ 8.8 * 4.6 ~ 40; Q6_K |sc| ~74 x (q - 32) ~18.5 ~ 1370.
+  // Q4_K sc (q - 7.5) with sc 0..15 ~ 8.8 * 4.6 ~ 40; Q5_K sc (q - 15.5) ~ 8.8 * 9.2 ~ 81;
+  // Q6_K |sc| ~74 x (q - 32) ~18.5 ~ 1370.
   const float rk = 1.f / std::sqrt(static_cast<float>(k));
   switch (t) {
     case DType::kQ8_0: return rk / 77.f;
     case DType::kQ4_0: return rk / 4.83f;
     case DType::kQ4_1: return rk / 4.83f;
     case DType::kQ4_K: return rk / 40.f;
+    case DType::kQ5_K: return rk / 81.f;
     case DType::kQ6_K: return rk / 1370.f;
     default: return rk;
   }

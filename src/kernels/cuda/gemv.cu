@@ -145,6 +145,33 @@ struct Q4_KFmt {
   }
 };
 
+struct Q5_KFmt {  // Q4_KFmt with the fifth bits (qh)
+  static constexpr int kLargeNRows = 4;
+  static constexpr int kElems = 32, kUnroll = 2;
+  using In = QIn;
+  using X = XQ<2>;
+  struct Mat { const uint8_t* base; GemvQuantLayout L; int64_t n, k; };
+  struct Row { const uint4* q; const uint32_t* h; const uint16_t* scmn; const uint32_t* dm; };
+  struct W { uint4 q; uint32_t h, scmn, dm; };
+  __device__ static Row row(const Mat& m, int64_t r) {
+    return {reinterpret_cast<const uint4*>(m.base + m.L.qs + r * (m.k / 2)),
+            reinterpret_cast<const uint32_t*>(m.base + m.L.qh + r * (m.k / 8)),
+            reinterpret_cast<const uint16_t*>(m.base + m.L.scales) + r * (m.k / 32),
+            reinterpret_cast<const uint32_t*>(m.base + m.L.d) + r * (m.k / 256)};
+  }
+  __device__ static W load(const Row& r, int64_t c) {
+    return {__ldcs(r.q + c), __ldcs(r.h + c), __ldg(r.scmn + c), __ldg(r.dm + c / 8)};
+  }
+  __device__ static X load_x(const In& in, int64_t c) { return load_xq<2>(in, c); }
+  __device__ static float dot(const W& w, const X& x, int64_t) {
+    const float d = f16_bits_to_f32(static_cast<uint16_t>(w.dm & 0xFFFF));
+    const float dmin = f16_bits_to_f32(static_cast<uint16_t>(w.dm >> 16));
+    const int s = dot_q5(w.q, w.h, x.q[0], x.q[1]);
+    return (d * static_cast<float>(w.scmn & 0xFF)) * x.d * static_cast<float>(s) -
+           (dmin * static_cast<float>(w.scmn >> 8)) * (x.d * static_cast<float>(x.slo + x.shi));
+  }
+};
+
 struct Q6_KFmt {
   static constexpr int kLargeNRows = 4;
   static constexpr int kElems = 32, kUnroll = 2;
@@ -392,6 +419,7 @@ void launch_quant(DType t, const void* packed, int64_t n, int64_t k, const int8_
     case DType::kQ4_0: return launch_fmt<Q4_0Fmt>({base, L, n, k}, in, n, k, epi, s);
     case DType::kQ4_1: return launch_fmt<Q4_1Fmt>({base, L, n, k}, in, n, k, epi, s);
     case DType::kQ4_K: return launch_fmt<Q4_KFmt>({base, L, n, k}, in, n, k, epi, s);
+    case DType::kQ5_K: return launch_fmt<Q5_KFmt>({base, L, n, k}, in, n, k, epi, s);
     case DType::kQ6_K: return launch_fmt<Q6_KFmt>({base, L, n, k}, in, n, k, epi, s);
     default: break;
   }

@@ -2,7 +2,7 @@
 // Never allocates or synchronizes; launches with PDL (launch.h): weight loads of the first row
 // group are issued before waiting for the kernel that produced x.
 //
-// Quantized weights (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K) take integer dot products (DP4A) against
+// Quantized weights (Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K) take integer dot products (DP4A) against
 // activations quantized to int8 per 32-element block (act_quant.h: qx, meta), the rule the CPU
 // path uses for its Q8 rows too. Reference: ref::matmul(type, GGUF blocks, dequantized
 // activations) (ref::quantize_act_q8 then ref::dequantize_act_q8); the GPU differs only by f32
@@ -19,13 +19,16 @@
 //   Q4_K  qs [n][k/2], each 32-element sub-block in the Q4_0 nibble order;  scales u16 [n][k/32]
 //         (6-bit scale | 6-bit min << 8 of each sub-block, unpacked from GGUF's 12 bytes);
 //         d u32 [n][k/256] (f16 d | f16 dmin << 16)
+//   Q5_K  as Q4_K, plus qh [n][k/8] the high (fifth) bit, one u32 per 32 elements: element
+//         l < 16 at bit 8 (l % 4) + l / 4, element 16 + l at that bit + 4 (so word i of a
+//         chunk's qs takes (qh >> i) & 0x01010101 for its low nibbles, >> (4 + i) for its high)
 //   Q6_K  qs [n][k/2] low 4 bits, Q4_0 nibble order per 32;  qh [n][k/4] 2 high bits, 8 bytes
 //         per 32 elements: word 0 holds elements l < 16 at bits 8 (l % 4) + 2 (l / 4), word 1
 //         elements 16 + l likewise;  scales int8 [n][k/16];  d f16 [n][k/256]
 // The repacked bytes equal the GGUF bytes (plus alignment padding between sections), except
 // Q4_K's unpacked scales: 148 instead of 144 bytes per 256 elements (+2.8%), for 6 instead of 8
 // registers per chunk in flight and no 6-bit unpacking per row and chunk.
-// Q8_0/Q4_0/Q4_1: k % 32 == 0; Q4_K/Q6_K: k % 256 == 0.
+// Q8_0/Q4_0/Q4_1: k % 32 == 0; Q4_K/Q5_K/Q6_K: k % 256 == 0.
 #pragma once
 
 #include <cuda_bf16.h>

@@ -2,6 +2,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <type_traits>
 
 #include "core/error.h"
 #include "formats/quant_blocks.h"
@@ -16,7 +17,7 @@ size_t align_up(size_t v) { return (v + 255) / 256 * 256; }
 void check_shape(DType t, int64_t n, int64_t k) {
   TESSERA_CHECK_ARG(gemv_quant_supported(t),
                     "cuda gemv: weight type " + std::string(dtype_name(t)) + " has no GEMV");
-  const int64_t blk = (t == DType::kQ4_K || t == DType::kQ6_K) ? kQK_K : kQK;
+  const int64_t blk = (t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K) ? kQK_K : kQK;
   TESSERA_CHECK_ARG(n >= 0 && k > 0 && k % blk == 0,
                     "cuda gemv: k must be a positive multiple of " + std::to_string(blk) + " for " +
                         std::string(dtype_name(t)));
@@ -42,23 +43,89 @@ void q4k_scale_min(const uint8_t* s, int j, int* sc, int* mn) {
     *mn = (s[j + 4] >> 4) | ((s[j] >> 2) & 0x30);
   }
 }
-// Element l (0..31) of Q4_K sub-block j, GGUF layout.
-int q4k_get(const BlockQ4_K& b, int j, int l) {
+// Low 4 bits of element l (0..31) of sub-block j of a Q4_K / Q5_K super-block, GGUF layout.
+template <class Block>
+int q4k_get(const Block& b, int j, int l) {
   const uint8_t byte = b.qs[32 * (j / 2) + l];
   return j % 2 == 0 ? (byte & 0xF) : (byte >> 4);
 }
-void q4k_set(BlockQ4_K& b, int j, int l, int q) {
+template <class Block>
+void q4k_set(Block& b, int j, int l, int q) {
   uint8_t& byte = b.qs[32 * (j / 2) + l];
   byte = j % 2 == 0 ? static_cast<uint8_t>((byte & 0xF0) | q) : static_cast<uint8_t>((byte & 0x0F) | q << 4);
+}
+// Bit of Q5_K element l (0..31 of a 32-element chunk) in the chunk's repacked qh word (gemv.h).
+constexpr int q5k_qh_bit(int l) { return 8 * (l % 4) + (l % 16) / 4 + (l / 16) * 4; }
+
+// Q4_K / Q5_K (same header, Q5_K adds one high bit per element).
+template <class Block>
+void repack_k4(const Block* b, int64_t n_super, const GemvQuantLayout& L, uint8_t* out) {
+  uint8_t* qs = out + L.qs;
+  auto* scmn = reinterpret_cast<uint16_t*>(out + L.scales);
+  auto* dm = reinterpret_cast<uint32_t*>(out + L.d);
+  for (int64_t s = 0; s < n_super; ++s) {
+    dm[s] = uint32_t{b[s].d} | uint32_t{b[s].dmin} << 16;
+    for (int j = 0; j < 8; ++j) {
+      int sc, mn;
+      q4k_scale_min(b[s].scales, j, &sc, &mn);
+      scmn[s * 8 + j] = static_cast<uint16_t>(sc | mn << 8);
+    }
+    for (int j = 0; j < 8; ++j) {
+      for (int l = 0; l < 16; ++l)
+        qs[(s * 8 + j) * 16 + l] = static_cast<uint8_t>(q4k_get(b[s], j, l) | q4k_get(b[s], j, l + 16) << 4);
+      if constexpr (std::is_same_v<Block, BlockQ5_K>) {
+        uint32_t h = 0;
+        for (int l = 0; l < 32; ++l) h |= static_cast<uint32_t>((b[s].qh[l] >> j) & 1) << q5k_qh_bit(l);
+        std::memcpy(out + L.qh + (s * 8 + j) * 4, &h, 4);
+      }
+    }
+  }
+}
+
+template <class Block>
+void unrepack_k4(const uint8_t* in, int64_t n_super, const GemvQuantLayout& L, Block* b) {
+  const uint8_t* qs = in + L.qs;
+  const auto* scmn = reinterpret_cast<const uint16_t*>(in + L.scales);
+  const auto* dm = reinterpret_cast<const uint32_t*>(in + L.d);
+  for (int64_t s = 0; s < n_super; ++s) {
+    std::memset(&b[s], 0, sizeof(Block));
+    b[s].d = static_cast<uint16_t>(dm[s] & 0xFFFF);
+    b[s].dmin = static_cast<uint16_t>(dm[s] >> 16);
+    uint8_t* S = b[s].scales;  // inverse of q4k_scale_min: every bit of the 12 bytes is set
+    for (int j = 0; j < 8; ++j) {
+      const int sc = scmn[s * 8 + j] & 0x3F, mn = (scmn[s * 8 + j] >> 8) & 0x3F;
+      if (j < 4) {
+        S[j] |= static_cast<uint8_t>(sc);
+        S[j + 4] |= static_cast<uint8_t>(mn);
+      } else {
+        S[j + 4] = static_cast<uint8_t>((sc & 0xF) | (mn & 0xF) << 4);
+        S[j - 4] |= static_cast<uint8_t>((sc >> 4) << 6);
+        S[j] |= static_cast<uint8_t>((mn >> 4) << 6);
+      }
+    }
+    for (int j = 0; j < 8; ++j) {
+      for (int l = 0; l < 16; ++l) {
+        const uint8_t byte = qs[(s * 8 + j) * 16 + l];
+        q4k_set(b[s], j, l, byte & 0xF);
+        q4k_set(b[s], j, l + 16, byte >> 4);
+      }
+      if constexpr (std::is_same_v<Block, BlockQ5_K>) {
+        uint32_t h;
+        std::memcpy(&h, in + L.qh + (s * 8 + j) * 4, 4);
+        for (int l = 0; l < 32; ++l) b[s].qh[l] |= static_cast<uint8_t>(((h >> q5k_qh_bit(l)) & 1) << j);
+      }
+    }
+  }
 }
 }  // namespace
 
 bool gemv_quant_supported(DType t) {
   switch (t) {
-    case DType::kQ8_0: case DType::kQ4_0: case DType::kQ4_1: case DType::kQ4_K: case DType::kQ6_K:
+    case DType::kQ8_0: case DType::kQ4_0: case DType::kQ4_1: case DType::kQ4_K: case DType::kQ5_K:
+    case DType::kQ6_K:
       return true;
     case DType::kF32: case DType::kF16: case DType::kBF16: case DType::kI32: case DType::kQ5_0:
-    case DType::kQ5_1: case DType::kQ5_K:
+    case DType::kQ5_1:
       return false;
   }
   return false;
@@ -73,6 +140,7 @@ GemvQuantLayout gemv_quant_layout(DType t, int64_t n, int64_t k) {
     case DType::kQ4_0: L.qs_row = kk / 2; L.scales_row = kk / 32 * 2; break;
     case DType::kQ4_1: L.qs_row = kk / 2; L.scales_row = kk / 32 * 4; break;
     case DType::kQ4_K: L.qs_row = kk / 2; L.scales_row = kk / 32 * 2; L.d_row = kk / 256 * 4; break;
+    case DType::kQ5_K: L.qs_row = kk / 2; L.qh_row = kk / 8; L.scales_row = kk / 32 * 2; L.d_row = kk / 256 * 4; break;
     case DType::kQ6_K: L.qs_row = kk / 2; L.qh_row = kk / 4; L.scales_row = kk / 16; L.d_row = kk / 256 * 2; break;
     default: break;
   }
@@ -121,24 +189,10 @@ void repack_quant(DType t, const void* blocks, int64_t n, int64_t k, void* packe
       }
       return;
     }
-    case DType::kQ4_K: {
-      const auto* b = static_cast<const BlockQ4_K*>(blocks);
-      auto* scmn = reinterpret_cast<uint16_t*>(out + L.scales);
-      auto* dm = reinterpret_cast<uint32_t*>(out + L.d);
-      for (int64_t s = 0; s < n * k / 256; ++s) {
-        dm[s] = uint32_t{b[s].d} | uint32_t{b[s].dmin} << 16;
-        for (int j = 0; j < 8; ++j) {
-          int sc, mn;
-          q4k_scale_min(b[s].scales, j, &sc, &mn);
-          scmn[s * 8 + j] = static_cast<uint16_t>(sc | mn << 8);
-        }
-        for (int j = 0; j < 8; ++j)
-          for (int l = 0; l < 16; ++l)
-            qs[(s * 8 + j) * 16 + l] =
-                static_cast<uint8_t>(q4k_get(b[s], j, l) | q4k_get(b[s], j, l + 16) << 4);
-      }
-      return;
-    }
+    case DType::kQ4_K:
+      return repack_k4(static_cast<const BlockQ4_K*>(blocks), n * k / 256, L, out);
+    case DType::kQ5_K:
+      return repack_k4(static_cast<const BlockQ5_K*>(blocks), n * k / 256, L, out);
     case DType::kQ6_K: {
       const auto* b = static_cast<const BlockQ6_K*>(blocks);
       uint8_t* qh = out + L.qh;
@@ -201,35 +255,10 @@ void unrepack_quant(DType t, const void* packed, int64_t n, int64_t k, void* blo
       }
       return;
     }
-    case DType::kQ4_K: {
-      auto* b = static_cast<BlockQ4_K*>(blocks);
-      const auto* scmn = reinterpret_cast<const uint16_t*>(in + L.scales);
-      const auto* dm = reinterpret_cast<const uint32_t*>(in + L.d);
-      for (int64_t s = 0; s < n * k / 256; ++s) {
-        std::memset(&b[s], 0, sizeof(BlockQ4_K));
-        b[s].d = static_cast<uint16_t>(dm[s] & 0xFFFF);
-        b[s].dmin = static_cast<uint16_t>(dm[s] >> 16);
-        uint8_t* S = b[s].scales;  // inverse of q4k_scale_min: every bit of the 12 bytes is set
-        for (int j = 0; j < 8; ++j) {
-          const int sc = scmn[s * 8 + j] & 0x3F, mn = (scmn[s * 8 + j] >> 8) & 0x3F;
-          if (j < 4) {
-            S[j] |= static_cast<uint8_t>(sc);
-            S[j + 4] |= static_cast<uint8_t>(mn);
-          } else {
-            S[j + 4] = static_cast<uint8_t>((sc & 0xF) | (mn & 0xF) << 4);
-            S[j - 4] |= static_cast<uint8_t>((sc >> 4) << 6);
-            S[j] |= static_cast<uint8_t>((mn >> 4) << 6);
-          }
-        }
-        for (int j = 0; j < 8; ++j)
-          for (int l = 0; l < 16; ++l) {
-            const uint8_t byte = qs[(s * 8 + j) * 16 + l];
-            q4k_set(b[s], j, l, byte & 0xF);
-            q4k_set(b[s], j, l + 16, byte >> 4);
-          }
-      }
-      return;
-    }
+    case DType::kQ4_K:
+      return unrepack_k4(in, n * k / 256, L, static_cast<BlockQ4_K*>(blocks));
+    case DType::kQ5_K:
+      return unrepack_k4(in, n * k / 256, L, static_cast<BlockQ5_K*>(blocks));
     case DType::kQ6_K: {
       auto* b = static_cast<BlockQ6_K*>(blocks);
       const uint8_t* qh = in + L.qh;

@@ -41,6 +41,11 @@ __device__ __forceinline__ uint32_t q6_hi_u(uint32_t w, uint32_t h) {
 }
 __device__ __forceinline__ uint32_t q6_lo(uint32_t w, uint32_t h) { return mmq_sub_bytes(q6_lo_u(w, h), 0x20202020u); }
 __device__ __forceinline__ uint32_t q6_hi(uint32_t w, uint32_t h) { return mmq_sub_bytes(q6_hi_u(w, h), 0x20202020u); }
+// Q5_K: the low (high) nibbles of a qs word with their fifth bits, h = the chunk's qh word
+// shifted by the word's index (by 4 more for the high nibbles): 0..31 per byte.
+__device__ __forceinline__ uint32_t q5_u(uint32_t nibbles, uint32_t h) {
+  return (nibbles & 0x0F0F0F0Fu) | ((h & 0x01010101u) << 4);
+}
 // The low / high nibbles of a 16-byte chunk in Q4_0 order (unsigned 0..15) dotted with the
 // int8 elements 0..15 (xa) / 16..31 (xb) of its 32-element block.
 __device__ __forceinline__ int dot_nibbles(const uint4& w, const uint4& xa, const uint4& xb) {
@@ -53,6 +58,19 @@ __device__ __forceinline__ int dot_nibbles(const uint4& w, const uint4& xa, cons
     s = mmq_dp4a((ws[i] >> 4) & 0x0F0F0F0Fu, b[i], s);
   }
   return s;
+}
+// Q5_K: sum (nibble + 16 fifth bit) x over a 32-element block = the nibbles' dot (as
+// dot_nibbles) + 16 x the fifth bits (0 / 1 per byte, from the block's qh word h, gemv.h) dotted
+// with the same int8 words. |sum| <= 32 * 31 * 127.
+__device__ __forceinline__ int dot_q5(const uint4& w, uint32_t h, const uint4& xa, const uint4& xb) {
+  const uint32_t a[4] = {xa.x, xa.y, xa.z, xa.w}, b[4] = {xb.x, xb.y, xb.z, xb.w};
+  int hs = 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    hs = mmq_dp4a((h >> i) & 0x01010101u, a[i], hs);
+    hs = mmq_dp4a((h >> (4 + i)) & 0x01010101u, b[i], hs);
+  }
+  return dot_nibbles(w, xa, xb) + 16 * hs;
 }
 // int -> float, exact for |c| < 2^22, in two full-rate ops (IADD + FADD): I2F runs at a quarter
 // of the FP32 rate and was the GEMM epilogue's bottleneck (one per block and output).

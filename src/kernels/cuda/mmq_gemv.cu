@@ -59,8 +59,14 @@ struct QkvRopeRow {  // one activation row: q|k|v with RoPE and the KV-cache wri
 // The first kU weight blocks of each row are loaded before pdl_wait() (weights never change),
 // in a first step apart from the loop so that their registers are free after it (as one loop,
 // Q4_0 took 152 instead of 94 registers).
+// Blocks per SM the compiler must fit (registers). One-row Q5_K took 151-168 registers (3 blocks
+// of 4 warps per SM) where Q4_K takes 115-128 (4 blocks); capped at 128 it spills nothing. More
+// rows spill under the cap, so they keep the compiler's choice.
+template <class F, int M>
+constexpr int kMinBlocks = std::is_same_v<F, Q5_KG> && M == 1 ? 4 : 1;
+
 template <class F, int M, int KS, class Epi>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, (kMinBlocks<F, M>))
 mmq_gemv_kernel(MmqMat w, const int8_t* qx, const MmqActMeta* meta, Epi epi) {
   static_assert(kWarps % KS == 0, "whole row groups per block");
   pdl_trigger();
@@ -168,6 +174,11 @@ int k_split_override() {
 // H200, m = 1, in a graph, us for KS = 1 / 2 / 4 (docs/design/gpu_runs/s6_mmq_k_split_final.md):
 // 4096 x 14336 Q4_0 15.9 / 9.7 / 9.9, Q8_0 19.5 / 16.4 / 16.3; 4096 x 4096 Q4_0 5.5 / 3.8 / 4.2;
 // 6144 x 4096 (1536 groups: split too) Q4_0 6.1 / 5.1 / 5.8, Q8_0 8.2 / 8.2 / 8.1.
+// Formats whose one-row projections split k at least in 2 (with_k_split's at_least_2). Q5_K
+// shares Q4_K's dot plus the fifth bits; not measured apart.
+template <class F>
+constexpr bool split_at_least_2 = std::is_same_v<F, Q4_KG> || std::is_same_v<F, Q5_KG>;
+
 template <class Fn>
 void with_k_split(const MmqMat& w, int64_t m, int k_split, bool at_least_2, Fn&& f) {
   TESSERA_CHECK_ARG(k_split >= 0, "mmq_gemv: k split must be 0 (default), 1, 2 or 4");
@@ -193,7 +204,7 @@ void with_k_split(const MmqMat& w, int64_t m, int k_split, bool at_least_2, Fn&&
 template <class F>
 void launch_m(const MmqMat& w, const int8_t* qx, const MmqActMeta* meta, int64_t m, float* y,
               int64_t ldy, bool acc, int k_split, cudaStream_t s) {
-  with_k_split(w, m, k_split, std::is_same_v<F, Q4_KG>, [&](auto ks) {
+  with_k_split(w, m, k_split, split_at_least_2<F>, [&](auto ks) {
     constexpr int KS = decltype(ks)::value;
     switch (m) {
 #define TESSERA_M(M)                                                                                     \
@@ -219,6 +230,8 @@ void with_format(DType t, Fn&& f) {
       return f(Q4_1G{});
     case DType::kQ4_K:
       return f(Q4_KG{});
+    case DType::kQ5_K:
+      return f(Q5_KG{});
     case DType::kQ6_K:
       return f(Q6_KG{});
     default:
@@ -236,7 +249,7 @@ void mmq_gemv_qkv_rope(DType t, const void* packed, int64_t k, const int8_t* qx,
   const int64_t n = r.q_rows + 2 * r.kv_rows;
   const MmqMat w{static_cast<const uint8_t*>(packed), gemv_quant_layout(t, n, k), n, k};
   with_format(t, [&](auto fmt) {
-    with_k_split(w, 1, k_split, std::is_same_v<decltype(fmt), Q4_KG>, [&](auto ks) {
+    with_k_split(w, 1, k_split, split_at_least_2<decltype(fmt)>, [&](auto ks) {
       constexpr int KS = decltype(ks)::value;
       launch_kernel(mmq_gemv_kernel<decltype(fmt), 1, KS, QkvRopeRow>, grid_for(w, KS), kThreads, 0, s,
                     w, qx, meta, QkvRopeRow{QkvRopeEpi<float>{q, r}});

@@ -111,6 +111,24 @@ struct Q4_KG {
   }
 };
 
+// Q4_K with a fifth bit per element (qh): values 0..31, otherwise Q4_KG's arithmetic.
+struct Q5_KG {
+  struct W { uint4 q; uint32_t h, scmn, dm; };
+  __device__ static W load(const MmqMat& m, int64_t r, int64_t c) {
+    const uint4* q = reinterpret_cast<const uint4*>(m.base + m.L.qs + r * (m.k / 2) + c * 16);
+    const uint32_t* h = reinterpret_cast<const uint32_t*>(m.base + m.L.qh + r * (m.k / 8)) + c;
+    const uint16_t* s = reinterpret_cast<const uint16_t*>(m.base + m.L.scales) + r * (m.k / 32) + c;
+    const uint32_t* d = reinterpret_cast<const uint32_t*>(m.base + m.L.d) + r * (m.k / 256) + c / 8;
+    return {__ldcs(q), __ldcs(h), __ldg(s), __ldg(d)};
+  }
+  __device__ static float dot(const W& w, const XBlk& x) {
+    // |s| <= 63 * 32 * 31 * 127 < 2^23: exact as a float, past mmq_i2f's 2^22
+    const int s = dot_q5(w.q, w.h, x.a, x.b) * static_cast<int>(w.scmn & 0xFF);
+    return mmq_f16(w.dm) * x.d * static_cast<float>(s) -
+           mmq_f16(w.dm >> 16) * x.d * (static_cast<float>(w.scmn >> 8) * x.s);
+  }
+};
+
 struct Q6_KG {
   struct W { uint4 q; uint2 h; uint32_t sd; };
   __device__ static W load(const MmqMat& m, int64_t r, int64_t c) {

@@ -41,21 +41,26 @@ __device__ __forceinline__ void mma_k16(uint32_t a0, uint32_t a1, uint32_t b0, i
 }
 
 // Formats: kQB quant bytes per 32-element block and row; scale section 0 (per 32 elements, kS0
-// bytes) and section 1 (per 256 elements, kS1 bytes, 0 = none); kQh: Q6_K's high bits.
-enum class Kind { kQ8_0, kQ4_0, kQ4_1, kQ4_K, kQ6_K };
+// bytes) and section 1 (per 256 elements, kS1 bytes, 0 = none); kQh: the high bits' bytes per
+// block (Q5_K 4, Q6_K 8; 0 = none).
+enum class Kind { kQ8_0, kQ4_0, kQ4_1, kQ4_K, kQ5_K, kQ6_K };
 template <Kind K> struct Fmt;
-template <> struct Fmt<Kind::kQ8_0> { static constexpr int kQB = 32, kS0 = 2, kS1 = 0; static constexpr bool kQh = false, kK = false; };
-template <> struct Fmt<Kind::kQ4_0> { static constexpr int kQB = 16, kS0 = 2, kS1 = 0; static constexpr bool kQh = false, kK = false; };
-template <> struct Fmt<Kind::kQ4_1> { static constexpr int kQB = 16, kS0 = 4, kS1 = 0; static constexpr bool kQh = false, kK = false; };
-template <> struct Fmt<Kind::kQ4_K> { static constexpr int kQB = 16, kS0 = 2, kS1 = 4; static constexpr bool kQh = false, kK = true; };
-template <> struct Fmt<Kind::kQ6_K> { static constexpr int kQB = 16, kS0 = 2, kS1 = 2; static constexpr bool kQh = true, kK = true; };
+template <> struct Fmt<Kind::kQ8_0> { static constexpr int kQB = 32, kS0 = 2, kS1 = 0, kQh = 0; static constexpr bool kK = false; };
+template <> struct Fmt<Kind::kQ4_0> { static constexpr int kQB = 16, kS0 = 2, kS1 = 0, kQh = 0; static constexpr bool kK = false; };
+template <> struct Fmt<Kind::kQ4_1> { static constexpr int kQB = 16, kS0 = 4, kS1 = 0, kQh = 0; static constexpr bool kK = false; };
+template <> struct Fmt<Kind::kQ4_K> { static constexpr int kQB = 16, kS0 = 2, kS1 = 4, kQh = 0; static constexpr bool kK = true; };
+template <> struct Fmt<Kind::kQ5_K> { static constexpr int kQB = 16, kS0 = 2, kS1 = 4, kQh = 4; static constexpr bool kK = true; };
+template <> struct Fmt<Kind::kQ6_K> { static constexpr int kQB = 16, kS0 = 2, kS1 = 2, kQh = 8; static constexpr bool kK = true; };
+// Q4_K and Q5_K: unsigned values, per-32 scale and min, per-256 d and dmin.
+template <Kind K>
+inline constexpr bool with_min = K == Kind::kQ4_K || K == Kind::kQ5_K;
 
 // Shared-memory plan of one stage (bytes; every region a multiple of 16).
 template <Kind K, int BM, int BN>
 struct Smem {
   using F = Fmt<K>;
   static constexpr int kWqStride = 8 * F::kQB + 16;  // +16: conflict-free fragment loads
-  static constexpr int kWhStride = 64 + 16;
+  static constexpr int kWhStride = 8 * F::kQh + 16;
   static constexpr int kS0Words = (8 * F::kS0 + 3) / 4 + 1;  // covering words incl. misalignment
   static constexpr int kXqStride = kBK + 16;
   static constexpr int kXmStride = 72;  // 8 metas (64 B) + 8: conflict-free per-token reads
@@ -106,11 +111,13 @@ __global__ void __launch_bounds__(kThreads) mmq_mma_kernel(Args p) {
       const uint8_t* src = base + p.w.L.qs + row * nb * F::kQB + (valid ? blk0 * F::kQB + c * 16 : 0);
       cp_async_or_zero<16>(sb + S::kWq + r * S::kWqStride + c * 16, src, valid);
     }
-    if constexpr (F::kQh) {
-      for (int i = tid; i < BM * 4; i += kThreads) {
-        const int r = i / 4, c = i % 4;
+    if constexpr (F::kQh != 0) {
+      constexpr int kPieces = F::kQh / 2;  // 16-byte pieces of a tile's 8 blocks
+      for (int i = tid; i < BM * kPieces; i += kThreads) {
+        const int r = i / kPieces, c = i % kPieces;
         const int64_t row = min(bm0 + r, n - 1);
-        cp_async_or_zero<16>(sb + S::kWh + r * S::kWhStride + c * 16, base + p.w.L.qh + row * (k / 4) + kt * 64 + c * 16, true);
+        cp_async_or_zero<16>(sb + S::kWh + r * S::kWhStride + c * 16,
+                             base + p.w.L.qh + row * (nb * F::kQh) + kt * 8 * F::kQh + c * 16, true);
       }
     }
     {
@@ -175,7 +182,7 @@ __global__ void __launch_bounds__(kThreads) mmq_mma_kernel(Args p) {
     // The tile's per-row scale bytes (shift by the row's misalignment; blk0 * kS0 keeps it).
     const int tile_sh = static_cast<int>((blk0 * F::kS0) & 3);
     int isum[F::kK ? MT : 1][F::kK ? NT : 1][4] = {};
-    float fmin[K == Kind::kQ4_K ? MT : 1][K == Kind::kQ4_K ? NT : 1][4] = {};
+    float fmin[with_min<K> ? MT : 1][with_min<K> ? NT : 1][4] = {};
     const int nbt = static_cast<int>(min(int64_t{8}, nb - blk0));
     for (int blk = 0; blk < nbt; ++blk) {
       uint32_t b[NT][2];
@@ -205,7 +212,7 @@ __global__ void __launch_bounds__(kThreads) mmq_mma_kernel(Args p) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           wd[h] = mmq_f16(sc[h]);
-          wmin[h] = K == Kind::kQ4_K ? static_cast<float>(sc[h] >> 8) : mmq_f16(sc[h] >> 16);
+          wmin[h] = with_min<K> ? static_cast<float>(sc[h] >> 8) : mmq_f16(sc[h] >> 16);
         }
         uint32_t a[4];
         const uint8_t* wr0 = sb + S::kWq + r0 * S::kWqStride;
@@ -226,6 +233,11 @@ __global__ void __launch_bounds__(kThreads) mmq_mma_kernel(Args p) {
             const uint2 hw0 = *reinterpret_cast<const uint2*>(h0), hw1 = *reinterpret_cast<const uint2*>(h1);
             a[0] = q6_lo(q0, hw0.x >> (2 * tig)); a[1] = q6_lo(q1, hw1.x >> (2 * tig));
             a[2] = q6_hi(q0, hw0.y >> (2 * tig)); a[3] = q6_hi(q1, hw1.y >> (2 * tig));
+          } else if constexpr (K == Kind::kQ5_K) {  // nibbles with their fifth bits (gemv.h)
+            const uint32_t h0 = *reinterpret_cast<const uint32_t*>(sb + S::kWh + r0 * S::kWhStride + blk * 4);
+            const uint32_t h1 = *reinterpret_cast<const uint32_t*>(sb + S::kWh + (r0 + 8) * S::kWhStride + blk * 4);
+            a[0] = q5_u(q0, h0 >> tig); a[1] = q5_u(q1, h1 >> tig);
+            a[2] = q5_u(q0 >> 4, h0 >> (4 + tig)); a[3] = q5_u(q1 >> 4, h1 >> (4 + tig));
           } else {  // Q4_1, Q4_K: unsigned nibbles
             a[0] = q0 & 0x0F0F0F0Fu; a[1] = q1 & 0x0F0F0F0Fu;
             a[2] = (q0 >> 4) & 0x0F0F0F0Fu; a[3] = (q1 >> 4) & 0x0F0F0F0Fu;
@@ -248,7 +260,7 @@ __global__ void __launch_bounds__(kThreads) mmq_mma_kernel(Args p) {
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
               const float2 x = xm[nt][i % 2];
-              if constexpr (K == Kind::kQ4_K) {
+              if constexpr (with_min<K>) {
                 isum[mt][nt][i] += static_cast<int>(sc[i / 2] & 0xFF) * c[i];
                 fmin[mt][nt][i] += wmin[i / 2] * x.y;
               } else if constexpr (K == Kind::kQ4_1) {  // |c| <= 32 * 15 * 127
@@ -279,7 +291,7 @@ __global__ void __launch_bounds__(kThreads) mmq_mma_kernel(Args p) {
           for (int i = 0; i < 4; ++i) {
             const float da = *reinterpret_cast<const float*>(sb + S::kXm + (wn0 + nt * 8 + tig * 2 + i % 2) * S::kXmStride);
             const uint32_t d = dw[i / 2];
-            if constexpr (K == Kind::kQ4_K)
+            if constexpr (with_min<K>)
               acc[mt][nt][i] += mmq_f16(d) * da * static_cast<float>(isum[mt][nt][i]) -
                                 mmq_f16(d >> 16) * da * fmin[mt][nt][i];
             else
@@ -336,6 +348,7 @@ void mmq_mma(DType t, const void* packed, int64_t n, int64_t k, const int8_t* qx
     case DType::kQ4_0: return launch<Kind::kQ4_0>(a, s);
     case DType::kQ4_1: return launch<Kind::kQ4_1>(a, s);
     case DType::kQ4_K: return launch<Kind::kQ4_K>(a, s);
+    case DType::kQ5_K: return launch<Kind::kQ5_K>(a, s);
     case DType::kQ6_K: return launch<Kind::kQ6_K>(a, s);
     default: break;
   }

@@ -28,7 +28,7 @@ inline bool rows_aligned(const float* x, int64_t ld) {
   return reinterpret_cast<uintptr_t>(x) % 16 == 0 && ld % 4 == 0;
 }
 
-bool is_k(DType t) { return t == DType::kQ4_K || t == DType::kQ6_K; }
+bool is_k(DType t) { return t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K; }
 
 // Grid (row, part). Thread t of a row's gridDim.y * kThreads holds 8 consecutive elements at
 // 8 t, 8 (t + threads), ...; a warp's lanes loop together (quantize_row_span).
