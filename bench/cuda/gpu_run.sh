@@ -69,6 +69,13 @@ case $phase in
       step hf_vs_transformers_gpu env TESSERA_BIN=/tmp/bin/tessera TESSERA_TEST_CUDA=1 timeout 300 \
         python3 -m pytest -q -s -p no:cacheprovider tests/reference/test_hf_models.py -k gpu
       grep -E "GPU vs HF|passed|failed" /tmp/m/hf_vs_transformers_gpu.log | tee -a "$out/summary.txt"
+      # Tiny GGUF models of every weight type, GPU vs CPU (needs the gguf package: llama.cpp's
+      # gguf-py from the peer carry, unpacked to /tmp/gguf-py by peer_same_call.sh, or pip's).
+      if PYTHONPATH=/tmp/gguf-py python3 -c "import gguf" 2> /dev/null; then
+        step tiny_gguf_gpu env PYTHONPATH=/tmp/gguf-py TESSERA_BIN=/tmp/bin/tessera TESSERA_TEST_CUDA=1 timeout 400 \
+          python3 -m pytest -q -s -p no:cacheprovider tests/reference/test_tiny_models_vs_llama_cpp.py -k gpu
+        grep -E "GPU default|passed|failed" /tmp/m/tiny_gguf_gpu.log | tee -a "$out/summary.txt"
+      fi
     fi
     ;;
 esac

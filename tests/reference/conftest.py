@@ -51,9 +51,10 @@ def llama_cpp_avx512(llama_cpp):
     return "AVX512 = 1" in llama_cpp.llama_print_system_info().decode()
 
 
-def run_tessera(binary, *args, check=True, timeout=600):
-    """Runs the CLI; returns CompletedProcess with text stdout/stderr (bytes decoded leniently)."""
-    proc = subprocess.run([binary, *map(str, args)], capture_output=True, timeout=timeout)
+def run_tessera(binary, *args, check=True, timeout=600, env=None):
+    """Runs the CLI (env: its whole environment, or None for this process's); returns
+    CompletedProcess with text stdout/stderr (bytes decoded leniently)."""
+    proc = subprocess.run([binary, *map(str, args)], capture_output=True, timeout=timeout, env=env)
     out = proc.stdout.decode("utf-8", errors="replace")
     err = proc.stderr.decode("utf-8", errors="replace")
     if check and proc.returncode != 0:
