@@ -167,18 +167,21 @@ def test_tiny_model_logits_match_llama_cpp(llama_cpp, tessera_bin, model_path, c
 # prompt rows (up to 8 rows the integer-dot GEMV; 9-128 dequant_gemm; more bf16 weight slices on
 # cuBLASLt).
 #  - With TESSERA_MMQ_GEMM=1 every row count takes 8-bit activations quantized as the CPU
-#    quantizes them (the GEMV, then the int8 tensor-core GEMM): nMSE <= 1e-3 everywhere
-#    (H200: 3.7e-7 .. 4.5e-4; K types ~1e-6, the legacy types ~1e-4 as against llama.cpp above)
-#    and top-1 >= 0.9 at 48+ positions (H200: 0.94-1.0).
-#  - By default, 9+ rows take bf16 activations. These random K-quant blocks (6-bit and int8
-#    sub-block scales drawn uniformly) make a few positions hypersensitive to the activations'
-#    rounding: there the 8-bit and the bf16 paths part completely (Q5_K, 200 rows: one position
-#    at nMSE 3.8 while the median is 1.8e-5; dequant_gemm and the bf16 slices give the same
-#    logits there, and both agree with ref::matmul in their own tests). So the default path is
-#    held to the median position (H200: <= 1.1e-3; a wrong layout, bit or scale is wrong at
-#    every position, nMSE ~1).
+#    quantizes them (the GEMV, then the int8 tensor-core GEMM): nMSE <= 1e-5 for Q4_K / Q5_K
+#    (H200: 3.7e-7 .. 9e-7), <= 1e-3 for the others (1.0e-4 .. 4.5e-4, as the CPU's own distance
+#    to llama.cpp for the legacy formats), and top-1 >= 0.9 at 48+ positions (H200: 0.94-1.0).
+#  - By default, 9+ rows take bf16 activations. These random K-quant blocks make a few positions
+#    hypersensitive to the activations' rounding (likely their bias: sub-block scales and mins
+#    drawn uniformly give weights of mean ~ +0.4, so outputs carry a large shared offset): there
+#    the 8-bit and the bf16 paths part completely (Q5_K, 200 rows: one position at nMSE 3.8
+#    while the median is 1.8e-5; Q6_K 2 % of positions above 0.4). dequant_gemm (also run at 200
+#    rows, TESSERA_DEQUANT_GEMM_MAX_ROWS=256) and the bf16 slices give the same logits there and
+#    each matches ref::matmul in its own test. So the default path is held to 90 % of its
+#    positions within nMSE 1e-2 (H200: the 90th percentile is <= 2.6e-3; a wrong layout, bit or
+#    scale is wrong at every position, nMSE ~1).
 GPU_CASES = ["llama_q8_0_linear_scaling", "qwen2_q4_0_bias", "llama_q4_1", "llama_q4_k", "llama_q5_k",
              "llama_q6_k", "llama_q5_0", "llama_bf16"]
+PATH_KNOBS = ("TESSERA_MMQ_GEMM", "TESSERA_DEQUANT_GEMM_MAX_ROWS")  # unset for the default path
 
 
 def score_logits(tessera_bin, path, ids, device, env=None):
@@ -192,22 +195,28 @@ def score_logits(tessera_bin, path, ids, device, env=None):
 def test_tiny_model_logits_on_gpu_match_cpu(tessera_bin, model_path, case):
     if os.environ.get("TESSERA_TEST_CUDA") != "1":
         pytest.skip("GPU test: set TESSERA_TEST_CUDA=1 on a machine with a CUDA build")
+    base_env = {k: v for k, v in os.environ.items() if k not in PATH_KNOBS}
+    bound_8bit = 1e-5 if CASES[case]["wtype"] in (Q.Q4_K, Q.Q5_K) else 1e-3
     failures = []
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, f"{case}.gguf")
         write_tiny_model(path, model_path, **CASES[case])
         for n_ids in (6, 48, 200):
             ids = [int(t) for t in np.random.default_rng(n_ids).integers(3, 49152, size=n_ids)]
-            ref = score_logits(tessera_bin, path, ids, "cpu")
-            for name, env in (("8-bit activations", {"TESSERA_MMQ_GEMM": "1"}), ("default", {})):
-                got = score_logits(tessera_bin, path, ids, "cuda", env={**os.environ, **env})
+            ref = score_logits(tessera_bin, path, ids, "cpu", env=base_env)
+            # up to 8 rows both runs take the same GEMV: the default run only from 48 rows
+            runs = (("8-bit activations", {"TESSERA_MMQ_GEMM": "1"}), ("default", {}))[: 1 if n_ids <= 8 else 2]
+            for name, knobs in runs:
+                got = score_logits(tessera_bin, path, ids, "cuda", env={**base_env, **knobs})
                 err = ((got - ref) ** 2).sum() / (ref ** 2).sum()
                 per_pos = ((got - ref) ** 2).sum(-1) / (ref ** 2).sum(-1)
                 top1 = (got.argmax(-1) == ref.argmax(-1)).mean()
                 print(f"{case}, {n_ids} tokens, GPU {name} vs CPU: nMSE {err:.2e} (positions: median "
-                      f"{np.median(per_pos):.2e}, max {per_pos.max():.2e}), top-1 {top1:.3f}")
+                      f"{np.median(per_pos):.2e}, 90th percentile {np.percentile(per_pos, 90):.2e}, max "
+                      f"{per_pos.max():.2e}), top-1 {top1:.3f}")
                 # top-1 over 6 positions is one flip from 0.83 on near-uniform logits: 48+ only
-                ok = (err <= 1e-3 and (n_ids < 48 or top1 >= 0.9)) if env else np.median(per_pos) <= 1e-2
+                ok = (err <= bound_8bit and (n_ids < 48 or top1 >= 0.9)) if knobs else \
+                    np.percentile(per_pos, 90) <= 1e-2
                 if not ok:
-                    failures.append((n_ids, name, err, np.median(per_pos), top1))
+                    failures.append((n_ids, name, err, np.percentile(per_pos, 90), top1))
     assert not failures

@@ -42,8 +42,8 @@ constexpr size_t kBlockSmem = 113 * 1024;
 // session 19's blocks of 256 weight rows, one per SM, copying each activation tile once for
 // twice the rows, 1.1-1.2x slower at 64-128 rows: two independent blocks per SM keep the
 // tensor cores busier than one with half the activation traffic.)
-// Stages: 4, or as many as leave kBlocksPerSm blocks their shared memory (Q8_0 and Q6_K at 64
-// rows, Q4_1 and Q4_K at 16: 3).
+// Stages: 4, or as many as leave kBlocksPerSm blocks their shared memory (Q8_0, Q5_K and Q6_K at
+// 64 rows, Q4_1, Q4_K and Q5_K at 16: 3).
 template <DType kType, int kN_, int kBK_>
 struct Tiling {
   static constexpr int kN = kN_, kBK = kBK_, kThreads = 256;

@@ -196,7 +196,8 @@ struct Params {
 // ---- The copy plan of a stage of kBN weight rows, for kThreads copying threads (tid <
 // kThreads): every thread has fixed rows and pieces, so a step's addresses are its k offset added
 // to pointers computed once. Weights: thread tid takes row tid % kBN and every (kThreads / kBN)-th
-// piece of it from tid / kBN (pieces: qs, qh 16 bytes each, the scales, d) into a region of
+// piece of it from tid / kBN (pieces: qs 16 bytes each, qh 16 (Q5_K at 64-wide steps: 8), the
+// scales, d) into a region of
 // kBN x kRaw bytes.
 // Activations: a fixed 16-byte column piece of rows r0, r0 + kRowStep, ... into a 128-byte-
 // swizzled tile of kBK / 64 column blocks x kN rows x 128 bytes; kRowStep is a multiple of 8, so

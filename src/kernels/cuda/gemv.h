@@ -26,8 +26,9 @@
 //         per 32 elements: word 0 holds elements l < 16 at bits 8 (l % 4) + 2 (l / 4), word 1
 //         elements 16 + l likewise;  scales int8 [n][k/16];  d f16 [n][k/256]
 // The repacked bytes equal the GGUF bytes (plus alignment padding between sections), except
-// Q4_K's unpacked scales: 148 instead of 144 bytes per 256 elements (+2.8%), for 6 instead of 8
-// registers per chunk in flight and no 6-bit unpacking per row and chunk.
+// Q4_K's and Q5_K's unpacked scales: 148 instead of 144 bytes per 256 elements (+2.8%; Q5_K 180
+// instead of 176), for 6 instead of 8 registers per chunk in flight and no 6-bit unpacking per
+// row and chunk, and Q5_K's fifth bits, regrouped per 32 elements.
 // Q8_0/Q4_0/Q4_1: k % 32 == 0; Q4_K/Q5_K/Q6_K: k % 256 == 0.
 #pragma once
 

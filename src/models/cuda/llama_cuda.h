@@ -2,7 +2,7 @@
 // prefill chunks and decode rows of many sequences per forward call, paged f16 KV cache in
 // device memory (models::KvCache with device tensors), flash-style paged attention.
 //
-// Numerics: GGUF weights of types Q8_0, Q4_0, Q4_1, Q4_K, Q6_K stay quantized on the device
+// Numerics: GGUF weights of types Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K stay quantized on the device
 // (repacked, kernels/cuda/gemv.h) and every projection with them takes integer dot products
 // against activations quantized exactly as the CPU path quantizes them (Q8 / Q8_K rows,
 // kernels/cuda/mmq.h), f32 scaling per block; other types are dequantized to bf16 at load
