@@ -6,7 +6,7 @@
 #     steps vs one chunk, greedy text of 5 prompts), seeded GPU sampling through the engine on the
 #     default model and on dummy Llama-3-8B weights; `tessera bench --profile` on dummy Llama-3-8B
 #     bf16 weights (per-op GPU time and % of floor for batch-1 decode, prefill 2048 and decode of
-#     128 sequences); `tessera bench` of dummy Llama-3-8B Q4_0 / Q4_K / Q8_0 weights (batch 1, prefill,
+#     128 sequences); `tessera bench` of dummy Llama-3-8B Q4_0 / Q4_K / Q5_K / Q8_0 weights (batch 1, prefill,
 #     16 / 64 / 128 sequences); Hugging Face checkpoints on the GPU vs transformers (skipped with NO_HF=1).
 # Results under $OUT (the tool returns 8 files: logs are concatenated per phase).
 set -u
@@ -58,7 +58,7 @@ case $phase in
       --prefill 2048 --batch 128 --batch-gen 8 --decode-tokens 16 --decode-ctx 512 --out /tmp/m/prof.md
     sed -n '/GPU time per op/,/^decode x1[0-9]/p' /tmp/m/profile.log | tee -a "$out/summary.txt"
     # Quantized weights at 16-128 rows (dequant_gemm.h; batch 1 takes the GEMV).
-    for ty in q4_0 q4_k q8_0; do
+    for ty in q4_0 q4_k q5_k q8_0; do
       step bench_$ty timeout 200 /tmp/bin/tessera bench -m $TESSERA_MODEL --device cuda --dummy llama3-8b \
         --dummy-type $ty --decode-ctx 512 --decode-tokens 16 --prefill 512 --batch 16,64,128 --batch-gen 16 \
         --out /tmp/m/bench_$ty.md
