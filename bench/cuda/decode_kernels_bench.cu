@@ -202,7 +202,7 @@ int main() {
   // (the next launch's weight prefetch overlaps this one's tail, as inside a decode step).
   const std::pair<int64_t, int64_t> shapes[] = {{4096, 4096}, {6144, 4096}, {14336, 4096}, {4096, 14336}};
   std::vector<std::string> rows_note;
-  const DType types[] = {DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ4_K, DType::kQ6_K};
+  const DType types[] = {DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
   for (auto [n_, k_] : shapes) {
     const int64_t n = n_, k = k_;  // plain copies: lambdas below capture them
     const std::string shape = std::to_string(n) + "x" + std::to_string(k);
