@@ -197,8 +197,7 @@ struct Params {
 // kThreads): every thread has fixed rows and pieces, so a step's addresses are its k offset added
 // to pointers computed once. Weights: thread tid takes row tid % kBN and every (kThreads / kBN)-th
 // piece of it from tid / kBN (pieces: qs 16 bytes each, qh 16 (Q5_K at 64-wide steps: 8), the
-// scales, d) into a region of
-// kBN x kRaw bytes.
+// scales, d) into a region of kBN x kRaw bytes.
 // Activations: a fixed 16-byte column piece of rows r0, r0 + kRowStep, ... into a 128-byte-
 // swizzled tile of kBK / 64 column blocks x kN rows x 128 bytes; kRowStep is a multiple of 8, so
 // the swizzle of every row is the same and the destinations are kRowStep * 128 bytes apart.
@@ -207,7 +206,8 @@ template <DType kType, int kN, int kBK, int kThreads>
 struct StageCopies {
   using R = Raw<kType, kBK>;
   static constexpr int kScPiece = R::kSc < 16 ? R::kSc : 16, kQhPiece = R::kQh && R::kQh < 16 ? R::kQh : 16;
-  static constexpr int kQsP = R::kQs / 16, kQhP = R::kQh == 0 ? 0 : R::kQh / kQhPiece, kScP = R::kSc / kScPiece;
+  static constexpr int kQsP = R::kQs / 16, kQhP = R::kQh / kQhPiece, kScP = R::kSc / kScPiece;
+  static constexpr int kElemsPerQhByte = R::kQh ? kBK / R::kQh : 1;  // Q5_K 8, Q6_K 4
   static constexpr int kWPieces = kQsP + kQhP + kScP + (R::kD ? 1 : 0), kHalves = kThreads / kBN;
   static constexpr int kAPieces = kBK / 8, kRowStep = kThreads / kAPieces;  // 16-byte pieces per row
   static_assert(kThreads % kBN == 0, "whole rows per thread group");
@@ -247,7 +247,7 @@ struct StageCopies {
         cp_async<16>(dst + piece * 16, qs_src + (kType == DType::kQ8_0 ? k0 : k0 / 2) + piece * 16);
       } else if (piece < kQsP + kQhP) {
         const int q = piece - kQsP;
-        cp_async<kQhPiece>(dst + R::kQhOff + q * kQhPiece, qh_src + k0 / (kType == DType::kQ5_K ? 8 : 4) + q * kQhPiece);
+        cp_async<kQhPiece>(dst + R::kQhOff + q * kQhPiece, qh_src + k0 / kElemsPerQhByte + q * kQhPiece);
       } else if (piece < kQsP + kQhP + kScP) {
         const int q = piece - kQsP - kQhP;
         const int64_t sc_k = kType == DType::kQ6_K ? k0 / 16 : k0 / 32 * (kType == DType::kQ4_1 ? 4 : 2);

@@ -51,11 +51,11 @@ __global__ void dequant_kernel(const uint8_t* __restrict__ base, GemvQuantLayout
       const float d = __fmul_rn(f16(static_cast<uint16_t>(dd & 0xFFFF)), static_cast<float>(scmn & 0xFF));
       const float dm = __fmul_rn(f16(static_cast<uint16_t>(dd >> 16)), static_cast<float>(scmn >> 8));
       const uint8_t* c = base + L.qs + chunk * 16;
-      // Q5_K: the fifth bit of element l at bit 8 (l % 4) + (l % 16) / 4 + 4 (l / 16) of the chunk's qh word
+      // Q5_K: the chunk's qh word holds the fifth bits (q5k_qh_bit, gemv.h)
       const uint32_t h = kType == DType::kQ5_K ? reinterpret_cast<const uint32_t*>(base + L.qh)[chunk] : 0;
       for (int i = 0; i < 8; ++i) {
         const int l = l0 + i;
-        const int hi = static_cast<int>((h >> (8 * (l % 4) + (l % 16) / 4 + 4 * (l / 16))) & 1);
+        const int hi = static_cast<int>((h >> q5k_qh_bit(l)) & 1);
         y[i] = __fsub_rn(__fmul_rn(d, static_cast<float>(nibble(c, l) | hi << 4)), dm);
       }
     } else {  // Q6_K

@@ -69,10 +69,10 @@ __global__ void k4_meta_kernel(uint32_t* dm, uint16_t* scmn, int64_t n_super, fl
     dm[i] = uint32_t{__half_as_ushort(__float2half_rn(d))} |
             uint32_t{__half_as_ushort(__float2half_rn(float{kMinRatio} * d))} << 16;
     const uint64_t g = hash(seed ^ 0x99, i);
+    constexpr float kPerSc = 0.5f * kMeanQx2 / kMinRatio;  // Q4_K 7.5 / 2, Q5_K 15.5 / 4
     for (int j = 0; j < 8; ++j) {
       const int sc = static_cast<int>((g >> (8 * j)) & 15);
-      const float per_sc = 0.5f * kMeanQx2 / kMinRatio;  // Q4_K 7.5 / 2, Q5_K 15.5 / 4
-      const int mn = min(63, static_cast<int>(per_sc * sc + 0.5f) + static_cast<int>((g >> (8 * j + 4)) & 1));
+      const int mn = min(63, static_cast<int>(kPerSc * sc + 0.5f) + static_cast<int>((g >> (8 * j + 4)) & 1));
       scmn[i * 8 + j] = static_cast<uint16_t>(sc | mn << 8);
     }
   }

@@ -136,12 +136,15 @@ struct Q4_KFmt {
     return {__ldcs(r.q + c), __ldg(r.scmn + c), __ldg(r.dm + c / 8)};
   }
   __device__ static X load_x(const In& in, int64_t c) { return load_xq<2>(in, c); }
+  // The block's integer dot s scaled: d sc s - dmin mn sum(x), the activation scale folded in.
+  __device__ static float scaled(uint32_t scmn, uint32_t dm, const X& x, int s) {
+    const float d = f16_bits_to_f32(static_cast<uint16_t>(dm & 0xFFFF));
+    const float dmin = f16_bits_to_f32(static_cast<uint16_t>(dm >> 16));
+    return (d * static_cast<float>(scmn & 0xFF)) * x.d * static_cast<float>(s) -
+           (dmin * static_cast<float>(scmn >> 8)) * (x.d * static_cast<float>(x.slo + x.shi));
+  }
   __device__ static float dot(const W& w, const X& x, int64_t) {
-    const float d = f16_bits_to_f32(static_cast<uint16_t>(w.dm & 0xFFFF));
-    const float dmin = f16_bits_to_f32(static_cast<uint16_t>(w.dm >> 16));
-    const int s = dot_nibbles(w.q, x.q[0], x.q[1]);
-    return (d * static_cast<float>(w.scmn & 0xFF)) * x.d * static_cast<float>(s) -
-           (dmin * static_cast<float>(w.scmn >> 8)) * (x.d * static_cast<float>(x.slo + x.shi));
+    return scaled(w.scmn, w.dm, x, dot_nibbles(w.q, x.q[0], x.q[1]));
   }
 };
 
@@ -164,11 +167,7 @@ struct Q5_KFmt {  // Q4_KFmt with the fifth bits (qh)
   }
   __device__ static X load_x(const In& in, int64_t c) { return load_xq<2>(in, c); }
   __device__ static float dot(const W& w, const X& x, int64_t) {
-    const float d = f16_bits_to_f32(static_cast<uint16_t>(w.dm & 0xFFFF));
-    const float dmin = f16_bits_to_f32(static_cast<uint16_t>(w.dm >> 16));
-    const int s = dot_q5(w.q, w.h, x.q[0], x.q[1]);
-    return (d * static_cast<float>(w.scmn & 0xFF)) * x.d * static_cast<float>(s) -
-           (dmin * static_cast<float>(w.scmn >> 8)) * (x.d * static_cast<float>(x.slo + x.shi));
+    return Q4_KFmt::scaled(w.scmn, w.dm, x, dot_q5(w.q, w.h, x.q[0], x.q[1]));
   }
 };
 

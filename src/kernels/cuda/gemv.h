@@ -47,6 +47,10 @@ namespace tessera::cuda {
 
 bool gemv_quant_supported(DType type);
 
+// Bit of Q5_K element l (0..31 of a 32-element chunk) in the chunk's repacked qh word (layout
+// above): the host's repacking and the device's dequantization both take it from here.
+__host__ __device__ constexpr int q5k_qh_bit(int l) { return 8 * (l % 4) + (l % 16) / 4 + (l / 16) * 4; }
+
 struct GemvQuantLayout {
   size_t qs = 0, qh = 0, scales = 0, d = 0;  // byte offsets of the sections (unused ones 0)
   size_t bytes = 0;                           // whole buffer

@@ -54,9 +54,6 @@ void q4k_set(Block& b, int j, int l, int q) {
   uint8_t& byte = b.qs[32 * (j / 2) + l];
   byte = j % 2 == 0 ? static_cast<uint8_t>((byte & 0xF0) | q) : static_cast<uint8_t>((byte & 0x0F) | q << 4);
 }
-// Bit of Q5_K element l (0..31 of a 32-element chunk) in the chunk's repacked qh word (gemv.h).
-constexpr int q5k_qh_bit(int l) { return 8 * (l % 4) + (l % 16) / 4 + (l / 16) * 4; }
-
 // Q4_K / Q5_K (same header, Q5_K adds one high bit per element).
 template <class Block>
 void repack_k4(const Block* b, int64_t n_super, const GemvQuantLayout& L, uint8_t* out) {
