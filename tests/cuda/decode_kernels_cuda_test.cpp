@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cuda/cuda_test_util.h"
+#include "cuda/quant_test_util.h"
 #include "formats/quant_blocks.h"
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/gemv.h"
@@ -82,6 +83,42 @@ TYPED_TEST(DecodeKernelsCuda, EmbeddingGatherMatchesDequantize) {
     // A gather is exact up to the final rounding to T.
     EXPECT_TRUE(test::all_close(got, test::round_to<T>(want), 0.f, 0.f));
   }
+}
+
+// The engine gathers f32 rows straight from a GGUF table of any block type (a Q4_K_M file's
+// token_embd is Q4_K): every element must be ref::dequantize_row's f32, bit for bit.
+TEST(EmbeddingGatherF32, EveryGgufBlockTypeGivesTheReferenceBits) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ4_K,
+                  DType::kQ5_K, DType::kQ6_K})
+    for (int64_t d : {int64_t{256}, int64_t{4096}}) {
+      SCOPED_TRACE(std::string(dtype_name(t)) + " d=" + std::to_string(d));
+      const int64_t n_vocab = 29;
+      const auto table = test::random_quant_blocks(t, n_vocab, d, 40 + static_cast<int>(t));
+      const std::vector<int32_t> ids = {0, 28, 3, 3, 11, -1, 29};
+      test::DevBuf<uint8_t> dt(table);
+      test::DevBuf<int32_t> di(ids);
+      test::DevBuf<float> out(ids.size() * d);
+      out.poison();
+      cuda::embedding_gather<float>(t, dt.get(), n_vocab, d, di.get(), static_cast<int64_t>(ids.size()), out.get(),
+                                    nullptr);
+      test::check_launch();
+      const auto got = out.download();
+      const int64_t row_bytes = *dtype_row_bytes(t, d);
+      std::vector<float> row(d);
+      for (size_t r = 0; r < ids.size(); ++r) {
+        const bool valid = ids[r] >= 0 && ids[r] < n_vocab;
+        if (valid) ref::dequantize_row(t, table.data() + ids[r] * row_bytes, row.data(), d);
+        for (int64_t i = 0; i < d; ++i) {
+          const float want = valid ? row[i] : 0.f;
+          ASSERT_EQ(std::memcmp(&got[r * d + i], &want, 4), 0) << "row " << r << " element " << i << ": "
+                                                                << got[r * d + i] << " vs " << want;
+        }
+      }
+    }
+  std::vector<int32_t> one = {0};
+  test::DevBuf<int32_t> di(one);
+  EXPECT_THROW(cuda::embedding_gather<float>(DType::kQ4_K, nullptr, 1, 128, di.get(), 1, nullptr, nullptr), Error);
 }
 
 TYPED_TEST(DecodeKernelsCuda, RopeKvWriteMatchesReference) {

@@ -32,7 +32,8 @@ inline std::vector<uint8_t> random_quant_blocks(DType t, int64_t n, int64_t k, u
     uint16_t h[2];
     switch (t) {
       case DType::kQ8_0: case DType::kQ4_0: h[0] = f16(0.02f); std::memcpy(p, h, 2); break;
-      case DType::kQ4_1: h[0] = f16(0.02f); h[1] = f16(0.1f); std::memcpy(p, h, 4); break;
+      case DType::kQ4_1: case DType::kQ5_1: h[0] = f16(0.02f); h[1] = f16(0.1f); std::memcpy(p, h, 4); break;
+      case DType::kQ5_0: h[0] = f16(0.02f); std::memcpy(p, h, 2); break;
       case DType::kQ4_K: case DType::kQ5_K: h[0] = f16(0.002f); h[1] = f16(0.002f); std::memcpy(p, h, 4); break;
       case DType::kQ6_K: h[0] = f16(0.0005f); std::memcpy(p + 208, h, 2); break;
       default: break;

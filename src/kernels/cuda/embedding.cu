@@ -12,6 +12,71 @@ using namespace detail;
 
 constexpr int kThreads = 256;
 
+__host__ __device__ constexpr bool is_block_type(DType t) {
+  return t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ5_0 || t == DType::kQ5_1 || t == DType::kQ4_K ||
+         t == DType::kQ5_K || t == DType::kQ6_K;
+}
+__device__ __forceinline__ uint32_t u16_le(const uint8_t* p) { return p[0] | uint32_t{p[1]} << 8; }
+__device__ __forceinline__ uint32_t u32_le(const uint8_t* p) { return u16_le(p) | u16_le(p + 2) << 16; }
+__device__ __forceinline__ float f16_at(const uint8_t* p) { return f16_bits_to_f32(static_cast<uint16_t>(u16_le(p))); }
+// Low nibble for elements [0, 16) of a 32-element block, high for [16, 32) (ref::dequant).
+__device__ __forceinline__ int nibble32(const uint8_t* qs, int e) { return e < 16 ? qs[e] & 0x0f : qs[e - 16] >> 4; }
+__device__ __forceinline__ void scale_min_k(const uint8_t* s, int j, int* sc, int* mn) {
+  if (j < 4) {
+    *sc = s[j] & 0x3f;
+    *mn = s[j + 4] & 0x3f;
+  } else {
+    *sc = (s[j + 4] & 0x0f) | ((s[j - 4] >> 2) & 0x30);
+    *mn = (s[j + 4] >> 4) | ((s[j] >> 2) & 0x30);
+  }
+}
+
+// Element i of row id of a table of GGUF blocks, as ref::dequantize_row computes it: the same
+// f32 operations in the same order, no contraction (the _rn intrinsics), so the bits are equal.
+template <DType kTable>
+__device__ float gguf_element(const uint8_t* table, int64_t id, int64_t d, int64_t i) {
+  constexpr int kElems = kTable == DType::kQ4_K || kTable == DType::kQ5_K || kTable == DType::kQ6_K ? 256 : 32;
+  constexpr int kBytes = kTable == DType::kQ4_0   ? 18
+                         : kTable == DType::kQ4_1 ? 20
+                         : kTable == DType::kQ5_0 ? 22
+                         : kTable == DType::kQ5_1 ? 24
+                         : kTable == DType::kQ4_K ? 144
+                         : kTable == DType::kQ5_K ? 176
+                                                  : 210;
+  const uint8_t* b = table + (id * (d / kElems) + i / kElems) * kBytes;
+  const int e = static_cast<int>(i % kElems);
+  if constexpr (kTable == DType::kQ4_0) {
+    return __fmul_rn(f16_at(b), static_cast<float>(nibble32(b + 2, e) - 8));
+  } else if constexpr (kTable == DType::kQ4_1) {
+    return __fadd_rn(__fmul_rn(f16_at(b), static_cast<float>(nibble32(b + 4, e))), f16_at(b + 2));
+  } else if constexpr (kTable == DType::kQ5_0) {
+    const int q = (nibble32(b + 6, e) | static_cast<int>((u32_le(b + 2) >> e) & 1u) << 4) - 16;
+    return __fmul_rn(f16_at(b), static_cast<float>(q));
+  } else if constexpr (kTable == DType::kQ5_1) {
+    const int q = nibble32(b + 8, e) | static_cast<int>((u32_le(b + 4) >> e) & 1u) << 4;
+    return __fadd_rn(__fmul_rn(f16_at(b), static_cast<float>(q)), f16_at(b + 2));
+  } else if constexpr (kTable == DType::kQ4_K || kTable == DType::kQ5_K) {
+    // d, dmin, scales[12], (Q5_K: qh[32]), qs[128]
+    const int j = e / 32, l = e % 32;
+    int sc, mn;
+    scale_min_k(b + 4, j, &sc, &mn);
+    const float dd = __fmul_rn(f16_at(b), static_cast<float>(sc));
+    const float dm = __fmul_rn(f16_at(b + 2), static_cast<float>(mn));
+    const uint8_t* qs = b + (kTable == DType::kQ5_K ? 48 : 16);
+    const uint8_t byte = qs[32 * (j / 2) + l];
+    int q = j % 2 == 0 ? (byte & 0x0f) : (byte >> 4);
+    if constexpr (kTable == DType::kQ5_K) q |= ((b[16 + l] >> j) & 1) << 4;
+    return __fsub_rn(__fmul_rn(dd, static_cast<float>(q)), dm);
+  } else {  // Q6_K: ql[128], qh[64], scales[16] (int8), d
+    const int h = e / 128, k = e % 128;
+    const uint8_t lbyte = b[64 * h + k % 64];
+    const int lo = k < 64 ? (lbyte & 0x0f) : (lbyte >> 4);
+    const int hi = (b[128 + 32 * h + k % 32] >> (2 * (k / 32))) & 3;
+    const float ds = __fmul_rn(f16_at(b + 208), static_cast<float>(static_cast<int8_t>(b[192 + e / 16])));
+    return __fmul_rn(ds, static_cast<float>((lo | hi << 4) - 32));
+  }
+}
+
 // Block (token, slice of kThreads elements), one element per thread: a decode step gathers one
 // row, so spreading it over blocks (not looping in one) is what keeps it at launch latency.
 // Q8_0 rows are 34-byte blocks, so loads are byte/halfword; this kernel runs once per step and
@@ -35,6 +100,8 @@ __global__ void gather_kernel(const uint8_t* table, int64_t n_vocab, int64_t d, 
     const uint16_t sb = static_cast<uint16_t>(blk[0] | (blk[1] << 8));
     const int8_t q = static_cast<int8_t>(blk[2 + i % 32]);
     o[i] = from_f32<T>(f16_bits_to_f32(sb) * static_cast<float>(q));
+  } else if constexpr (is_block_type(kTable)) {
+    o[i] = from_f32<T>(gguf_element<kTable>(table, id, d, i));
   } else if constexpr (kTable == DType::kF32) {
     o[i] = from_f32<T>(reinterpret_cast<const float*>(table)[id * d + i]);
   } else {
@@ -58,6 +125,8 @@ void embedding_gather(DType table_type, const void* table, int64_t n_vocab, int6
                       const int32_t* ids, int64_t n_tokens, T* out, cudaStream_t stream) {
   if (n_tokens <= 0 || d <= 0) return;
   TESSERA_CHECK_ARG(d <= int64_t{65535} * kThreads, "cuda::embedding_gather: row too long");
+  TESSERA_CHECK_ARG(d % dtype_info(table_type).block_size == 0,
+                    "cuda::embedding_gather: row length must be a multiple of the table type's block");
   switch (table_type) {
     case DType::kF32: return launch<DType::kF32>(table, n_vocab, d, ids, n_tokens, out, stream);
     case DType::kF16: return launch<DType::kF16>(table, n_vocab, d, ids, n_tokens, out, stream);
@@ -65,8 +134,14 @@ void embedding_gather(DType table_type, const void* table, int64_t n_vocab, int6
     case DType::kQ8_0:
       TESSERA_CHECK_ARG(d % 32 == 0, "cuda::embedding_gather: Q8_0 row length must be a multiple of 32");
       return launch<DType::kQ8_0>(table, n_vocab, d, ids, n_tokens, out, stream);
-    case DType::kI32: case DType::kQ4_0: case DType::kQ4_1: case DType::kQ5_0: case DType::kQ5_1:
-    case DType::kQ4_K: case DType::kQ5_K: case DType::kQ6_K:
+    case DType::kQ4_0: return launch<DType::kQ4_0>(table, n_vocab, d, ids, n_tokens, out, stream);
+    case DType::kQ4_1: return launch<DType::kQ4_1>(table, n_vocab, d, ids, n_tokens, out, stream);
+    case DType::kQ5_0: return launch<DType::kQ5_0>(table, n_vocab, d, ids, n_tokens, out, stream);
+    case DType::kQ5_1: return launch<DType::kQ5_1>(table, n_vocab, d, ids, n_tokens, out, stream);
+    case DType::kQ4_K: return launch<DType::kQ4_K>(table, n_vocab, d, ids, n_tokens, out, stream);
+    case DType::kQ5_K: return launch<DType::kQ5_K>(table, n_vocab, d, ids, n_tokens, out, stream);
+    case DType::kQ6_K: return launch<DType::kQ6_K>(table, n_vocab, d, ids, n_tokens, out, stream);
+    case DType::kI32:
       break;
   }
   throw_error(ErrorCode::kUnsupported, std::string("cuda::embedding_gather: unsupported table dtype ") +

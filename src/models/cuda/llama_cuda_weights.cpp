@@ -54,8 +54,7 @@ void Weights::load(const WeightSource& w) {
                 kvd = cfg_.n_kv_heads * cfg_.head_dim, ff = cfg_.d_ff;
   const Tensor table = w.matrix("token_embd.weight", cfg_.vocab, d);
   embd_type = table.dtype();
-  if (embd_type == DType::kF32 || embd_type == DType::kF16 || embd_type == DType::kBF16 ||
-      embd_type == DType::kQ8_0) {  // the gather kernel reads these as stored
+  if (embd_type != DType::kI32) {  // the gather kernel reads every weight type as stored
     const size_t bytes = static_cast<size_t>(cfg_.vocab) * *dtype_row_bytes(embd_type, d);
     uint8_t* t = arena_.alloc<uint8_t>(static_cast<int64_t>(bytes));
     TESSERA_CUDA_CHECK(cudaMemcpy(t, table.raw_data(), bytes, cudaMemcpyHostToDevice));
