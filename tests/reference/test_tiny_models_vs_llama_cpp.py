@@ -20,34 +20,44 @@ VOCAB_KEYS = ["tokenizer.ggml.model", "tokenizer.ggml.pre", "tokenizer.ggml.toke
 K_BLOCK = {Q.Q4_K: (256, 144), Q.Q5_K: (256, 176), Q.Q6_K: (256, 210)}
 
 
-def random_k_blocks(rng, rows, cols, qtype):
+# natural=True (the GPU test below): d sized for weights of rms ~1/sqrt(256) and, for Q4_K / Q5_K,
+# dmin = mean(q) d, so that with sub-block scales and mins both uniform over 0..63 the weights
+# average zero. Without it (the llama.cpp comparison) the weights average ~ +0.4 with rms ~1:
+# outputs carry a large shared offset, and attention scores saturate.
+K_NATURAL = {Q.Q4_K: (4e-4, 7.5), Q.Q5_K: (2e-4, 15.5), Q.Q6_K: (1e-4, None)}  # d, dmin / d
+
+
+def random_k_blocks(rng, rows, cols, qtype, natural=False):
     """Random but well-formed K-quant blocks (finite, modest f16 scales)."""
     block_elems, block_bytes = K_BLOCK[qtype]
     nb = rows * cols // block_elems
     raw = rng.integers(0, 256, size=(nb, block_bytes), dtype=np.uint8)
-    d = (rng.uniform(0.5, 1.5, size=nb) * 2e-3).astype(np.float16).view(np.uint8).reshape(nb, 2)
+    d_mag, dmin_per_d = K_NATURAL[qtype] if natural else (2e-3, None)
+    d32 = rng.uniform(0.5, 1.5, size=nb) * d_mag
+    d = d32.astype(np.float16).view(np.uint8).reshape(nb, 2)
     if qtype == Q.Q6_K:  # ... ql, qh, scales(int8 x16), d at the end
         raw[:, -2:] = d
     else:  # d, dmin at the start
         raw[:, 0:2] = d
-        raw[:, 2:4] = (rng.uniform(0.5, 1.5, size=nb) * 1e-3).astype(np.float16).view(np.uint8).reshape(nb, 2)
+        dmin = d32 * dmin_per_d if natural else rng.uniform(0.5, 1.5, size=nb) * 1e-3
+        raw[:, 2:4] = dmin.astype(np.float16).view(np.uint8).reshape(nb, 2)
     return raw.reshape(rows, cols // block_elems * block_bytes)
 
 
-def encode_weight(rng, rows, cols, qtype):
+def encode_weight(rng, rows, cols, qtype, natural_k=False):
     w = (rng.uniform(-1, 1, size=(rows, cols)) / np.sqrt(cols)).astype(np.float32)
     if qtype == Q.F32:
         return w, None
     if qtype == Q.F16:
         return w.astype(np.float16), None
     if qtype in K_BLOCK:
-        return random_k_blocks(rng, rows, cols, qtype), qtype
+        return random_k_blocks(rng, rows, cols, qtype, natural_k), qtype
     return quants.quantize(w, qtype), qtype
 
 
 def write_tiny_model(path, source_model, arch, wtype, *, n_layers=2, d=256, n_heads=8, n_kv=2,
                      d_ff=512, bias=False, rope_freqs=False, linear_scale=None, tied=True, seed=0,
-                     ffn_norm=(0.8, 1.2)):
+                     ffn_norm=(0.8, 1.2), natural_k=False):
     rng = np.random.default_rng(seed)
     src = GGUFReader(source_model)
     vocab = len(src.fields["tokenizer.ggml.tokens"].data)
@@ -82,7 +92,7 @@ def write_tiny_model(path, source_model, arch, wtype, *, n_layers=2, d=256, n_he
     hd = d // n_heads
 
     def add(name, rows, cols, qtype=wtype):
-        data, raw = encode_weight(rng, rows, cols, qtype)
+        data, raw = encode_weight(rng, rows, cols, qtype, natural_k)
         w.add_tensor(name, data, raw_dtype=raw)
 
     def add_vec(name, n, lo=0.8, hi=1.2):
@@ -200,7 +210,7 @@ def test_tiny_model_logits_on_gpu_match_cpu(tessera_bin, model_path, case):
     failures = []
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, f"{case}.gguf")
-        write_tiny_model(path, model_path, **CASES[case])
+        write_tiny_model(path, model_path, **CASES[case], natural_k=True)  # wip: natural K blocks
         for n_ids in (6, 48, 200):
             ids = [int(t) for t in np.random.default_rng(n_ids).integers(3, 49152, size=n_ids)]
             ref = score_logits(tessera_bin, path, ids, "cpu", env=base_env)
@@ -215,8 +225,8 @@ def test_tiny_model_logits_on_gpu_match_cpu(tessera_bin, model_path, case):
                       f"{np.median(per_pos):.2e}, 90th percentile {np.percentile(per_pos, 90):.2e}, max "
                       f"{per_pos.max():.2e}), top-1 {top1:.3f}")
                 # top-1 over 6 positions is one flip from 0.83 on near-uniform logits: 48+ only
-                ok = (err <= bound_8bit and (n_ids < 48 or top1 >= 0.9)) if knobs else \
-                    np.percentile(per_pos, 90) <= 1e-2
+                # wip: with natural K blocks the default path should hold nMSE <= 1e-3 overall
+                ok = (err <= bound_8bit and (n_ids < 48 or top1 >= 0.9)) if knobs else err <= 1e-3
                 if not ok:
                     failures.append((n_ids, name, err, np.percentile(per_pos, 90), top1))
     assert not failures
