@@ -20,11 +20,13 @@ VOCAB_KEYS = ["tokenizer.ggml.model", "tokenizer.ggml.pre", "tokenizer.ggml.toke
 K_BLOCK = {Q.Q4_K: (256, 144), Q.Q5_K: (256, 176), Q.Q6_K: (256, 210)}
 
 
-# natural=True (the GPU test below): d sized for weights of rms ~1/sqrt(256) and, for Q4_K / Q5_K,
-# dmin = mean(q) d, so that with sub-block scales and mins both uniform over 0..63 the weights
-# average zero. Without it (the llama.cpp comparison) the weights average ~ +0.4 with rms ~1:
-# outputs carry a large shared offset, and attention scores saturate.
-K_NATURAL = {Q.Q4_K: (4e-4, 7.5), Q.Q5_K: (2e-4, 15.5), Q.Q6_K: (1e-4, None)}  # d, dmin / d
+# natural=True (the GPU test below): d sized for weights of rms ~1/sqrt(256) (Monte Carlo of the
+# formats: rms ~ 270 d for Q4_K, ~ 550 d for Q5_K, ~ 342 d for Q6_K with its int8 sub-block scales
+# drawn from [-32, 32) instead of all 256 values, which keeps d a normal f16) and, for Q4_K /
+# Q5_K, dmin = mean(q) d, so that with sub-block scales and mins both uniform over 0..63 the
+# weights average zero. Without it (the llama.cpp comparison) the weights average ~ +0.4 with
+# rms ~1: outputs carry a large shared offset, and attention scores saturate.
+K_NATURAL = {Q.Q4_K: (2.3e-4, 7.5), Q.Q5_K: (1.14e-4, 15.5), Q.Q6_K: (1.83e-4, None)}  # d, dmin / d
 
 
 def random_k_blocks(rng, rows, cols, qtype, natural=False):
@@ -37,6 +39,8 @@ def random_k_blocks(rng, rows, cols, qtype, natural=False):
     d = d32.astype(np.float16).view(np.uint8).reshape(nb, 2)
     if qtype == Q.Q6_K:  # ... ql, qh, scales(int8 x16), d at the end
         raw[:, -2:] = d
+        if natural:
+            raw[:, 192:208] = rng.integers(-32, 32, size=(nb, 16)).astype(np.int8).view(np.uint8)
     else:  # d, dmin at the start
         raw[:, 0:2] = d
         dmin = d32 * dmin_per_d if natural else rng.uniform(0.5, 1.5, size=nb) * 1e-3
@@ -98,7 +102,9 @@ def write_tiny_model(path, source_model, arch, wtype, *, n_layers=2, d=256, n_he
     def add_vec(name, n, lo=0.8, hi=1.2):
         w.add_tensor(name, rng.uniform(lo, hi, size=n).astype(np.float32))
 
-    add("token_embd.weight", vocab, d, Q.Q8_0 if wtype in K_BLOCK else wtype)
+    # K-type tables only with natural magnitudes (the GPU test gathers them; llama.cpp's
+    # comparison keeps Q8_0 tables)
+    add("token_embd.weight", vocab, d, Q.Q8_0 if wtype in K_BLOCK and not natural_k else wtype)
     add_vec("output_norm.weight", d)
     if not tied:
         add("output.weight", vocab, d, Q.Q8_0 if wtype in K_BLOCK else wtype)
@@ -173,22 +179,18 @@ def test_tiny_model_logits_match_llama_cpp(llama_cpp, tessera_bin, model_path, c
 
 
 # The CUDA engine on the same tiny GGUF files, against the CPU engine (which agrees with
-# llama.cpp above): GGUF loading, repacking and each quantized projection path, at 6, 48 and 200
-# prompt rows (up to 8 rows the integer-dot GEMV; 9-128 dequant_gemm; more bf16 weight slices on
-# cuBLASLt).
+# llama.cpp above): GGUF loading, repacking, the embedding gather (K-type tables too here) and
+# each quantized projection path, at 6, 48 and 200 prompt rows (up to 8 rows the integer-dot
+# GEMV; 9-128 dequant_gemm; more bf16 weight slices on cuBLASLt). K blocks of natural magnitude
+# (natural_k): with the llama.cpp test's blocks a few positions were hypersensitive to the
+# activations' rounding (Q5_K, 200 rows: one position at nMSE 3.8 between the 8-bit and the bf16
+# paths while the median was 1.8e-5; docs/design/gpu_runs/s21_tiny_gguf_gpu_vs_cpu_diagnosis.txt).
 #  - With TESSERA_MMQ_GEMM=1 every row count takes 8-bit activations quantized as the CPU
-#    quantizes them (the GEMV, then the int8 tensor-core GEMM): nMSE <= 1e-5 for Q4_K / Q5_K
-#    (H200: 3.7e-7 .. 9e-7), <= 1e-3 for the others (1.0e-4 .. 4.5e-4, as the CPU's own distance
-#    to llama.cpp for the legacy formats), and top-1 >= 0.9 at 48+ positions (H200: 0.94-1.0).
-#  - By default, 9+ rows take bf16 activations. These random K-quant blocks make a few positions
-#    hypersensitive to the activations' rounding (likely their bias: sub-block scales and mins
-#    drawn uniformly give weights of mean ~ +0.4, so outputs carry a large shared offset): there
-#    the 8-bit and the bf16 paths part completely (Q5_K, 200 rows: one position at nMSE 3.8
-#    while the median is 1.8e-5; Q6_K 2 % of positions above 0.4). dequant_gemm (also run at 200
-#    rows, TESSERA_DEQUANT_GEMM_MAX_ROWS=256) and the bf16 slices give the same logits there and
-#    each matches ref::matmul in its own test. So the default path is held to 90 % of its
-#    positions within nMSE 1e-2 (H200: the 90th percentile is <= 2.6e-3; a wrong layout, bit or
-#    scale is wrong at every position, nMSE ~1).
+#    quantizes them (the GEMV, then the int8 tensor-core GEMM): nMSE <= 1e-5 for Q4_K / Q5_K,
+#    <= 1e-3 for the others, and top-1 >= 0.9 at 48+ positions.
+#  - By default 9+ rows take bf16 activations: nMSE <= 1e-3 (wip: not yet run with natural
+#    blocks; the llama.cpp-test blocks gave Q6_K a median of 1e-3). A wrong layout, bit or scale
+#    gives nMSE ~1.
 GPU_CASES = ["llama_q8_0_linear_scaling", "qwen2_q4_0_bias", "llama_q4_1", "llama_q4_k", "llama_q5_k",
              "llama_q6_k", "llama_q5_0", "llama_bf16"]
 PATH_KNOBS = ("TESSERA_MMQ_GEMM", "TESSERA_DEQUANT_GEMM_MAX_ROWS")  # unset for the default path

@@ -132,7 +132,6 @@ void embedding_gather(DType table_type, const void* table, int64_t n_vocab, int6
     case DType::kF16: return launch<DType::kF16>(table, n_vocab, d, ids, n_tokens, out, stream);
     case DType::kBF16: return launch<DType::kBF16>(table, n_vocab, d, ids, n_tokens, out, stream);
     case DType::kQ8_0:
-      TESSERA_CHECK_ARG(d % 32 == 0, "cuda::embedding_gather: Q8_0 row length must be a multiple of 32");
       return launch<DType::kQ8_0>(table, n_vocab, d, ids, n_tokens, out, stream);
     case DType::kQ4_0: return launch<DType::kQ4_0>(table, n_vocab, d, ids, n_tokens, out, stream);
     case DType::kQ4_1: return launch<DType::kQ4_1>(table, n_vocab, d, ids, n_tokens, out, stream);

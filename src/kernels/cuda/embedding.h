@@ -1,4 +1,4 @@
-// CUDA embedding gather: out[t] = dequant(table[ids[t]]) rounded to T (__half or __nv_bfloat16).
+// CUDA embedding gather: out[t] = dequant(table[ids[t]]) rounded to T (float, __half or __nv_bfloat16).
 // table: n_vocab rows of d elements stored as in the GGUF file (F32, F16, BF16, or the blocks of
 // Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, d a multiple of the block), each element the
 // bits of ref::dequantize_row. ids are validated by the caller (ops layer); an id outside [0, n_vocab)

@@ -59,7 +59,7 @@ void Weights::load(const WeightSource& w) {
     uint8_t* t = arena_.alloc<uint8_t>(static_cast<int64_t>(bytes));
     TESSERA_CUDA_CHECK(cudaMemcpy(t, table.raw_data(), bytes, cudaMemcpyHostToDevice));
     embd = t;
-  } else {  // other types: a bf16 copy
+  } else {  // I32 (not a weight type): a bf16 copy by value
     embd_type = DType::kBF16;
     bf16* t = arena_.alloc<bf16>(cfg_.vocab * d);
     upload_bf16(table, t);

@@ -74,7 +74,7 @@ class Weights {
   void fill_dummy(uint64_t seed, DType type, cudaStream_t stream);
 
   DType embd_type = DType::kBF16;
-  void* embd = nullptr;  // the token table, as stored (f32 / f16 / bf16 / Q8_0) or bf16
+  void* embd = nullptr;  // the token table as stored (any weight type; embedding.h)
   Proj output;
   float* out_norm = nullptr;
   double* rope_inv_freq = nullptr;  // device angle per position of each pair (gemv.h), or null
