@@ -146,11 +146,9 @@ __device__ __forceinline__ void chunk_frags(const uint8_t* row, int chunk, int t
         // hold the high half's: bits 4 and 12 are already bit 4 of bytes 0 and 1, bits 6 and 14
         // move up by 14 to bytes 2 and 3. The low half's take the same after a shift by 4.
         const uint32_t h = *reinterpret_cast<const uint32_t*>(row + R::kQhOff + chunk * 4) >> (16 * (t & 1) + (t >> 1));
-        // bits 4, 12 in place (one LOP3 with the nibbles), bits 6, 14 up by 14 as an add: the
-        // target bits are clear, so the IMAD's sum is the OR.
-        auto merge = [](uint32_t nib, uint32_t v) { return (v & 0x4040u) * 16384u + (nib | (v & 0x1010u)); };
-        lo = merge(lo, h << 4);
-        hi = merge(hi, h);
+        auto spread = [](uint32_t v) { return (v & 0x1010u) | (v & 0x4040u) << 14; };
+        lo |= spread(h << 4);
+        hi |= spread(h);
       }
       const uint32_t scmn = u16_at(row + R::kScOff + chunk * 2);
       const uint32_t dd = *reinterpret_cast<const uint32_t*>(row + R::kDOff);
@@ -208,9 +206,9 @@ template <DType kType, int kN, int kBK, int kThreads>
 struct StageCopies {
   using R = Raw<kType, kBK>;
   static constexpr int kScPiece = R::kSc < 16 ? R::kSc : 16, kQhPiece = R::kQh && R::kQh < 16 ? R::kQh : 16;
-  static constexpr int kQsP = R::kQs / 16, kQhP = R::kQh == 0 ? 0 : R::kQh / kQhPiece, kScP = R::kSc / kScPiece;
+  static constexpr int kQsP = R::kQs / 16, kQhP = R::kQh / kQhPiece, kScP = R::kSc / kScPiece;
   static constexpr int kElemsPerQhByte = R::kQh ? kBK / R::kQh : 1;  // Q5_K 8, Q6_K 4
-  static constexpr int kHalves = kThreads / kBN;
+  static constexpr int kWPieces = kQsP + kQhP + kScP + (R::kD ? 1 : 0), kHalves = kThreads / kBN;
   static constexpr int kAPieces = kBK / 8, kRowStep = kThreads / kAPieces;  // 16-byte pieces per row
   static_assert(kThreads % kBN == 0, "whole rows per thread group");
   static_assert(kThreads % kAPieces == 0 && kRowStep % 8 == 0 && kN % kRowStep == 0, "activation copy plan");
@@ -238,31 +236,26 @@ struct StageCopies {
     k = p.k;
     m_left = p.rows - m0 - a_row0;
   }
-  // The weight bytes of the step at k0 into raw (kBN x kRaw bytes). The kHalves thread groups
-  // of a row take its qs pieces interleaved (group g: pieces g, g + kHalves, ...: straight-line,
-  // as every group has kQsP / kHalves of them), then the small pieces (qh, scales, d) alternate
-  // between the groups by their compile-time index: one warp-uniform branch each, where a loop
-  // over all pieces tested each for its section.
+  // The weight bytes of the step at k0 into raw (kBN x kRaw bytes).
   __device__ __forceinline__ void weights(int64_t k0, uint8_t* raw) const {
-    static_assert(kQsP % kHalves == 0, "whole qs shares per thread group");
-    uint8_t* dst = raw + w_row * R::kRaw + w_first * 16;
-    const uint8_t* qs = qs_src + (kType == DType::kQ8_0 ? k0 : k0 / 2) + w_first * 16;
+    uint8_t* dst = raw + w_row * R::kRaw;
 #pragma unroll
-    for (int j = 0; j < kQsP / kHalves; ++j) cp_async<16>(dst + j * kHalves * 16, qs + j * kHalves * 16);
-    uint8_t* row = raw + w_row * R::kRaw;
-#pragma unroll
-    for (int q = 0; q < kQhP; ++q)
-      if (q % kHalves == w_first)
-        cp_async<kQhPiece>(row + R::kQhOff + q * kQhPiece, qh_src + k0 / kElemsPerQhByte + q * kQhPiece);
-    const int64_t sc_k = kType == DType::kQ6_K ? k0 / 16 : k0 / 32 * (kType == DType::kQ4_1 ? 4 : 2);
-#pragma unroll
-    for (int q = 0; q < kScP; ++q)
-      if ((kQhP + q) % kHalves == w_first) cp_async<kScPiece>(row + R::kScOff + q * kScPiece, sc_src + sc_k + q * kScPiece);
-    if ((kQhP + kScP) % kHalves == w_first) {
-      if constexpr (R::kD == 4) {
-        cp_async<4>(row + R::kDOff, d_src + k0 / 256 * 4);
+    for (int j = 0; j < (kWPieces + kHalves - 1) / kHalves; ++j) {
+      const int piece = w_first + j * kHalves;
+      if (piece >= kWPieces) break;
+      if (piece < kQsP) {
+        cp_async<16>(dst + piece * 16, qs_src + (kType == DType::kQ8_0 ? k0 : k0 / 2) + piece * 16);
+      } else if (piece < kQsP + kQhP) {
+        const int q = piece - kQsP;
+        cp_async<kQhPiece>(dst + R::kQhOff + q * kQhPiece, qh_src + k0 / kElemsPerQhByte + q * kQhPiece);
+      } else if (piece < kQsP + kQhP + kScP) {
+        const int q = piece - kQsP - kQhP;
+        const int64_t sc_k = kType == DType::kQ6_K ? k0 / 16 : k0 / 32 * (kType == DType::kQ4_1 ? 4 : 2);
+        cp_async<kScPiece>(dst + R::kScOff + q * kScPiece, sc_src + sc_k + q * kScPiece);
+      } else if constexpr (R::kD == 4) {
+        cp_async<4>(dst + R::kDOff, d_src + k0 / 256 * 4);
       } else if constexpr (R::kD == 2) {  // 2-byte aligned: a plain copy
-        *reinterpret_cast<uint16_t*>(row + R::kDOff) = *reinterpret_cast<const uint16_t*>(d_src + k0 / 256 * 2);
+        *reinterpret_cast<uint16_t*>(dst + R::kDOff) = *reinterpret_cast<const uint16_t*>(d_src + k0 / 256 * 2);
       }
     }
   }
