@@ -1,6 +1,6 @@
 // The dequantizing tensor-core GEMM (kernels/cuda/dequant_gemm.h) against a host reference in
-// double: the GGUF reference dequantization (ref::dequantize_row) rounded to bf16, times bf16
-// activations. Every weight type, row counts on both sides of each row-tile size (16 / 32 / 64 /
+// double: the GGUF reference dequantization (ref::dequantize_row), rounded to bf16 where the call
+// multiplies by rounded weights (dequant_gemm_rounds_weights), times bf16 activations. Every weight type, row counts on both sides of each row-tile size (16 / 32 / 64 /
 // 128 and several tiles), widths that are not multiples of the 128-row weight tile, shapes that
 // split k (partial sums added by a second kernel), accumulation into a strided y; repeats give
 // the same bits; under PDL the GEMM reads the activations its producer wrote.
@@ -30,30 +30,36 @@ struct Problem {
   DType type;
   int64_t n, k;
   std::vector<uint8_t> blocks;
-  std::vector<float> w;  // [n][k] dequantized, rounded to bf16
+  std::vector<float> exact, rounded;  // [n][k] dequantized; rounded to bf16
   test::DevBuf<uint8_t> packed;
 
   Problem(DType t, int64_t n_, int64_t k_, uint64_t seed) : Problem(t, n_, k_, test::random_quant_blocks(t, n_, k_, seed)) {}
   Problem(DType t, int64_t n_, int64_t k_, std::vector<uint8_t> blocks_)
-      : type(t), n(n_), k(k_), blocks(std::move(blocks_)), w(n_ * k_), packed(cuda::gemv_quant_layout(t, n_, k_).bytes) {
+      : type(t), n(n_), k(k_), blocks(std::move(blocks_)), exact(n_ * k_), rounded(n_ * k_),
+        packed(cuda::gemv_quant_layout(t, n_, k_).bytes) {
     std::vector<uint8_t> host(cuda::gemv_quant_layout(t, n, k).bytes);
     cuda::repack_quant(t, blocks.data(), n, k, host.data());
     packed.upload(host);
     const int64_t row_bytes = *dtype_row_bytes(t, k);
     for (int64_t r = 0; r < n; ++r) {
-      ref::dequantize_row(t, blocks.data() + r * row_bytes, w.data() + r * k, k);
-      for (int64_t c = 0; c < k; ++c) w[r * k + c] = bf16_to_f32(f32_to_bf16(w[r * k + c]));
+      ref::dequantize_row(t, blocks.data() + r * row_bytes, exact.data() + r * k, k);
+      for (int64_t c = 0; c < k; ++c) rounded[r * k + c] = bf16_to_f32(f32_to_bf16(exact[r * k + c]));
     }
+  }
+  // The weights a call of `rows` rows multiplies by.
+  const std::vector<float>& weights(int64_t rows) const {
+    return cuda::dequant_gemm_rounds_weights(type, rows) ? rounded : exact;
   }
 };
 
 // y[r * ldy + j] (+)= sum_c x[r][c] w[j][c], in double.
 std::vector<double> reference(const Problem& p, const std::vector<float>& x, int64_t rows) {
+  const std::vector<float>& w = p.weights(rows);
   std::vector<double> y(rows * p.n);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t j = 0; j < p.n; ++j) {
       double s = 0;
-      for (int64_t c = 0; c < p.k; ++c) s += static_cast<double>(x[r * p.k + c]) * p.w[j * p.k + c];
+      for (int64_t c = 0; c < p.k; ++c) s += static_cast<double>(x[r * p.k + c]) * w[j * p.k + c];
       y[r * p.n + j] = s;
     }
   return y;
@@ -125,9 +131,11 @@ TEST(DequantGemm, MatchesTheDequantizedProductInDouble) {
 
 // Rows of x that are unit vectors pick single weights: y[r][j] = W[j][c] exactly (one product by
 // 1, the rest zeros), so every dequantized weight is compared with the reference bit for bit,
-// through each k step width: 64 (128 rows), 128 (64 rows) and 256 (16 rows).
+// through each k step width: 64 (128 rows), 128 (64 and 32 rows) and 256 (16 rows), and through
+// both forms (rounded at 17+ rows, scaled at <= 16 but for Q8_0).
 void expect_every_weight_like_the_reference(const Problem& p) {
-  for (int64_t rows : {128, 64, 16}) {
+  for (int64_t rows : {128, 64, 32, 16}) {
+    const std::vector<float>& w = p.weights(rows);
     test::DevBuf<uint8_t> ws(std::max<size_t>(16, cuda::dequant_gemm_workspace_bytes(p.type, p.n, p.k, rows)));
     for (int64_t c0 = 0; c0 < p.k; c0 += rows) {
       std::vector<float> x(rows * p.k, 0.f);
@@ -138,7 +146,7 @@ void expect_every_weight_like_the_reference(const Problem& p) {
       const std::vector<float> got = y.download();
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t j = 0; j < p.n; ++j)
-          ASSERT_EQ(got[r * p.n + j], p.w[j * p.k + c0 + r])
+          ASSERT_EQ(got[r * p.n + j], w[j * p.k + c0 + r])
               << dtype_name(p.type) << " weight row " << j << " column " << c0 + r << " rows " << rows;
     }
   }
@@ -153,9 +161,10 @@ TEST(DequantGemm, DequantizesLikeTheReference) {
   }
 }
 
-// Q4_0 takes packed bf16 arithmetic with its f16 scale split into bf16 d_hi + d_lo
-// (dequant_gemm.cu): every finite f16 scale, once per block (zero, subnormals, either sign,
-// those whose bf16 rounding carries into the next power of two), with random quants.
+// Q4_0 takes packed bf16 arithmetic with its f16 scale split into bf16 d_hi + d_lo (the rounded
+// form, dequant_gemm.cu; the scaled form multiplies f32 sums by d): every finite f16 scale, once
+// per block (zero, subnormals, either sign, those whose bf16 rounding carries into the next power
+// of two), with random quants.
 TEST(DequantGemm, Q4_0EveryFiniteScaleDequantizesLikeTheReference) {
   TESSERA_SKIP_WITHOUT_GPU();
   constexpr int64_t n = 496, k = 4096;  // 496 x 128 blocks: the 63,488 finite f16 patterns
@@ -176,22 +185,27 @@ TEST(DequantGemm, Q4_0EveryFiniteScaleDequantizesLikeTheReference) {
 // Under programmatic dependent launch the GEMM requests its first weights before waiting for
 // the kernel that writes x; it must read the new x. Chained (f32 -> bf16 rows, GEMM) pairs on one
 // stream give the bits of each pair run alone.
+void expect_chained_like_alone(const Problem& p, int64_t rows) {
+  const int chain = 8;
+  test::DevBuf<float> xf(test::random_floats(chain * rows * p.k, 4));
+  test::DevBuf<__nv_bfloat16> xb(rows * p.k);
+  test::DevBuf<uint8_t> ws(std::max<size_t>(16, cuda::dequant_gemm_workspace_bytes(p.type, p.n, p.k, rows)));
+  test::DevBuf<float> chained(chain * rows * p.n), alone(chain * rows * p.n);
+  test::run_chained_then_alone(chain, chained.get(), alone.get(), [&](int i, float* y, cudaStream_t st) {
+    cuda::f32_to_bf16_rows(xf.get() + i * rows * p.k, rows * p.k, xb.get(), st);
+    run(p, xb.get(), rows, y + i * rows * p.n, p.n, false, ws, st);
+  });
+  const auto a = chained.download(), b = alone.download();
+  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << dtype_name(p.type) << " rows " << rows;
+}
+
 TEST(DequantGemm, ReadsTheActivationsItsProducerWroteUnderPdl) {
   TESSERA_SKIP_WITHOUT_GPU();
-  const Problem p(DType::kQ4_K, 2048, 4096, 3);
-  const int chain = 8;
-  for (int64_t rows : {16, 96}) {
-    test::DevBuf<float> xf(test::random_floats(chain * rows * p.k, 4));
-    test::DevBuf<__nv_bfloat16> xb(rows * p.k);
-    test::DevBuf<uint8_t> ws(std::max<size_t>(16, cuda::dequant_gemm_workspace_bytes(p.type, p.n, p.k, rows)));
-    test::DevBuf<float> chained(chain * rows * p.n), alone(chain * rows * p.n);
-    test::run_chained_then_alone(chain, chained.get(), alone.get(), [&](int i, float* y, cudaStream_t st) {
-      cuda::f32_to_bf16_rows(xf.get() + i * rows * p.k, rows * p.k, xb.get(), st);
-      run(p, xb.get(), rows, y + i * rows * p.n, p.n, false, ws, st);
-    });
-    const auto a = chained.download(), b = alone.download();
-    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << "rows " << rows;
-  }
+  for (DType t : {DType::kQ4_K, DType::kQ4_0})  // at 16 rows the scaled form (both B loads)
+    for (int64_t rows : {16, 96}) {
+      expect_chained_like_alone(Problem(t, 2048, 4096, 3), rows);
+      if (HasFailure()) return;
+    }
 }
 
 TEST(DequantGemm, RejectsWhatItCannotRun) {

@@ -404,12 +404,14 @@ struct DequantGemmPair {
 
 // Quantized projections of 9..128 rows run on dequant_gemm (tensor cores on the quantized
 // bytes); TESSERA_DEQUANT_GEMM_MAX_ROWS=0 keeps the other path (each weight slice dequantized
-// to a bf16 copy, then cuBLASLt). Both multiply the same bf16 values, so the logits of a prompt
-// in chunks of 100, 40 and 12 rows (every row tile: 128, 32, 64, 16) of a 4-layer model differ
-// only through f32 summation order, amplified where activations are rounded to bf16 between
-// layers: within the bound of the two bf16 paths of OneRowStepsMatchOneChunk (H200: nMSE
-// 1.3e-5 .. 2.4e-5, top-1 98.5-100 %; a wrong kernel gives nMSE ~1; the GEMM's own numerics
-// are checked in dequant_gemm_cuda_test).
+// to a bf16 copy, then cuBLASLt). From 17 rows both multiply the same bf16 values, so the logits
+// of a prompt in chunks of 100 and 40 rows (row tiles 128, 32, 64; the 10-row tail of the 40s:
+// 16) of a 4-layer model differ only through f32 summation order, amplified where activations
+// are rounded to bf16 between layers: within the bound of the two bf16 paths of
+// OneRowStepsMatchOneChunk (H200: nMSE 1.3e-5 .. 2.4e-5 (s21); 2.5e-5 .. 4.1e-5 with the
+// scaled tails (s22), top-1 98.5-100 %). Chunks of 12 rows take the scaled form, whose weights
+// are exact where the copies are rounded to bf16: nMSE 1.1e-4 .. 1.4e-4 (s22), held to 5e-4. A
+// wrong kernel gives nMSE ~1; the GEMM's own numerics are checked in dequant_gemm_cuda_test.
 TEST(LlamaCudaDummy, BatchedQuantizedProjectionsMatchTheBf16CopyPath) {
   TESSERA_SKIP_WITHOUT_GPU();
   ThreadPool pool(1);
@@ -429,7 +431,7 @@ TEST(LlamaCudaDummy, BatchedQuantizedProjectionsMatchTheBf16CopyPath) {
       const double e = test::nmse(a, b);
       std::printf("%s chunks of %lld, dequant_gemm vs bf16 copies: top-1 %.1f%%, nMSE %.2e\n",
                   std::string(dtype_name(t)).c_str(), static_cast<long long>(chunk), 100 * ag.top1, e);
-      EXPECT_LE(e, 1e-4) << dtype_name(t) << " chunk " << chunk;
+      EXPECT_LE(e, cuda::dequant_gemm_rounds_weights(t, chunk) ? 1e-4 : 5e-4) << dtype_name(t) << " chunk " << chunk;
       EXPECT_GE(ag.top1, 0.95) << dtype_name(t) << " chunk " << chunk;
     }
   }

@@ -33,6 +33,17 @@ __host__ __device__ constexpr size_t stage_bytes() {
 constexpr int kBlocksPerSm = 2;  // resident blocks the tiles are sized for (registers <= 128)
 constexpr size_t kBlockSmem = 113 * 1024;
 
+// One output y[m][j] of a block: written, added to, or (k split) the split's partial sum.
+__device__ __forceinline__ void store_acc(const Params& p, int64_t m, int64_t j, float v) {
+  if (m >= p.rows || j >= p.n) return;
+  if (gridDim.z > 1) {
+    p.ws[(int64_t{blockIdx.z} * p.rows + m) * p.n + j] = v;
+  } else {
+    float* out = p.y + m * p.ldy + j;
+    *out = p.accumulate ? *out + v : v;
+  }
+}
+
 // ---- The block: wgmma with the weights as A. Two warpgroups of 64 weight rows each; every warp
 // turns its 16 rows' bytes into the A fragments of wgmma.m64nNk16 in registers (one staged word
 // per row and chunk, as above), and the activation rows are B, read by the tensor cores from a
@@ -55,47 +66,68 @@ struct Tiling {
   static_assert(kBlocksPerSm * (kSmem + 1024) <= 228 * 1024, "two blocks per SM");
 };
 
+// A block's ring of stages, as both kernels run it: stage s % kStages holds k step s (its
+// activation tile, swizzled: kBK / 64 x kN x 128 bytes, then the weights: kBN x kRaw), 1024-aligned
+// in dynamic shared memory. The block's output tile is (n0.., m0..), its k range is split
+// blockIdx.z's.
+template <DType kType, class T>
+struct Pipeline {
+  uint8_t* smem;
+  int64_t n0, m0, k_begin;
+  int steps;
+  StageCopies<kType, T::kN, T::kBK, T::kThreads> copies;
+
+  __device__ __forceinline__ Pipeline(const Params& p, uint8_t* smem_unaligned)
+      : smem(smem_unaligned + ((1024 - smem_addr(smem_unaligned) % 1024) % 1024)),
+        n0(int64_t{blockIdx.x} * kBN),
+        m0(int64_t{blockIdx.y} * T::kN),
+        k_begin(int64_t{blockIdx.z} * p.k_split),
+        steps(static_cast<int>((min(p.k, k_begin + p.k_split) - k_begin) / T::kBK)),
+        copies(p, static_cast<int>(threadIdx.x), n0, m0) {}
+  __device__ __forceinline__ uint8_t* stage(int step) const { return smem + (step % T::kStages) * T::kStageBytes; }
+  // The first kStages - 1 steps: weights before the PDL wait (they never change), activations
+  // (and y) after it, since earlier kernels write them. One commit group per stage slot, empty
+  // or not.
+  __device__ __forceinline__ void prologue() const {
+    for (int st = 0; st < T::kStages - 1; ++st)
+      if (st < steps) copies.weights(k_begin + int64_t{st} * T::kBK, stage(st) + T::kActBytes);
+    pdl_wait();
+    for (int st = 0; st < T::kStages - 1; ++st) {
+      if (st < steps) copies.acts(k_begin + int64_t{st} * T::kBK, stage(st));
+      cp_async_commit();
+    }
+  }
+  // Step s's stage once it landed (this thread's copies, then everyone's: the barrier also means
+  // every warp is done with step s - 1), after issuing step s + kStages - 1 into the slot step
+  // s - 1 freed. kAsyncProxy: the tensor cores read the stage through the async proxy (wgmma).
+  template <bool kAsyncProxy>
+  __device__ __forceinline__ const uint8_t* wait_step(int s) const {
+    cp_async_wait<T::kStages - 2>();
+    if constexpr (kAsyncProxy) fence_proxy_async_smem();
+    __syncthreads();
+    const int next = s + T::kStages - 1;
+    if (next < steps) {
+      copies.weights(k_begin + int64_t{next} * T::kBK, stage(next) + T::kActBytes);
+      copies.acts(k_begin + int64_t{next} * T::kBK, stage(next));
+    }
+    cp_async_commit();
+    return stage(s);
+  }
+};
+
 template <DType kType, class T>
 __global__ void __launch_bounds__(T::kThreads, kBlocksPerSm) dequant_gemm_kernel(const Params p) {
-  constexpr int kN = T::kN, kBK = T::kBK, kStages = T::kStages, kThreads = T::kThreads;
-  constexpr size_t kStageBytes = T::kStageBytes;
+  constexpr int kN = T::kN, kBK = T::kBK;
   using R = Raw<kType, kBK>;
   pdl_trigger();
   extern __shared__ __align__(16) uint8_t smem_unaligned[];
-  // Stages of [activations, swizzled: kBK / 64 x kN x 128 bytes][weights: kBN x kRaw], 1024-aligned.
-  uint8_t* smem = smem_unaligned + ((1024 - smem_addr(smem_unaligned) % 1024) % 1024);
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
-  const int64_t n0 = int64_t{blockIdx.x} * kBN, m0 = int64_t{blockIdx.y} * kN;
-  const int64_t k_begin = int64_t{blockIdx.z} * p.k_split, k_end = min(p.k, k_begin + p.k_split);
-  const int steps = static_cast<int>((k_end - k_begin) / kBK);
-
-  const StageCopies<kType, kN, kBK, kThreads> copies(p, tid, n0, m0);
-  auto issue_weights = [&](int step, int stage) {
-    copies.weights(k_begin + int64_t{step} * kBK, smem + stage * kStageBytes + T::kActBytes);
-  };
-  auto issue_acts = [&](int step, int stage) { copies.acts(k_begin + int64_t{step} * kBK, smem + stage * kStageBytes); };
-
+  const Pipeline<kType, T> pipe(p, smem_unaligned);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int row0 = warp * 16;  // this warp's weight rows in the block: row0 + g and row0 + g + 8
   float acc[kN / 2];  // set by the first wgmma (scale_d = 0); every split has at least one step
-  // The first stages: weights before the wait (they never change), activations after it.
-  for (int st = 0; st < kStages - 1; ++st)
-    if (st < steps) issue_weights(st, st);
-  pdl_wait();  // x (and y) come from earlier kernels
-  for (int st = 0; st < kStages - 1; ++st) {
-    if (st < steps) issue_acts(st, st);
-    cp_async_commit();  // one group per stage slot, empty or not
-  }
-  for (int s = 0; s < steps; ++s) {
-    const int stage = s % kStages;
-    cp_async_wait<kStages - 2>();  // step s landed (this thread's copies) ...
-    fence_proxy_async_smem();      // ... visible to the tensor cores' reads ...
-    __syncthreads();               // ... and everyone's; step s - 1 is done (its wgmmas waited for)
-    if (s + kStages - 1 < steps) {
-      issue_weights(s + kStages - 1, (s + kStages - 1) % kStages);
-      issue_acts(s + kStages - 1, (s + kStages - 1) % kStages);
-    }
-    cp_async_commit();
-    const uint8_t* st_base = smem + stage * kStageBytes;
+  pipe.prologue();
+  for (int s = 0; s < pipe.steps; ++s) {
+    const uint8_t* st_base = pipe.wait_step<true>(s);  // step s - 1's wgmmas were waited for
     // The stage's tile descriptor; k16 slice kk lies (kk / 4) 64-wide column blocks and (kk % 4)
     // 32-byte steps further, added to the descriptor's address field in 16-byte units (shared
     // addresses stay below 2^18, so the sum never carries out of the field). Building each
@@ -127,19 +159,118 @@ __global__ void __launch_bounds__(T::kThreads, kBlocksPerSm) dequant_gemm_kernel
   wgmma_fence_operands(acc);
   cp_async_wait<0>();
 
-  const bool split = gridDim.z > 1;
 #pragma unroll
-  for (int i = 0; i < kN / 2; ++i) {
-    const int64_t m = m0 + (i / 4) * 8 + 2 * t + (i % 2), j = n0 + row0 + g + 8 * ((i / 2) % 2);
-    if (m >= p.rows || j >= p.n) continue;
-    const float v = acc[i];
-    if (split) {
-      p.ws[(int64_t{blockIdx.z} * p.rows + m) * p.n + j] = v;
-    } else {
-      float* out = p.y + m * p.ldy + j;
-      *out = p.accumulate ? *out + v : v;
+  for (int i = 0; i < kN / 2; ++i)
+    store_acc(p, pipe.m0 + (i / 4) * 8 + 2 * t + (i % 2), pipe.n0 + row0 + g + 8 * ((i / 2) % 2), acc[i]);
+}
+
+// ---- The scaled form (every format but Q8_0, at <= 16 rows; TESSERA_DG_SCALED=0 turns it off).
+// The block and its stages are dequant_gemm_kernel's; the arithmetic differs. A holds the quants
+// as small integers, exact in bf16 (a byte permute and a packed subtract per pair of weights,
+// where the rounded form takes 3-4 instructions per pair and a conversion), the tensor cores sum
+// each 32-element chunk (Q6_K: each 16) into fresh f32 registers, and those are scaled into the
+// accumulators by the chunk's factors (scaled_chunk): kN / 32 FMAs per weight, plus the
+// activations' chunk sums (an mma with A = 1) times the chunk's offset for Q4_1 / Q4_K / Q5_K.
+// No weight is rounded: the result is the exact dequantized product up to the f32 summation
+// (the rounded form gives the bf16 copy's). mma.sync m16n8k16, whose results are ordinary
+// register values (wgmma's would need a wait per chunk before scaling); each warp multiplies
+// its 16 weight rows by all kN activation rows. kContig (every format but Q4_0) loads each
+// lane's qs word whole and its B fragments as 8-byte words; Q4_0 keeps chunk_frags' lane order
+// with B by ldmatrix.
+// Measured (H200, s22_dequant_gemm_scaled.txt), Llama-3-8B shapes at 16 rows, rounded ->
+// scaled: gate|up Q4_0 45.5 -> 38.8 us, Q4_1 55.4 -> 48.1, Q4_K 58.7 -> 49.5, Q5_K 67.4 -> 58.7,
+// Q6_K 87.0 -> 68.8; engine at 16 sequences Q4_0 +7 %, Q4_K +9 %. At 32 rows the doubled FMAs
+// and mmas made it 2-25 % slower than the rounded form, so 17+ rows keep that.
+template <DType kType, class T, bool kContig>
+__global__ void __launch_bounds__(T::kThreads, kBlocksPerSm) scaled_kernel(const Params p) {
+  static_assert(kType != DType::kQ8_0, "the scaled form takes the 4- to 6-bit formats");
+  constexpr int kSliceScales = kType == DType::kQ6_K ? 2 : 1;  // scales per chunk
+  constexpr bool kHasAdd = scaled_has_add<kType>();
+  constexpr int kN = T::kN, kBK = T::kBK;
+  using R = Raw<kType, kBK>;
+  pdl_trigger();
+  extern __shared__ __align__(16) uint8_t smem_unaligned[];
+  const Pipeline<kType, T> pipe(p, smem_unaligned);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+
+  // ldmatrix.x4 for the B fragments of two n tiles (16 activation rows) and one k16 slice: lanes
+  // 8i .. 8i + 7 address matrix i = (rows 8 (i / 2) .., k half i % 2), so registers 0, 1 are n tile
+  // 0's b0, b1 and 2, 3 n tile 1's. The lane's row is the same in every 16-row group (its
+  // swizzle phase is lane % 8), so only the 16-byte unit within the 128-byte row varies: unit
+  // 2 (kk % 4) + i % 2, at koff[kk % 4].
+  const int ld_row = (lane / 16) * 8 + lane % 8;
+  uint32_t koff[4];
+#pragma unroll
+  for (int c = 0; c < 4; ++c)
+    koff[c] = kContig ? sw128_offset(g, 2 * c + t / 2) + 8 * (t % 2) : sw128_offset(ld_row, 2 * c + (lane / 8) % 2);
+
+  const int row0 = warp * 16;  // this warp's weight rows in the block: row0 + g and row0 + g + 8
+  float acc[kN / 8][4];
+#pragma unroll
+  for (int i = 0; i < kN / 8; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+  pipe.prologue();
+  for (int s = 0; s < pipe.steps; ++s) {
+    const uint8_t* st_base = pipe.wait_step<false>(s);
+    const uint8_t* wrow = st_base + T::kActBytes + (row0 + g) * R::kRaw;
+#pragma unroll
+    for (int chunk = 0; chunk < kBK / 32; ++chunk) {
+      uint32_t lo[2][2], hi[2][2];  // rows g and g + 8: [slice][b0 / b1]
+      ChunkScale s_lo, s_hi;
+      scaled_chunk<kType, kBK, kContig>(wrow, chunk, t, p.x43, lo, s_lo);
+      scaled_chunk<kType, kBK, kContig>(wrow + 8 * R::kRaw, chunk, t, p.x43, hi, s_hi);
+      // The chunk's sums: per slice where the scale changes with it (Q6_K), and the activations'
+      // own sums where the format adds a per-chunk offset (the mma with A = 1).
+      float part[kSliceScales][kN / 8][4], xsum[kHasAdd ? kN / 8 : 1][4];
+#pragma unroll
+      for (int i = 0; i < kN / 8; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          part[0][i][e] = part[kSliceScales - 1][i][e] = 0.f;
+          xsum[kHasAdd ? i : 0][e] = 0.f;
+        }
+#pragma unroll
+      for (int sl = 0; sl < 2; ++sl) {
+        const int kk = 2 * chunk + sl;  // k16 slice of the step
+        const uint32_t a[4] = {lo[sl][0], hi[sl][0], lo[sl][1], hi[sl][1]};
+        const uint32_t ones[4] = {0x3F803F80u, 0x3F803F80u, 0x3F803F80u, 0x3F803F80u};  // bf16 1
+        auto mma = [&](int i, uint32_t b0, uint32_t b1) {
+          mma_bf16_16816(part[kSliceScales == 2 ? sl : 0][i], a, b0, b1);
+          if constexpr (kHasAdd) mma_bf16_16816(xsum[i], ones, b0, b1);
+        };
+        if constexpr (kContig) {  // b0, b1 of n tile i: elements 16 kk + 4t .. + 3 of row 8 i + g
+#pragma unroll
+          for (int i = 0; i < kN / 8; ++i) {
+            const uint2 b = *reinterpret_cast<const uint2*>(st_base + (kk / 4) * (kN * 128) + i * 8 * 128 + koff[kk % 4]);
+            mma(i, b.x, b.y);
+          }
+        } else {
+#pragma unroll
+          for (int n16 = 0; n16 < kN / 16; ++n16) {
+            uint32_t b[4];
+            ldmatrix_x4(b, st_base + (kk / 4) * (kN * 128) + n16 * 16 * 128 + koff[kk % 4]);
+            mma(2 * n16, b[0], b[1]);
+            mma(2 * n16 + 1, b[2], b[3]);
+          }
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < kN / 8; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const ChunkScale& sc = e < 2 ? s_lo : s_hi;  // C rows g (e 0, 1) and g + 8
+          float v = fmaf(part[0][i][e], sc.mul[0], acc[i][e]);
+          if constexpr (kSliceScales == 2) v = fmaf(part[1][i][e], sc.mul[1], v);
+          if constexpr (kHasAdd) v = fmaf(xsum[i][e], sc.add, v);
+          acc[i][e] = v;
+        }
     }
   }
+  cp_async_wait<0>();
+#pragma unroll
+  for (int i = 0; i < kN / 8; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      store_acc(p, pipe.m0 + i * 8 + 2 * t + (e % 2), pipe.n0 + row0 + g + 8 * (e / 2), acc[i][e]);
 }
 
 // y (+)= the splits' partial sums, added in split order.
@@ -201,19 +332,23 @@ size_t split_sums_bytes(int splits, int64_t rows, int64_t n) {
   return splits > 1 ? static_cast<size_t>(splits) * static_cast<size_t>(rows * n) * sizeof(float) : 0;
 }
 
-template <DType kType, class T>
-void launch(const Params& p, int splits, cudaStream_t s) {
+template <auto kKernel, class T>
+void launch_kernel_of(const Params& p, int splits, cudaStream_t s) {
   constexpr size_t smem = T::kSmem;
-  auto* kernel = dequant_gemm_kernel<kType, T>;
-  TESSERA_CUDA_CHECK((raise_func_attribute<dequant_gemm_kernel<kType, T>, cudaFuncAttributeMaxDynamicSharedMemorySize>(
-      static_cast<int>(smem))));
+  TESSERA_CUDA_CHECK((raise_func_attribute<kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize>(static_cast<int>(smem))));
   // All of the SM's unified memory as shared memory, so that two blocks fit whatever the driver
   // would pick.
-  TESSERA_CUDA_CHECK((raise_func_attribute<dequant_gemm_kernel<kType, T>,
-                                           cudaFuncAttributePreferredSharedMemoryCarveout>(100)));
+  TESSERA_CUDA_CHECK((raise_func_attribute<kKernel, cudaFuncAttributePreferredSharedMemoryCarveout>(100)));
   const dim3 grid(static_cast<unsigned>((p.n + kBN - 1) / kBN), static_cast<unsigned>((p.rows + T::kN - 1) / T::kN),
                   static_cast<unsigned>(splits));
-  launch_kernel(kernel, grid, T::kThreads, smem, s, p);
+  launch_kernel(kKernel, grid, T::kThreads, smem, s, p);
+}
+template <DType kType, class T>
+void launch(const Params& p, int splits, cudaStream_t s) {
+  if constexpr (kType != DType::kQ8_0 && T::kN == 16)
+    if (!dequant_gemm_rounds_weights(kType, p.rows))
+      return launch_kernel_of<scaled_kernel<kType, T, kType != DType::kQ4_0>, T>(p, splits, s);
+  launch_kernel_of<dequant_gemm_kernel<kType, T>, T>(p, splits, s);
 }
 
 // Two blocks per SM bound registers at 128. None spills (ptxas -v:
@@ -240,6 +375,14 @@ bool dequant_gemm_supported(DType type, int64_t k) {
     case DType::kQ4_K: case DType::kQ5_K: case DType::kQ6_K: return k > 0 && k % 256 == 0;
     default: return false;
   }
+}
+
+bool dequant_gemm_rounds_weights(DType type, int64_t rows) {
+  static const bool scaled_on = [] {
+    const char* e = std::getenv("TESSERA_DG_SCALED");
+    return !(e && std::string(e) == "0");
+  }();
+  return !(scaled_on && type != DType::kQ8_0 && rows <= 16);
 }
 
 size_t dequant_gemm_workspace_bytes(DType type, int64_t n, int64_t k, int64_t rows, int max_splits) {

@@ -7,7 +7,9 @@
 // activation rows (B) from a swizzled shared-memory tile; f32 accumulation. sm_90a. The result
 // is dequantize-then-GEMM up to the f32 summation order, reading each weight byte once per call
 // instead of writing and reading a bf16 copy (the engine's batched decode of quantized models,
-// 9..128 rows).
+// 9..128 rows). Up to 16 rows the 4- to 6-bit formats take a scaled form instead: the quants as
+// exact small integers, each block's scales applied to its f32 sums, so the weights are exact
+// rather than rounded to bf16 (dequant_gemm_rounds_weights).
 //
 // Shapes: k % 128 == 0 (K types: k % 256 == 0, as gemv_quant_layout asks). Projections with few
 // output tiles split k over up to 8 blocks; their partial sums go to `ws` and a second kernel
@@ -27,6 +29,12 @@
 namespace tessera::cuda {
 
 bool dequant_gemm_supported(DType type, int64_t k);
+
+// What a call of `rows` rows multiplies x by: the weights rounded to bf16 (true: the values
+// dequantize_packed_bf16 writes, as the engine's bf16 copies and prompt slices hold them), or
+// their exact f32 values (false: the scaled form, every format but Q8_0 at <= 16 rows, which
+// applies each block's scales to its f32 sums; TESSERA_DG_SCALED=0 turns it off).
+bool dequant_gemm_rounds_weights(DType type, int64_t rows);
 
 // Workspace bytes (16-byte aligned, any contents) dequant_gemm_bf16 needs for this shape; 0
 // when it does not split k. max_splits > 0 caps the split count (both calls must pass the same;

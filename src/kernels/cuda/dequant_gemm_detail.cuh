@@ -179,6 +179,98 @@ __device__ __forceinline__ void chunk_frags(const uint8_t* row, int chunk, int t
   }
 }
 
+// ---- The scaled form (dequant_gemm.cu's scaled_kernel): a chunk's quants as small integers,
+// exact in bf16, and the f32 factors that make the chunk's sums its dequantized product:
+//   y += mul[s] * (sum over slice s of a x) + add * (sum over the chunk of x).
+// Q4_0: a = q - 8, mul = d. Q4_1: a = q, mul = d, add = m. Q4_K / Q5_K: a = q, mul = d sc,
+// add = -dmin mn. Q6_K: a = q - 32, mul[s] = d sc_s (its scales cover 16 elements: one slice).
+// No weight is rounded. The lane's fragment pairs are chunk_frags' (b[s][0] and b[s][1] hold
+// slot pairs 2t, 2t+1 and 2t+8, 2t+9 of slice s) with, where kContig, the elements 4t .. 4t + 3
+// in those slots (bytes 4t .. 4t + 3 of the qs: one load; the activations' B fragments take the
+// same elements), else chunk_frags' elements 2t, 2t+1, 2t+8, 2t+9.
+struct ChunkScale {
+  float mul[2], add;
+};
+template <DType kType>
+__host__ __device__ constexpr bool scaled_has_add() {
+  return kType == DType::kQ4_1 || kType == DType::kQ4_K || kType == DType::kQ5_K;
+}
+// Bytes 0, 1 and 2, 3 of w (values < 128) as the bf16 pairs (b - off): byte permute, packed subtract.
+template <uint32_t kOff>
+__device__ __forceinline__ void centered_pairs(uint32_t w, uint32_t x43, uint32_t (&b)[2]) {
+  constexpr uint32_t kSub = (0x4300u + kOff) * 0x10001u;  // bf16 128 + off, twice (off < 128)
+  b[0] = bf16x2_sub(bf16_128_plus_pair<0>(w, x43), kSub);
+  b[1] = bf16x2_sub(bf16_128_plus_pair<2>(w, x43), kSub);
+}
+template <DType kType, int kBK, bool kContig>
+__device__ __forceinline__ void scaled_chunk(const uint8_t* row, int chunk, int t, uint32_t x43, uint32_t (&b)[2][2],
+                                             ChunkScale& s) {
+  using R = Raw<kType, kBK>;
+  const uint8_t* qs = row + chunk * 16;
+  const uint32_t w = kContig ? *reinterpret_cast<const uint32_t*>(qs + 4 * t) : lane_bytes(qs, t);
+  uint32_t lo = w & 0x0F0F0F0Fu, hi = (w >> 4) & 0x0F0F0F0Fu;
+  s.add = 0.f;
+  if constexpr (kType == DType::kQ4_0) {
+    s.mul[0] = s.mul[1] = f16_bits(u16_at(row + R::kScOff + chunk * 2));
+    centered_pairs<8>(lo, x43, b[0]);
+    centered_pairs<8>(hi, x43, b[1]);
+  } else if constexpr (kType == DType::kQ4_1) {
+    const uint32_t dm = *reinterpret_cast<const uint32_t*>(row + R::kScOff + chunk * 4);
+    s.mul[0] = s.mul[1] = f16_bits(dm & 0xFFFF);
+    s.add = f16_bits(dm >> 16);
+    centered_pairs<0>(lo, x43, b[0]);
+    centered_pairs<0>(hi, x43, b[1]);
+  } else if constexpr (kType == DType::kQ4_K || kType == DType::kQ5_K) {
+    if constexpr (kType == DType::kQ5_K) {  // element l < 16's fifth bit at bit 8 (l % 4) + l / 4 (gemv.h)
+      const uint32_t qh = *reinterpret_cast<const uint32_t*>(row + R::kQhOff + chunk * 4);
+      if constexpr (kContig) {  // elements 4t + e: bit 8 e + t, the high half's 4 higher
+        lo |= ((qh >> t) & 0x01010101u) << 4;
+        hi |= ((qh >> (t + 4)) & 0x01010101u) << 4;
+      } else {  // chunk_frags' spread
+        const uint32_t h = qh >> (16 * (t & 1) + (t >> 1));
+        auto spread = [](uint32_t v) { return (v & 0x1010u) | (v & 0x4040u) << 14; };
+        lo |= spread(h << 4);
+        hi |= spread(h);
+      }
+    }
+    const uint32_t scmn = u16_at(row + R::kScOff + chunk * 2);
+    const uint32_t dd = *reinterpret_cast<const uint32_t*>(row + R::kDOff);
+    s.mul[0] = s.mul[1] = __fmul_rn(f16_bits(dd & 0xFFFF), static_cast<float>(scmn & 0xFF));
+    s.add = -__fmul_rn(f16_bits(dd >> 16), static_cast<float>(scmn >> 8));
+    centered_pairs<0>(lo, x43, b[0]);
+    centered_pairs<0>(hi, x43, b[1]);
+  } else {  // Q6_K: element l's two high bits at bit 8 (l % 4) + 2 (l / 4) of qh word l / 16
+    static_assert(kType == DType::kQ6_K, "Q4_0, Q4_1, Q4_K, Q5_K, Q6_K");
+    const uint2 qh = *reinterpret_cast<const uint2*>(row + R::kQhOff + chunk * 8);
+    const auto* sc = reinterpret_cast<const int8_t*>(row + R::kScOff + chunk * 2);
+    const float d = f16_bits(u16_at(row + R::kDOff));
+    s.mul[0] = __fmul_rn(d, static_cast<float>(sc[0]));
+    s.mul[1] = __fmul_rn(d, static_cast<float>(sc[1]));
+    uint32_t h0 = 0, h1 = 0;  // the high bits of the lane's 4 elements, one per byte
+    if constexpr (kContig) {  // elements 4t + e: bits 8 e + 2 t
+      h0 = (qh.x >> (2 * t)) & 0x03030303u;
+      h1 = (qh.y >> (2 * t)) & 0x03030303u;
+    } else {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int l = 2 * t + (e & 1) + 8 * (e >> 1), sh = 8 * (l & 3) + 2 * (l >> 2);
+        h0 |= ((qh.x >> sh) & 3u) << (8 * e);
+        h1 |= ((qh.y >> sh) & 3u) << (8 * e);
+      }
+    }
+    centered_pairs<32>(lo | h0 << 4, x43, b[0]);
+    centered_pairs<32>(hi | h1 << 4, x43, b[1]);
+  }
+}
+
+// c += a b: mma.sync m16n8k16, bf16 operands, f32 accumulators.
+__device__ __forceinline__ void mma_bf16_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
 struct Params {
   const uint8_t* base;
   GemvQuantLayout L;
