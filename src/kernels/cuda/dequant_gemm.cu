@@ -151,20 +151,21 @@ __global__ void __launch_bounds__(T::kThreads, kBlocksPerSm) dequant_gemm_kernel
 // accumulators by the chunk's factors (scaled_chunk): kN / 32 FMAs per weight, plus the
 // activations' chunk sums (an mma with A = 1) times the chunk's offset for Q4_1 / Q4_K / Q5_K.
 // No weight is rounded: the result is the exact dequantized product up to the f32 summation
-// (the rounded form gives the bf16 copy's). mma.sync m16n8k16, whose results are ordinary
-// register values (wgmma's would need a wait per chunk before scaling); each warp multiplies
-// its 16 weight rows by all kN activation rows. kContig (every format but Q4_0) loads each
-// lane's qs word whole and its B fragments as 8-byte words; Q4_0 keeps chunk_frags' lane order
-// with B by ldmatrix.
+// (for Q4_1 / Q4_K / Q5_K, of the two terms mul sum(q x) and add sum(x), whose rounding is
+// relative to the terms rather than to their difference; the rounded form gives the bf16
+// copy's product). mma.sync m16n8k16, whose results are ordinary register values (wgmma's
+// would need a wait per chunk before scaling); each warp multiplies its 16 weight rows by all
+// kN activation rows. kContig (scaled_contig: all but Q4_0) loads each lane's qs word whole and
+// its B fragments as 8-byte words; Q4_0 keeps chunk_frags' lane order with B by ldmatrix.
 // Measured (H200, s22_dequant_gemm_scaled.txt), Llama-3-8B shapes at 16 rows, rounded ->
 // scaled: gate|up Q4_0 45.5 -> 38.8 us, Q4_1 55.4 -> 48.1, Q4_K 58.7 -> 49.5, Q5_K 67.4 -> 58.7,
 // Q6_K 87.0 -> 68.8; engine at 16 sequences Q4_0 +7 %, Q4_K +9 %. At 32 rows the doubled FMAs
 // and mmas made it 2-25 % slower than the rounded form, so 17+ rows keep that.
-template <DType kType, class T, bool kContig>
+template <DType kType, class T>
 __global__ void __launch_bounds__(T::kThreads, kBlocksPerSm) scaled_kernel(const Params p) {
   static_assert(kType != DType::kQ8_0, "the scaled form takes the 4- to 6-bit formats");
   constexpr int kSliceScales = kType == DType::kQ6_K ? 2 : 1;  // scales per chunk
-  constexpr bool kHasAdd = scaled_has_add<kType>();
+  constexpr bool kHasAdd = scaled_has_add<kType>(), kContig = scaled_contig<kType>();
   constexpr int kN = T::kN, kBK = T::kBK, kStages = T::kStages, kThreads = T::kThreads;
   constexpr size_t kStageBytes = T::kStageBytes;
   using R = Raw<kType, kBK>;
@@ -219,8 +220,8 @@ __global__ void __launch_bounds__(T::kThreads, kBlocksPerSm) scaled_kernel(const
     for (int chunk = 0; chunk < kBK / 32; ++chunk) {
       uint32_t lo[2][2], hi[2][2];  // rows g and g + 8: [slice][b0 / b1]
       ChunkScale s_lo, s_hi;
-      scaled_chunk<kType, kBK, kContig>(wrow, chunk, t, p.x43, lo, s_lo);
-      scaled_chunk<kType, kBK, kContig>(wrow + 8 * R::kRaw, chunk, t, p.x43, hi, s_hi);
+      scaled_chunk<kType, kBK>(wrow, chunk, t, p.x43, lo, s_lo);
+      scaled_chunk<kType, kBK>(wrow + 8 * R::kRaw, chunk, t, p.x43, hi, s_hi);
       // The chunk's sums: per slice where the scale changes with it (Q6_K), and the activations'
       // own sums where the format adds a per-chunk offset (the mma with A = 1).
       float part[kSliceScales][kN / 8][4], xsum[kHasAdd ? kN / 8 : 1][4];
@@ -350,7 +351,7 @@ template <DType kType, class T>
 void launch(const Params& p, int splits, cudaStream_t s) {
   if constexpr (kType != DType::kQ8_0 && T::kN == 16)
     if (!dequant_gemm_rounds_weights(kType, p.rows))
-      return launch_kernel_of<scaled_kernel<kType, T, kType != DType::kQ4_0>, T>(p, splits, s);
+      return launch_kernel_of<scaled_kernel<kType, T>, T>(p, splits, s);
   launch_kernel_of<dequant_gemm_kernel<kType, T>, T>(p, splits, s);
 }
 
@@ -385,7 +386,9 @@ bool dequant_gemm_rounds_weights(DType type, int64_t rows) {
     const char* e = std::getenv("TESSERA_DG_SCALED");
     return !(e && std::string(e) == "0");
   }();
-  return !(scaled_on && type != DType::kQ8_0 && rows <= 16);
+  const bool scaled_type = type == DType::kQ4_0 || type == DType::kQ4_1 || type == DType::kQ4_K ||
+                           type == DType::kQ5_K || type == DType::kQ6_K;
+  return !(scaled_on && scaled_type && rows <= 16);
 }
 
 size_t dequant_gemm_workspace_bytes(DType type, int64_t n, int64_t k, int64_t rows, int max_splits) {

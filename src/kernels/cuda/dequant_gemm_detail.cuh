@@ -185,12 +185,18 @@ __device__ __forceinline__ void chunk_frags(const uint8_t* row, int chunk, int t
 // Q4_0: a = q - 8, mul = d. Q4_1: a = q, mul = d, add = m. Q4_K / Q5_K: a = q, mul = d sc,
 // add = -dmin mn. Q6_K: a = q - 32, mul[s] = d sc_s (its scales cover 16 elements: one slice).
 // No weight is rounded. The lane's fragment pairs are chunk_frags' (b[s][0] and b[s][1] hold
-// slot pairs 2t, 2t+1 and 2t+8, 2t+9 of slice s) with, where kContig, the elements 4t .. 4t + 3
-// in those slots (bytes 4t .. 4t + 3 of the qs: one load; the activations' B fragments take the
-// same elements), else chunk_frags' elements 2t, 2t+1, 2t+8, 2t+9.
+// slot pairs 2t, 2t+1 and 2t+8, 2t+9 of slice s). Which elements stand in those slots is the
+// format's lane order (scaled_contig): Q4_0 keeps chunk_frags' elements 2t, 2t+1, 2t+8, 2t+9
+// (B by ldmatrix); the others take elements 4t .. 4t + 3, bytes 4t .. 4t + 3 of the qs (one load;
+// the activations' B fragments take the same elements by 8-byte loads), which also makes the
+// Q5_K / Q6_K high-bit gathers two instructions (measured per format, s22).
 struct ChunkScale {
   float mul[2], add;
 };
+template <DType kType>
+__host__ __device__ constexpr bool scaled_contig() {
+  return kType != DType::kQ4_0;
+}
 template <DType kType>
 __host__ __device__ constexpr bool scaled_has_add() {
   return kType == DType::kQ4_1 || kType == DType::kQ4_K || kType == DType::kQ5_K;
@@ -202,12 +208,12 @@ __device__ __forceinline__ void centered_pairs(uint32_t w, uint32_t x43, uint32_
   b[0] = bf16x2_sub(bf16_128_plus_pair<0>(w, x43), kSub);
   b[1] = bf16x2_sub(bf16_128_plus_pair<2>(w, x43), kSub);
 }
-template <DType kType, int kBK, bool kContig>
+template <DType kType, int kBK>
 __device__ __forceinline__ void scaled_chunk(const uint8_t* row, int chunk, int t, uint32_t x43, uint32_t (&b)[2][2],
                                              ChunkScale& s) {
   using R = Raw<kType, kBK>;
   const uint8_t* qs = row + chunk * 16;
-  const uint32_t w = kContig ? *reinterpret_cast<const uint32_t*>(qs + 4 * t) : lane_bytes(qs, t);
+  const uint32_t w = scaled_contig<kType>() ? *reinterpret_cast<const uint32_t*>(qs + 4 * t) : lane_bytes(qs, t);
   uint32_t lo = w & 0x0F0F0F0Fu, hi = (w >> 4) & 0x0F0F0F0Fu;
   s.add = 0.f;
   if constexpr (kType == DType::kQ4_0) {
@@ -223,15 +229,9 @@ __device__ __forceinline__ void scaled_chunk(const uint8_t* row, int chunk, int 
   } else if constexpr (kType == DType::kQ4_K || kType == DType::kQ5_K) {
     if constexpr (kType == DType::kQ5_K) {  // element l < 16's fifth bit at bit 8 (l % 4) + l / 4 (gemv.h)
       const uint32_t qh = *reinterpret_cast<const uint32_t*>(row + R::kQhOff + chunk * 4);
-      if constexpr (kContig) {  // elements 4t + e: bit 8 e + t, the high half's 4 higher
-        lo |= ((qh >> t) & 0x01010101u) << 4;
-        hi |= ((qh >> (t + 4)) & 0x01010101u) << 4;
-      } else {  // chunk_frags' spread
-        const uint32_t h = qh >> (16 * (t & 1) + (t >> 1));
-        auto spread = [](uint32_t v) { return (v & 0x1010u) | (v & 0x4040u) << 14; };
-        lo |= spread(h << 4);
-        hi |= spread(h);
-      }
+      // elements 4t + e: bit 8 e + t, the high half's 4 higher
+      lo |= ((qh >> t) & 0x01010101u) << 4;
+      hi |= ((qh >> (t + 4)) & 0x01010101u) << 4;
     }
     const uint32_t scmn = u16_at(row + R::kScOff + chunk * 2);
     const uint32_t dd = *reinterpret_cast<const uint32_t*>(row + R::kDOff);
@@ -246,18 +246,8 @@ __device__ __forceinline__ void scaled_chunk(const uint8_t* row, int chunk, int 
     const float d = f16_bits(u16_at(row + R::kDOff));
     s.mul[0] = __fmul_rn(d, static_cast<float>(sc[0]));
     s.mul[1] = __fmul_rn(d, static_cast<float>(sc[1]));
-    uint32_t h0 = 0, h1 = 0;  // the high bits of the lane's 4 elements, one per byte
-    if constexpr (kContig) {  // elements 4t + e: bits 8 e + 2 t
-      h0 = (qh.x >> (2 * t)) & 0x03030303u;
-      h1 = (qh.y >> (2 * t)) & 0x03030303u;
-    } else {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int l = 2 * t + (e & 1) + 8 * (e >> 1), sh = 8 * (l & 3) + 2 * (l >> 2);
-        h0 |= ((qh.x >> sh) & 3u) << (8 * e);
-        h1 |= ((qh.y >> sh) & 3u) << (8 * e);
-      }
-    }
+    // the high bits of the lane's 4 elements 4t + e, one per byte: bits 8 e + 2 t
+    const uint32_t h0 = (qh.x >> (2 * t)) & 0x03030303u, h1 = (qh.y >> (2 * t)) & 0x03030303u;
     centered_pairs<32>(lo | h0 << 4, x43, b[0]);
     centered_pairs<32>(hi | h1 << 4, x43, b[1]);
   }
