@@ -66,47 +66,68 @@ struct Tiling {
   static_assert(kBlocksPerSm * (kSmem + 1024) <= 228 * 1024, "two blocks per SM");
 };
 
+// A block's ring of stages, as both kernels run it: stage s % kStages holds k step s (its
+// activation tile, swizzled: kBK / 64 x kN x 128 bytes, then the weights: kBN x kRaw), 1024-aligned
+// in dynamic shared memory. The block's output tile is (n0.., m0..), its k range is split
+// blockIdx.z's.
+template <DType kType, class T>
+struct Pipeline {
+  uint8_t* smem;
+  int64_t n0, m0, k_begin;
+  int steps;
+  StageCopies<kType, T::kN, T::kBK, T::kThreads> copies;
+
+  __device__ __forceinline__ Pipeline(const Params& p, uint8_t* smem_unaligned)
+      : smem(smem_unaligned + ((1024 - smem_addr(smem_unaligned) % 1024) % 1024)),
+        n0(int64_t{blockIdx.x} * kBN),
+        m0(int64_t{blockIdx.y} * T::kN),
+        k_begin(int64_t{blockIdx.z} * p.k_split),
+        steps(static_cast<int>((min(p.k, k_begin + p.k_split) - k_begin) / T::kBK)),
+        copies(p, static_cast<int>(threadIdx.x), n0, m0) {}
+  __device__ __forceinline__ uint8_t* stage(int step) const { return smem + (step % T::kStages) * T::kStageBytes; }
+  // The first kStages - 1 steps: weights before the PDL wait (they never change), activations
+  // (and y) after it, since earlier kernels write them. One commit group per stage slot, empty
+  // or not.
+  __device__ __forceinline__ void prologue() const {
+    for (int st = 0; st < T::kStages - 1; ++st)
+      if (st < steps) copies.weights(k_begin + int64_t{st} * T::kBK, stage(st) + T::kActBytes);
+    pdl_wait();
+    for (int st = 0; st < T::kStages - 1; ++st) {
+      if (st < steps) copies.acts(k_begin + int64_t{st} * T::kBK, stage(st));
+      cp_async_commit();
+    }
+  }
+  // Step s's stage once it landed (this thread's copies, then everyone's: the barrier also means
+  // every warp is done with step s - 1), after issuing step s + kStages - 1 into the slot step
+  // s - 1 freed. kAsyncProxy: the tensor cores read the stage through the async proxy (wgmma).
+  template <bool kAsyncProxy>
+  __device__ __forceinline__ const uint8_t* wait_step(int s) const {
+    cp_async_wait<T::kStages - 2>();
+    if constexpr (kAsyncProxy) fence_proxy_async_smem();
+    __syncthreads();
+    const int next = s + T::kStages - 1;
+    if (next < steps) {
+      copies.weights(k_begin + int64_t{next} * T::kBK, stage(next) + T::kActBytes);
+      copies.acts(k_begin + int64_t{next} * T::kBK, stage(next));
+    }
+    cp_async_commit();
+    return stage(s);
+  }
+};
+
 template <DType kType, class T>
 __global__ void __launch_bounds__(T::kThreads, kBlocksPerSm) dequant_gemm_kernel(const Params p) {
-  constexpr int kN = T::kN, kBK = T::kBK, kStages = T::kStages, kThreads = T::kThreads;
-  constexpr size_t kStageBytes = T::kStageBytes;
+  constexpr int kN = T::kN, kBK = T::kBK;
   using R = Raw<kType, kBK>;
   pdl_trigger();
   extern __shared__ __align__(16) uint8_t smem_unaligned[];
-  // Stages of [activations, swizzled: kBK / 64 x kN x 128 bytes][weights: kBN x kRaw], 1024-aligned.
-  uint8_t* smem = smem_unaligned + ((1024 - smem_addr(smem_unaligned) % 1024) % 1024);
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
-  const int64_t n0 = int64_t{blockIdx.x} * kBN, m0 = int64_t{blockIdx.y} * kN;
-  const int64_t k_begin = int64_t{blockIdx.z} * p.k_split, k_end = min(p.k, k_begin + p.k_split);
-  const int steps = static_cast<int>((k_end - k_begin) / kBK);
-
-  const StageCopies<kType, kN, kBK, kThreads> copies(p, tid, n0, m0);
-  auto issue_weights = [&](int step, int stage) {
-    copies.weights(k_begin + int64_t{step} * kBK, smem + stage * kStageBytes + T::kActBytes);
-  };
-  auto issue_acts = [&](int step, int stage) { copies.acts(k_begin + int64_t{step} * kBK, smem + stage * kStageBytes); };
-
+  const Pipeline<kType, T> pipe(p, smem_unaligned);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int row0 = warp * 16;  // this warp's weight rows in the block: row0 + g and row0 + g + 8
   float acc[kN / 2];  // set by the first wgmma (scale_d = 0); every split has at least one step
-  // The first stages: weights before the wait (they never change), activations after it.
-  for (int st = 0; st < kStages - 1; ++st)
-    if (st < steps) issue_weights(st, st);
-  pdl_wait();  // x (and y) come from earlier kernels
-  for (int st = 0; st < kStages - 1; ++st) {
-    if (st < steps) issue_acts(st, st);
-    cp_async_commit();  // one group per stage slot, empty or not
-  }
-  for (int s = 0; s < steps; ++s) {
-    const int stage = s % kStages;
-    cp_async_wait<kStages - 2>();  // step s landed (this thread's copies) ...
-    fence_proxy_async_smem();      // ... visible to the tensor cores' reads ...
-    __syncthreads();               // ... and everyone's; step s - 1 is done (its wgmmas waited for)
-    if (s + kStages - 1 < steps) {
-      issue_weights(s + kStages - 1, (s + kStages - 1) % kStages);
-      issue_acts(s + kStages - 1, (s + kStages - 1) % kStages);
-    }
-    cp_async_commit();
-    const uint8_t* st_base = smem + stage * kStageBytes;
+  pipe.prologue();
+  for (int s = 0; s < pipe.steps; ++s) {
+    const uint8_t* st_base = pipe.wait_step<true>(s);  // step s - 1's wgmmas were waited for
     // The stage's tile descriptor; k16 slice kk lies (kk / 4) 64-wide column blocks and (kk % 4)
     // 32-byte steps further, added to the descriptor's address field in 16-byte units (shared
     // addresses stay below 2^18, so the sum never carries out of the field). Building each
@@ -140,7 +161,7 @@ __global__ void __launch_bounds__(T::kThreads, kBlocksPerSm) dequant_gemm_kernel
 
 #pragma unroll
   for (int i = 0; i < kN / 2; ++i)
-    store_acc(p, m0 + (i / 4) * 8 + 2 * t + (i % 2), n0 + row0 + g + 8 * ((i / 2) % 2), acc[i]);
+    store_acc(p, pipe.m0 + (i / 4) * 8 + 2 * t + (i % 2), pipe.n0 + row0 + g + 8 * ((i / 2) % 2), acc[i]);
 }
 
 // ---- The scaled form (every format but Q8_0, at <= 16 rows; TESSERA_DG_SCALED=0 turns it off).
@@ -166,22 +187,12 @@ __global__ void __launch_bounds__(T::kThreads, kBlocksPerSm) scaled_kernel(const
   static_assert(kType != DType::kQ8_0, "the scaled form takes the 4- to 6-bit formats");
   constexpr int kSliceScales = kType == DType::kQ6_K ? 2 : 1;  // scales per chunk
   constexpr bool kHasAdd = scaled_has_add<kType>(), kContig = scaled_contig<kType>();
-  constexpr int kN = T::kN, kBK = T::kBK, kStages = T::kStages, kThreads = T::kThreads;
-  constexpr size_t kStageBytes = T::kStageBytes;
+  constexpr int kN = T::kN, kBK = T::kBK;
   using R = Raw<kType, kBK>;
   pdl_trigger();
   extern __shared__ __align__(16) uint8_t smem_unaligned[];
-  uint8_t* smem = smem_unaligned + ((1024 - smem_addr(smem_unaligned) % 1024) % 1024);
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
-  const int64_t n0 = int64_t{blockIdx.x} * kBN, m0 = int64_t{blockIdx.y} * kN;
-  const int64_t k_begin = int64_t{blockIdx.z} * p.k_split, k_end = min(p.k, k_begin + p.k_split);
-  const int steps = static_cast<int>((k_end - k_begin) / kBK);
-
-  const StageCopies<kType, kN, kBK, kThreads> copies(p, tid, n0, m0);
-  auto issue_weights = [&](int step, int stage) {
-    copies.weights(k_begin + int64_t{step} * kBK, smem + stage * kStageBytes + T::kActBytes);
-  };
-  auto issue_acts = [&](int step, int stage) { copies.acts(k_begin + int64_t{step} * kBK, smem + stage * kStageBytes); };
+  const Pipeline<kType, T> pipe(p, smem_unaligned);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
 
   // ldmatrix.x4 for the B fragments of two n tiles (16 activation rows) and one k16 slice: lanes
   // 8i .. 8i + 7 address matrix i = (rows 8 (i / 2) .., k half i % 2), so registers 0, 1 are n tile
@@ -198,23 +209,9 @@ __global__ void __launch_bounds__(T::kThreads, kBlocksPerSm) scaled_kernel(const
   float acc[kN / 8][4];
 #pragma unroll
   for (int i = 0; i < kN / 8; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
-  for (int st = 0; st < kStages - 1; ++st)
-    if (st < steps) issue_weights(st, st);
-  pdl_wait();  // x (and y) come from earlier kernels
-  for (int st = 0; st < kStages - 1; ++st) {
-    if (st < steps) issue_acts(st, st);
-    cp_async_commit();
-  }
-  for (int s = 0; s < steps; ++s) {
-    const int stage = s % kStages;
-    cp_async_wait<kStages - 2>();  // step s landed (this thread's copies) ...
-    __syncthreads();               // ... and everyone's; step s - 1 is done with its stage
-    if (s + kStages - 1 < steps) {
-      issue_weights(s + kStages - 1, (s + kStages - 1) % kStages);
-      issue_acts(s + kStages - 1, (s + kStages - 1) % kStages);
-    }
-    cp_async_commit();
-    const uint8_t* st_base = smem + stage * kStageBytes;
+  pipe.prologue();
+  for (int s = 0; s < pipe.steps; ++s) {
+    const uint8_t* st_base = pipe.wait_step<false>(s);
     const uint8_t* wrow = st_base + T::kActBytes + (row0 + g) * R::kRaw;
 #pragma unroll
     for (int chunk = 0; chunk < kBK / 32; ++chunk) {
@@ -274,7 +271,7 @@ __global__ void __launch_bounds__(T::kThreads, kBlocksPerSm) scaled_kernel(const
   for (int i = 0; i < kN / 8; ++i)
 #pragma unroll
     for (int e = 0; e < 4; ++e)
-      store_acc(p, m0 + i * 8 + 2 * t + (e % 2), n0 + row0 + g + 8 * (e / 2), acc[i][e]);
+      store_acc(p, pipe.m0 + i * 8 + 2 * t + (e % 2), pipe.n0 + row0 + g + 8 * (e / 2), acc[i][e]);
 }
 
 // y (+)= the splits' partial sums, added in split order.
