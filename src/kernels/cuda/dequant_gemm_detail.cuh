@@ -110,6 +110,16 @@ __device__ __forceinline__ void frag(uint32_t w, uint32_t (&b)[2], F f) {
   b[1] = bf16x2(f(w, 2), f(w, 3));
 }
 
+// Q4_K / Q5_K chunk `chunk` of a staged row: its scale d sc and min dmin mn, in f32.
+template <DType kType, int kBK>
+__device__ __forceinline__ float2 k4_scale_min(const uint8_t* row, int chunk) {
+  using R = Raw<kType, kBK>;
+  const uint32_t scmn = u16_at(row + R::kScOff + chunk * 2);
+  const uint32_t dd = *reinterpret_cast<const uint32_t*>(row + R::kDOff);
+  return {__fmul_rn(f16_bits(dd & 0xFFFF), static_cast<float>(scmn & 0xFF)),
+          __fmul_rn(f16_bits(dd >> 16), static_cast<float>(scmn >> 8))};
+}
+
 // b[s] = {f0, f1} of slice s of chunk `chunk` of the staged row.
 template <DType kType, int kBK>
 __device__ __forceinline__ void chunk_frags(const uint8_t* row, int chunk, int t, uint32_t x43, uint32_t (&b)[2][2]) {
@@ -150,10 +160,8 @@ __device__ __forceinline__ void chunk_frags(const uint8_t* row, int chunk, int t
         lo |= spread(h << 4);
         hi |= spread(h);
       }
-      const uint32_t scmn = u16_at(row + R::kScOff + chunk * 2);
-      const uint32_t dd = *reinterpret_cast<const uint32_t*>(row + R::kDOff);
-      const float d = __fmul_rn(f16_bits(dd & 0xFFFF), static_cast<float>(scmn & 0xFF));
-      const float dmin = __fmul_rn(f16_bits(dd >> 16), static_cast<float>(scmn >> 8));
+      const float2 dm = k4_scale_min<kType, kBK>(row, chunk);
+      const float d = dm.x, dmin = dm.y;
       const float d256 = __fmul_rn(256.f, d), nd = __fmul_rn(-128.f, d);
       auto f = [&](uint32_t v, int j) { return __fsub_rn(__fmaf_rn(half_plus(v, j), d256, nd), dmin); };
       frag(lo, b[0], f);
@@ -233,10 +241,9 @@ __device__ __forceinline__ void scaled_chunk(const uint8_t* row, int chunk, int 
       lo |= ((qh >> t) & 0x01010101u) << 4;
       hi |= ((qh >> (t + 4)) & 0x01010101u) << 4;
     }
-    const uint32_t scmn = u16_at(row + R::kScOff + chunk * 2);
-    const uint32_t dd = *reinterpret_cast<const uint32_t*>(row + R::kDOff);
-    s.mul[0] = s.mul[1] = __fmul_rn(f16_bits(dd & 0xFFFF), static_cast<float>(scmn & 0xFF));
-    s.add = -__fmul_rn(f16_bits(dd >> 16), static_cast<float>(scmn >> 8));
+    const float2 dm = k4_scale_min<kType, kBK>(row, chunk);
+    s.mul[0] = s.mul[1] = dm.x;
+    s.add = -dm.y;
     centered_pairs<0>(lo, x43, b[0]);
     centered_pairs<0>(hi, x43, b[1]);
   } else {  // Q6_K: element l's two high bits at bit 8 (l % 4) + 2 (l / 4) of qh word l / 16

@@ -3,7 +3,9 @@
 #include <string>
 
 #include "core/error.h"
+#include "formats/quant_blocks.h"
 #include "kernels/cuda/convert.cuh"
+#include "kernels/cuda/gemv.h"
 #include "kernels/cuda/launch.cuh"
 
 namespace tessera::cuda {
@@ -12,75 +14,73 @@ using namespace detail;
 
 constexpr int kThreads = 256;
 
+// The GGUF block of each block type the gather reads (formats/quant_blocks.h) and its elements.
+template <DType> struct GgufBlock;
+template <> struct GgufBlock<DType::kQ8_0> { using B = quant::BlockQ8_0; static constexpr int kElems = quant::kQK; };
+template <> struct GgufBlock<DType::kQ4_0> { using B = quant::BlockQ4_0; static constexpr int kElems = quant::kQK; };
+template <> struct GgufBlock<DType::kQ4_1> { using B = quant::BlockQ4_1; static constexpr int kElems = quant::kQK; };
+template <> struct GgufBlock<DType::kQ5_0> { using B = quant::BlockQ5_0; static constexpr int kElems = quant::kQK; };
+template <> struct GgufBlock<DType::kQ5_1> { using B = quant::BlockQ5_1; static constexpr int kElems = quant::kQK; };
+template <> struct GgufBlock<DType::kQ4_K> { using B = quant::BlockQ4_K; static constexpr int kElems = quant::kQK_K; };
+template <> struct GgufBlock<DType::kQ5_K> { using B = quant::BlockQ5_K; static constexpr int kElems = quant::kQK_K; };
+template <> struct GgufBlock<DType::kQ6_K> { using B = quant::BlockQ6_K; static constexpr int kElems = quant::kQK_K; };
+
 __host__ __device__ constexpr bool is_block_type(DType t) {
-  return t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ5_0 || t == DType::kQ5_1 || t == DType::kQ4_K ||
+  return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ5_0 || t == DType::kQ5_1 || t == DType::kQ4_K ||
          t == DType::kQ5_K || t == DType::kQ6_K;
 }
-__device__ __forceinline__ uint32_t u16_le(const uint8_t* p) { return p[0] | uint32_t{p[1]} << 8; }
-__device__ __forceinline__ uint32_t u32_le(const uint8_t* p) { return u16_le(p) | u16_le(p + 2) << 16; }
-__device__ __forceinline__ float f16_at(const uint8_t* p) { return f16_bits_to_f32(static_cast<uint16_t>(u16_le(p))); }
+// The blocks are packed (unaligned 16-bit fields are read bytewise).
+__device__ __forceinline__ float f16_field(uint16_t bits) { return f16_bits_to_f32(bits); }
+__device__ __forceinline__ uint32_t u32_le(const uint8_t* p) {
+  return p[0] | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 | uint32_t{p[3]} << 24;
+}
 // Low nibble for elements [0, 16) of a 32-element block, high for [16, 32) (ref::dequant).
 __device__ __forceinline__ int nibble32(const uint8_t* qs, int e) { return e < 16 ? qs[e] & 0x0f : qs[e - 16] >> 4; }
-__device__ __forceinline__ void scale_min_k(const uint8_t* s, int j, int* sc, int* mn) {
-  if (j < 4) {
-    *sc = s[j] & 0x3f;
-    *mn = s[j + 4] & 0x3f;
-  } else {
-    *sc = (s[j + 4] & 0x0f) | ((s[j - 4] >> 2) & 0x30);
-    *mn = (s[j + 4] >> 4) | ((s[j] >> 2) & 0x30);
-  }
-}
 
 // Element i of row id of a table of GGUF blocks, as ref::dequantize_row computes it: the same
 // f32 operations in the same order, no contraction (the _rn intrinsics), so the bits are equal.
 template <DType kTable>
 __device__ float gguf_element(const uint8_t* table, int64_t id, int64_t d, int64_t i) {
-  constexpr int kElems = kTable == DType::kQ4_K || kTable == DType::kQ5_K || kTable == DType::kQ6_K ? 256 : 32;
-  constexpr int kBytes = kTable == DType::kQ4_0   ? 18
-                         : kTable == DType::kQ4_1 ? 20
-                         : kTable == DType::kQ5_0 ? 22
-                         : kTable == DType::kQ5_1 ? 24
-                         : kTable == DType::kQ4_K ? 144
-                         : kTable == DType::kQ5_K ? 176
-                                                  : 210;
-  const uint8_t* b = table + (id * (d / kElems) + i / kElems) * kBytes;
-  const int e = static_cast<int>(i % kElems);
-  if constexpr (kTable == DType::kQ4_0) {
-    return __fmul_rn(f16_at(b), static_cast<float>(nibble32(b + 2, e) - 8));
+  using Info = GgufBlock<kTable>;
+  const typename Info::B& b = reinterpret_cast<const typename Info::B*>(table)[id * (d / Info::kElems) + i / Info::kElems];
+  const int e = static_cast<int>(i % Info::kElems);
+  if constexpr (kTable == DType::kQ8_0) {
+    return __fmul_rn(f16_field(b.d), static_cast<float>(b.qs[e]));
+  } else if constexpr (kTable == DType::kQ4_0) {
+    return __fmul_rn(f16_field(b.d), static_cast<float>(nibble32(b.qs, e) - 8));
   } else if constexpr (kTable == DType::kQ4_1) {
-    return __fadd_rn(__fmul_rn(f16_at(b), static_cast<float>(nibble32(b + 4, e))), f16_at(b + 2));
+    return __fadd_rn(__fmul_rn(f16_field(b.d), static_cast<float>(nibble32(b.qs, e))), f16_field(b.m));
   } else if constexpr (kTable == DType::kQ5_0) {
-    const int q = (nibble32(b + 6, e) | static_cast<int>((u32_le(b + 2) >> e) & 1u) << 4) - 16;
-    return __fmul_rn(f16_at(b), static_cast<float>(q));
+    const int q = (nibble32(b.qs, e) | static_cast<int>((u32_le(b.qh) >> e) & 1u) << 4) - 16;
+    return __fmul_rn(f16_field(b.d), static_cast<float>(q));
   } else if constexpr (kTable == DType::kQ5_1) {
-    const int q = nibble32(b + 8, e) | static_cast<int>((u32_le(b + 4) >> e) & 1u) << 4;
-    return __fadd_rn(__fmul_rn(f16_at(b), static_cast<float>(q)), f16_at(b + 2));
+    const int q = nibble32(b.qs, e) | static_cast<int>((u32_le(b.qh) >> e) & 1u) << 4;
+    return __fadd_rn(__fmul_rn(f16_field(b.d), static_cast<float>(q)), f16_field(b.m));
   } else if constexpr (kTable == DType::kQ4_K || kTable == DType::kQ5_K) {
-    // d, dmin, scales[12], (Q5_K: qh[32]), qs[128]
     const int j = e / 32, l = e % 32;
     int sc, mn;
-    scale_min_k(b + 4, j, &sc, &mn);
-    const float dd = __fmul_rn(f16_at(b), static_cast<float>(sc));
-    const float dm = __fmul_rn(f16_at(b + 2), static_cast<float>(mn));
-    const uint8_t* qs = b + (kTable == DType::kQ5_K ? 48 : 16);
-    const uint8_t byte = qs[32 * (j / 2) + l];
+    q4k_scale_min(b.scales, j, &sc, &mn);
+    const float dd = __fmul_rn(f16_field(b.d), static_cast<float>(sc));
+    const float dm = __fmul_rn(f16_field(b.dmin), static_cast<float>(mn));
+    const uint8_t byte = b.qs[32 * (j / 2) + l];
     int q = j % 2 == 0 ? (byte & 0x0f) : (byte >> 4);
-    if constexpr (kTable == DType::kQ5_K) q |= ((b[16 + l] >> j) & 1) << 4;
+    if constexpr (kTable == DType::kQ5_K) q |= ((b.qh[l] >> j) & 1) << 4;
     return __fsub_rn(__fmul_rn(dd, static_cast<float>(q)), dm);
-  } else {  // Q6_K: ql[128], qh[64], scales[16] (int8), d
+  } else {  // Q6_K
+    static_assert(kTable == DType::kQ6_K);
     const int h = e / 128, k = e % 128;
-    const uint8_t lbyte = b[64 * h + k % 64];
+    const uint8_t lbyte = b.ql[64 * h + k % 64];
     const int lo = k < 64 ? (lbyte & 0x0f) : (lbyte >> 4);
-    const int hi = (b[128 + 32 * h + k % 32] >> (2 * (k / 32))) & 3;
-    const float ds = __fmul_rn(f16_at(b + 208), static_cast<float>(static_cast<int8_t>(b[192 + e / 16])));
+    const int hi = (b.qh[32 * h + k % 32] >> (2 * (k / 32))) & 3;
+    const float ds = __fmul_rn(f16_field(b.d), static_cast<float>(b.scales[e / 16]));
     return __fmul_rn(ds, static_cast<float>((lo | hi << 4) - 32));
   }
 }
 
 // Block (token, slice of kThreads elements), one element per thread: a decode step gathers one
 // row, so spreading it over blocks (not looping in one) is what keeps it at launch latency.
-// Q8_0 rows are 34-byte blocks, so loads are byte/halfword; this kernel runs once per step and
-// moves d elements per token, far from any hot path.
+// GGUF blocks are packed (34, 18, 210 ... bytes), so their loads are bytewise; this kernel runs
+// once per step and moves d elements per token, far from any hot path.
 template <DType kTable, class T>
 __global__ void gather_kernel(const uint8_t* table, int64_t n_vocab, int64_t d, const int32_t* ids,
                               T* out) {
@@ -95,12 +95,7 @@ __global__ void gather_kernel(const uint8_t* table, int64_t n_vocab, int64_t d, 
     o[i] = from_f32<T>(0.f);
     return;
   }
-  if constexpr (kTable == DType::kQ8_0) {
-    const uint8_t* blk = table + id * (d / 32) * 34 + (i / 32) * 34;
-    const uint16_t sb = static_cast<uint16_t>(blk[0] | (blk[1] << 8));
-    const int8_t q = static_cast<int8_t>(blk[2 + i % 32]);
-    o[i] = from_f32<T>(f16_bits_to_f32(sb) * static_cast<float>(q));
-  } else if constexpr (is_block_type(kTable)) {
+  if constexpr (is_block_type(kTable)) {
     o[i] = from_f32<T>(gguf_element<kTable>(table, id, d, i));
   } else if constexpr (kTable == DType::kF32) {
     o[i] = from_f32<T>(reinterpret_cast<const float*>(table)[id * d + i]);

@@ -51,6 +51,18 @@ bool gemv_quant_supported(DType type);
 // above): the host's repacking and the device's dequantization both take it from here.
 __host__ __device__ constexpr int q5k_qh_bit(int l) { return 8 * (l % 4) + (l % 16) / 4 + (l / 16) * 4; }
 
+// 6-bit scale and min of sub-block j (0..7) of a GGUF Q4_K / Q5_K super-block from its 12 packed
+// scale bytes (ggml's get_scale_min_k4): the host's repacking and the device's embedding gather.
+__host__ __device__ inline void q4k_scale_min(const uint8_t* s, int j, int* sc, int* mn) {
+  if (j < 4) {
+    *sc = s[j] & 0x3f;
+    *mn = s[j + 4] & 0x3f;
+  } else {
+    *sc = (s[j + 4] & 0x0f) | ((s[j - 4] >> 2) & 0x30);
+    *mn = (s[j + 4] >> 4) | ((s[j] >> 2) & 0x30);
+  }
+}
+
 struct GemvQuantLayout {
   size_t qs = 0, qh = 0, scales = 0, d = 0;  // byte offsets of the sections (unused ones 0)
   size_t bytes = 0;                           // whole buffer

@@ -33,16 +33,6 @@ int q6_hi2(const BlockQ6_K& b, int e) {
   const int h = e / 128, i = e % 128;
   return (b.qh[32 * h + i % 32] >> (2 * (i / 32))) & 3;
 }
-// 6-bit scale and min of Q4_K sub-block j from the 12 packed bytes (as ref's scale_min_k).
-void q4k_scale_min(const uint8_t* s, int j, int* sc, int* mn) {
-  if (j < 4) {
-    *sc = s[j] & 0x3f;
-    *mn = s[j + 4] & 0x3f;
-  } else {
-    *sc = (s[j + 4] & 0x0f) | ((s[j - 4] >> 2) & 0x30);
-    *mn = (s[j + 4] >> 4) | ((s[j] >> 2) & 0x30);
-  }
-}
 // Low 4 bits of element l (0..31) of sub-block j of a Q4_K / Q5_K super-block, GGUF layout.
 template <class Block>
 int q4k_get(const Block& b, int j, int l) {
