@@ -3,8 +3,8 @@
 against Tessera's dummy-weight decode bench (bench/cuda/llama_decode_bench.cu) on the same shape.
 
 usage: peer_make_gguf.py OUT.gguf TYPE [--tiny]
-  TYPE: bf16 | f16 | q8_0 | q4_0 | q4_1 | q4_k | q5_k | q6_k   (every projection and the output head;
-        the token embedding too, except Q8_0 for the K types; norms f32)
+  TYPE: bf16 | f16 | q8_0 | q4_0 | q4_1 | q5_0 | q5_1 | q4_k | q5_k | q6_k
+        (every projection and the output head; the token embedding too, except Q8_0 for the K types; norms f32)
   --tiny: 2 layers, d 256 (a quick format check, e.g. with llama-cpp-python on a CPU)
 
 Values: every quant bit pattern random, f16 block scales finite with the magnitudes Tessera's
@@ -22,12 +22,13 @@ from gguf import GGMLQuantizationType as Q
 from gguf import GGUFWriter
 
 TYPES = {"bf16": Q.BF16, "f16": Q.F16, "q8_0": Q.Q8_0, "q4_0": Q.Q4_0, "q4_1": Q.Q4_1,
-         "q4_k": Q.Q4_K, "q5_k": Q.Q5_K, "q6_k": Q.Q6_K}
+         "q5_0": Q.Q5_0, "q5_1": Q.Q5_1, "q4_k": Q.Q4_K, "q5_k": Q.Q5_K, "q6_k": Q.Q6_K}
 # (elements, bytes) per block; byte offsets of the f16 fields -> magnitude at k = 4096
-BLOCK = {Q.Q8_0: (32, 34), Q.Q4_0: (32, 18), Q.Q4_1: (32, 20), Q.Q4_K: (256, 144), Q.Q5_K: (256, 176),
-         Q.Q6_K: (256, 210)}
+BLOCK = {Q.Q8_0: (32, 34), Q.Q4_0: (32, 18), Q.Q4_1: (32, 20), Q.Q5_0: (32, 22), Q.Q5_1: (32, 24),
+         Q.Q4_K: (256, 144), Q.Q5_K: (256, 176), Q.Q6_K: (256, 210)}
 RK = 1 / 64.0  # 1 / sqrt(4096)
 F16_FIELDS = {Q.Q8_0: [(0, RK / 77)], Q.Q4_0: [(0, RK / 4.83)], Q.Q4_1: [(0, RK / 9.7), (2, 4 * RK / 9.7)],
+              Q.Q5_0: [(0, RK / 9.25)], Q.Q5_1: [(0, RK / 18.5), (2, 8 * RK / 18.5)],
               Q.Q4_K: [(0, RK / 190), (2, RK / 190)], Q.Q5_K: [(0, RK / 380), (2, RK / 380)],
               Q.Q6_K: [(208, RK / 1370)]}
 POOL_BYTES = 64 << 20

@@ -71,7 +71,40 @@ TEST(GemvRepack, RoundTripIsExactForEveryType) {  // host only
     EXPECT_EQ(back, b) << dtype_name(t);
   }
   EXPECT_THROW(cuda::gemv_quant_layout(DType::kQ4_K, 2, 160), Error);
-  EXPECT_THROW(cuda::gemv_quant_layout(DType::kQ5_0, 2, 160), Error);
+  EXPECT_THROW(cuda::gemv_quant_layout(DType::kQ5_0, 2, 48), Error);  // k % 32
+  EXPECT_THROW(cuda::gemv_quant_layout(DType::kF16, 2, 160), Error);
+}
+
+// Host only: Q5_0's and Q5_1's repacked sections, read as gemv.h documents them (qs in the Q4_0
+// nibble order, the fifth bit of element l < 16 at bit 8 (l % 4) + l / 4 of the chunk's qh word,
+// of 16 + l at 4 more; f16 d, or d | m << 16), give the reference values.
+TEST(GemvRepack, Q5_0AndQ5_1LayoutsAreTheDocumentedOnes) {
+  const int64_t n = 3, k = 160;
+  for (DType t : {DType::kQ5_0, DType::kQ5_1}) {
+    const auto b = test::random_quant_blocks(t, n, k, 23);
+    const auto L = cuda::gemv_quant_layout(t, n, k);
+    std::vector<uint8_t> packed(L.bytes);
+    cuda::repack_quant(t, b.data(), n, k, packed.data());
+    const int64_t row_bytes = *dtype_row_bytes(t, k);
+    std::vector<float> row(k);
+    for (int64_t r = 0; r < n; ++r) {
+      ref::dequantize_row(t, b.data() + r * row_bytes, row.data(), k);
+      for (int64_t j = 0; j < k; ++j) {
+        const int64_t c = r * k / 32 + j / 32;  // chunk
+        const int l = static_cast<int>(j % 32);
+        uint32_t h, s = 0;
+        std::memcpy(&h, packed.data() + L.qh + 4 * c, 4);
+        std::memcpy(&s, packed.data() + L.scales + (t == DType::kQ5_1 ? 4 : 2) * c, t == DType::kQ5_1 ? 4 : 2);
+        const uint8_t byte = packed[L.qs + 16 * c + l % 16];
+        const int q = (l < 16 ? (byte & 0xF) : (byte >> 4)) | ((h >> (8 * (l % 4) + (l % 16) / 4 + 4 * (l / 16))) & 1) << 4;
+        const float d = f16_to_f32(static_cast<uint16_t>(s & 0xFFFF));
+        const float want = t == DType::kQ5_0 ? d * static_cast<float>(q - 16)
+                                             : d * static_cast<float>(q) + f16_to_f32(static_cast<uint16_t>(s >> 16));
+        // Near, not equal: the host compiler may contract d q + m (a wrong fifth bit moves it by 16 d).
+        ASSERT_NEAR(want, row[j], 1e-6f * (std::fabs(d) * 32.f + 1.f)) << dtype_name(t) << " row " << r << " col " << j;
+      }
+    }
+  }
 }
 
 TEST(GemvRepack, Q4_0LayoutIsTheDocumentedOne) {  // host only: spot-check one documented layout
@@ -352,7 +385,8 @@ void qkv_case(DType t, int64_t n_heads, int64_t n_kv, int64_t hd, int64_t n_rot,
 TYPED_TEST(GemvCuda, QkvRopeMatchesReference) {
   TESSERA_SKIP_WITHOUT_GPU();
   using T = TypeParam;
-  for (DType t : {DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+  for (DType t : {DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ4_K,
+                  DType::kQ5_K, DType::kQ6_K}) {
     qkv_case<T>(t, 32, 8, 128, 128, 4096, 31999, 5, 11);  // Llama-3-8B shape, large position
     qkv_case<T>(t, 4, 2, 64, 32, 512, 7, 0, 12);          // partial rotation
     qkv_case<T>(t, 2, 1, 4, 4, 256, 0, 2, 13);            // tiny heads, position 0

@@ -220,7 +220,7 @@ TEST(LlamaCudaDummy, NamedArchitectureRunsAndRejectsUnknownNames) {
   const int64_t bf16_bytes = m->decode_weight_bytes();
   EXPECT_THROW(models::cuda_llama_create_dummy("no-such-model"), Error);
   // Quantized dummy weights: the decode bytes are the GGUF bytes of the type.
-  for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1}) {
+  for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1}) {
     auto q = models::cuda_llama_create_dummy("smollm2-135m", 0, t);
     run(*q);
     const double ratio = static_cast<double>(q->decode_weight_bytes()) / static_cast<double>(bf16_bytes);
@@ -228,7 +228,7 @@ TEST(LlamaCudaDummy, NamedArchitectureRunsAndRejectsUnknownNames) {
   }
   // K types need widths that are multiples of 256 (SmolLM2's 576 is not).
   EXPECT_THROW(models::cuda_llama_create_dummy("smollm2-135m", 0, DType::kQ4_K), Error);
-  EXPECT_THROW(models::cuda_llama_create_dummy("smollm2-135m", 0, DType::kQ5_0), Error);
+  EXPECT_THROW(models::cuda_llama_create_dummy("smollm2-135m", 0, DType::kF16), Error);
   for (DType t : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
     auto q = models::cuda_llama_create_dummy("llama3-8b", 0, t);
     run(*q);
@@ -246,7 +246,7 @@ TEST(LlamaCudaDummy, OneRowStepsMatchOneChunk) {
   std::vector<int32_t> ids(40);
   for (int i = 0; i < 40; ++i) ids[i] = (i * 7919 + 13) % 40000;
   const std::vector<int32_t> blocks = {3, 1, 2};
-  for (DType t : {DType::kBF16, DType::kQ8_0}) {
+  for (DType t : {DType::kBF16, DType::kQ8_0, DType::kQ5_0, DType::kQ5_1}) {
     auto m = models::cuda_llama_create_dummy("smollm2-135m", 0, t);
     auto cache = m->make_kv_cache(4, 16);
     const auto one_chunk = run_alone(*m, cache, ids, blocks, 40, pool);
@@ -420,7 +420,7 @@ TEST(LlamaCudaDummy, BatchedQuantizedProjectionsMatchTheBf16CopyPath) {
   std::vector<int32_t> ids(130);
   for (int i = 0; i < 130; ++i) ids[i] = (i * 7919 + 13) % 4000;
   const std::vector<int32_t> blocks = {3, 1, 2, 8, 0, 4, 5, 7, 6};
-  for (DType t : {DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kQ8_0}) {
+  for (DType t : {DType::kQ4_0, DType::kQ5_0, DType::kQ5_1, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kQ8_0}) {
     DequantGemmPair m(cfg, t);
     for (int64_t chunk : {100, 40, 12}) {
       auto ca = m.tensor_cores->make_kv_cache(10, 16), cb = m.copies->make_kv_cache(10, 16);

@@ -240,8 +240,8 @@ TEST(MmqMatmul, EveryKernelMatchesTheReferenceForEveryType) {
       ref::matmul(t, blocks.data(), c.n, c.k, rows.deq.data(), c.m, want.data());
       std::vector<uint8_t> ws(cpu::matmul_workspace_bytes(t, c.m, c.k));
       cpu::matmul(t, blocks.data(), c.n, c.k, x.data(), c.m, cpu_y.data(), c.n, ws.data(), ws.size(), pool);
-      // Q4_1's min term uses the CPU's f16-rounded s = f16(d * sum), the reference d * sum.
-      const double bound = t == DType::kQ4_1 ? 1e-5 : 1e-9;
+      // Q4_1's and Q5_1's min term uses the CPU's f16-rounded s = f16(d * sum), the reference d * sum.
+      const double bound = t == DType::kQ4_1 || t == DType::kQ5_1 ? 1e-5 : 1e-9;
       const std::string what = std::string(dtype_name(t)) + " n " + std::to_string(c.n) + " k " +
                                std::to_string(c.k) + " m " + std::to_string(c.m);
       std::vector<Path> paths = {Path::kAuto, Path::kMma};
@@ -288,7 +288,7 @@ TEST(MmqMatmul, GemvKSplitsOfLongRowsMatchTheReference) {
       for (int ks : {1, 2, 4}) {
         const auto got = run_gpu(t, blocks, x, c, Path::kGemv, false, {}, ks);
         ASSERT_TRUE(test::all_written(got));
-        EXPECT_LE(test::nmse(got, want), t == DType::kQ4_1 ? 1e-5 : 1e-9)
+        EXPECT_LE(test::nmse(got, want), t == DType::kQ4_1 || t == DType::kQ5_1 ? 1e-5 : 1e-9)
             << dtype_name(t) << " m " << m << " k split " << ks;
       }
     }
@@ -401,15 +401,17 @@ TEST(MmqMatmul, GemvAfterItsProducerUnderPdlReadsTheNewRows) {
 }
 
 TEST(MmqMatmul, RejectsBadArguments) {
-  EXPECT_FALSE(cuda::mmq_supported(DType::kQ5_0));
+  EXPECT_TRUE(cuda::mmq_supported(DType::kQ5_0));
   EXPECT_FALSE(cuda::mmq_supported(DType::kBF16));
+  EXPECT_FALSE(cuda::mmq_supported(DType::kF16));
   EXPECT_THROW(cuda::mmq_quantize_rows(DType::kQ4_K, nullptr, 0, 1, 96, nullptr, nullptr, nullptr), Error);
   EXPECT_THROW(cuda::mmq_gemv(DType::kQ4_0, nullptr, 4, 32, nullptr, nullptr, 9, nullptr, 4, false, nullptr), Error);
   EXPECT_THROW(cuda::mmq_gemv(DType::kQ4_0, nullptr, 4, 32, nullptr, nullptr, 1, nullptr, 4, false, nullptr, 3), Error);
   EXPECT_THROW(cuda::mmq_gemv(DType::kQ4_0, nullptr, 4, 32, nullptr, nullptr, 1, nullptr, 4, false, nullptr, -1), Error);
   const auto* odd = reinterpret_cast<const int8_t*>(uintptr_t{8});  // not 16-byte aligned
   EXPECT_THROW(cuda::mmq_gemv(DType::kQ4_0, nullptr, 4, 32, odd, nullptr, 1, nullptr, 4, false, nullptr), Error);
-  EXPECT_THROW(cuda::mmq_mma(DType::kQ5_0, nullptr, 4, 256, nullptr, nullptr, 9, nullptr, 4, false, nullptr), Error);
+  EXPECT_THROW(cuda::mmq_mma(DType::kF16, nullptr, 4, 256, nullptr, nullptr, 9, nullptr, 4, false, nullptr), Error);
+  EXPECT_THROW(cuda::mmq_mma(DType::kQ5_0, nullptr, 4, 48, nullptr, nullptr, 9, nullptr, 4, false, nullptr), Error);  // k % 32
   EXPECT_THROW(cuda::mmq_mma(DType::kQ5_K, nullptr, 4, 96, nullptr, nullptr, 9, nullptr, 4, false, nullptr), Error);  // k % 256
 }
 

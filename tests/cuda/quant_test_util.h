@@ -11,8 +11,8 @@
 
 namespace tessera::test {
 
-inline constexpr DType kQuantTypes[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ4_K,
-                                        DType::kQ5_K, DType::kQ6_K};
+inline constexpr DType kQuantTypes[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0,
+                                        DType::kQ5_1, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
 
 inline bool is_k_quant(DType t) { return t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K; }
 

@@ -193,7 +193,7 @@ def test_tiny_model_logits_match_llama_cpp(llama_cpp, tessera_bin, model_path, c
 #    where the two engines' roundings first differ is not traced. A wrong layout, bit or scale
 #    is wrong at every position: nMSE ~1.
 GPU_CASES = ["llama_q8_0_linear_scaling", "qwen2_q4_0_bias", "llama_q4_1", "llama_q4_k", "llama_q5_k",
-             "llama_q6_k", "llama_q5_0", "llama_bf16"]
+             "llama_q6_k", "llama_q5_0", "llama_q5_1", "llama_bf16"]
 PATH_KNOBS = ("TESSERA_MMQ_GEMM", "TESSERA_DEQUANT_GEMM_MAX_ROWS")  # unset for the default path
 
 

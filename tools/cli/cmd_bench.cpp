@@ -30,7 +30,7 @@ const char* kUsage =
     "                     [--prefill N,N..] [--batch N,N..] [--batch-gen N] [--batch-ctx N]\n"
     "                     [--max-step-tokens N] [--json] [--out FILE.md] [--device cpu|cuda]\n"
     "                     [--profile]\n"
-    "                     [--dummy ARCH] [--dummy-type bf16|q8_0|q4_0|q4_1|q4_k|q5_k|q6_k]\n"
+    "                     [--dummy ARCH] [--dummy-type bf16|q8_0|q4_0|q4_1|q5_0|q5_1|q4_k|q5_k|q6_k]\n"
     "Prints batch-1 decode ms/token (greedy, and sampled at temperature 0.8, top-p 0.95), prefill\n"
     "tokens/s and batched decode tokens/s, each as a percentage of its floor (weights + KV bytes\n"
     "at the measured copy bandwidth; FLOPs at the measured FMA rate). Batch-1 decode generates\n"

@@ -22,7 +22,7 @@ const char* kUsage =
     "                     [--model-name NAME] [--ctx N] [--threads N] [--max-queue N]\n"
     "                     [--allow-priority] [--kv-cache-tokens N] [--max-running N]\n"
     "                     [--max-step-tokens N] [--no-prefix-cache] [--device cpu|cuda]\n"
-    "                     [--dummy ARCH] [--dummy-type bf16|q8_0|q4_0|q4_1|q4_k|q6_k]\n"
+    "                     [--dummy ARCH] [--dummy-type bf16|q8_0|q4_0|q4_1|q5_0|q5_1|q4_k|q5_k|q6_k]\n"
     "                     [--max-connections N] [--drain-timeout SECONDS] [--read-timeout SECONDS]\n"
     "Serves POST /v1/chat/completions, POST /v1/completions, GET /v1/models, /health, /ready,\n"
     "/metrics. --port 0 picks a free port; the chosen address is printed to stderr.\n";

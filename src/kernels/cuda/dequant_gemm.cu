@@ -16,10 +16,10 @@ using namespace dequant;
 
 constexpr int kMaxSplits = 8;
 
-// 4-bit weights (and Q5_K, 4 bits plus one) take 256-wide k steps at 16 rows where k allows
-// (config_for).
+// 4-bit weights (and Q5_0, Q5_1, Q5_K, 4 bits plus one) take 256-wide k steps at 16 rows where
+// k allows (config_for).
 constexpr bool four_bit(DType t) {
-  return t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ4_K || t == DType::kQ5_K;
+  return t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ4_K || fifth_bit(t);
 }
 // A stage: the activation tile (kN x kBK bf16, a multiple of 1024 bytes as kN % 8 == 0) and the
 // weight rows' quantized bytes, rounded up to the 1024-byte swizzle alignment.
@@ -372,7 +372,8 @@ void launch_type(const Params& p, const Config& c, int splits, cudaStream_t s) {
 
 bool dequant_gemm_supported(DType type, int64_t k) {
   switch (type) {
-    case DType::kQ8_0: case DType::kQ4_0: case DType::kQ4_1: return k > 0 && k % 128 == 0;
+    case DType::kQ8_0: case DType::kQ4_0: case DType::kQ4_1: case DType::kQ5_0: case DType::kQ5_1:
+      return k > 0 && k % 128 == 0;
     case DType::kQ4_K: case DType::kQ5_K: case DType::kQ6_K: return k > 0 && k % 256 == 0;
     default: return false;
   }
@@ -383,8 +384,7 @@ bool dequant_gemm_rounds_weights(DType type, int64_t rows) {
     const char* e = std::getenv("TESSERA_DG_SCALED");
     return !(e && std::string(e) == "0");
   }();
-  const bool scaled_type = type == DType::kQ4_0 || type == DType::kQ4_1 || type == DType::kQ4_K ||
-                           type == DType::kQ5_K || type == DType::kQ6_K;
+  const bool scaled_type = type != DType::kQ8_0;  // every supported type but Q8_0
   return !(scaled_on && scaled_type && rows <= 16);
 }
 
@@ -416,6 +416,8 @@ void dequant_gemm_bf16(DType type, const void* packed, int64_t n, int64_t k, con
     case DType::kQ8_0: launch_type<DType::kQ8_0>(p, c, used, stream); break;
     case DType::kQ4_0: launch_type<DType::kQ4_0>(p, c, used, stream); break;
     case DType::kQ4_1: launch_type<DType::kQ4_1>(p, c, used, stream); break;
+    case DType::kQ5_0: launch_type<DType::kQ5_0>(p, c, used, stream); break;
+    case DType::kQ5_1: launch_type<DType::kQ5_1>(p, c, used, stream); break;
     case DType::kQ4_K: launch_type<DType::kQ4_K>(p, c, used, stream); break;
     case DType::kQ5_K: launch_type<DType::kQ5_K>(p, c, used, stream); break;
     default: launch_type<DType::kQ6_K>(p, c, used, stream); break;

@@ -1,6 +1,6 @@
 // Quantized projections of a few to a hundred-odd rows on tensor cores: y[rows][n] (+)=
-// x[rows][k] W^T for W in the repacked GEMV layout (gemv.h: Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K) and
-// x bf16. Each block streams the quantized bytes of 128 weight rows, and the activation rows,
+// x[rows][k] W^T for W in the repacked GEMV layout (gemv.h: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K,
+// Q5_K, Q6_K) and x bf16. Each block streams the quantized bytes of 128 weight rows, and the activation rows,
 // through a ring of cp.async stages in shared memory; every warp turns its 16 weight rows'
 // bytes into the A fragments of Hopper's wgmma in registers (bf16, the values
 // dequantize_packed_bf16 writes; only a zero's sign may differ), and the tensor cores read the

@@ -19,14 +19,21 @@ using namespace tessera::cuda::detail;
 
 constexpr int kBN = 128;  // weight rows (outputs) per block
 
+// Formats with one fifth bit per element in a qh word per 32 (gemv.h: q5k_qh_bit).
+__host__ __device__ constexpr bool fifth_bit(DType t) {
+  return t == DType::kQ5_0 || t == DType::kQ5_1 || t == DType::kQ5_K;
+}
+// Formats whose chunk scale is f16 d | f16 m << 16.
+__host__ __device__ constexpr bool legacy_min(DType t) { return t == DType::kQ4_1 || t == DType::kQ5_1; }
+
 // A format's quantized bytes of one weight row for one k step, as staged in shared memory:
-// qs, then qh (Q5_K, Q6_K), the chunk scales, and the super-block's d (K types), each at a fixed
-// offset of a row of kRaw bytes.
+// qs, then qh (Q5_0, Q5_1, Q5_K, Q6_K), the chunk scales, and the super-block's d (K types),
+// each at a fixed offset of a row of kRaw bytes.
 template <DType kType, int kBK>
 struct Raw {
   static constexpr int kQs = kType == DType::kQ8_0 ? kBK : kBK / 2;
-  static constexpr int kQh = kType == DType::kQ6_K ? kBK / 4 : kType == DType::kQ5_K ? kBK / 8 : 0;
-  static constexpr int kSc = kBK / 32 * (kType == DType::kQ4_1 ? 4 : 2);  // per chunk; Q6_K 2 x int8
+  static constexpr int kQh = kType == DType::kQ6_K ? kBK / 4 : fifth_bit(kType) ? kBK / 8 : 0;
+  static constexpr int kSc = kBK / 32 * (legacy_min(kType) ? 4 : 2);  // per chunk; Q6_K 2 x int8
   static constexpr int kD = kType == DType::kQ4_K || kType == DType::kQ5_K ? 4 : kType == DType::kQ6_K ? 2 : 0;
   static constexpr int kQhOff = kQs, kScOff = kQs + kQh, kDOff = kScOff + kSc;
   // An odd number of 16-byte units per row: the 8 rows g of a warp's fragment loads then start
@@ -130,9 +137,38 @@ __device__ __forceinline__ void chunk_frags(const uint8_t* row, int chunk, int t
     auto f = [&](uint32_t v, int j) { return __fmaf_rn(big_plus(v, j), d, nd); };
     frag(lane_bytes(qs, t) ^ 0x80808080u, b[0], f);
     frag(lane_bytes(qs + 16, t) ^ 0x80808080u, b[1], f);
-  } else {
+  } else if constexpr (kType == DType::kQ6_K) {
+    // (q - 32) d sc: element l's two high bits at bit 8 (l % 4) + 2 (l / 4) of qh word l / 16
+    const uint32_t w = lane_bytes(row + chunk * 16, t);
+    const uint32_t lo = w & 0x0F0F0F0Fu, hi = (w >> 4) & 0x0F0F0F0Fu;
+    const uint2 qh = *reinterpret_cast<const uint2*>(row + R::kQhOff + chunk * 8);
+    const auto* sc = reinterpret_cast<const int8_t*>(row + R::kScOff + chunk * 2);
+    const float d = f16_bits(u16_at(row + R::kDOff));
+    const float ds0 = __fmul_rn(d, static_cast<float>(sc[0])), ds1 = __fmul_rn(d, static_cast<float>(sc[1]));
+    const float s0 = __fmul_rn(256.f, ds0), n0 = __fmul_rn(-160.f, ds0);
+    const float s1 = __fmul_rn(256.f, ds1), n1 = __fmul_rn(-160.f, ds1);
+    uint32_t h0 = 0, h1 = 0;  // the high bits of the lane's 4 elements, one per byte
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int l = 2 * t + (e & 1) + 8 * (e >> 1), sh = 8 * (l & 3) + 2 * (l >> 2);
+      h0 |= ((qh.x >> sh) & 3u) << (8 * e);
+      h1 |= ((qh.y >> sh) & 3u) << (8 * e);
+    }
+    frag(lo | h0 << 4, b[0], [&](uint32_t v, int j) { return __fmaf_rn(half_plus(v, j), s0, n0); });
+    frag(hi | h1 << 4, b[1], [&](uint32_t v, int j) { return __fmaf_rn(half_plus(v, j), s1, n1); });
+  } else {  // 4-bit nibbles in the Q4_0 order, with a fifth bit for Q5_0 / Q5_1 / Q5_K
     const uint32_t w = lane_bytes(row + chunk * 16, t);
     uint32_t lo = w & 0x0F0F0F0Fu, hi = (w >> 4) & 0x0F0F0F0Fu;
+    if constexpr (fifth_bit(kType)) {  // the fifth bits of the lane's 4 elements (gemv.h):
+      // elements 2t, 2t+1, 2t+8, 2t+9 sit at bits p, p + 8, p + 2, p + 10 (p = 16 (t % 2) + t / 2)
+      // of the chunk's qh word, those of 16 + the same 4 higher. Shifted by p, bits 4, 12, 6, 14
+      // hold the high half's: bits 4 and 12 are already bit 4 of bytes 0 and 1, bits 6 and 14
+      // move up by 14 to bytes 2 and 3. The low half's take the same after a shift by 4.
+      const uint32_t h = *reinterpret_cast<const uint32_t*>(row + R::kQhOff + chunk * 4) >> (16 * (t & 1) + (t >> 1));
+      auto spread = [](uint32_t v) { return (v & 0x1010u) | (v & 0x4040u) << 14; };
+      lo |= spread(h << 4);
+      hi |= spread(h);
+    }
     if constexpr (kType == DType::kQ4_0) {  // (q - 8) d, in packed bf16 (q4_0_pair)
       const float d = f16_bits(u16_at(row + R::kScOff + chunk * 2));
       const uint32_t d_hi = bf16x2(d, d);
@@ -142,47 +178,27 @@ __device__ __forceinline__ void chunk_frags(const uint8_t* row, int chunk, int t
       b[0][1] = q4_0_pair(bf16_128_plus_pair<2>(lo, x43), d_hi, d_lo2);
       b[1][0] = q4_0_pair(bf16_128_plus_pair<0>(hi, x43), d_hi, d_lo2);
       b[1][1] = q4_0_pair(bf16_128_plus_pair<2>(hi, x43), d_hi, d_lo2);
-    } else if constexpr (kType == DType::kQ4_1) {  // q d + m
+    } else if constexpr (kType == DType::kQ5_0) {  // (q - 16) d
+      const float d = f16_bits(u16_at(row + R::kScOff + chunk * 2));
+      const float d256 = __fmul_rn(256.f, d), nd = __fmul_rn(-144.f, d);
+      auto f = [&](uint32_t v, int j) { return __fmaf_rn(half_plus(v, j), d256, nd); };
+      frag(lo, b[0], f);
+      frag(hi, b[1], f);
+    } else if constexpr (legacy_min(kType)) {  // Q4_1 / Q5_1: q d + m
       const uint32_t dm = *reinterpret_cast<const uint32_t*>(row + R::kScOff + chunk * 4);
       const float d = f16_bits(dm & 0xFFFF), m = f16_bits(dm >> 16);
       const float d256 = __fmul_rn(256.f, d), nd = __fmul_rn(-128.f, d);
       auto f = [&](uint32_t v, int j) { return __fadd_rn(__fmaf_rn(half_plus(v, j), d256, nd), m); };
       frag(lo, b[0], f);
       frag(hi, b[1], f);
-    } else if constexpr (kType == DType::kQ4_K || kType == DType::kQ5_K) {  // q (d sc) - dmin mn
-      if constexpr (kType == DType::kQ5_K) {  // the fifth bits of the lane's 4 elements (gemv.h):
-        // elements 2t, 2t+1, 2t+8, 2t+9 sit at bits p, p + 8, p + 2, p + 10 (p = 16 (t % 2) + t / 2)
-        // of the chunk's qh word, those of 16 + the same 4 higher. Shifted by p, bits 4, 12, 6, 14
-        // hold the high half's: bits 4 and 12 are already bit 4 of bytes 0 and 1, bits 6 and 14
-        // move up by 14 to bytes 2 and 3. The low half's take the same after a shift by 4.
-        const uint32_t h = *reinterpret_cast<const uint32_t*>(row + R::kQhOff + chunk * 4) >> (16 * (t & 1) + (t >> 1));
-        auto spread = [](uint32_t v) { return (v & 0x1010u) | (v & 0x4040u) << 14; };
-        lo |= spread(h << 4);
-        hi |= spread(h);
-      }
+    } else {  // Q4_K / Q5_K: q (d sc) - dmin mn
+      static_assert(kType == DType::kQ4_K || kType == DType::kQ5_K, "Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K");
       const float2 dm = k4_scale_min<kType, kBK>(row, chunk);
       const float d = dm.x, dmin = dm.y;
       const float d256 = __fmul_rn(256.f, d), nd = __fmul_rn(-128.f, d);
       auto f = [&](uint32_t v, int j) { return __fsub_rn(__fmaf_rn(half_plus(v, j), d256, nd), dmin); };
       frag(lo, b[0], f);
       frag(hi, b[1], f);
-    } else {  // Q6_K, (q - 32) d sc: element l's two high bits at bit 8 (l % 4) + 2 (l / 4) of qh word l / 16
-      static_assert(kType == DType::kQ6_K, "Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K");
-      const uint2 qh = *reinterpret_cast<const uint2*>(row + R::kQhOff + chunk * 8);
-      const auto* sc = reinterpret_cast<const int8_t*>(row + R::kScOff + chunk * 2);
-      const float d = f16_bits(u16_at(row + R::kDOff));
-      const float ds0 = __fmul_rn(d, static_cast<float>(sc[0])), ds1 = __fmul_rn(d, static_cast<float>(sc[1]));
-      const float s0 = __fmul_rn(256.f, ds0), n0 = __fmul_rn(-160.f, ds0);
-      const float s1 = __fmul_rn(256.f, ds1), n1 = __fmul_rn(-160.f, ds1);
-      uint32_t h0 = 0, h1 = 0;  // the high bits of the lane's 4 elements, one per byte
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int l = 2 * t + (e & 1) + 8 * (e >> 1), sh = 8 * (l & 3) + 2 * (l >> 2);
-        h0 |= ((qh.x >> sh) & 3u) << (8 * e);
-        h1 |= ((qh.y >> sh) & 3u) << (8 * e);
-      }
-      frag(lo | h0 << 4, b[0], [&](uint32_t v, int j) { return __fmaf_rn(half_plus(v, j), s0, n0); });
-      frag(hi | h1 << 4, b[1], [&](uint32_t v, int j) { return __fmaf_rn(half_plus(v, j), s1, n1); });
     }
   }
 }
@@ -190,14 +206,15 @@ __device__ __forceinline__ void chunk_frags(const uint8_t* row, int chunk, int t
 // ---- The scaled form (dequant_gemm.cu's scaled_kernel): a chunk's quants as small integers,
 // exact in bf16, and the f32 factors that make the chunk's sums its dequantized product:
 //   y += mul[s] * (sum over slice s of a x) + add * (sum over the chunk of x).
-// Q4_0: a = q - 8, mul = d. Q4_1: a = q, mul = d, add = m. Q4_K / Q5_K: a = q, mul = d sc,
-// add = -dmin mn. Q6_K: a = q - 32, mul[s] = d sc_s (its scales cover 16 elements: one slice).
+// Q4_0: a = q - 8, mul = d. Q5_0: a = q - 16, mul = d. Q4_1 / Q5_1: a = q, mul = d, add = m.
+// Q4_K / Q5_K: a = q, mul = d sc, add = -dmin mn. Q6_K: a = q - 32, mul[s] = d sc_s (its scales cover 16 elements: one slice).
 // No weight is rounded. The lane's fragment pairs are chunk_frags' (b[s][0] and b[s][1] hold
 // slot pairs 2t, 2t+1 and 2t+8, 2t+9 of slice s). Which elements stand in those slots is the
 // format's lane order (scaled_contig): Q4_0 keeps chunk_frags' elements 2t, 2t+1, 2t+8, 2t+9
 // (B by ldmatrix); the others take elements 4t .. 4t + 3, bytes 4t .. 4t + 3 of the qs (one load;
 // the activations' B fragments take the same elements by 8-byte loads), which also makes the
-// Q5_K / Q6_K high-bit gathers two instructions (measured per format, s22).
+// Q5_0 / Q5_1 / Q5_K / Q6_K high-bit gathers two instructions (measured per format, s22; Q5_0
+// and Q5_1, added later, take the contiguous order unmeasured).
 struct ChunkScale {
   float mul[2], add;
 };
@@ -207,7 +224,7 @@ __host__ __device__ constexpr bool scaled_contig() {
 }
 template <DType kType>
 __host__ __device__ constexpr bool scaled_has_add() {
-  return kType == DType::kQ4_1 || kType == DType::kQ4_K || kType == DType::kQ5_K;
+  return legacy_min(kType) || kType == DType::kQ4_K || kType == DType::kQ5_K;
 }
 // Bytes 0, 1 and 2, 3 of w (values < 128) as the bf16 pairs (b - off): byte permute, packed subtract.
 template <uint32_t kOff>
@@ -223,31 +240,32 @@ __device__ __forceinline__ void scaled_chunk(const uint8_t* row, int chunk, int 
   const uint8_t* qs = row + chunk * 16;
   const uint32_t w = scaled_contig<kType>() ? *reinterpret_cast<const uint32_t*>(qs + 4 * t) : lane_bytes(qs, t);
   uint32_t lo = w & 0x0F0F0F0Fu, hi = (w >> 4) & 0x0F0F0F0Fu;
+  if constexpr (fifth_bit(kType)) {  // element l < 16's fifth bit at bit 8 (l % 4) + l / 4 (gemv.h)
+    const uint32_t qh = *reinterpret_cast<const uint32_t*>(row + R::kQhOff + chunk * 4);
+    // elements 4t + e: bit 8 e + t, the high half's 4 higher
+    lo |= ((qh >> t) & 0x01010101u) << 4;
+    hi |= ((qh >> (t + 4)) & 0x01010101u) << 4;
+  }
   s.add = 0.f;
-  if constexpr (kType == DType::kQ4_0) {
+  if constexpr (kType == DType::kQ4_0 || kType == DType::kQ5_0) {
     s.mul[0] = s.mul[1] = f16_bits(u16_at(row + R::kScOff + chunk * 2));
-    centered_pairs<8>(lo, x43, b[0]);
-    centered_pairs<8>(hi, x43, b[1]);
-  } else if constexpr (kType == DType::kQ4_1) {
+    constexpr uint32_t kOff = kType == DType::kQ4_0 ? 8 : 16;
+    centered_pairs<kOff>(lo, x43, b[0]);
+    centered_pairs<kOff>(hi, x43, b[1]);
+  } else if constexpr (legacy_min(kType)) {
     const uint32_t dm = *reinterpret_cast<const uint32_t*>(row + R::kScOff + chunk * 4);
     s.mul[0] = s.mul[1] = f16_bits(dm & 0xFFFF);
     s.add = f16_bits(dm >> 16);
     centered_pairs<0>(lo, x43, b[0]);
     centered_pairs<0>(hi, x43, b[1]);
   } else if constexpr (kType == DType::kQ4_K || kType == DType::kQ5_K) {
-    if constexpr (kType == DType::kQ5_K) {  // element l < 16's fifth bit at bit 8 (l % 4) + l / 4 (gemv.h)
-      const uint32_t qh = *reinterpret_cast<const uint32_t*>(row + R::kQhOff + chunk * 4);
-      // elements 4t + e: bit 8 e + t, the high half's 4 higher
-      lo |= ((qh >> t) & 0x01010101u) << 4;
-      hi |= ((qh >> (t + 4)) & 0x01010101u) << 4;
-    }
     const float2 dm = k4_scale_min<kType, kBK>(row, chunk);
     s.mul[0] = s.mul[1] = dm.x;
     s.add = -dm.y;
     centered_pairs<0>(lo, x43, b[0]);
     centered_pairs<0>(hi, x43, b[1]);
   } else {  // Q6_K: element l's two high bits at bit 8 (l % 4) + 2 (l / 4) of qh word l / 16
-    static_assert(kType == DType::kQ6_K, "Q4_0, Q4_1, Q4_K, Q5_K, Q6_K");
+    static_assert(kType == DType::kQ6_K, "Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K");
     const uint2 qh = *reinterpret_cast<const uint2*>(row + R::kQhOff + chunk * 8);
     const auto* sc = reinterpret_cast<const int8_t*>(row + R::kScOff + chunk * 2);
     const float d = f16_bits(u16_at(row + R::kDOff));
@@ -296,7 +314,7 @@ struct StageCopies {
   using R = Raw<kType, kBK>;
   static constexpr int kScPiece = R::kSc < 16 ? R::kSc : 16, kQhPiece = R::kQh && R::kQh < 16 ? R::kQh : 16;
   static constexpr int kQsP = R::kQs / 16, kQhP = R::kQh / kQhPiece, kScP = R::kSc / kScPiece;
-  static constexpr int kElemsPerQhByte = R::kQh ? kBK / R::kQh : 1;  // Q5_K 8, Q6_K 4
+  static constexpr int kElemsPerQhByte = R::kQh ? kBK / R::kQh : 1;  // Q5_0 / Q5_1 / Q5_K 8, Q6_K 4
   static constexpr int kWPieces = kQsP + kQhP + kScP + (R::kD ? 1 : 0), kHalves = kThreads / kBN;
   static constexpr int kAPieces = kBK / 8, kRowStep = kThreads / kAPieces;  // 16-byte pieces per row
   static_assert(kThreads % kBN == 0, "whole rows per thread group");
@@ -339,7 +357,7 @@ struct StageCopies {
         cp_async<kQhPiece>(dst + R::kQhOff + q * kQhPiece, qh_src + k0 / kElemsPerQhByte + q * kQhPiece);
       } else if (piece < kQsP + kQhP + kScP) {
         const int q = piece - kQsP - kQhP;
-        const int64_t sc_k = kType == DType::kQ6_K ? k0 / 16 : k0 / 32 * (kType == DType::kQ4_1 ? 4 : 2);
+        const int64_t sc_k = kType == DType::kQ6_K ? k0 / 16 : k0 / 32 * (legacy_min(kType) ? 4 : 2);
         cp_async<kScPiece>(dst + R::kScOff + q * kScPiece, sc_src + sc_k + q * kScPiece);
       } else if constexpr (R::kD == 4) {
         cp_async<4>(dst + R::kDOff, d_src + k0 / 256 * 4);

@@ -45,6 +45,25 @@ __global__ void dequant_kernel(const uint8_t* __restrict__ base, GemvQuantLayout
       const uint8_t* c = base + L.qs + chunk * 16;
       for (int i = 0; i < 8; ++i)
         y[i] = __fadd_rn(__fmul_rn(d, static_cast<float>(nibble(c, l0 + i))), m);
+    } else if constexpr (kType == DType::kQ5_0 || kType == DType::kQ5_1) {
+      // The chunk's qh word holds the fifth bits (q5k_qh_bit, gemv.h); Q5_0: (q - 16) d,
+      // Q5_1: q d + m (ref::dequantize's order of operations).
+      const uint8_t* c = base + L.qs + chunk * 16;
+      const uint32_t h = reinterpret_cast<const uint32_t*>(base + L.qh)[chunk];
+      float d, m = 0.f;
+      if constexpr (kType == DType::kQ5_0) {
+        d = f16(reinterpret_cast<const uint16_t*>(base + L.scales)[chunk]);
+      } else {
+        const uint32_t dm = reinterpret_cast<const uint32_t*>(base + L.scales)[chunk];
+        d = f16(static_cast<uint16_t>(dm & 0xFFFF));
+        m = f16(static_cast<uint16_t>(dm >> 16));
+      }
+      for (int i = 0; i < 8; ++i) {
+        const int l = l0 + i;
+        const int q = nibble(c, l) | static_cast<int>((h >> q5k_qh_bit(l)) & 1) << 4;
+        y[i] = kType == DType::kQ5_0 ? __fmul_rn(d, static_cast<float>(q - 16))
+                                     : __fadd_rn(__fmul_rn(d, static_cast<float>(q)), m);
+      }
     } else if constexpr (kType == DType::kQ4_K || kType == DType::kQ5_K) {
       const uint16_t scmn = reinterpret_cast<const uint16_t*>(base + L.scales)[chunk];
       const uint32_t dd = reinterpret_cast<const uint32_t*>(base + L.d)[e0 / 256];
@@ -96,6 +115,10 @@ void dequantize_packed_bf16(DType type, const void* packed, int64_t n, int64_t k
       return dequant_kernel<DType::kQ4_0><<<grid, kThreads, 0, stream>>>(base, L, k, row0, rows, out);
     case DType::kQ4_1:
       return dequant_kernel<DType::kQ4_1><<<grid, kThreads, 0, stream>>>(base, L, k, row0, rows, out);
+    case DType::kQ5_0:
+      return dequant_kernel<DType::kQ5_0><<<grid, kThreads, 0, stream>>>(base, L, k, row0, rows, out);
+    case DType::kQ5_1:
+      return dequant_kernel<DType::kQ5_1><<<grid, kThreads, 0, stream>>>(base, L, k, row0, rows, out);
     case DType::kQ4_K:
       return dequant_kernel<DType::kQ4_K><<<grid, kThreads, 0, stream>>>(base, L, k, row0, rows, out);
     case DType::kQ5_K:

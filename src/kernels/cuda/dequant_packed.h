@@ -14,7 +14,7 @@
 
 namespace tessera::cuda {
 
-// Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K (gemv_quant_supported).
+// Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K (gemv_quant_supported).
 void dequantize_packed_bf16(DType type, const void* packed, int64_t n, int64_t k, int64_t row0,
                             int64_t rows, __nv_bfloat16* out, cudaStream_t stream);
 

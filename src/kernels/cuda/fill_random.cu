@@ -45,15 +45,15 @@ __global__ void fill_bytes_kernel(uint64_t* p, int64_t n_words, uint64_t seed) {
 }
 
 // Offset formats get centered blocks, as quantizers produce (value = d q + m with m ~ -7.5 d for
-// Q4_1; Q4_K d sc q - dmin mn with dmin = 2 d, mn ~ 3.75 sc, sc 0..15): random-sign offsets
+// Q4_1, -15.5 d for Q5_1; Q4_K d sc q - dmin mn with dmin = 2 d, mn ~ 3.75 sc, sc 0..15): random-sign offsets
 // would give every block a large mean, a model far more sensitive to rounding than real ones.
-__global__ void q4_1_meta_kernel(uint32_t* dm, int64_t n, float scale, uint64_t seed) {
+__global__ void q4_1_meta_kernel(uint32_t* dm, int64_t n, float scale, float mean_q, uint64_t seed) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{blockDim.x} * gridDim.x) {
     const uint64_t h = hash(seed, i);
     const float mag = scale * (0.5f + unit(h));
     const float d = (h & 1) ? -mag : mag;
-    const float m = -7.5f * d * (0.9f + 0.2f * unit(hash(seed ^ 0x77, i)));
+    const float m = -mean_q * d * (0.9f + 0.2f * unit(hash(seed ^ 0x77, i)));
     dm[i] = uint32_t{__half_as_ushort(__float2half_rn(d))} |
             uint32_t{__half_as_ushort(__float2half_rn(m))} << 16;
   }
@@ -128,10 +128,11 @@ void fill_random_quant(DType t, void* packed, int64_t n, int64_t k, float scale,
     TESSERA_CUDA_CHECK(cudaGetLastError());
   };
   switch (t) {
-    case DType::kQ8_0: case DType::kQ4_0: f16s(L.scales, e / 32, 1, scale, 0x5ca1e); break;
-    case DType::kQ4_1:  // u32 (d | m << 16)
+    case DType::kQ8_0: case DType::kQ4_0: case DType::kQ5_0: f16s(L.scales, e / 32, 1, scale, 0x5ca1e); break;
+    case DType::kQ4_1: case DType::kQ5_1:  // u32 (d | m << 16); Q5_1's random qh bits are its fifth bits
       q4_1_meta_kernel<<<grid_for(e / 32), kThreads, 0, s>>>(reinterpret_cast<uint32_t*>(base + L.scales),
-                                                              e / 32, scale, seed ^ 0x5ca1e);
+                                                              e / 32, scale, t == DType::kQ4_1 ? 7.5f : 15.5f,
+                                                              seed ^ 0x5ca1e);
       TESSERA_CUDA_CHECK(cudaGetLastError());
       break;
     case DType::kQ4_K:  // u16 (sc | mn << 8) per 32; u32 (d | dmin << 16) per 256
@@ -153,6 +154,7 @@ void fill_random_quant(DType t, void* packed, int64_t n, int64_t k, float scale,
 
 float dummy_quant_scale(DType t, int64_t k) {
   // Element rms per unit scale: Q8_0 int8 ~74; Q4_0 (n - 8) ~4.6; Q4_1 d (n - 7.5) ~4.6;
+  // Q5_0 (n - 16) and Q5_1 d (n - 15.5) ~9.2;
   // Q4_K sc (q - 7.5) with sc 0..15 ~ 8.8 * 4.6 ~ 40; Q5_K sc (q - 15.5) ~ 8.8 * 9.2 ~ 81;
   // Q6_K |sc| ~74 x (q - 32) ~18.5 ~ 1370.
   const float rk = 1.f / std::sqrt(static_cast<float>(k));
@@ -160,6 +162,7 @@ float dummy_quant_scale(DType t, int64_t k) {
     case DType::kQ8_0: return rk / 77.f;
     case DType::kQ4_0: return rk / 4.83f;
     case DType::kQ4_1: return rk / 4.83f;
+    case DType::kQ5_0: case DType::kQ5_1: return rk / 9.25f;
     case DType::kQ4_K: return rk / 40.f;
     case DType::kQ5_K: return rk / 81.f;
     case DType::kQ6_K: return rk / 1370.f;

@@ -119,6 +119,40 @@ struct Q4_1Fmt {
   }
 };
 
+// Q4_0 / Q4_1 with a fifth bit per element (qh, one word per chunk): values 0..31; Q5_0's are
+// q - 16, so sum (q - 16) x = sum q x - 16 sum x exactly (integers), as Q4_0Fmt does with 8.
+template <bool kMin>
+struct Q5LegacyFmt {
+  static constexpr int kLargeNRows = 4;
+  static constexpr int kElems = 32, kUnroll = 4;
+  using In = QIn;
+  using X = XQ<2>;
+  struct Mat { const uint8_t* base; GemvQuantLayout L; int64_t n, k; };
+  struct Row { const uint4* q; const uint32_t* h; const uint8_t* s; };
+  struct W { uint4 q; uint32_t h, s; };
+  static constexpr int kScaleBytes = kMin ? 4 : 2;  // f16 d (| f16 m << 16)
+  __device__ static Row row(const Mat& m, int64_t r) {
+    return {reinterpret_cast<const uint4*>(m.base + m.L.qs + r * (m.k / 2)),
+            reinterpret_cast<const uint32_t*>(m.base + m.L.qh + r * (m.k / 8)),
+            m.base + m.L.scales + r * (m.k / 32) * kScaleBytes};
+  }
+  __device__ static W load(const Row& r, int64_t c) {
+    const uint32_t s = kMin ? __ldg(reinterpret_cast<const uint32_t*>(r.s) + c)
+                            : uint32_t{__ldg(reinterpret_cast<const uint16_t*>(r.s) + c)};
+    return {__ldcs(r.q + c), __ldcs(r.h + c), s};
+  }
+  __device__ static X load_x(const In& in, int64_t c) { return load_xq<2>(in, c); }
+  __device__ static float dot(const W& w, const X& x, int64_t) {
+    const int q = dot_q5(w.q, w.h, x.q[0], x.q[1]);
+    const float d = f16_bits_to_f32(static_cast<uint16_t>(w.s & 0xFFFF));
+    if constexpr (kMin)
+      return d * x.d * static_cast<float>(q) +
+             f16_bits_to_f32(static_cast<uint16_t>(w.s >> 16)) * (x.d * static_cast<float>(x.slo + x.shi));
+    else
+      return d * x.d * static_cast<float>(q - 16 * (x.slo + x.shi));
+  }
+};
+
 struct Q4_KFmt {
   static constexpr int kLargeNRows = 4;
   static constexpr int kElems = 32, kUnroll = 2;
@@ -417,6 +451,8 @@ void launch_quant(DType t, const void* packed, int64_t n, int64_t k, const int8_
     case DType::kQ8_0: return launch_fmt<Q8Fmt>({base, L, n, k}, in, n, k, epi, s);
     case DType::kQ4_0: return launch_fmt<Q4_0Fmt>({base, L, n, k}, in, n, k, epi, s);
     case DType::kQ4_1: return launch_fmt<Q4_1Fmt>({base, L, n, k}, in, n, k, epi, s);
+    case DType::kQ5_0: return launch_fmt<Q5LegacyFmt<false>>({base, L, n, k}, in, n, k, epi, s);
+    case DType::kQ5_1: return launch_fmt<Q5LegacyFmt<true>>({base, L, n, k}, in, n, k, epi, s);
     case DType::kQ4_K: return launch_fmt<Q4_KFmt>({base, L, n, k}, in, n, k, epi, s);
     case DType::kQ5_K: return launch_fmt<Q5_KFmt>({base, L, n, k}, in, n, k, epi, s);
     case DType::kQ6_K: return launch_fmt<Q6_KFmt>({base, L, n, k}, in, n, k, epi, s);

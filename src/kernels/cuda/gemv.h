@@ -2,9 +2,9 @@
 // Never allocates or synchronizes; launches with PDL (launch.h): weight loads of the first row
 // group are issued before waiting for the kernel that produced x.
 //
-// Quantized weights (Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K) take integer dot products (DP4A) against
-// activations quantized to int8 per 32-element block (act_quant.h: qx, meta), the rule the CPU
-// path uses for its Q8 rows too. Reference: ref::matmul(type, GGUF blocks, dequantized
+// Quantized weights (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) take integer dot products
+// (DP4A) against activations quantized to int8 per 32-element block (act_quant.h: qx, meta), the
+// rule the CPU path uses for its Q8 rows too. Reference: ref::matmul(type, GGUF blocks, dequantized
 // activations) (ref::quantize_act_q8 then ref::dequantize_act_q8); the GPU differs only by f32
 // summation order.
 //
@@ -22,14 +22,17 @@
 //   Q5_K  as Q4_K, plus qh [n][k/8] the high (fifth) bit, one u32 per 32 elements: element
 //         l < 16 at bit 8 (l % 4) + l / 4, element 16 + l at that bit + 4 (so word i of a
 //         chunk's qs takes (qh >> i) & 0x01010101 for its low nibbles, >> (4 + i) for its high)
+//   Q5_0  qs as Q4_0;  qh [n][k/8] the fifth bits, one u32 per 32 elements in Q5_K's layout;
+//         scales f16 [n][k/32]
+//   Q5_1  as Q5_0 with scales u32 [n][k/32] (f16 d | f16 m << 16)
 //   Q6_K  qs [n][k/2] low 4 bits, Q4_0 nibble order per 32;  qh [n][k/4] 2 high bits, 8 bytes
 //         per 32 elements: word 0 holds elements l < 16 at bits 8 (l % 4) + 2 (l / 4), word 1
 //         elements 16 + l likewise;  scales int8 [n][k/16];  d f16 [n][k/256]
 // The repacked bytes equal the GGUF bytes (plus alignment padding between sections), except
 // Q4_K's and Q5_K's unpacked scales: 148 instead of 144 bytes per 256 elements (+2.8%; Q5_K 180
 // instead of 176), for 6 instead of 8 registers per chunk in flight and no 6-bit unpacking per
-// row and chunk, and Q5_K's fifth bits, regrouped per 32 elements.
-// Q8_0/Q4_0/Q4_1: k % 32 == 0; Q4_K/Q5_K/Q6_K: k % 256 == 0.
+// row and chunk, and the fifth bits of Q5_K, Q5_0 and Q5_1, regrouped per 32 elements.
+// Q8_0/Q4_0/Q4_1/Q5_0/Q5_1: k % 32 == 0; Q4_K/Q5_K/Q6_K: k % 256 == 0.
 #pragma once
 
 #include <cuda_bf16.h>

@@ -44,6 +44,43 @@ void q4k_set(Block& b, int j, int l, int q) {
   uint8_t& byte = b.qs[32 * (j / 2) + l];
   byte = j % 2 == 0 ? static_cast<uint8_t>((byte & 0xF0) | q) : static_cast<uint8_t>((byte & 0x0F) | q << 4);
 }
+// Q5_0 / Q5_1 blocks: qs as they are; the fifth bits (bit l of the block's little-endian u32 =
+// element l) regrouped per q5k_qh_bit; d (Q5_0: u16) or d | m << 16 (Q5_1: u32).
+template <class Block>
+void repack_q5(const Block* b, int64_t nb32, const GemvQuantLayout& L, uint8_t* out) {
+  for (int64_t i = 0; i < nb32; ++i) {
+    uint32_t g, h = 0;
+    std::memcpy(&g, b[i].qh, 4);
+    for (int l = 0; l < 32; ++l) h |= ((g >> l) & 1u) << q5k_qh_bit(l);
+    std::memcpy(out + L.qh + i * 4, &h, 4);
+    std::memcpy(out + L.qs + i * 16, b[i].qs, 16);
+    if constexpr (std::is_same_v<Block, BlockQ5_1>) {
+      const uint32_t dm = uint32_t{b[i].d} | uint32_t{b[i].m} << 16;
+      std::memcpy(out + L.scales + i * 4, &dm, 4);
+    } else {
+      std::memcpy(out + L.scales + i * 2, &b[i].d, 2);
+    }
+  }
+}
+template <class Block>
+void unrepack_q5(const uint8_t* in, int64_t nb32, const GemvQuantLayout& L, Block* b) {
+  for (int64_t i = 0; i < nb32; ++i) {
+    uint32_t h, g = 0;
+    std::memcpy(&h, in + L.qh + i * 4, 4);
+    for (int l = 0; l < 32; ++l) g |= ((h >> q5k_qh_bit(l)) & 1u) << l;
+    std::memcpy(b[i].qh, &g, 4);
+    std::memcpy(b[i].qs, in + L.qs + i * 16, 16);
+    if constexpr (std::is_same_v<Block, BlockQ5_1>) {
+      uint32_t dm;
+      std::memcpy(&dm, in + L.scales + i * 4, 4);
+      b[i].d = static_cast<uint16_t>(dm & 0xFFFF);
+      b[i].m = static_cast<uint16_t>(dm >> 16);
+    } else {
+      std::memcpy(&b[i].d, in + L.scales + i * 2, 2);
+    }
+  }
+}
+
 // Q4_K / Q5_K (same header, Q5_K adds one high bit per element).
 template <class Block>
 void repack_k4(const Block* b, int64_t n_super, const GemvQuantLayout& L, uint8_t* out) {
@@ -108,11 +145,10 @@ void unrepack_k4(const uint8_t* in, int64_t n_super, const GemvQuantLayout& L, B
 
 bool gemv_quant_supported(DType t) {
   switch (t) {
-    case DType::kQ8_0: case DType::kQ4_0: case DType::kQ4_1: case DType::kQ4_K: case DType::kQ5_K:
-    case DType::kQ6_K:
+    case DType::kQ8_0: case DType::kQ4_0: case DType::kQ4_1: case DType::kQ5_0: case DType::kQ5_1:
+    case DType::kQ4_K: case DType::kQ5_K: case DType::kQ6_K:
       return true;
-    case DType::kF32: case DType::kF16: case DType::kBF16: case DType::kI32: case DType::kQ5_0:
-    case DType::kQ5_1:
+    case DType::kF32: case DType::kF16: case DType::kBF16: case DType::kI32:
       return false;
   }
   return false;
@@ -126,6 +162,8 @@ GemvQuantLayout gemv_quant_layout(DType t, int64_t n, int64_t k) {
     case DType::kQ8_0: L.qs_row = kk; L.scales_row = kk / 32 * 2; break;
     case DType::kQ4_0: L.qs_row = kk / 2; L.scales_row = kk / 32 * 2; break;
     case DType::kQ4_1: L.qs_row = kk / 2; L.scales_row = kk / 32 * 4; break;
+    case DType::kQ5_0: L.qs_row = kk / 2; L.qh_row = kk / 8; L.scales_row = kk / 32 * 2; break;
+    case DType::kQ5_1: L.qs_row = kk / 2; L.qh_row = kk / 8; L.scales_row = kk / 32 * 4; break;
     case DType::kQ4_K: L.qs_row = kk / 2; L.scales_row = kk / 32 * 2; L.d_row = kk / 256 * 4; break;
     case DType::kQ5_K: L.qs_row = kk / 2; L.qh_row = kk / 8; L.scales_row = kk / 32 * 2; L.d_row = kk / 256 * 4; break;
     case DType::kQ6_K: L.qs_row = kk / 2; L.qh_row = kk / 4; L.scales_row = kk / 16; L.d_row = kk / 256 * 2; break;
@@ -176,6 +214,10 @@ void repack_quant(DType t, const void* blocks, int64_t n, int64_t k, void* packe
       }
       return;
     }
+    case DType::kQ5_0:
+      return repack_q5(static_cast<const BlockQ5_0*>(blocks), nb32, L, out);
+    case DType::kQ5_1:
+      return repack_q5(static_cast<const BlockQ5_1*>(blocks), nb32, L, out);
     case DType::kQ4_K:
       return repack_k4(static_cast<const BlockQ4_K*>(blocks), n * k / 256, L, out);
     case DType::kQ5_K:
@@ -242,6 +284,10 @@ void unrepack_quant(DType t, const void* packed, int64_t n, int64_t k, void* blo
       }
       return;
     }
+    case DType::kQ5_0:
+      return unrepack_q5(in, nb32, L, static_cast<BlockQ5_0*>(blocks));
+    case DType::kQ5_1:
+      return unrepack_q5(in, nb32, L, static_cast<BlockQ5_1*>(blocks));
     case DType::kQ4_K:
       return unrepack_k4(in, n * k / 256, L, static_cast<BlockQ4_K*>(blocks));
     case DType::kQ5_K:

@@ -1,9 +1,9 @@
 // Integer-dot projections for the batched engine model (models/cuda/llama_cuda): y = x W^T with
-// W kept quantized (Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K in the repacked layout of gemv.h) and x
+// W kept quantized (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K in the repacked layout of gemv.h) and x
 // quantized the way the CPU path quantizes it for that weight type (kernels/cpu/
 // matmul_internal.h), so the GPU takes the same integer block sums as the CPU (and llama.cpp):
 //
-//  - legacy weights (Q8_0, Q4_0, Q4_1): per 32 elements d = amax / 127, q = rne(x * 127 / amax)
+//  - legacy weights (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1): per 32 elements d = amax / 127, q = rne(x * 127 / amax)
 //    clamped to +-127; d stored rounded to f16 and s = f16(d * sum(q)) (block_q8_1's s);
 //  - K weights (Q4_K, Q5_K, Q6_K): per 256 elements the Q8_K rule: iscale = -127 / x[j] for the first
 //    j of largest |x|, q = min(127, rne(iscale * x)), d = 1 / iscale (f32, not rounded).
@@ -12,7 +12,7 @@
 // legacy: {d (f16-rounded), s}; K: {d of the 256-block, float(sum of the 32 q)}.
 //
 // The products: per 32-element block an exact int32 dot, then f32 scaling per block (legacy:
-// dw * da * isum (+ m * s for Q4_1)); K weights: sub-block scales applied in int32 per 256 and
+// dw * da * isum (+ m * s for Q4_1 / Q5_1)); K weights: sub-block scales applied in int32 per 256 and
 // d / dmin in f32 once per 256, as the CPU does. Reference: ref::matmul on the GGUF blocks and
 // the dequantized CPU activation rows (differences: f32 summation order, and Q4_1's s rounded
 // to f16 as the CPU rounds it).
@@ -42,7 +42,7 @@ static_assert(sizeof(MmqActMeta) == 8);
 
 inline constexpr int64_t kMmqGemvMaxRows = 8;
 
-// Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K.
+// Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K.
 bool mmq_supported(DType wtype);
 // Elements per activation scale: 32 (legacy) or 256 (K).
 int64_t mmq_act_block(DType wtype);

@@ -60,10 +60,13 @@ struct QkvRopeRow {  // one activation row: q|k|v with RoPE and the KV-cache wri
 // in a first step apart from the loop so that their registers are free after it (as one loop,
 // Q4_0 took 152 instead of 94 registers).
 // Blocks per SM the compiler must fit (registers). One-row Q5_K took 151-168 registers (3 blocks
-// of 4 warps per SM) where Q4_K takes 115-128 (4 blocks); capped at 128 it spills nothing. More
-// rows spill under the cap, so they keep the compiler's choice.
+// of 4 warps per SM) where Q4_K takes 115-128 (4 blocks); capped at 128 it spills nothing. Q5_0
+// and Q5_1 took 134-147 (s23), likewise capped. More rows spill under the cap, so they keep the
+// compiler's choice.
+template <class F>
+constexpr bool five_bit = std::is_same_v<F, Q5_KG> || std::is_same_v<F, Q5_0G> || std::is_same_v<F, Q5_1G>;
 template <class F, int M>
-constexpr int kMinBlocks = std::is_same_v<F, Q5_KG> && M == 1 ? 4 : 1;
+constexpr int kMinBlocks = five_bit<F> && M == 1 ? 4 : 1;
 
 template <class F, int M, int KS, class Epi>
 __global__ void __launch_bounds__(kThreads, (kMinBlocks<F, M>))
@@ -175,9 +178,10 @@ int k_split_override() {
 // 4096 x 14336 Q4_0 15.9 / 9.7 / 9.9, Q8_0 19.5 / 16.4 / 16.3; 4096 x 4096 Q4_0 5.5 / 3.8 / 4.2;
 // 6144 x 4096 (1536 groups: split too) Q4_0 6.1 / 5.1 / 5.8, Q8_0 8.2 / 8.2 / 8.1.
 // Formats whose one-row projections split k at least in 2 (with_k_split's at_least_2). Q5_K
-// shares Q4_K's dot plus the fifth bits; not measured apart.
+// shares Q4_K's dot plus the fifth bits; not measured apart. Q5_0 / Q5_1 (s23, H200, batch-1
+// decode of Llama-3-8B shapes with every projection forced to 2: 2.19 -> 2.14 ms, 2.28 -> 2.23).
 template <class F>
-constexpr bool split_at_least_2 = std::is_same_v<F, Q4_KG> || std::is_same_v<F, Q5_KG>;
+constexpr bool split_at_least_2 = std::is_same_v<F, Q4_KG> || five_bit<F>;
 
 template <class Fn>
 void with_k_split(const MmqMat& w, int64_t m, int k_split, bool at_least_2, Fn&& f) {
@@ -228,6 +232,10 @@ void with_format(DType t, Fn&& f) {
       return f(Q4_0G{});
     case DType::kQ4_1:
       return f(Q4_1G{});
+    case DType::kQ5_0:
+      return f(Q5_0G{});
+    case DType::kQ5_1:
+      return f(Q5_1G{});
     case DType::kQ4_K:
       return f(Q4_KG{});
     case DType::kQ5_K:

@@ -92,6 +92,34 @@ struct Q4_1G {
   }
 };
 
+// Q5_0 / Q5_1: Q4_0G / Q4_1G with a fifth bit per element (qh, one word per block, gemv.h):
+// values 0..31, Q5_0's offset by 16 (sum (q - 16) x = sum q x - 16 sum x, exactly).
+template <bool kMin>
+struct Q5LegacyG {
+  struct W { uint4 q; uint32_t h, sc; };  // sc: f16 d (| f16 m << 16 for Q5_1)
+  __device__ static W load(const MmqMat& m, int64_t r, int64_t c) {
+    const uint4* q = reinterpret_cast<const uint4*>(m.base + m.L.qs + r * (m.k / 2) + c * 16);
+    const uint32_t* h = reinterpret_cast<const uint32_t*>(m.base + m.L.qh + r * (m.k / 8)) + c;
+    const uint8_t* s = m.base + m.L.scales + (r * (m.k / 32) + c) * (kMin ? 4 : 2);
+    return {__ldcs(q), __ldcs(h),
+            kMin ? __ldg(reinterpret_cast<const uint32_t*>(s)) : uint32_t{__ldg(reinterpret_cast<const uint16_t*>(s))}};
+  }
+  __device__ static float dot(const W& w, const XBlk& x) {
+    const int s = dot_q5(w.q, w.h, x.a, x.b);  // |s| <= 32 * 31 * 127
+    if constexpr (kMin) {
+      return mmq_f16(w.sc) * x.d * mmq_i2f(s) + mmq_f16(w.sc >> 16) * x.s;
+    } else {
+      const uint32_t xs[8] = {x.a.x, x.a.y, x.a.z, x.a.w, x.b.x, x.b.y, x.b.z, x.b.w};
+      int sx = 0;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) sx = mmq_dp4a(0x01010101u, xs[i], sx);
+      return mmq_f16(w.sc) * x.d * mmq_i2f(s - 16 * sx);
+    }
+  }
+};
+using Q5_0G = Q5LegacyG<false>;
+using Q5_1G = Q5LegacyG<true>;
+
 struct Q4_KG {
   struct W { uint4 q; uint32_t scmn, dm; };
   __device__ static W load(const MmqMat& m, int64_t r, int64_t c) {

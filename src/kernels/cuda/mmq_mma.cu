@@ -42,12 +42,14 @@ __device__ __forceinline__ void mma_k16(uint32_t a0, uint32_t a1, uint32_t b0, i
 
 // Formats: kQB quant bytes per 32-element block and row; scale section 0 (per 32 elements, kS0
 // bytes) and section 1 (per 256 elements, kS1 bytes, 0 = none); kQh: the high bits' bytes per
-// block (Q5_K 4, Q6_K 8; 0 = none).
-enum class Kind { kQ8_0, kQ4_0, kQ4_1, kQ4_K, kQ5_K, kQ6_K };
+// block (Q5_0, Q5_1, Q5_K 4, Q6_K 8; 0 = none).
+enum class Kind { kQ8_0, kQ4_0, kQ4_1, kQ5_0, kQ5_1, kQ4_K, kQ5_K, kQ6_K };
 template <Kind K> struct Fmt;
 template <> struct Fmt<Kind::kQ8_0> { static constexpr int kQB = 32, kS0 = 2, kS1 = 0, kQh = 0; static constexpr bool kK = false; };
 template <> struct Fmt<Kind::kQ4_0> { static constexpr int kQB = 16, kS0 = 2, kS1 = 0, kQh = 0; static constexpr bool kK = false; };
 template <> struct Fmt<Kind::kQ4_1> { static constexpr int kQB = 16, kS0 = 4, kS1 = 0, kQh = 0; static constexpr bool kK = false; };
+template <> struct Fmt<Kind::kQ5_0> { static constexpr int kQB = 16, kS0 = 2, kS1 = 0, kQh = 4; static constexpr bool kK = false; };
+template <> struct Fmt<Kind::kQ5_1> { static constexpr int kQB = 16, kS0 = 4, kS1 = 0, kQh = 4; static constexpr bool kK = false; };
 template <> struct Fmt<Kind::kQ4_K> { static constexpr int kQB = 16, kS0 = 2, kS1 = 4, kQh = 0; static constexpr bool kK = true; };
 template <> struct Fmt<Kind::kQ5_K> { static constexpr int kQB = 16, kS0 = 2, kS1 = 4, kQh = 4; static constexpr bool kK = true; };
 template <> struct Fmt<Kind::kQ6_K> { static constexpr int kQB = 16, kS0 = 2, kS1 = 2, kQh = 8; static constexpr bool kK = true; };
@@ -111,7 +113,16 @@ __global__ void __launch_bounds__(kThreads) mmq_mma_kernel(Args p) {
       const uint8_t* src = base + p.w.L.qs + row * nb * F::kQB + (valid ? blk0 * F::kQB + c * 16 : 0);
       cp_async_or_zero<16>(sb + S::kWq + r * S::kWqStride + c * 16, src, valid);
     }
-    if constexpr (F::kQh != 0) {
+    if constexpr (F::kQh != 0 && !F::kK) {
+      // Q5_0 / Q5_1: one word per block; rows start at any multiple of 4 bytes (k / 32 words).
+      for (int i = tid; i < BM * 8; i += kThreads) {
+        const int r = i / 8, c = i % 8;
+        const int64_t row = min(bm0 + r, n - 1);
+        uint8_t* dst = sb + S::kWh + r * S::kWhStride + c * 4;
+        if (blk0 + c < nb) cp_async<4>(dst, base + p.w.L.qh + (row * nb + blk0 + c) * 4);
+        else *reinterpret_cast<uint32_t*>(dst) = 0;
+      }
+    } else if constexpr (F::kQh != 0) {
       constexpr int kPieces = F::kQh / 2;  // 16-byte pieces of a tile's 8 blocks
       for (int i = tid; i < BM * kPieces; i += kThreads) {
         const int r = i / kPieces, c = i % kPieces;
@@ -233,11 +244,14 @@ __global__ void __launch_bounds__(kThreads) mmq_mma_kernel(Args p) {
             const uint2 hw0 = *reinterpret_cast<const uint2*>(h0), hw1 = *reinterpret_cast<const uint2*>(h1);
             a[0] = q6_lo(q0, hw0.x >> (2 * tig)); a[1] = q6_lo(q1, hw1.x >> (2 * tig));
             a[2] = q6_hi(q0, hw0.y >> (2 * tig)); a[3] = q6_hi(q1, hw1.y >> (2 * tig));
-          } else if constexpr (K == Kind::kQ5_K) {  // nibbles with their fifth bits (gemv.h)
+          } else if constexpr (F::kQh == 4) {  // nibbles with their fifth bits (gemv.h)
             const uint32_t h0 = *reinterpret_cast<const uint32_t*>(sb + S::kWh + r0 * S::kWhStride + blk * 4);
             const uint32_t h1 = *reinterpret_cast<const uint32_t*>(sb + S::kWh + (r0 + 8) * S::kWhStride + blk * 4);
             a[0] = q5_u(q0, h0 >> tig); a[1] = q5_u(q1, h1 >> tig);
             a[2] = q5_u(q0 >> 4, h0 >> (4 + tig)); a[3] = q5_u(q1 >> 4, h1 >> (4 + tig));
+            if constexpr (K == Kind::kQ5_0)  // q - 16 as signed bytes
+#pragma unroll
+              for (int i = 0; i < 4; ++i) a[i] = mmq_sub_bytes(a[i], 0x10101010u);
           } else {  // Q4_1, Q4_K: unsigned nibbles
             a[0] = q0 & 0x0F0F0F0Fu; a[1] = q1 & 0x0F0F0F0Fu;
             a[2] = (q0 >> 4) & 0x0F0F0F0Fu; a[3] = (q1 >> 4) & 0x0F0F0F0Fu;
@@ -263,7 +277,7 @@ __global__ void __launch_bounds__(kThreads) mmq_mma_kernel(Args p) {
               if constexpr (with_min<K>) {
                 isum[mt][nt][i] += static_cast<int>(sc[i / 2] & 0xFF) * c[i];
                 fmin[mt][nt][i] += wmin[i / 2] * x.y;
-              } else if constexpr (K == Kind::kQ4_1) {  // |c| <= 32 * 15 * 127
+              } else if constexpr (K == Kind::kQ4_1 || K == Kind::kQ5_1) {  // |c| <= 32 * 31 * 127
                 acc[mt][nt][i] += wd[i / 2] * x.x * mmq_i2f(c[i]) + wmin[i / 2] * x.y;
               } else {  // |c| <= 32 * 127 * 127
                 acc[mt][nt][i] += wd[i / 2] * x.x * mmq_i2f(c[i]);
@@ -347,6 +361,8 @@ void mmq_mma(DType t, const void* packed, int64_t n, int64_t k, const int8_t* qx
     case DType::kQ8_0: return launch<Kind::kQ8_0>(a, s);
     case DType::kQ4_0: return launch<Kind::kQ4_0>(a, s);
     case DType::kQ4_1: return launch<Kind::kQ4_1>(a, s);
+    case DType::kQ5_0: return launch<Kind::kQ5_0>(a, s);
+    case DType::kQ5_1: return launch<Kind::kQ5_1>(a, s);
     case DType::kQ4_K: return launch<Kind::kQ4_K>(a, s);
     case DType::kQ5_K: return launch<Kind::kQ5_K>(a, s);
     case DType::kQ6_K: return launch<Kind::kQ6_K>(a, s);

@@ -709,7 +709,7 @@ namespace {
 std::unique_ptr<CausalLm> make_dummy(const LlmConfig& cfg, DType type, const std::string& name) {
   TESSERA_CHECK_ARG(type == DType::kBF16 || cuda::mmq_supported(type),
                     "dummy weights: type " + std::string(dtype_name(type)) +
-                        " (supported: bf16, q8_0, q4_0, q4_1, q4_k, q5_k, q6_k)");
+                        " (supported: bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k)");
   const int64_t d = cfg.d_model, qd = cfg.n_heads * cfg.head_dim, kvd = cfg.n_kv_heads * cfg.head_dim;
   if (type != DType::kBF16) {
     const int64_t blk = cuda::mmq_act_block(type);

@@ -2,8 +2,8 @@
 // prefill chunks and decode rows of many sequences per forward call, paged f16 KV cache in
 // device memory (models::KvCache with device tensors), flash-style paged attention.
 //
-// Numerics: GGUF weights of types Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K stay quantized on the device
-// (repacked, kernels/cuda/gemv.h) and every projection with them takes integer dot products
+// Numerics: GGUF weights of types Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K stay quantized
+// on the device (repacked, kernels/cuda/gemv.h) and every projection with them takes integer dot products
 // against activations quantized exactly as the CPU path quantizes them (Q8 / Q8_K rows,
 // kernels/cuda/mmq.h), f32 scaling per block; other types are dequantized to bf16 at load
 // (cuBLASLt, bf16 inputs, f32 accumulation). Residual stream and activations f32, K/V f16;
