@@ -79,7 +79,7 @@ TEST(DequantGemm, MatchesTheDequantizedProductInDouble) {
       {256, 4096, {9, 40}},                                      // few tiles, long k: 8 splits
       {1100, 256, {16, 130}},                                    // 9 weight tiles, 2 steps
       {160, 4096, {16, 40, 100}, 1},  // unsplit: 16-64 steps wrap each block's 3-4 stage ring
-      {200, 384, {16, 70}},           // k % 256 != 0 (Q8_0, Q4_0, Q4_1): 128-wide steps at 16 rows
+      {200, 384, {16, 70}},           // k % 256 != 0 (the legacy formats): 128-wide steps at 16 rows
   };
   for (DType t : test::kQuantTypes)
     for (const Shape& sh : shapes) {
@@ -155,7 +155,7 @@ void expect_every_weight_like_the_reference(const Problem& p) {
 TEST(DequantGemm, DequantizesLikeTheReference) {
   TESSERA_SKIP_WITHOUT_GPU();
   for (DType t : test::kQuantTypes) {
-    if (!cuda::dequant_gemm_supported(t, 512)) continue;  // Q5_0 / Q5_1: the bf16 copies instead
+    if (!cuda::dequant_gemm_supported(t, 512)) continue;  // (every listed type runs at k = 512)
     const Problem p(t, 130, 512, 17);
     expect_every_weight_like_the_reference(p);
     if (HasFatalFailure()) return;

@@ -53,8 +53,8 @@ __device__ __forceinline__ void store_acc(const Params& p, int64_t m, int64_t j,
 // session 19's blocks of 256 weight rows, one per SM, copying each activation tile once for
 // twice the rows, 1.1-1.2x slower at 64-128 rows: two independent blocks per SM keep the
 // tensor cores busier than one with half the activation traffic.)
-// Stages: 4, or as many as leave kBlocksPerSm blocks their shared memory (Q8_0, Q5_K and Q6_K at
-// 64 rows, Q4_1, Q4_K and Q5_K at 16: 3).
+// Stages: 4, or as many as leave kBlocksPerSm blocks their shared memory (Tiling::kStages: e.g.
+// Q8_0, Q5_K and Q6_K at 64 rows, Q4_1, Q4_K and Q5_K at 16: 3).
 template <DType kType, int kN_, int kBK_>
 struct Tiling {
   static constexpr int kN = kN_, kBK = kBK_, kThreads = 256;
@@ -170,9 +170,10 @@ __global__ void __launch_bounds__(T::kThreads, kBlocksPerSm) dequant_gemm_kernel
 // where the rounded form takes 3-4 instructions per pair and a conversion), the tensor cores sum
 // each 32-element chunk (Q6_K: each 16) into fresh f32 registers, and those are scaled into the
 // accumulators by the chunk's factors (scaled_chunk): kN / 32 FMAs per weight, plus the
-// activations' chunk sums (an mma with A = 1) times the chunk's offset for Q4_1 / Q4_K / Q5_K.
+// activations' chunk sums (an mma with A = 1) times the chunk's offset for Q4_1 / Q5_1 / Q4_K /
+// Q5_K.
 // No weight is rounded: the result is the exact dequantized product up to the f32 summation
-// (for Q4_1 / Q4_K / Q5_K, of the two terms mul sum(q x) and add sum(x), whose rounding is
+// (for those offset formats, of the two terms mul sum(q x) and add sum(x), whose rounding is
 // relative to the terms rather than to their difference; the rounded form gives the bf16
 // copy's product). mma.sync m16n8k16, whose results are ordinary register values (wgmma's
 // would need a wait per chunk before scaling); each warp multiplies its 16 weight rows by all
@@ -384,7 +385,7 @@ bool dequant_gemm_rounds_weights(DType type, int64_t rows) {
     const char* e = std::getenv("TESSERA_DG_SCALED");
     return !(e && std::string(e) == "0");
   }();
-  const bool scaled_type = type != DType::kQ8_0;  // every supported type but Q8_0
+  const bool scaled_type = type != DType::kQ8_0 && dequant_gemm_supported(type, 256);  // but Q8_0
   return !(scaled_on && scaled_type && rows <= 16);
 }
 

@@ -192,7 +192,7 @@ __device__ __forceinline__ void chunk_frags(const uint8_t* row, int chunk, int t
       frag(lo, b[0], f);
       frag(hi, b[1], f);
     } else {  // Q4_K / Q5_K: q (d sc) - dmin mn
-      static_assert(kType == DType::kQ4_K || kType == DType::kQ5_K, "Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K");
+      static_assert(kType == DType::kQ4_K || kType == DType::kQ5_K, "an unknown format");
       const float2 dm = k4_scale_min<kType, kBK>(row, chunk);
       const float d = dm.x, dmin = dm.y;
       const float d256 = __fmul_rn(256.f, d), nd = __fmul_rn(-128.f, d);
@@ -207,7 +207,8 @@ __device__ __forceinline__ void chunk_frags(const uint8_t* row, int chunk, int t
 // exact in bf16, and the f32 factors that make the chunk's sums its dequantized product:
 //   y += mul[s] * (sum over slice s of a x) + add * (sum over the chunk of x).
 // Q4_0: a = q - 8, mul = d. Q5_0: a = q - 16, mul = d. Q4_1 / Q5_1: a = q, mul = d, add = m.
-// Q4_K / Q5_K: a = q, mul = d sc, add = -dmin mn. Q6_K: a = q - 32, mul[s] = d sc_s (its scales cover 16 elements: one slice).
+// Q4_K / Q5_K: a = q, mul = d sc, add = -dmin mn. Q6_K: a = q - 32, mul[s] = d sc_s (its scales
+// cover 16 elements: one slice).
 // No weight is rounded. The lane's fragment pairs are chunk_frags' (b[s][0] and b[s][1] hold
 // slot pairs 2t, 2t+1 and 2t+8, 2t+9 of slice s). Which elements stand in those slots is the
 // format's lane order (scaled_contig): Q4_0 keeps chunk_frags' elements 2t, 2t+1, 2t+8, 2t+9
@@ -303,8 +304,8 @@ struct Params {
 // ---- The copy plan of a stage of kBN weight rows, for kThreads copying threads (tid <
 // kThreads): every thread has fixed rows and pieces, so a step's addresses are its k offset added
 // to pointers computed once. Weights: thread tid takes row tid % kBN and every (kThreads / kBN)-th
-// piece of it from tid / kBN (pieces: qs 16 bytes each, qh 16 (Q5_K at 64-wide steps: 8), the
-// scales, d) into a region of kBN x kRaw bytes.
+// piece of it from tid / kBN (pieces: qs 16 bytes each, qh 16 (the 5-bit formats at 64-wide steps:
+// 8), the scales, d) into a region of kBN x kRaw bytes.
 // Activations: a fixed 16-byte column piece of rows r0, r0 + kRowStep, ... into a 128-byte-
 // swizzled tile of kBK / 64 column blocks x kN rows x 128 bytes; kRowStep is a multiple of 8, so
 // the swizzle of every row is the same and the destinations are kRowStep * 128 bytes apart.

@@ -124,7 +124,7 @@ struct Q4_1Fmt {
 template <bool kMin>
 struct Q5LegacyFmt {
   static constexpr int kLargeNRows = 4;
-  static constexpr int kElems = 32, kUnroll = 4;
+  static constexpr int kElems = 32, kUnroll = 2;  // 4 took ~230 registers at 4 rows (as Q5_KFmt: 2)
   using In = QIn;
   using X = XQ<2>;
   struct Mat { const uint8_t* base; GemvQuantLayout L; int64_t n, k; };

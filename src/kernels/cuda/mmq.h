@@ -14,8 +14,8 @@
 // The products: per 32-element block an exact int32 dot, then f32 scaling per block (legacy:
 // dw * da * isum (+ m * s for Q4_1 / Q5_1)); K weights: sub-block scales applied in int32 per 256 and
 // d / dmin in f32 once per 256, as the CPU does. Reference: ref::matmul on the GGUF blocks and
-// the dequantized CPU activation rows (differences: f32 summation order, and Q4_1's s rounded
-// to f16 as the CPU rounds it).
+// the dequantized CPU activation rows (differences: f32 summation order, and Q4_1's and Q5_1's s
+// rounded to f16 as the CPU rounds it).
 //
 // mmq_matmul picks the kernel by row count m: m <= kMmqGemvMaxRows: a multi-row DP4A GEMV (each
 // weight byte read once for all rows); else an int8 tensor-core GEMM (mma.sync m16n8k32 /

@@ -120,7 +120,7 @@ __global__ void __launch_bounds__(kThreads) mmq_mma_kernel(Args p) {
         const int64_t row = min(bm0 + r, n - 1);
         uint8_t* dst = sb + S::kWh + r * S::kWhStride + c * 4;
         if (blk0 + c < nb) cp_async<4>(dst, base + p.w.L.qh + (row * nb + blk0 + c) * 4);
-        else *reinterpret_cast<uint32_t*>(dst) = 0;
+        else *reinterpret_cast<uint32_t*>(dst) = 0;  // never read (the block loop stops at nbt)
       }
     } else if constexpr (F::kQh != 0) {
       constexpr int kPieces = F::kQh / 2;  // 16-byte pieces of a tile's 8 blocks
