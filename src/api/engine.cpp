@@ -491,8 +491,8 @@ Status place_model(Engine::Impl& im, api::LoadedModel& loaded, const EngineOptio
                                               im.tokenizer->n_vocab());
       const std::optional<DType> type = dtype_from_name(opt.dummy_type);
       if (!type)  // the model names the types it can generate
-        return Status(ErrorCode::kInvalidArgument, "unknown dummy weight type '" + opt.dummy_type +
-                                                       "' (bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k)");
+        return Status(ErrorCode::kInvalidArgument, "unknown dummy weight type '" + opt.dummy_type + "' (" +
+                                                       models::cuda_llama_dummy_types() + ")");
       im.model = models::cuda_llama_create_dummy(opt.dummy, vocab, *type);
     } else if (im.file) {
       im.model = models::cuda_llama_create(*im.file);

@@ -19,7 +19,7 @@ constexpr int kMaxSplits = 8;
 // 4-bit weights (and Q5_0, Q5_1, Q5_K, 4 bits plus one) take 256-wide k steps at 16 rows where
 // k allows (config_for).
 constexpr bool four_bit(DType t) {
-  return t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ4_K || fifth_bit(t);
+  return t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ4_K || has_fifth_bits(t);
 }
 // A stage: the activation tile (kN x kBK bf16, a multiple of 1024 bytes as kN % 8 == 0) and the
 // weight rows' quantized bytes, rounded up to the 1024-byte swizzle alignment.

@@ -19,10 +19,6 @@ using namespace tessera::cuda::detail;
 
 constexpr int kBN = 128;  // weight rows (outputs) per block
 
-// Formats with one fifth bit per element in a qh word per 32 (gemv.h: q5k_qh_bit).
-__host__ __device__ constexpr bool fifth_bit(DType t) {
-  return t == DType::kQ5_0 || t == DType::kQ5_1 || t == DType::kQ5_K;
-}
 // Formats whose chunk scale is f16 d | f16 m << 16.
 __host__ __device__ constexpr bool legacy_min(DType t) { return t == DType::kQ4_1 || t == DType::kQ5_1; }
 
@@ -32,7 +28,7 @@ __host__ __device__ constexpr bool legacy_min(DType t) { return t == DType::kQ4_
 template <DType kType, int kBK>
 struct Raw {
   static constexpr int kQs = kType == DType::kQ8_0 ? kBK : kBK / 2;
-  static constexpr int kQh = kType == DType::kQ6_K ? kBK / 4 : fifth_bit(kType) ? kBK / 8 : 0;
+  static constexpr int kQh = kType == DType::kQ6_K ? kBK / 4 : has_fifth_bits(kType) ? kBK / 8 : 0;
   static constexpr int kSc = kBK / 32 * (legacy_min(kType) ? 4 : 2);  // per chunk; Q6_K 2 x int8
   static constexpr int kD = kType == DType::kQ4_K || kType == DType::kQ5_K ? 4 : kType == DType::kQ6_K ? 2 : 0;
   static constexpr int kQhOff = kQs, kScOff = kQs + kQh, kDOff = kScOff + kSc;
@@ -159,7 +155,7 @@ __device__ __forceinline__ void chunk_frags(const uint8_t* row, int chunk, int t
   } else {  // 4-bit nibbles in the Q4_0 order, with a fifth bit for Q5_0 / Q5_1 / Q5_K
     const uint32_t w = lane_bytes(row + chunk * 16, t);
     uint32_t lo = w & 0x0F0F0F0Fu, hi = (w >> 4) & 0x0F0F0F0Fu;
-    if constexpr (fifth_bit(kType)) {  // the fifth bits of the lane's 4 elements (gemv.h):
+    if constexpr (has_fifth_bits(kType)) {  // the fifth bits of the lane's 4 elements (gemv.h):
       // elements 2t, 2t+1, 2t+8, 2t+9 sit at bits p, p + 8, p + 2, p + 10 (p = 16 (t % 2) + t / 2)
       // of the chunk's qh word, those of 16 + the same 4 higher. Shifted by p, bits 4, 12, 6, 14
       // hold the high half's: bits 4 and 12 are already bit 4 of bytes 0 and 1, bits 6 and 14
@@ -241,7 +237,7 @@ __device__ __forceinline__ void scaled_chunk(const uint8_t* row, int chunk, int 
   const uint8_t* qs = row + chunk * 16;
   const uint32_t w = scaled_contig<kType>() ? *reinterpret_cast<const uint32_t*>(qs + 4 * t) : lane_bytes(qs, t);
   uint32_t lo = w & 0x0F0F0F0Fu, hi = (w >> 4) & 0x0F0F0F0Fu;
-  if constexpr (fifth_bit(kType)) {  // element l < 16's fifth bit at bit 8 (l % 4) + l / 4 (gemv.h)
+  if constexpr (has_fifth_bits(kType)) {  // element l < 16's fifth bit at bit 8 (l % 4) + l / 4 (gemv.h)
     const uint32_t qh = *reinterpret_cast<const uint32_t*>(row + R::kQhOff + chunk * 4);
     // elements 4t + e: bit 8 e + t, the high half's 4 higher
     lo |= ((qh >> t) & 0x01010101u) << 4;

@@ -29,8 +29,6 @@ __host__ __device__ constexpr bool is_block_type(DType t) {
   return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ5_0 || t == DType::kQ5_1 || t == DType::kQ4_K ||
          t == DType::kQ5_K || t == DType::kQ6_K;
 }
-// The blocks are packed (unaligned 16-bit fields are read bytewise).
-__device__ __forceinline__ float f16_field(uint16_t bits) { return f16_bits_to_f32(bits); }
 __device__ __forceinline__ uint32_t u32_le(const uint8_t* p) {
   return p[0] | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 | uint32_t{p[3]} << 24;
 }
@@ -45,23 +43,23 @@ __device__ float gguf_element(const uint8_t* table, int64_t id, int64_t d, int64
   const typename Info::B& b = reinterpret_cast<const typename Info::B*>(table)[id * (d / Info::kElems) + i / Info::kElems];
   const int e = static_cast<int>(i % Info::kElems);
   if constexpr (kTable == DType::kQ8_0) {
-    return __fmul_rn(f16_field(b.d), static_cast<float>(b.qs[e]));
+    return __fmul_rn(f16_bits_to_f32(b.d), static_cast<float>(b.qs[e]));
   } else if constexpr (kTable == DType::kQ4_0) {
-    return __fmul_rn(f16_field(b.d), static_cast<float>(nibble32(b.qs, e) - 8));
+    return __fmul_rn(f16_bits_to_f32(b.d), static_cast<float>(nibble32(b.qs, e) - 8));
   } else if constexpr (kTable == DType::kQ4_1) {
-    return __fadd_rn(__fmul_rn(f16_field(b.d), static_cast<float>(nibble32(b.qs, e))), f16_field(b.m));
+    return __fadd_rn(__fmul_rn(f16_bits_to_f32(b.d), static_cast<float>(nibble32(b.qs, e))), f16_bits_to_f32(b.m));
   } else if constexpr (kTable == DType::kQ5_0) {
     const int q = (nibble32(b.qs, e) | static_cast<int>((u32_le(b.qh) >> e) & 1u) << 4) - 16;
-    return __fmul_rn(f16_field(b.d), static_cast<float>(q));
+    return __fmul_rn(f16_bits_to_f32(b.d), static_cast<float>(q));
   } else if constexpr (kTable == DType::kQ5_1) {
     const int q = nibble32(b.qs, e) | static_cast<int>((u32_le(b.qh) >> e) & 1u) << 4;
-    return __fadd_rn(__fmul_rn(f16_field(b.d), static_cast<float>(q)), f16_field(b.m));
+    return __fadd_rn(__fmul_rn(f16_bits_to_f32(b.d), static_cast<float>(q)), f16_bits_to_f32(b.m));
   } else if constexpr (kTable == DType::kQ4_K || kTable == DType::kQ5_K) {
     const int j = e / 32, l = e % 32;
     int sc, mn;
     q4k_scale_min(b.scales, j, &sc, &mn);
-    const float dd = __fmul_rn(f16_field(b.d), static_cast<float>(sc));
-    const float dm = __fmul_rn(f16_field(b.dmin), static_cast<float>(mn));
+    const float dd = __fmul_rn(f16_bits_to_f32(b.d), static_cast<float>(sc));
+    const float dm = __fmul_rn(f16_bits_to_f32(b.dmin), static_cast<float>(mn));
     const uint8_t byte = b.qs[32 * (j / 2) + l];
     int q = j % 2 == 0 ? (byte & 0x0f) : (byte >> 4);
     if constexpr (kTable == DType::kQ5_K) q |= ((b.qh[l] >> j) & 1) << 4;
@@ -72,7 +70,7 @@ __device__ float gguf_element(const uint8_t* table, int64_t id, int64_t d, int64
     const uint8_t lbyte = b.ql[64 * h + k % 64];
     const int lo = k < 64 ? (lbyte & 0x0f) : (lbyte >> 4);
     const int hi = (b.qh[32 * h + k % 32] >> (2 * (k / 32))) & 3;
-    const float ds = __fmul_rn(f16_field(b.d), static_cast<float>(b.scales[e / 16]));
+    const float ds = __fmul_rn(f16_bits_to_f32(b.d), static_cast<float>(b.scales[e / 16]));
     return __fmul_rn(ds, static_cast<float>((lo | hi << 4) - 32));
   }
 }

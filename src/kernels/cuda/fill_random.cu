@@ -47,7 +47,7 @@ __global__ void fill_bytes_kernel(uint64_t* p, int64_t n_words, uint64_t seed) {
 // Offset formats get centered blocks, as quantizers produce (value = d q + m with m ~ -7.5 d for
 // Q4_1, -15.5 d for Q5_1; Q4_K d sc q - dmin mn with dmin = 2 d, mn ~ 3.75 sc, sc 0..15): random-sign offsets
 // would give every block a large mean, a model far more sensitive to rounding than real ones.
-__global__ void q4_1_meta_kernel(uint32_t* dm, int64_t n, float scale, float mean_q, uint64_t seed) {
+__global__ void legacy_min_meta_kernel(uint32_t* dm, int64_t n, float scale, float mean_q, uint64_t seed) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{blockDim.x} * gridDim.x) {
     const uint64_t h = hash(seed, i);
@@ -130,7 +130,7 @@ void fill_random_quant(DType t, void* packed, int64_t n, int64_t k, float scale,
   switch (t) {
     case DType::kQ8_0: case DType::kQ4_0: case DType::kQ5_0: f16s(L.scales, e / 32, 1, scale, 0x5ca1e); break;
     case DType::kQ4_1: case DType::kQ5_1:  // u32 (d | m << 16); Q5_1's random qh bits are its fifth bits
-      q4_1_meta_kernel<<<grid_for(e / 32), kThreads, 0, s>>>(reinterpret_cast<uint32_t*>(base + L.scales),
+      legacy_min_meta_kernel<<<grid_for(e / 32), kThreads, 0, s>>>(reinterpret_cast<uint32_t*>(base + L.scales),
                                                               e / 32, scale, t == DType::kQ4_1 ? 7.5f : 15.5f,
                                                               seed ^ 0x5ca1e);
       TESSERA_CUDA_CHECK(cudaGetLastError());

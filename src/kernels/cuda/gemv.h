@@ -53,6 +53,10 @@ bool gemv_quant_supported(DType type);
 // Bit of Q5_K element l (0..31 of a 32-element chunk) in the chunk's repacked qh word (layout
 // above): the host's repacking and the device's dequantization both take it from here.
 __host__ __device__ constexpr int q5k_qh_bit(int l) { return 8 * (l % 4) + (l % 16) / 4 + (l / 16) * 4; }
+// The types whose repacked qh section holds one fifth bit per element, one word per 32 (above).
+__host__ __device__ constexpr bool has_fifth_bits(DType t) {
+  return t == DType::kQ5_0 || t == DType::kQ5_1 || t == DType::kQ5_K;
+}
 
 // 6-bit scale and min of sub-block j (0..7) of a GGUF Q4_K / Q5_K super-block from its 12 packed
 // scale bytes (ggml's get_scale_min_k4): the host's repacking and the device's embedding gather.

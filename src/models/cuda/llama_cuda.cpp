@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <cstdio>
@@ -705,11 +706,12 @@ std::unique_ptr<CausalLm> cuda_llama_create_hf(const hf::TextConfig& config,
 }
 
 namespace {
+bool dummy_type(DType type) { return type == DType::kBF16 || cuda::mmq_supported(type); }
+
 // Random weights for cfg; name labels the errors.
 std::unique_ptr<CausalLm> make_dummy(const LlmConfig& cfg, DType type, const std::string& name) {
-  TESSERA_CHECK_ARG(type == DType::kBF16 || cuda::mmq_supported(type),
-                    "dummy weights: type " + std::string(dtype_name(type)) +
-                        " (supported: bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k)");
+  TESSERA_CHECK_ARG(dummy_type(type), "dummy weights: type " + std::string(dtype_name(type)) +
+                                          " (supported: " + cuda_llama_dummy_types() + ")");
   const int64_t d = cfg.d_model, qd = cfg.n_heads * cfg.head_dim, kvd = cfg.n_kv_heads * cfg.head_dim;
   if (type != DType::kBF16) {
     const int64_t blk = cuda::mmq_act_block(type);
@@ -734,6 +736,16 @@ std::unique_ptr<CausalLm> make_dummy(const LlmConfig& cfg, DType type, const std
   return m;
 }
 }  // namespace
+
+std::string cuda_llama_dummy_types() {  // lower case, as the CLI's --dummy-type takes them
+  std::string names;
+  for (DType t : kAllDTypes) {
+    if (!dummy_type(t)) continue;
+    if (!names.empty()) names += ", ";
+    for (char c : dtype_name(t)) names += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  return names;
+}
 
 std::unique_ptr<CausalLm> cuda_llama_create_dummy(const std::string& name, int64_t vocab, DType type) {
   LlmConfig cfg = dummy_config(name);

@@ -34,12 +34,15 @@ std::unique_ptr<CausalLm> cuda_llama_create_hf(const hf::TextConfig& config,
                                                const safetensors::Checkpoint& checkpoint);
 
 // Random weights of a named architecture (models/dummy_archs.h) generated on the device.
-// vocab > 0 overrides the architecture's vocabulary (e.g. to the tokenizer's size). type: bf16,
-// or q8_0 / q4_0 / q4_1 / q4_k / q6_k (every projection and the head in that type, kept
-// quantized; K types need widths that are multiples of 256); the embedding table is bf16.
+// vocab > 0 overrides the architecture's vocabulary (e.g. to the tokenizer's size). type: one of
+// cuda_llama_dummy_types() (every projection and the head in that type, kept quantized; K types
+// need widths that are multiples of 256); the embedding table is bf16.
 std::unique_ptr<CausalLm> cuda_llama_create_dummy(const std::string& name, int64_t vocab = 0,
                                                   DType type = DType::kBF16);
 // The same for any configuration (tests: shapes no named architecture has).
 std::unique_ptr<CausalLm> cuda_llama_create_dummy(const LlmConfig& cfg, DType type);
+// The weight types dummy models take, by name: "bf16, q8_0, ..." (bf16 and every type the
+// integer-dot kernels keep quantized).
+std::string cuda_llama_dummy_types();
 
 }  // namespace tessera::models
