@@ -17,6 +17,10 @@
 //
 // --k-split: instead of the table, the GEMV at 1, 2 and 4 rows with 1, 2 and 4 warps per row
 // group (mmq_gemv's k_split) and its default, to tune the default.
+//
+// --few-rows: 2..8 rows: the few-row tensor-core GEMV (mmq_tc_gemv) at its default k split and
+// at each forced one, the DP4A GEMV (<= 8 rows) and dequant_gemm on bf16 rows (the engine's path
+// above 8 rows). --rows and --shapes narrow it too.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -88,11 +92,12 @@ std::vector<uint8_t*> random_weight_copies(DType t, int64_t n, int64_t k, cudaSt
 
 int main(int argc, char** argv) {
   std::vector<DType> types;
-  bool k_split_table = false, dequant_table = false;
+  bool k_split_table = false, dequant_table = false, few_rows_table = false, rows_given = false;
   std::vector<int64_t> dg_rows = {16, 32, 64, 128, 256, 512};
   std::string dg_shapes;  // comma-separated names; empty: all
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--rows" && i + 1 < argc) {
+      rows_given = true;
       dg_rows.clear();
       for (const char* p = argv[++i]; *p;) {
         char* end;
@@ -118,6 +123,10 @@ int main(int argc, char** argv) {
     }
     if (std::string(argv[i]) == "--k-split") {
       k_split_table = true;
+      continue;
+    }
+    if (std::string(argv[i]) == "--few-rows") {
+      few_rows_table = true;
       continue;
     }
     if (std::string(argv[i]) == "--dequant-gemm") {
@@ -190,6 +199,79 @@ int main(int argc, char** argv) {
         cudaFree(wb);
         cudaFree(y);
         cudaFree(ws);
+      }
+    return 0;
+  }
+
+  if (few_rows_table) {
+    setvbuf(stdout, nullptr, _IOLBF, 0);  // rows survive a failure later in the table
+    std::printf("| type | shape | rows | floor us | tc us | %% of floor | tc k split 1 / 2 / 4 us | dp4a GEMV us | "
+                "dequant_gemm us |\n|---|---|---|---|---|---|---|---|---|\n");
+    std::vector<int64_t> few_rows;
+    for (int64_t m : dg_rows)
+      if (rows_given && m >= 2 && m <= cuda::kMmqTcMaxRows) few_rows.push_back(m);
+    if (few_rows.empty()) few_rows = {2, 4, 8};
+    for (DType t : types)
+      for (const Shape& sh : kShapes) {
+        if (!dg_shapes.empty() && dg_shapes.find("," + std::string(sh.name) + ",") == std::string::npos) continue;
+        const std::vector<uint8_t*> w = random_weight_copies(t, sh.n, sh.k, s);
+        const int copies = static_cast<int>(w.size());
+        const int64_t mmax = 16;
+        float *x, *y;
+        int8_t* qx;
+        cuda::MmqActMeta* meta;
+        __nv_bfloat16* xb;
+        TESSERA_CUDA_CHECK(cudaMalloc(&x, mmax * sh.k * 4));
+        TESSERA_CUDA_CHECK(cudaMalloc(&y, mmax * sh.n * 4));
+        TESSERA_CUDA_CHECK(cudaMalloc(&qx, mmax * sh.k));
+        TESSERA_CUDA_CHECK(cudaMalloc(&meta, mmax * sh.k / 32 * 8));
+        TESSERA_CUDA_CHECK(cudaMalloc(&xb, mmax * sh.k * 2));
+        cuda::fill_uniform_f32(x, mmax * sh.k, -1.f, 1.f, 3, s);
+        cuda::fill_uniform_bf16(reinterpret_cast<uint16_t*>(xb), mmax * sh.k, -1.f, 1.f, 4, s);
+        cuda::mmq_quantize_rows(t, x, sh.k, mmax, sh.k, qx, meta, s);
+        size_t ws_bytes = 0;
+        for (int64_t m : few_rows)
+          ws_bytes = std::max(ws_bytes, cuda::dequant_gemm_workspace_bytes(t, sh.n, sh.k, m));
+        void* ws = nullptr;
+        if (ws_bytes) TESSERA_CUDA_CHECK(cudaMalloc(&ws, ws_bytes));
+        TESSERA_CUDA_CHECK(cudaStreamSynchronize(s));
+        for (int64_t m : few_rows) {
+          auto tc = [&](int ks) {
+            int it = 0;
+            return 1e3f * time_ms([&](cudaStream_t st) {
+              cuda::mmq_tc_gemv(t, w[it++ % copies], sh.n, sh.k, qx, meta, m, y, sh.n, false, st, ks);
+            }, s, 20);
+          };
+          const float def = tc(0);
+          std::string per_ks;
+          for (int ks : {1, 2, 4}) per_ks += (ks > 1 ? " / " : "") + std::to_string(tc(ks)).substr(0, 5);
+          std::string dp4a = "-", dg = "-";
+          if (m <= cuda::kMmqGemvMaxRows) {
+            int it = 0;
+            dp4a = std::to_string(1e3f * time_ms([&](cudaStream_t st) {
+              cuda::mmq_gemv(t, w[it++ % copies], sh.n, sh.k, qx, meta, m, y, sh.n, false, st);
+            }, s, 20)).substr(0, 6);
+          }
+          if (cuda::dequant_gemm_supported(t, sh.k) && cuda::dequant_gemm_workspace_bytes(t, sh.n, sh.k, m) <= ws_bytes) {
+            int it = 0;
+            dg = std::to_string(1e3f * time_ms([&](cudaStream_t st) {
+              cuda::dequant_gemm_bf16(t, w[it++ % copies], sh.n, sh.k, xb, m, y, sh.n, false, ws, ws_bytes, st);
+            }, s, 20)).substr(0, 6);
+          }
+          const double bytes = static_cast<double>(sh.n) * *dtype_row_bytes(t, sh.k) + m * sh.k * 1.25 + m * sh.n * 4.0;
+          const double floor_us = bytes / bw * 1e6;
+          std::printf("| %s | %s %lldx%lld | %lld | %.2f | %.2f | %.1f%% | %s | %s | %s |\n", std::string(dtype_name(t)).c_str(), sh.name,
+                      static_cast<long long>(sh.n), static_cast<long long>(sh.k), static_cast<long long>(m), floor_us,
+                      def, 100.0 * floor_us / def, per_ks.c_str(), dp4a.c_str(), dg.c_str());
+          std::fflush(stdout);
+        }
+        for (auto* p : w) cudaFree(p);
+        cudaFree(x);
+        cudaFree(y);
+        cudaFree(qx);
+        cudaFree(meta);
+        cudaFree(xb);
+        if (ws) cudaFree(ws);
       }
     return 0;
   }

@@ -186,7 +186,7 @@ TEST(MmqQuant, FusedRmsNormAndSwigluMatchTheUnfusedCpuSteps) {
   }
 }
 
-enum class Path { kAuto, kGemv, kMma };
+enum class Path { kAuto, kGemv, kMma, kTc };
 
 struct Case {
   int64_t n, k, m;
@@ -210,6 +210,8 @@ std::vector<float> run_gpu(DType t, const std::vector<uint8_t>& blocks, const st
   test::DevBuf<float> dy(yinit);
   if (path == Path::kGemv)
     cuda::mmq_gemv(t, dw.get(), c.n, c.k, qx.get(), meta.get(), c.m, dy.get(), ldy, accumulate, nullptr, k_split);
+  else if (path == Path::kTc)
+    cuda::mmq_tc_gemv(t, dw.get(), c.n, c.k, qx.get(), meta.get(), c.m, dy.get(), ldy, accumulate, nullptr, k_split);
   else
     (path == Path::kMma ? cuda::mmq_mma : cuda::mmq_matmul)(t, dw.get(), c.n, c.k, qx.get(), meta.get(), c.m,
                                                           dy.get(), ldy, accumulate, nullptr);
@@ -227,9 +229,11 @@ TEST(MmqMatmul, EveryKernelMatchesTheReferenceForEveryType) {
   TESSERA_SKIP_WITHOUT_GPU();
   const std::vector<Case> legacy = {{1, 32, 1},   {7, 96, 3},    {67, 576, 5},   {130, 576, 8},
                                     {2, 32, 17},  {64, 1536, 9}, {200, 576, 33}, {100, 4096, 64},
-                                    {333, 1056, 100}, {960, 576, 130}};
+                                    {333, 1056, 100}, {960, 576, 130}, {33, 1024, 2}, {17, 256, 7},
+                                    {50, 4096, 4}};
   const std::vector<Case> kq = {{1, 256, 1},    {7, 768, 3},    {67, 1536, 8},  {130, 256, 9},
-                                {200, 768, 33}, {100, 4096, 65}, {333, 512, 100}, {64, 256, 129}};
+                                {200, 768, 33}, {100, 4096, 65}, {333, 512, 100}, {64, 256, 129},
+                                {33, 2304, 2},  {19, 512, 6},   {50, 4096, 4}};
   ThreadPool pool(2);
   for (DType t : test::kQuantTypes)
     for (const Case& c : test::is_k_quant(t) ? kq : legacy) {
@@ -246,6 +250,8 @@ TEST(MmqMatmul, EveryKernelMatchesTheReferenceForEveryType) {
                                std::to_string(c.k) + " m " + std::to_string(c.m);
       std::vector<Path> paths = {Path::kAuto, Path::kMma};
       if (c.m <= cuda::kMmqGemvMaxRows) paths.push_back(Path::kGemv);
+      const bool tc = c.m <= cuda::kMmqTcMaxRows && cuda::mmq_tc_supported(t, c.k);
+      if (tc) paths.push_back(Path::kTc);
       for (Path p : paths) {
         const auto got = run_gpu(t, blocks, x, c, p, false, {});
         ASSERT_TRUE(test::all_written(got)) << what;
@@ -260,6 +266,14 @@ TEST(MmqMatmul, EveryKernelMatchesTheReferenceForEveryType) {
           const auto got = run_gpu(t, blocks, x, c, Path::kGemv, false, {}, ks);
           ASSERT_TRUE(test::all_written(got)) << what << " k split " << ks;
           EXPECT_LE(test::nmse(got, want), bound) << what << " k split " << ks;
+        }
+      // The few-row tensor-core GEMV with every k split (1 to 16 warps per 16-row group).
+      if (tc)
+        for (int ks : {1, 2, 4}) {
+          const auto got = run_gpu(t, blocks, x, c, Path::kTc, false, {}, ks);
+          ASSERT_TRUE(test::all_written(got)) << what << " tc k split " << ks;
+          EXPECT_LE(test::nmse(got, want), bound) << what << " tc k split " << ks;
+          EXPECT_LE(test::nmse(got, cpu_y), 1e-6) << what << " tc vs cpu::matmul, k split " << ks;
         }
       // Accumulating into existing values (the residual adds).
       std::vector<float> y0(c.m * c.n), want_acc(c.m * c.n);
@@ -294,6 +308,32 @@ TEST(MmqMatmul, GemvKSplitsOfLongRowsMatchTheReference) {
     }
 }
 
+// The few-row tensor-core GEMV on long rows: every k split runs many runs per warp (more runs
+// than stages; k split 4 leaves some warps one run fewer), n not a multiple of the 16-row group,
+// 2 to 8 activation rows; and the shapes it does not take are refused.
+TEST(MmqMatmul, TcGemvKSplitsOfLongRowsMatchTheReference) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  for (DType t : test::kQuantTypes)
+    for (int64_t m : {2, 5, 8}) {
+      const Case c{37, 16384 + 256 * 3, m};
+      const auto blocks = test::random_quant_blocks(t, c.n, c.k, 80 + m);
+      const auto x = random_rows(c.m, c.k, 81);
+      const CpuRows rows = cpu_rows(t, x, c.m, c.k);
+      std::vector<float> want(c.m * c.n);
+      ref::matmul(t, blocks.data(), c.n, c.k, rows.deq.data(), c.m, want.data());
+      for (int ks : {0, 1, 2, 4}) {
+        const auto got = run_gpu(t, blocks, x, c, Path::kTc, false, {}, ks);
+        ASSERT_TRUE(test::all_written(got));
+        EXPECT_LE(test::nmse(got, want), t == DType::kQ4_1 || t == DType::kQ5_1 ? 1e-5 : 1e-9)
+            << dtype_name(t) << " m " << m << " k split " << ks;
+      }
+    }
+  EXPECT_FALSE(cuda::mmq_tc_supported(DType::kQ4_0, 576));
+  EXPECT_TRUE(cuda::mmq_tc_supported(DType::kQ4_0, 4096));
+  EXPECT_THROW(cuda::mmq_tc_gemv(DType::kQ4_0, nullptr, 16, 576, nullptr, nullptr, 2, nullptr, 16, false, nullptr),
+               Error);
+}
+
 TEST(MmqMatmul, RowInABatchMatchesItAlone) {
   TESSERA_SKIP_WITHOUT_GPU();
   for (DType t : {DType::kQ4_0, DType::kQ4_K}) {
@@ -303,7 +343,7 @@ TEST(MmqMatmul, RowInABatchMatchesItAlone) {
     const auto batched = run_gpu(t, blocks, x, c, Path::kAuto, false, {});
     for (int64_t r : {0, 1, 33, 69}) {
       const std::vector<float> xr(x.begin() + r * c.k, x.begin() + (r + 1) * c.k);
-      for (int64_t m : {1, 20}) {  // the GEMV alone; and the row first of a smaller GEMM
+      for (int64_t m : {1, 4, 20}) {  // the GEMV alone; the few-row GEMV; the row first of a smaller GEMM
         std::vector<float> xs;
         for (int64_t i = 0; i < m; ++i) xs.insert(xs.end(), xr.begin(), xr.end());
         const auto alone = run_gpu(t, blocks, xs, {c.n, c.k, m}, Path::kAuto, false, {});

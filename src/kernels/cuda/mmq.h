@@ -17,12 +17,13 @@
 // the dequantized CPU activation rows (differences: f32 summation order, and Q4_1's and Q5_1's s
 // rounded to f16 as the CPU rounds it).
 //
-// mmq_matmul picks the kernel by row count m: m <= kMmqGemvMaxRows: a multi-row DP4A GEMV (each
-// weight byte read once for all rows); else an int8 tensor-core GEMM (mma.sync m16n8k32 /
-// m16n8k16, int32 per block, weights unpacked from 4 bits in registers); measured on H200 (Q4_0
-// 28672 x 4096): GEMV at 8 rows 54.8 us, GEMM at 16 rows 53.4 us; 4096 x 4096: 9.9 vs 29.2 us
-// (docs/design/cuda_engine.md). Both never allocate or
-// synchronize (graph-capturable). k: a multiple of 32 (legacy) or 256 (K); any n >= 1, m >= 1.
+// mmq_matmul picks the kernel by row count m: one row: the DP4A GEMV (each weight byte read once,
+// integer dot products per lane; also at 2 rows); kMmqTcMinRows..kMmqGemvMaxRows: the few-row
+// tensor-core GEMV (mmq_tc_gemv: the rows on the tensor cores, so the per-weight work does not
+// grow with them; TESSERA_MMQ_TC=0 takes the DP4A GEMV instead); more: an int8 tensor-core GEMM
+// (mma.sync m16n8k32 / m16n8k16 through shared-memory tiles, weights unpacked from 4 bits in
+// registers). All never allocate or synchronize (graph-capturable). k: a multiple of 32 (legacy)
+// or 256 (K); any n >= 1, m >= 1.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -41,6 +42,8 @@ struct MmqActMeta {
 static_assert(sizeof(MmqActMeta) == 8);
 
 inline constexpr int64_t kMmqGemvMaxRows = 8;
+inline constexpr int64_t kMmqTcMaxRows = 8;  // mmq_tc_gemv's rows (one tile of 8)
+inline constexpr int64_t kMmqTcMinRows = 3;  // mmq_matmul takes it from here (at 2 the DP4A GEMV is as fast)
 
 // Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K.
 bool mmq_supported(DType wtype);
@@ -78,5 +81,13 @@ void mmq_gemv(DType wtype, const void* packed, int64_t n, int64_t k, const int8_
 void mmq_mma(DType wtype, const void* packed, int64_t n, int64_t k, const int8_t* qx,
              const MmqActMeta* meta, int64_t m, float* y, int64_t ldy, bool accumulate,
              cudaStream_t stream);
+// The few-row tensor-core GEMV, m <= kMmqTcMaxRows, for mmq_tc_supported(wtype, k) (k % 256 == 0);
+// k_split: warps per 16-row group (1, 2 or 4; 0: by shape). mmq_tc_enabled(): mmq_matmul takes it
+// where supported (TESSERA_MMQ_TC unset or not "0").
+bool mmq_tc_supported(DType wtype, int64_t k);
+void mmq_tc_gemv(DType wtype, const void* packed, int64_t n, int64_t k, const int8_t* qx,
+                 const MmqActMeta* meta, int64_t m, float* y, int64_t ldy, bool accumulate,
+                 cudaStream_t stream, int k_split = 0);
+bool mmq_tc_enabled();
 
 }  // namespace tessera::cuda

@@ -373,6 +373,8 @@ void mmq_mma(DType t, const void* packed, int64_t n, int64_t k, const int8_t* qx
 void mmq_matmul(DType t, const void* packed, int64_t n, int64_t k, const int8_t* qx,
                 const MmqActMeta* meta, int64_t m, float* y, int64_t ldy, bool accumulate,
                 cudaStream_t s) {
+  if (m >= kMmqTcMinRows && m <= kMmqTcMaxRows && mmq_tc_enabled() && mmq_tc_supported(t, k))
+    return mmq_tc_gemv(t, packed, n, k, qx, meta, m, y, ldy, accumulate, s);
   if (m <= kMmqGemvMaxRows) return mmq_gemv(t, packed, n, k, qx, meta, m, y, ldy, accumulate, s);
   mmq_mma(t, packed, n, k, qx, meta, m, y, ldy, accumulate, s);
 }
