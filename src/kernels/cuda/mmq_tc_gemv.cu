@@ -1,14 +1,15 @@
-// Few-row tensor-core GEMV (mmq.h: mmq_tc_gemv) for 2..kMmqTcMaxRows activation rows.
+// Few-row tensor-core GEMV (mmq.h: mmq_tc_gemv) for 2..8 activation rows of quantized weights.
 //
 // Why: the DP4A GEMV (mmq_gemv.cu) spends ~8 instructions per 32 weights and activation row, so
 // its cost grows with the rows: on the H200 a Llama-3-8B Q4_0 decode step took 1.87 ms at 1 row,
 // 3.09 at 4 and 4.74 at 8, where the weights alone need ~1.1 ms. Here the tensor cores take the
 // rows: a warp owns 16 weight rows (the M of mma.sync m16n8k32 / m16n8k16, int8), the activation
-// rows are the N (8 per tile, one or two tiles), and one mma covers a 32-element block of all of
-// them. Per block the lane unpacks its 4-byte word of each of its two rows (the A fragment's
-// bytes 4t .. 4t + 3 are the word's low nibbles, 16 + 4t .. its high ones: GGUF's Q4_0 order,
-// which the repacked layout keeps), so the unpacking and the scales cost the same at 2 rows as
-// at 16.
+// rows are the N (one tile of 8), and one mma covers a 32-element block of all of them. Per
+// block the lane unpacks its 4-byte word of each of its two rows (the A fragment's bytes
+// 4t .. 4t + 3 are the word's low nibbles, 16 + 4t .. its high ones: GGUF's Q4_0 order, which
+// the repacked layout keeps), so the unpacking and the scales cost the same at 2 rows as at 8.
+// (Two tiles, 9..16 rows, measured slower than dequant_gemm at 16: Llama-3-8B gate|up Q4_0 51
+// vs 39 us, so the engine keeps dequant_gemm there.)
 //
 // Arithmetic: the CPU's (and mmq_gemv's) integer block sums, exactly. The weights' offsets
 // (Q4_0 -8, Q5_0 -16, Q6_K -32) come from a first mma with A = the offset in every byte, whose
@@ -23,12 +24,13 @@
 // a row's 128 quant bytes per 8 lanes (whole cache lines, as the one-row GEMV's loads), read back
 // by ldmatrix, whose lanes receive exactly the mma fragments (the chunks are swizzled by row, so
 // no bank conflicts). A first version loaded each lane's 4-byte words straight from global memory:
-// 8 cache lines per load instruction, and 2x slower than the DP4A GEMV at 2 rows. No block-wide
-// barrier: a warp waits for its own copies (cp.async groups + __syncwarp). KS warps per row
-// group split the runs along k (chosen so the launch keeps ~12 warps per SM busy) and add their
-// sums in shared memory in warp order (deterministic). Launched with PDL: the first runs' weight
-// copies are issued before pdl_wait(). Needs k % 256 == 0 (whole runs); other shapes keep the
-// DP4A GEMV (mmq_tc_supported).
+// 8 cache lines per load instruction, and 2x slower than the DP4A GEMV at 2 rows. The activations
+// go through the L1 (the SM's warps on other rows read the same runs); 4 rows are staged for
+// m <= 4 (smaller stages: 4 blocks per SM instead of 3), else 8. No block-wide barrier: a warp
+// waits for its own copies (cp.async groups + __syncwarp). KS warps per row group split the runs
+// along k (k_split_for) and add their sums in shared memory in warp order (deterministic).
+// Launched with PDL: the first runs' weight copies are issued before pdl_wait(). Needs
+// k % 256 == 0 (whole runs); other shapes keep the DP4A GEMV (mmq_tc_supported).
 #include <algorithm>
 #include <climits>
 #include <cstdint>
@@ -113,35 +115,31 @@ struct Fmt {
 };
 
 // A warp's stage in shared memory: a run of kU blocks of its 16 weight rows and of the
-// activation rows (kMP = 8 NT). Byte offsets:
+// activation rows (kMP = MP: 4 or 8 staged, the mma's 8 columns read rows r % kMP). Byte offsets:
 //   qs    16 rows x 128 B, 16-byte chunk c of row r at chunk c ^ (r % 8) (ldmatrix without conflicts)
 //   qh    16 rows x kU kQHB;  scales 16 rows x kU kSCB;  d 16 rows x 4 B (the aligned word holding it)
 //   acts  kMP rows x kU x 32 B, chunk c of row r at c ^ (r % 8) (rows >= m: stale, see copy_acts)
 //   meta  [kU][kMP] MmqActMeta
-template <DType kType, int NT>
+template <DType kType, int MP>
 struct Stage {
   using F = Fmt<kType>;
-  static constexpr int kMP = 8 * NT, kQhSpan = F::kU * F::kQHB, kScSpan = F::kU * F::kSCB, kActSpan = F::kU * 32;
+  static constexpr int kMP = MP, kQhSpan = F::kU * F::kQHB, kScSpan = F::kU * F::kSCB, kActSpan = F::kU * 32;
   static constexpr int kQh = 16 * 128, kSc = kQh + 16 * kQhSpan, kD = kSc + 16 * kScSpan;
   static constexpr int kAct = (kD + (F::kDB ? 64 : 0) + 15) / 16 * 16, kMeta = kAct + kMP * kActSpan;
   static constexpr int kBytes = kMeta + kMP * F::kU * 8;
   static_assert(kBytes % 16 == 0, "16-byte aligned stages");
 };
 constexpr int kStages = 3, kWarps = 4;
-// Tiles of 8 activation rows. Two (9..16 rows) measured slower than dequant_gemm at 16 rows
-// (Llama-3-8B gate|up Q4_0: 51 vs 39 us; the tile's mma and scaling work doubles while its
-// loads stay latency-bound), so the kernel takes one tile; the templates keep NT for a next try.
-constexpr int kTiles = 1;
 
 __device__ __forceinline__ uint8_t* swizzled(uint8_t* row, int chunk, int r) { return row + ((chunk ^ (r & 7)) << 4); }
 
 // The weight bytes of the run at block c0 for rows r0 .. r0 + 15 (past n: row n - 1, never
 // stored). (Planning every piece's pointer once per warp instead measured 5-10 % slower: more
 // registers live across the loop, and a longer loop.)
-template <DType kType, int NT>
+template <DType kType, int MP>
 __device__ __forceinline__ void copy_weights(uint8_t* st, const MmqMat& w, int64_t r0, int64_t c0, int lane) {
   using F = Fmt<kType>;
-  using S = Stage<kType, NT>;
+  using S = Stage<kType, MP>;
 #pragma unroll
   for (int i = 0; i < 4; ++i) {  // qs: 8 chunks per row, 4 rows per instruction
     const int p = lane + 32 * i, row = p >> 3, ch = p & 7;
@@ -184,11 +182,11 @@ __device__ __forceinline__ void copy_weights(uint8_t* st, const MmqMat& w, int64
 __device__ __forceinline__ void cp_async_ca16(void* dst, const void* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src));
 }
-template <DType kType, int NT>
+template <DType kType, int MP>
 __device__ __forceinline__ void copy_acts(uint8_t* st, const int8_t* qx, const MmqActMeta* meta, int64_t k,
                                           int64_t nb, int m, int64_t c0, int lane) {
   using F = Fmt<kType>;
-  using S = Stage<kType, NT>;
+  using S = Stage<kType, MP>;
   constexpr int kPer = S::kActSpan / 16, kN = S::kMP * kPer;
   const int rows = min(m, S::kMP);
 #pragma unroll
@@ -204,25 +202,24 @@ __device__ __forceinline__ void copy_acts(uint8_t* st, const int8_t* qx, const M
   }
 }
 
-// Accumulator element e of tile j: weight row g + 8 (e / 2), activation row 8j + 2t + e % 2.
-template <int NT>
+// Accumulator element e: weight row g + 8 (e / 2), activation row 2t + e % 2.
 struct Sums {
-  float acc[NT][4];
-  int isum[NT][4], imin[NT][4];  // K formats: the run's integer sums
+  float acc[4];
+  int isum[4], imin[4];  // K formats: the run's integer sums
 };
 
 template <class T>
 __device__ __forceinline__ T lds(const uint8_t* p) { return *reinterpret_cast<const T*>(p); }
 
 // One run (a stage) into s: kU blocks, two per ldmatrix.
-template <DType kType, int NT>
+template <DType kType, int MP>
 __device__ __forceinline__ void run_sums(const uint8_t* st, const MmqMat& w, int64_t r0, int64_t c0, int lane,
-                                         Sums<NT>& s) {
+                                         Sums& s) {
   using F = Fmt<kType>;
-  using S = Stage<kType, NT>;
+  using S = Stage<kType, MP>;
   const int g = lane / 4, t = lane % 4, li = lane >> 3, lr = lane & 7;
   const int rows[2] = {g, g + 8};
-  MmqActMeta last[NT][2];
+  MmqActMeta last[2];  // the last block's meta of activation rows 2t, 2t + 1
 #pragma unroll
   for (int u = 0; u < F::kU; u += 2) {
     uint32_t q4[4] = {};  // 4-bit formats: (g, u), (g + 8, u), (g, u + 1), (g + 8, u + 1)
@@ -230,11 +227,10 @@ __device__ __forceinline__ void run_sums(const uint8_t* st, const MmqMat& w, int
       const int row = lr + 8 * (li & 1), blk = u + (li >> 1);
       ldmatrix_x4(q4, swizzled(const_cast<uint8_t*>(st) + row * 128, blk, row));
     }
-    uint32_t bf[NT][4];  // per tile: b0, b1 of block u, then of block u + 1
-#pragma unroll
-    for (int j = 0; j < NT; ++j) {
-      const int row = 8 * j + lr, ch = 2 * (u + (li >> 1)) + (li & 1);
-      ldmatrix_x4(bf[j], swizzled(const_cast<uint8_t*>(st) + S::kAct + row * S::kActSpan, ch, row));
+    uint32_t bf[4];  // b0, b1 of block u, then of block u + 1 (the mma's columns past kMP: rows r % kMP)
+    {
+      const int row = lr % S::kMP, ch = 2 * (u + (li >> 1)) + (li & 1);
+      ldmatrix_x4(bf, swizzled(const_cast<uint8_t*>(st) + S::kAct + row * S::kActSpan, ch, row));
     }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -272,14 +268,13 @@ __device__ __forceinline__ void run_sums(const uint8_t* st, const MmqMat& w, int
       for (int i = 0; i < 2; ++i)
         sc[i] = F::kSCB == 4 ? lds<uint32_t>(st + S::kSc + rows[i] * S::kScSpan + ub * 4)
                              : uint32_t{lds<uint16_t>(st + S::kSc + rows[i] * S::kScSpan + ub * 2)};
-#pragma unroll
-      for (int j = 0; j < NT; ++j) {
-        const uint32_t b0 = bf[j][2 * h], b1 = bf[j][2 * h + 1];
+      {
+        const uint32_t b0 = bf[2 * h], b1 = bf[2 * h + 1];
         MmqActMeta xm[2];
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
-          xm[hh] = lds<MmqActMeta>(st + S::kMeta + (ub * S::kMP + 8 * j + 2 * t + hh) * 8);
-          last[j][hh] = xm[hh];
+          xm[hh] = lds<MmqActMeta>(st + S::kMeta + (ub * S::kMP + min(2 * t + hh, S::kMP - 1)) * 8);
+          last[hh] = xm[hh];
         }
         if constexpr (F::kQ6) {  // two 16-element halves, each its scale; offset -32
           constexpr uint32_t kOff = 0xE0E0E0E0u;
@@ -290,7 +285,7 @@ __device__ __forceinline__ void run_sums(const uint8_t* st, const MmqMat& w, int
           mma_k16<true>(hi, a[2], a[3], b1);
 #pragma unroll
           for (int e = 0; e < 4; ++e)
-            s.isum[j][e] += static_cast<int8_t>(sc[e / 2] & 0xFF) * l[e] + static_cast<int8_t>(sc[e / 2] >> 8) * hi[e];
+            s.isum[e] += static_cast<int8_t>(sc[e / 2] & 0xFF) * l[e] + static_cast<int8_t>(sc[e / 2] >> 8) * hi[e];
         } else if constexpr (F::kK) {  // Q4_K / Q5_K: scale x sum q x, min x sum x
           const uint32_t ones[4] = {0x01010101u, 0x01010101u, 0x01010101u, 0x01010101u};
           int q[4], xs[4];
@@ -298,8 +293,8 @@ __device__ __forceinline__ void run_sums(const uint8_t* st, const MmqMat& w, int
           mma_k32_from<true>(xs, ones, b0, b1, 0);
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            s.isum[j][e] += static_cast<int>(sc[e / 2] & 0xFF) * q[e];
-            s.imin[j][e] += static_cast<int>(sc[e / 2] >> 8) * xs[e];
+            s.isum[e] += static_cast<int>(sc[e / 2] & 0xFF) * q[e];
+            s.imin[e] += static_cast<int>(sc[e / 2] >> 8) * xs[e];
           }
         } else {  // legacy: f32 per block, mmq_gemv's order
           int c[4];
@@ -314,7 +309,7 @@ __device__ __forceinline__ void run_sums(const uint8_t* st, const MmqMat& w, int
           for (int e = 0; e < 4; ++e) {
             float v = mmq_f16(sc[e / 2]) * xm[e % 2].d * magic_to_float(c[e]);
             if constexpr (F::kMin) v += mmq_f16(sc[e / 2] >> 16) * xm[e % 2].s;
-            s.acc[j][e] += v;
+            s.acc[e] += v;
           }
         }
       }
@@ -335,24 +330,22 @@ __device__ __forceinline__ void run_sums(const uint8_t* st, const MmqMat& w, int
       }
     }
 #pragma unroll
-    for (int j = 0; j < NT; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float v = d[e / 2] * __int2float_rn(s.isum[j][e]);
-        if constexpr (!F::kQ6) v -= dmin[e / 2] * __int2float_rn(s.imin[j][e]);
-        s.acc[j][e] += last[j][e % 2].d * v;
-        s.isum[j][e] = s.imin[j][e] = 0;
-      }
+    for (int e = 0; e < 4; ++e) {
+      float v = d[e / 2] * __int2float_rn(s.isum[e]);
+      if constexpr (!F::kQ6) v -= dmin[e / 2] * __int2float_rn(s.imin[e]);
+      s.acc[e] += last[e % 2].d * v;
+      s.isum[e] = s.imin[e] = 0;
+    }
   }
 }
 
 // The kernel: KS warps per group of 16 weight rows (kWarps / KS groups per block), each with its
 // own ring of kStages stages in shared memory (no block-wide barrier in the loop).
-template <DType kType, int NT, int KS>
-__global__ void __launch_bounds__(32 * kWarps)
+template <DType kType, int MP, int KS>
+__global__ void __launch_bounds__(32 * kWarps, 4)  // <= 128 registers: 4 blocks per SM
 tc_gemv_kernel(MmqMat w, const int8_t* qx, const MmqActMeta* meta, int m, float* y, int64_t ldy, bool accumulate) {
   using F = Fmt<kType>;
-  using S = Stage<kType, NT>;
+  using S = Stage<kType, MP>;
   extern __shared__ __align__(16) uint8_t smem[];
   pdl_trigger();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -366,22 +359,20 @@ tc_gemv_kernel(MmqMat w, const int8_t* qx, const MmqActMeta* meta, int m, float*
   const int count = runs > first ? static_cast<int>((runs - first + KS - 1) / KS) : 0;
   uint8_t* ring = smem + warp * (kStages * S::kBytes);
   auto c0_of = [&](int i) { return (first + int64_t{i} * KS) * F::kU; };
-  Sums<NT> s;
+  Sums s;
 #pragma unroll
-  for (int j = 0; j < NT; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      s.acc[j][e] = 0.f;
-      s.isum[j][e] = s.imin[j][e] = 0;
-    }
+  for (int e = 0; e < 4; ++e) {
+    s.acc[e] = 0.f;
+    s.isum[e] = s.imin[e] = 0;
+  }
   // The first kStages - 1 runs: weights before the PDL wait (they never change), activations after.
 #pragma unroll
   for (int i = 0; i < kStages - 1; ++i)
-    if (i < count) copy_weights<kType, NT>(ring + i * S::kBytes, w, r0, c0_of(i), lane);
+    if (i < count) copy_weights<kType, MP>(ring + i * S::kBytes, w, r0, c0_of(i), lane);
   pdl_wait();
 #pragma unroll
   for (int i = 0; i < kStages - 1; ++i) {
-    if (i < count) copy_acts<kType, NT>(ring + i * S::kBytes, qx, meta, w.k, nb, m, c0_of(i), lane);
+    if (i < count) copy_acts<kType, MP>(ring + i * S::kBytes, qx, meta, w.k, nb, m, c0_of(i), lane);
     cp_async_commit();
   }
   for (int i = 0; i < count; ++i) {
@@ -390,11 +381,11 @@ tc_gemv_kernel(MmqMat w, const int8_t* qx, const MmqActMeta* meta, int m, float*
     const int next = i + kStages - 1;
     if (next < count) {
       uint8_t* slot = ring + (next % kStages) * S::kBytes;
-      copy_weights<kType, NT>(slot, w, r0, c0_of(next), lane);
-      copy_acts<kType, NT>(slot, qx, meta, w.k, nb, m, c0_of(next), lane);
+      copy_weights<kType, MP>(slot, w, r0, c0_of(next), lane);
+      copy_acts<kType, MP>(slot, qx, meta, w.k, nb, m, c0_of(next), lane);
     }
     cp_async_commit();
-    run_sums<kType, NT>(ring + (i % kStages) * S::kBytes, w, r0, c0_of(i), lane, s);
+    run_sums<kType, MP>(ring + (i % kStages) * S::kBytes, w, r0, c0_of(i), lane, s);
   }
   cp_async_wait<0>();
   if constexpr (KS > 1) {
@@ -402,41 +393,34 @@ tc_gemv_kernel(MmqMat w, const int8_t* qx, const MmqActMeta* meta, int m, float*
     // The partial sums through this warp's ring (done with it), added in warp order.
     float* part = reinterpret_cast<float*>(ring);
 #pragma unroll
-    for (int j = 0; j < NT; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) part[(j * 4 + e) * 32 + lane] = s.acc[j][e];
+    for (int e = 0; e < 4; ++e) part[e * 32 + lane] = s.acc[e];
     asm volatile("bar.sync %0, %1;" ::"r"(1 + warp / KS), "r"(KS * 32) : "memory");
     if (warp % KS != 0) return;
 #pragma unroll
-    for (int j = 0; j < NT; ++j)
+    for (int e = 0; e < 4; ++e) {
+      float v = 0.f;
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float v = 0.f;
-#pragma unroll
-        for (int p = 0; p < KS; ++p)
-          v += reinterpret_cast<const float*>(smem + (warp + p) * (kStages * S::kBytes))[(j * 4 + e) * 32 + lane];
-        s.acc[j][e] = v;
-      }
+      for (int p = 0; p < KS; ++p) v += reinterpret_cast<const float*>(smem + (warp + p) * (kStages * S::kBytes))[e * 32 + lane];
+      s.acc[e] = v;
+    }
   }
 #pragma unroll
-  for (int j = 0; j < NT; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int64_t row = r0 + g + 8 * (e / 2);
-      const int col = 8 * j + 2 * t + e % 2;
-      if (row < w.n && col < m) {
-        float* dst = y + col * ldy + row;
-        *dst = accumulate ? *dst + s.acc[j][e] : s.acc[j][e];
-      }
+  for (int e = 0; e < 4; ++e) {
+    const int64_t row = r0 + g + 8 * (e / 2);
+    const int col = 2 * t + e % 2;
+    if (row < w.n && col < m) {
+      float* dst = y + col * ldy + row;
+      *dst = accumulate ? *dst + s.acc[e] : s.acc[e];
     }
+  }
 }
 
 // Resident blocks per SM of a format's kernel (registers and the stages' shared memory).
-template <DType kType, int NT>
+template <DType kType, int MP>
 int blocks_per_sm() {
   static const int v = [] {
-    constexpr auto kernel = tc_gemv_kernel<kType, NT, 1>;
-    constexpr int smem = kWarps * kStages * Stage<kType, NT>::kBytes;
+    constexpr auto kernel = tc_gemv_kernel<kType, MP, 1>;
+    constexpr int smem = kWarps * kStages * Stage<kType, MP>::kBytes;
     TESSERA_CUDA_CHECK((raise_func_attribute<kernel, cudaFuncAttributeMaxDynamicSharedMemorySize>(smem)));
     int n = 0;
     TESSERA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, 32 * kWarps, smem));
@@ -469,23 +453,23 @@ int k_split_for(int64_t n, int64_t runs, int per_sm) {
   return best;
 }
 
-template <DType kType, int NT, int KS>
+template <DType kType, int MP, int KS>
 void launch(const MmqMat& w, const int8_t* qx, const MmqActMeta* meta, int m, float* y, int64_t ldy, bool acc,
             cudaStream_t s) {
-  constexpr auto kernel = tc_gemv_kernel<kType, NT, KS>;
-  constexpr int smem = kWarps * kStages * Stage<kType, NT>::kBytes;
+  constexpr auto kernel = tc_gemv_kernel<kType, MP, KS>;
+  constexpr int smem = kWarps * kStages * Stage<kType, MP>::kBytes;
   TESSERA_CUDA_CHECK((raise_func_attribute<kernel, cudaFuncAttributeMaxDynamicSharedMemorySize>(smem)));
   const int64_t groups = (w.n + 15) / 16, per_block = kWarps / KS;
   launch_kernel(kernel, static_cast<unsigned>((groups + per_block - 1) / per_block), 32 * kWarps, smem, s, w, qx,
                 meta, m, y, ldy, acc);
 }
-template <DType kType, int NT>
+template <DType kType, int MP>
 void launch_ks(int ks, const MmqMat& w, const int8_t* qx, const MmqActMeta* meta, int m, float* y, int64_t ldy,
                bool acc, cudaStream_t s) {
   switch (ks) {
-    case 1: return launch<kType, NT, 1>(w, qx, meta, m, y, ldy, acc, s);
-    case 2: return launch<kType, NT, 2>(w, qx, meta, m, y, ldy, acc, s);
-    default: return launch<kType, NT, 4>(w, qx, meta, m, y, ldy, acc, s);
+    case 1: return launch<kType, MP, 1>(w, qx, meta, m, y, ldy, acc, s);
+    case 2: return launch<kType, MP, 2>(w, qx, meta, m, y, ldy, acc, s);
+    default: return launch<kType, MP, 4>(w, qx, meta, m, y, ldy, acc, s);
   }
 }
 
@@ -516,8 +500,12 @@ void mmq_tc_gemv(DType t, const void* packed, int64_t n, int64_t k, const int8_t
   const int mi = static_cast<int>(m);
   auto go = [&](auto type_tag) {
     constexpr DType kType = decltype(type_tag)::value;
-    const int ks = k_split ? k_split : k_split_for(n, k / 32 / Fmt<kType>::kU, blocks_per_sm<kType, kTiles>());
-    launch_ks<kType, kTiles>(ks, w, qx, meta, mi, y, ldy, accumulate, s);
+    if (m <= 4) {  // 4 staged activation rows: smaller stages, more resident warps
+      const int ks = k_split ? k_split : k_split_for(n, k / 32 / Fmt<kType>::kU, blocks_per_sm<kType, 4>());
+      return launch_ks<kType, 4>(ks, w, qx, meta, mi, y, ldy, accumulate, s);
+    }
+    const int ks = k_split ? k_split : k_split_for(n, k / 32 / Fmt<kType>::kU, blocks_per_sm<kType, 8>());
+    launch_ks<kType, 8>(ks, w, qx, meta, mi, y, ldy, accumulate, s);
   };
   switch (t) {
     case DType::kQ8_0: return go(std::integral_constant<DType, DType::kQ8_0>{});
