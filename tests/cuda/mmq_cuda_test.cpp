@@ -192,7 +192,8 @@ struct Case {
   int64_t n, k, m;
 };
 
-// y = the chosen kernel on device-quantized x; ldy = n + 3 (poisoned gaps must stay NaN).
+// y = the chosen kernel on device-quantized x; ldy = n + 3 (poisoned gaps must stay NaN), and a
+// poisoned row past the m rows that must stay NaN too.
 std::vector<float> run_gpu(DType t, const std::vector<uint8_t>& blocks, const std::vector<float>& x,
                            const Case& c, Path path, bool accumulate, const std::vector<float>& y0,
                            int k_split = 0) {
@@ -204,7 +205,7 @@ std::vector<float> run_gpu(DType t, const std::vector<uint8_t>& blocks, const st
   test::DevBuf<int8_t> qx(c.m * c.k);
   test::DevBuf<cuda::MmqActMeta> meta(c.m * c.k / 32);
   cuda::mmq_quantize_rows(t, dx.get(), c.k, c.m, c.k, qx.get(), meta.get(), nullptr);
-  std::vector<float> yinit(c.m * ldy, std::nanf(""));
+  std::vector<float> yinit((c.m + 1) * ldy, std::nanf(""));
   if (accumulate)
     for (int64_t i = 0; i < c.m; ++i) std::memcpy(&yinit[i * ldy], &y0[i * c.n], c.n * 4);
   test::DevBuf<float> dy(yinit);
@@ -222,6 +223,7 @@ std::vector<float> run_gpu(DType t, const std::vector<uint8_t>& blocks, const st
     for (int64_t j = 0; j < c.n; ++j) out[i * c.n + j] = y[i * ldy + j];
     for (int64_t j = c.n; j < ldy; ++j) EXPECT_TRUE(std::isnan(y[i * ldy + j])) << "wrote past n at row " << i;
   }
+  for (int64_t j = 0; j < ldy; ++j) EXPECT_TRUE(std::isnan(y[c.m * ldy + j])) << "wrote past row m - 1";
   return out;
 }
 
@@ -230,10 +232,10 @@ TEST(MmqMatmul, EveryKernelMatchesTheReferenceForEveryType) {
   const std::vector<Case> legacy = {{1, 32, 1},   {7, 96, 3},    {67, 576, 5},   {130, 576, 8},
                                     {2, 32, 17},  {64, 1536, 9}, {200, 576, 33}, {100, 4096, 64},
                                     {333, 1056, 100}, {960, 576, 130}, {33, 1024, 2}, {17, 256, 7},
-                                    {50, 4096, 4}};
+                                    {50, 4096, 4},  {19, 512, 3},  {40, 768, 6}};
   const std::vector<Case> kq = {{1, 256, 1},    {7, 768, 3},    {67, 1536, 8},  {130, 256, 9},
                                 {200, 768, 33}, {100, 4096, 65}, {333, 512, 100}, {64, 256, 129},
-                                {33, 2304, 2},  {19, 512, 6},   {50, 4096, 4}};
+                                {33, 2304, 2},  {19, 512, 6},   {50, 4096, 4},  {21, 1024, 7}};
   ThreadPool pool(2);
   for (DType t : test::kQuantTypes)
     for (const Case& c : test::is_k_quant(t) ? kq : legacy) {
@@ -267,7 +269,7 @@ TEST(MmqMatmul, EveryKernelMatchesTheReferenceForEveryType) {
           ASSERT_TRUE(test::all_written(got)) << what << " k split " << ks;
           EXPECT_LE(test::nmse(got, want), bound) << what << " k split " << ks;
         }
-      // The few-row tensor-core GEMV with every k split (1 to 16 warps per 16-row group).
+      // The few-row tensor-core GEMV with every k split (1, 2 or 4 warps per 16-row group).
       if (tc)
         for (int ks : {1, 2, 4}) {
           const auto got = run_gpu(t, blocks, x, c, Path::kTc, false, {}, ks);
@@ -283,6 +285,11 @@ TEST(MmqMatmul, EveryKernelMatchesTheReferenceForEveryType) {
       }
       const auto acc = run_gpu(t, blocks, x, c, Path::kAuto, true, y0);
       EXPECT_LE(test::nmse(acc, want_acc), bound) << what << " accumulate";
+      if (tc)
+        for (int ks : {1, 4}) {
+          const auto tc_acc = run_gpu(t, blocks, x, c, Path::kTc, true, y0, ks);
+          EXPECT_LE(test::nmse(tc_acc, want_acc), bound) << what << " tc accumulate, k split " << ks;
+        }
     }
 }
 

@@ -18,7 +18,7 @@
 // rounded to f16 as the CPU rounds it).
 //
 // mmq_matmul picks the kernel by row count m: one row: the DP4A GEMV (each weight byte read once,
-// integer dot products per lane; also at 2 rows); kMmqTcMinRows..kMmqGemvMaxRows: the few-row
+// integer dot products per lane; also at 2 rows); kMmqTcMinRows..kMmqTcMaxRows: the few-row
 // tensor-core GEMV (mmq_tc_gemv: the rows on the tensor cores, so the per-weight work does not
 // grow with them; TESSERA_MMQ_TC=0 takes the DP4A GEMV instead); more: an int8 tensor-core GEMM
 // (mma.sync m16n8k32 / m16n8k16 through shared-memory tiles, weights unpacked from 4 bits in
@@ -81,7 +81,8 @@ void mmq_gemv(DType wtype, const void* packed, int64_t n, int64_t k, const int8_
 void mmq_mma(DType wtype, const void* packed, int64_t n, int64_t k, const int8_t* qx,
              const MmqActMeta* meta, int64_t m, float* y, int64_t ldy, bool accumulate,
              cudaStream_t stream);
-// The few-row tensor-core GEMV, m <= kMmqTcMaxRows, for mmq_tc_supported(wtype, k) (k % 256 == 0);
+// The few-row tensor-core GEMV, any m <= kMmqTcMaxRows (mmq_matmul takes it from kMmqTcMinRows),
+// for mmq_tc_supported(wtype, k) (k % 256 == 0); meta 8-byte aligned;
 // k_split: warps per 16-row group (1, 2 or 4; 0: by shape). mmq_tc_enabled(): mmq_matmul takes it
 // where supported (TESSERA_MMQ_TC unset or not "0").
 bool mmq_tc_supported(DType wtype, int64_t k);

@@ -17,13 +17,14 @@
 // (mmq_i2f's magic), so the int32 result reads as a float after one subtraction. Legacy formats
 // scale each block in f32 as mmq_gemv does; K formats sum (sub-block scale x block sum) and
 // (min x the activations' block sum) in int32 over a warp's run of blocks, which lies in one
-// 256-element super-block, and scale once per run.
+// 256-element super-block, and scale once per run (as the CPU does per super-block; the run's
+// sums above 2^24 round once when converted to f32, where mmq_gemv converts each block's exactly).
 //
 // Memory: each warp streams its own runs (8 blocks; Q8_0 4) of its 16 rows and of the
 // activation rows through a ring of kStages stages in shared memory by cp.async: 16-byte pieces,
 // a row's 128 quant bytes per 8 lanes (whole cache lines, as the one-row GEMV's loads), read back
 // by ldmatrix, whose lanes receive exactly the mma fragments (the chunks are swizzled by row, so
-// no bank conflicts). A first version loaded each lane's 4-byte words straight from global memory:
+// no bank conflicts; the qh words' 4- and 8-byte reads have 2-way ones). A first version loaded each lane's 4-byte words straight from global memory:
 // 8 cache lines per load instruction, and 2x slower than the DP4A GEMV at 2 rows. The activations
 // go through the L1 (the SM's warps on other rows read the same runs); 4 rows are staged for
 // m <= 4 (smaller stages: 4 blocks per SM instead of 3), else 8. No block-wide barrier: a warp
@@ -32,7 +33,6 @@
 // Launched with PDL: the first runs' weight copies are issued before pdl_wait(). Needs
 // k % 256 == 0 (whole runs); other shapes keep the DP4A GEMV (mmq_tc_supported).
 #include <algorithm>
-#include <climits>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -342,7 +342,7 @@ __device__ __forceinline__ void run_sums(const uint8_t* st, const MmqMat& w, int
 // The kernel: KS warps per group of 16 weight rows (kWarps / KS groups per block), each with its
 // own ring of kStages stages in shared memory (no block-wide barrier in the loop).
 template <DType kType, int MP, int KS>
-__global__ void __launch_bounds__(32 * kWarps, 4)  // <= 128 registers: 4 blocks per SM
+__global__ void __launch_bounds__(32 * kWarps, 4)  // <= 128 registers: 4 blocks per SM (MP = 4; 8's stages allow 3)
 tc_gemv_kernel(MmqMat w, const int8_t* qx, const MmqActMeta* meta, int m, float* y, int64_t ldy, bool accumulate) {
   using F = Fmt<kType>;
   using S = Stage<kType, MP>;
@@ -429,11 +429,12 @@ int blocks_per_sm() {
   return v;
 }
 
-// Warps per row group (1, 2 or 4; TESSERA_MMQ_TC_K_SPLIT forces one): the least modelled time,
-// waves x (runs per warp + 3), the 3 standing for a warp's pipeline fill and its partial sums.
-// The model picks what measured fastest on Llama-3-8B's shapes (H200, Q4_0 / Q4_K at 2-8 rows,
-// us for k split 1 / 2 / 4): gate|up (1792 groups of 16 runs, 396 resident blocks) 25.2 / 20.4
-// / 23.7 -> 2; down (256 groups of 56 runs) 32.8 / 22.3 / 15.0 -> 4; qkv and o -> 4.
+// Warps per row group (1, 2 or 4; TESSERA_MMQ_TC_K_SPLIT forces one): the fewest that give the
+// launch 1.5x the warps the SMs hold at once (more warps per group cost each warp its pipeline
+// fill and the partial sums; fewer leave SMs short of loads in flight), each warp keeping >= 2
+// runs. Measured on Llama-3-8B's shapes (H200, Q4_0 / Q4_K at 2-8 rows, us for k split 1 / 2 /
+// 4, s24_final_engine_and_kernels.txt): gate|up (1792 groups) 20.5 / 18.8 / 20.3 -> 2; down
+// (256 groups) 24.4 / 23.3 / 14.5, qkv (384) 11.5 / 9.8 / 6.0, o (256) 7.8 / 7.5 / 5.2 -> 4.
 int k_split_for(int64_t n, int64_t runs, int per_sm) {
   static const int forced = [] {
     const char* e = std::getenv("TESSERA_MMQ_TC_K_SPLIT");
@@ -441,16 +442,10 @@ int k_split_for(int64_t n, int64_t runs, int per_sm) {
     return v == 1 || v == 2 || v == 4 ? v : 0;
   }();
   if (forced) return forced;
-  const int64_t groups = (n + 15) / 16, slots = int64_t{per_sm} * sm_count();
-  int best = 1;
-  int64_t best_cost = INT64_MAX;
-  for (int ks = 1; ks <= kWarps; ks *= 2) {
-    if (ks > 1 && runs / ks < 1) break;
-    const int64_t blocks = (groups + kWarps / ks - 1) / (kWarps / ks), waves = (blocks + slots - 1) / slots;
-    const int64_t cost = waves * ((runs + ks - 1) / ks + 3);
-    if (cost < best_cost) best = ks, best_cost = cost;
-  }
-  return best;
+  const int64_t groups = (n + 15) / 16, resident = int64_t{per_sm} * kWarps * sm_count();
+  int ks = 1;
+  while (ks < kWarps && 2 * groups * ks < 3 * resident && runs / (2 * ks) >= 2) ks *= 2;
+  return ks;
 }
 
 template <DType kType, int MP, int KS>
@@ -491,8 +486,9 @@ void mmq_tc_gemv(DType t, const void* packed, int64_t n, int64_t k, const int8_t
                                                 " unsupported or k not a multiple of 256");
   TESSERA_CHECK_ARG(m >= 0 && m <= kMmqTcMaxRows, "mmq_tc_gemv: 0..8 rows");
   TESSERA_CHECK_ARG(ldy >= n, "mmq_tc_gemv: ldy < n");
-  TESSERA_CHECK_ARG(reinterpret_cast<uintptr_t>(qx) % 16 == 0 && reinterpret_cast<uintptr_t>(packed) % 16 == 0,
-                    "mmq_tc_gemv: qx and the weights must be 16-byte aligned");
+  TESSERA_CHECK_ARG(reinterpret_cast<uintptr_t>(qx) % 16 == 0 && reinterpret_cast<uintptr_t>(packed) % 16 == 0 &&
+                        reinterpret_cast<uintptr_t>(meta) % 8 == 0,
+                    "mmq_tc_gemv: qx and the weights must be 16-byte aligned, meta 8-byte");
   TESSERA_CHECK_ARG(k_split == 0 || k_split == 1 || k_split == 2 || k_split == 4,
                     "mmq_tc_gemv: k split must be 0 (default), 1, 2 or 4");
   if (m == 0 || n == 0) return;
