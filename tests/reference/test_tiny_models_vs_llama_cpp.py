@@ -216,7 +216,8 @@ def test_tiny_model_logits_on_gpu_match_cpu(tessera_bin, model_path, case):
         for n_ids in (6, 14, 48, 200):
             ids = [int(t) for t in np.random.default_rng(n_ids).integers(3, 49152, size=n_ids)]
             ref = score_logits(tessera_bin, path, ids, "cpu", env=base_env)
-            # up to 8 rows both runs take the same GEMV: the default run only from 48 rows
+            # up to 8 rows both runs take the same kernels (the DP4A GEMV; from 3 rows the few-row
+            # tensor-core GEMV where k % 256 == 0): the default run only from 48 rows
             runs = (("8-bit activations", {"TESSERA_MMQ_GEMM": "1"}), ("default", {}))[: 1 if n_ids <= 8 else 2]
             for name, knobs in runs:
                 got = score_logits(tessera_bin, path, ids, "cuda", env={**base_env, **knobs})
