@@ -88,6 +88,46 @@ std::vector<uint8_t*> random_weight_copies(DType t, int64_t n, int64_t k, cudaSt
   return w;
 }
 
+// Whether --shapes (",name,name,"; empty: every shape) names sh.
+bool selected(const std::string& shapes, const Shape& sh) {
+  return shapes.empty() || shapes.find("," + std::string(sh.name) + ",") != std::string::npos;
+}
+
+// Bytes one integer-dot call must move: GGUF weights, int8 rows with their scales, f32 outputs.
+double call_bytes(DType t, const Shape& sh, int64_t m) {
+  return static_cast<double>(sh.n) * *dtype_row_bytes(t, sh.k) + m * sh.k * 1.25 + m * sh.n * 4.0;
+}
+
+// mmax uniform activation rows of a shape, quantized for weights of type t (qx, meta), and an f32
+// output y of mmax rows; device memory, freed with the object.
+struct QuantRows {
+  float *x = nullptr, *y = nullptr;
+  int8_t* qx = nullptr;
+  cuda::MmqActMeta* meta = nullptr;
+  QuantRows(DType t, const Shape& sh, int64_t mmax, cudaStream_t s) {
+    TESSERA_CUDA_CHECK(cudaMalloc(&x, mmax * sh.k * 4));
+    TESSERA_CUDA_CHECK(cudaMalloc(&y, mmax * sh.n * 4));
+    TESSERA_CUDA_CHECK(cudaMalloc(&qx, mmax * sh.k));
+    TESSERA_CUDA_CHECK(cudaMalloc(&meta, mmax * sh.k / 32 * 8));
+    cuda::fill_uniform_f32(x, mmax * sh.k, -1.f, 1.f, 3, s);
+    cuda::mmq_quantize_rows(t, x, sh.k, mmax, sh.k, qx, meta, s);
+  }
+  ~QuantRows() {
+    cudaFree(x);
+    cudaFree(y);
+    cudaFree(qx);
+    cudaFree(meta);
+  }
+  QuantRows(const QuantRows&) = delete;
+  QuantRows& operator=(const QuantRows&) = delete;
+};
+
+std::string us_text(float us) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", us);
+  return buf;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -162,7 +202,7 @@ int main(int argc, char** argv) {
     cuda::GemmBf16 gemm;
     for (DType t : types)
       for (const Shape& sh : kShapes) {
-        if (!dg_shapes.empty() && dg_shapes.find("," + std::string(sh.name) + ",") == std::string::npos) continue;
+        if (!selected(dg_shapes, sh)) continue;
         const std::vector<uint8_t*> w = random_weight_copies(t, sh.n, sh.k, s);
         const int copies = static_cast<int>(w.size());
         const int64_t mmax = 512;
@@ -213,22 +253,15 @@ int main(int argc, char** argv) {
     if (few_rows.empty()) few_rows = {2, 4, 8};
     for (DType t : types)
       for (const Shape& sh : kShapes) {
-        if (!dg_shapes.empty() && dg_shapes.find("," + std::string(sh.name) + ",") == std::string::npos) continue;
+        if (!selected(dg_shapes, sh)) continue;
         const std::vector<uint8_t*> w = random_weight_copies(t, sh.n, sh.k, s);
         const int copies = static_cast<int>(w.size());
-        const int64_t mmax = 16;
-        float *x, *y;
-        int8_t* qx;
-        cuda::MmqActMeta* meta;
-        __nv_bfloat16* xb;
-        TESSERA_CUDA_CHECK(cudaMalloc(&x, mmax * sh.k * 4));
-        TESSERA_CUDA_CHECK(cudaMalloc(&y, mmax * sh.n * 4));
-        TESSERA_CUDA_CHECK(cudaMalloc(&qx, mmax * sh.k));
-        TESSERA_CUDA_CHECK(cudaMalloc(&meta, mmax * sh.k / 32 * 8));
+        const int64_t mmax = cuda::kMmqTcMaxRows;
+        const QuantRows rows(t, sh, mmax, s);
+        float* y = rows.y;
+        __nv_bfloat16* xb;  // dequant_gemm's bf16 rows
         TESSERA_CUDA_CHECK(cudaMalloc(&xb, mmax * sh.k * 2));
-        cuda::fill_uniform_f32(x, mmax * sh.k, -1.f, 1.f, 3, s);
         cuda::fill_uniform_bf16(reinterpret_cast<uint16_t*>(xb), mmax * sh.k, -1.f, 1.f, 4, s);
-        cuda::mmq_quantize_rows(t, x, sh.k, mmax, sh.k, qx, meta, s);
         size_t ws_bytes = 0;
         for (int64_t m : few_rows)
           ws_bytes = std::max(ws_bytes, cuda::dequant_gemm_workspace_bytes(t, sh.n, sh.k, m));
@@ -239,37 +272,32 @@ int main(int argc, char** argv) {
           auto tc = [&](int ks) {
             int it = 0;
             return 1e3f * time_ms([&](cudaStream_t st) {
-              cuda::mmq_tc_gemv(t, w[it++ % copies], sh.n, sh.k, qx, meta, m, y, sh.n, false, st, ks);
+              cuda::mmq_tc_gemv(t, w[it++ % copies], sh.n, sh.k, rows.qx, rows.meta, m, y, sh.n, false, st, ks);
             }, s, 20);
           };
           const float def = tc(0);
           std::string per_ks;
-          for (int ks : {1, 2, 4}) per_ks += (ks > 1 ? " / " : "") + std::to_string(tc(ks)).substr(0, 5);
+          for (int ks : {1, 2, 4}) per_ks += (ks > 1 ? " / " : "") + us_text(tc(ks));
           std::string dp4a = "-", dg = "-";
           if (m <= cuda::kMmqGemvMaxRows) {
             int it = 0;
-            dp4a = std::to_string(1e3f * time_ms([&](cudaStream_t st) {
-              cuda::mmq_gemv(t, w[it++ % copies], sh.n, sh.k, qx, meta, m, y, sh.n, false, st);
-            }, s, 20)).substr(0, 6);
+            dp4a = us_text(1e3f * time_ms([&](cudaStream_t st) {
+              cuda::mmq_gemv(t, w[it++ % copies], sh.n, sh.k, rows.qx, rows.meta, m, y, sh.n, false, st);
+            }, s, 20));
           }
           if (cuda::dequant_gemm_supported(t, sh.k) && cuda::dequant_gemm_workspace_bytes(t, sh.n, sh.k, m) <= ws_bytes) {
             int it = 0;
-            dg = std::to_string(1e3f * time_ms([&](cudaStream_t st) {
+            dg = us_text(1e3f * time_ms([&](cudaStream_t st) {
               cuda::dequant_gemm_bf16(t, w[it++ % copies], sh.n, sh.k, xb, m, y, sh.n, false, ws, ws_bytes, st);
-            }, s, 20)).substr(0, 6);
+            }, s, 20));
           }
-          const double bytes = static_cast<double>(sh.n) * *dtype_row_bytes(t, sh.k) + m * sh.k * 1.25 + m * sh.n * 4.0;
-          const double floor_us = bytes / bw * 1e6;
+          const double floor_us = call_bytes(t, sh, m) / bw * 1e6;
           std::printf("| %s | %s %lldx%lld | %lld | %.2f | %.2f | %.1f%% | %s | %s | %s |\n", std::string(dtype_name(t)).c_str(), sh.name,
                       static_cast<long long>(sh.n), static_cast<long long>(sh.k), static_cast<long long>(m), floor_us,
                       def, 100.0 * floor_us / def, per_ks.c_str(), dp4a.c_str(), dg.c_str());
           std::fflush(stdout);
         }
         for (auto* p : w) cudaFree(p);
-        cudaFree(x);
-        cudaFree(y);
-        cudaFree(qx);
-        cudaFree(meta);
         cudaFree(xb);
         if (ws) cudaFree(ws);
       }
@@ -291,22 +319,14 @@ int main(int argc, char** argv) {
       const std::vector<uint8_t*> w = random_weight_copies(t, sh.n, sh.k, s);
       const int copies = static_cast<int>(w.size());
       const int64_t mmax = 2048;
-      float *x, *y;
-      int8_t* qx;
-      cuda::MmqActMeta* meta;
-      TESSERA_CUDA_CHECK(cudaMalloc(&x, mmax * sh.k * 4));
-      TESSERA_CUDA_CHECK(cudaMalloc(&y, mmax * sh.n * 4));
-      TESSERA_CUDA_CHECK(cudaMalloc(&qx, mmax * sh.k));
-      TESSERA_CUDA_CHECK(cudaMalloc(&meta, mmax * sh.k / 32 * 8));
-      cuda::fill_uniform_f32(x, mmax * sh.k, -1.f, 1.f, 3, s);
-      cuda::mmq_quantize_rows(t, x, sh.k, mmax, sh.k, qx, meta, s);
+      const QuantRows rows(t, sh, mmax, s);
+      const int8_t* qx = rows.qx;
+      const cuda::MmqActMeta* meta = rows.meta;
+      float* y = rows.y;
       TESSERA_CUDA_CHECK(cudaStreamSynchronize(s));
       const std::string type(dtype_name(t));
       const auto name = [&] { return std::string(sh.name) + " " + std::to_string(sh.n) + "x" + std::to_string(sh.k); };
-      // Bytes one call must move: GGUF weights, int8 rows with their scales, f32 outputs.
-      const auto bytes = [&](int64_t m) {
-        return static_cast<double>(sh.n) * *dtype_row_bytes(t, sh.k) + m * sh.k * 1.25 + m * sh.n * 4.0;
-      };
+      const auto bytes = [&](int64_t m) { return call_bytes(t, sh, m); };
       if (k_split_table) {
         for (int64_t m : {1, 2, 4}) {
           float us[4];
@@ -350,10 +370,6 @@ int main(int argc, char** argv) {
         cudaFree(xb);
       }
       for (auto* p : w) cudaFree(p);
-      cudaFree(x);
-      cudaFree(y);
-      cudaFree(qx);
-      cudaFree(meta);
     }
   return 0;
 }

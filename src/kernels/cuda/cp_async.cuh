@@ -21,6 +21,10 @@ __device__ __forceinline__ void cp_async(void* dst, const void* src) {
   else
     asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(smem_addr(dst)), "l"(src), "n"(kBytes));
 }
+// 16 bytes through the L1 (cp.async.ca): for data the SM's other warps read too.
+__device__ __forceinline__ void cp_async_l1_16(void* dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src));
+}
 // The same (8 or 16 bytes), or zeros when !valid (src must still be a valid address).
 template <int kBytes>
 __device__ __forceinline__ void cp_async_or_zero(void* dst, const void* src, bool valid) {

@@ -19,9 +19,6 @@ using namespace tessera::cuda::detail;
 
 constexpr int kBN = 128;  // weight rows (outputs) per block
 
-// Formats whose chunk scale is f16 d | f16 m << 16.
-__host__ __device__ constexpr bool legacy_min(DType t) { return t == DType::kQ4_1 || t == DType::kQ5_1; }
-
 // A format's quantized bytes of one weight row for one k step, as staged in shared memory:
 // qs, then qh (Q5_0, Q5_1, Q5_K, Q6_K), the chunk scales, and the super-block's d (K types),
 // each at a fixed offset of a row of kRaw bytes.

@@ -57,6 +57,8 @@ __host__ __device__ constexpr int q5k_qh_bit(int l) { return 8 * (l % 4) + (l % 
 __host__ __device__ constexpr bool has_fifth_bits(DType t) {
   return t == DType::kQ5_0 || t == DType::kQ5_1 || t == DType::kQ5_K;
 }
+// The types whose repacked scales are u32 f16 d | f16 m << 16 per 32 elements (above).
+__host__ __device__ constexpr bool legacy_min(DType t) { return t == DType::kQ4_1 || t == DType::kQ5_1; }
 
 // 6-bit scale and min of sub-block j (0..7) of a GGUF Q4_K / Q5_K super-block from its 12 packed
 // scale bytes (ggml's get_scale_min_k4): the host's repacking and the device's embedding gather.

@@ -73,8 +73,12 @@ __device__ __forceinline__ int dot_q5(const uint4& w, uint32_t h, const uint4& x
   return dot_nibbles(w, xa, xb) + 16 * hs;
 }
 // int -> float, exact for |c| < 2^22, in two full-rate ops (IADD + FADD): I2F runs at a quarter
-// of the FP32 rate and was the GEMM epilogue's bottleneck (one per block and output).
-__device__ __forceinline__ float mmq_i2f(int c) { return __int_as_float(c + 0x4B400000) - 12582912.0f; }
+// of the FP32 rate and was the GEMM epilogue's bottleneck (one per block and output). The int
+// kMmqI2fMagic + c, read as a float, is kMmqI2fBase + c (a kernel may add the magic earlier, e.g.
+// as an mma's starting accumulator, and only subtract the base).
+constexpr int kMmqI2fMagic = 0x4B400000;
+constexpr float kMmqI2fBase = 12582912.0f;
+__device__ __forceinline__ float mmq_i2f(int c) { return __int_as_float(c + kMmqI2fMagic) - kMmqI2fBase; }
 __device__ __forceinline__ float mmq_f16(uint32_t bits) {
   return __half2float(__ushort_as_half(static_cast<unsigned short>(bits & 0xFFFFu)));
 }

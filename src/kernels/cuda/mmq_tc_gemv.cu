@@ -47,9 +47,6 @@ namespace tessera::cuda {
 namespace {
 using namespace detail;
 
-constexpr int kMagic = 0x4B400000;  // mmq_i2f's offset: as a float, 12582912 + the int added to it
-constexpr float kMagicF = 12582912.f;
-
 // c += a b: mma.sync m16n8k32 / m16n8k16, int8, int32 accumulators; A unsigned or signed, B signed.
 template <bool kAU8>
 __device__ __forceinline__ void mma_k32(int (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
@@ -73,37 +70,14 @@ __device__ __forceinline__ void mma_k16(int (&c)[4], uint32_t a0, uint32_t a1, u
         : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
         : "r"(a0), "r"(a1), "r"(b0));
 }
-// d = a b + c with one value c for the four accumulators (a register, not four moves).
-template <bool kAU8>
-__device__ __forceinline__ void mma_k32_from(int (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1, int c) {
-  if constexpr (kAU8)
-    asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};\n"
-        : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(c));
-  else
-    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};\n"
-        : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(c));
-}
-template <bool kAU8>
-__device__ __forceinline__ void mma_k16_from(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t b0, int c) {
-  if constexpr (kAU8)
-    asm("mma.sync.aligned.m16n8k16.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%7,%7,%7,%7};\n"
-        : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
-        : "r"(a0), "r"(a1), "r"(b0), "r"(c));
-  else
-    asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%7,%7,%7,%7};\n"
-        : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
-        : "r"(a0), "r"(a1), "r"(b0), "r"(c));
-}
-__device__ __forceinline__ float magic_to_float(int c) { return __int_as_float(c) - kMagicF; }
+__device__ __forceinline__ void fill(int (&c)[4], int v) { c[0] = c[1] = c[2] = c[3] = v; }
 
 // ---- Formats: where a block's bytes are (all GGUF bytes in the repacked layout of gemv.h).
 template <DType kType>
 struct Fmt {
   static constexpr bool kQ8 = kType == DType::kQ8_0, kQ6 = kType == DType::kQ6_K;
   static constexpr bool kK = kType == DType::kQ4_K || kType == DType::kQ5_K || kQ6;
-  static constexpr bool kMin = kType == DType::kQ4_1 || kType == DType::kQ5_1;  // + m x s per block
+  static constexpr bool kMin = legacy_min(kType);  // + m x s per block
   static constexpr bool kFifth = has_fifth_bits(kType);
   static constexpr int kQB = kQ8 ? 32 : 16;                 // qs bytes per block and row
   static constexpr int kU = 128 / kQB;                      // blocks per stage: 128 qs bytes per row
@@ -131,7 +105,9 @@ struct Stage {
 };
 constexpr int kStages = 3, kWarps = 4;
 
-__device__ __forceinline__ uint8_t* swizzled(uint8_t* row, int chunk, int r) { return row + ((chunk ^ (r & 7)) << 4); }
+// Chunk `chunk` (16 bytes) of staged row r, swizzled by the row (see Stage).
+template <class P>
+__device__ __forceinline__ P* swizzled(P* row, int chunk, int r) { return row + ((chunk ^ (r & 7)) << 4); }
 
 // The weight bytes of the run at block c0 for rows r0 .. r0 + 15 (past n: row n - 1, never
 // stored). (Planning every piece's pointer once per warp instead measured 5-10 % slower: more
@@ -179,9 +155,6 @@ __device__ __forceinline__ void copy_weights(uint8_t* st, const MmqMat& w, int64
 // pdl_wait() (the rows come from the previous kernel); through the L1 (cp.async.ca), where the
 // SM's other warps, on other rows of the same k range, find them (bypassing it, every warp read
 // them from the L2: at 8 rows as many bytes as the weights).
-__device__ __forceinline__ void cp_async_ca16(void* dst, const void* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src));
-}
 template <DType kType, int MP>
 __device__ __forceinline__ void copy_acts(uint8_t* st, const int8_t* qx, const MmqActMeta* meta, int64_t k,
                                           int64_t nb, int m, int64_t c0, int lane) {
@@ -192,7 +165,7 @@ __device__ __forceinline__ void copy_acts(uint8_t* st, const int8_t* qx, const M
 #pragma unroll
   for (int i = 0; i < kN / 32; ++i) {
     const int p = lane + 32 * i, row = p / kPer, ch = p % kPer;
-    if (row < rows) cp_async_ca16(swizzled(st + S::kAct + row * S::kActSpan, ch, row), qx + row * k + c0 * 32 + ch * 16);
+    if (row < rows) cp_async_l1_16(swizzled(st + S::kAct + row * S::kActSpan, ch, row), qx + row * k + c0 * 32 + ch * 16);
   }
   constexpr int kM = S::kMP * F::kU;
 #pragma unroll
@@ -225,12 +198,12 @@ __device__ __forceinline__ void run_sums(const uint8_t* st, const MmqMat& w, int
     uint32_t q4[4] = {};  // 4-bit formats: (g, u), (g + 8, u), (g, u + 1), (g + 8, u + 1)
     if constexpr (!F::kQ8) {
       const int row = lr + 8 * (li & 1), blk = u + (li >> 1);
-      ldmatrix_x4(q4, swizzled(const_cast<uint8_t*>(st) + row * 128, blk, row));
+      ldmatrix_x4(q4, swizzled(st + row * 128, blk, row));
     }
     uint32_t bf[4];  // b0, b1 of block u, then of block u + 1 (the mma's columns past kMP: rows r % kMP)
     {
       const int row = lr % S::kMP, ch = 2 * (u + (li >> 1)) + (li & 1);
-      ldmatrix_x4(bf, swizzled(const_cast<uint8_t*>(st) + S::kAct + row * S::kActSpan, ch, row));
+      ldmatrix_x4(bf, swizzled(st + S::kAct + row * S::kActSpan, ch, row));
     }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -238,7 +211,7 @@ __device__ __forceinline__ void run_sums(const uint8_t* st, const MmqMat& w, int
       uint32_t a[4];  // rows g, g + 8; elements 4t .., then 16 + 4t ..
       if constexpr (F::kQ8) {
         const int row = lr + 8 * (li & 1), ch = 2 * ub + (li >> 1);
-        ldmatrix_x4(a, swizzled(const_cast<uint8_t*>(st) + row * 128, ch, row));
+        ldmatrix_x4(a, swizzled(st + row * 128, ch, row));
       } else {
         const uint32_t wq[2] = {q4[2 * h], q4[2 * h + 1]};
 #pragma unroll
@@ -279,9 +252,11 @@ __device__ __forceinline__ void run_sums(const uint8_t* st, const MmqMat& w, int
         if constexpr (F::kQ6) {  // two 16-element halves, each its scale; offset -32
           constexpr uint32_t kOff = 0xE0E0E0E0u;
           int l[4], hi[4];
-          mma_k16_from<false>(l, kOff, kOff, b0, 0);
+          fill(l, 0);
+          fill(hi, 0);
+          mma_k16<false>(l, kOff, kOff, b0);
           mma_k16<true>(l, a[0], a[1], b0);
-          mma_k16_from<false>(hi, kOff, kOff, b1, 0);
+          mma_k16<false>(hi, kOff, kOff, b1);
           mma_k16<true>(hi, a[2], a[3], b1);
 #pragma unroll
           for (int e = 0; e < 4; ++e)
@@ -289,8 +264,10 @@ __device__ __forceinline__ void run_sums(const uint8_t* st, const MmqMat& w, int
         } else if constexpr (F::kK) {  // Q4_K / Q5_K: scale x sum q x, min x sum x
           const uint32_t ones[4] = {0x01010101u, 0x01010101u, 0x01010101u, 0x01010101u};
           int q[4], xs[4];
-          mma_k32_from<true>(q, a, b0, b1, 0);
-          mma_k32_from<true>(xs, ones, b0, b1, 0);
+          fill(q, 0);
+          fill(xs, 0);
+          mma_k32<true>(q, a, b0, b1);
+          mma_k32<true>(xs, ones, b0, b1);
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             s.isum[e] += static_cast<int>(sc[e / 2] & 0xFF) * q[e];
@@ -298,16 +275,15 @@ __device__ __forceinline__ void run_sums(const uint8_t* st, const MmqMat& w, int
           }
         } else {  // legacy: f32 per block, mmq_gemv's order
           int c[4];
+          fill(c, kMmqI2fMagic);  // the sums read as floats after one subtraction (mmq_i2f)
           if constexpr (F::offset() != 0) {
             const uint32_t off[4] = {F::offset(), F::offset(), F::offset(), F::offset()};
-            mma_k32_from<false>(c, off, b0, b1, kMagic);
-            mma_k32<!F::kQ8>(c, a, b0, b1);
-          } else {
-            mma_k32_from<!F::kQ8>(c, a, b0, b1, kMagic);
+            mma_k32<false>(c, off, b0, b1);
           }
+          mma_k32<!F::kQ8>(c, a, b0, b1);
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            float v = mmq_f16(sc[e / 2]) * xm[e % 2].d * magic_to_float(c[e]);
+            float v = mmq_f16(sc[e / 2]) * xm[e % 2].d * (__int_as_float(c[e]) - kMmqI2fBase);
             if constexpr (F::kMin) v += mmq_f16(sc[e / 2] >> 16) * xm[e % 2].s;
             s.acc[e] += v;
           }
@@ -458,9 +434,11 @@ void launch(const MmqMat& w, const int8_t* qx, const MmqActMeta* meta, int m, fl
   launch_kernel(kernel, static_cast<unsigned>((groups + per_block - 1) / per_block), 32 * kWarps, smem, s, w, qx,
                 meta, m, y, ldy, acc);
 }
+// With MP staged activation rows: the k split (k_split, or k_split_for's), then the launch.
 template <DType kType, int MP>
-void launch_ks(int ks, const MmqMat& w, const int8_t* qx, const MmqActMeta* meta, int m, float* y, int64_t ldy,
-               bool acc, cudaStream_t s) {
+void launch_staged(int k_split, const MmqMat& w, const int8_t* qx, const MmqActMeta* meta, int m, float* y,
+                   int64_t ldy, bool acc, cudaStream_t s) {
+  const int ks = k_split ? k_split : k_split_for(w.n, w.k / 32 / Fmt<kType>::kU, blocks_per_sm<kType, MP>());
   switch (ks) {
     case 1: return launch<kType, MP, 1>(w, qx, meta, m, y, ldy, acc, s);
     case 2: return launch<kType, MP, 2>(w, qx, meta, m, y, ldy, acc, s);
@@ -496,12 +474,9 @@ void mmq_tc_gemv(DType t, const void* packed, int64_t n, int64_t k, const int8_t
   const int mi = static_cast<int>(m);
   auto go = [&](auto type_tag) {
     constexpr DType kType = decltype(type_tag)::value;
-    if (m <= 4) {  // 4 staged activation rows: smaller stages, more resident warps
-      const int ks = k_split ? k_split : k_split_for(n, k / 32 / Fmt<kType>::kU, blocks_per_sm<kType, 4>());
-      return launch_ks<kType, 4>(ks, w, qx, meta, mi, y, ldy, accumulate, s);
-    }
-    const int ks = k_split ? k_split : k_split_for(n, k / 32 / Fmt<kType>::kU, blocks_per_sm<kType, 8>());
-    launch_ks<kType, 8>(ks, w, qx, meta, mi, y, ldy, accumulate, s);
+    if (m <= 4)  // 4 staged activation rows: smaller stages, more resident warps
+      return launch_staged<kType, 4>(k_split, w, qx, meta, mi, y, ldy, accumulate, s);
+    launch_staged<kType, 8>(k_split, w, qx, meta, mi, y, ldy, accumulate, s);
   };
   switch (t) {
     case DType::kQ8_0: return go(std::integral_constant<DType, DType::kQ8_0>{});
