@@ -476,6 +476,55 @@ TEST(LlamaCudaDummy, FewRowChunksMatchOneRowSteps) {
   }
 }
 
+// Decode-only steps of <= 8 rows whose o projection is quantized leave attention's split
+// partials unmerged (PagedAttentionWorkspace::leave_partials) for the o input's quantizer to
+// merge as it reads them; TESSERA_ATTN_LEAVE_PARTIALS=0 has attention merge them. Two models of
+// the same random weights, one each way, every quantized type: three sequences prefilled into
+// tables wide enough to split (16 blocks of 16: 4 splits), then decode steps of all three
+// (the few-row GEMV) and of one alone (the one-row GEMV), graph-replayed from the second: the
+// same logits, bit for bit.
+TEST(LlamaCudaDummy, LeftAttentionPartialsMatchTheMergingAttention) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  ThreadPool pool(1);
+  models::LlmConfig cfg = small_llama(512, 8, 2, 1536);
+  ASSERT_GT(cuda::paged_attention_splits(3, cfg.n_kv_heads, 16, 16), 1);
+  ASSERT_GT(cuda::paged_attention_splits(1, cfg.n_kv_heads, 16, 16), 1);
+  for (DType t : test::kQuantTypes) {
+    SCOPED_TRACE(dtype_name(t));
+    auto left = models::cuda_llama_create_dummy(cfg, t);
+    setenv("TESSERA_ATTN_LEAVE_PARTIALS", "0", 1);
+    auto merging = models::cuda_llama_create_dummy(cfg, t);
+    unsetenv("TESSERA_ATTN_LEAVE_PARTIALS");
+    const int64_t V = cfg.vocab;
+    auto cache_l = left->make_kv_cache(48, 16), cache_m = merging->make_kv_cache(48, 16);
+    std::vector<std::vector<int32_t>> blocks(3);
+    for (int s = 0; s < 3; ++s)
+      for (int b = 0; b < 16; ++b) blocks[s].push_back(47 - (s + 3 * b));  // interleaved, descending
+    const int32_t lens[3] = {20, 7, 33};
+    for (int s = 0; s < 3; ++s) {
+      std::vector<int32_t> ids(lens[s]);
+      for (int i = 0; i < lens[s]; ++i) ids[i] = (i * 7919 + 131 * s + 13) % 4000;
+      run_alone(*left, cache_l, ids, blocks[s], 64, pool);
+      run_alone(*merging, cache_m, ids, blocks[s], 64, pool);
+    }
+    int32_t pos[3] = {lens[0], lens[1], lens[2]};
+    std::vector<float> a(3 * V), b(3 * V);
+    for (int step = 0; step < 8; ++step) {
+      const int seqs = step < 4 ? 3 : 1;  // three at once, then the first alone
+      std::vector<int32_t> toks;
+      std::vector<models::SeqChunk> chunks;
+      for (int s = 0; s < seqs; ++s) {
+        toks.push_back((step * 101 + s * 7) % 4000);
+        chunks.push_back({pos[s]++, 1, blocks[s], true});
+      }
+      left->forward(toks, chunks, cache_l, a.data(), false, pool);
+      merging->forward(toks, chunks, cache_m, b.data(), false, pool);
+      for (int64_t i = 0; i < seqs * V; ++i) ASSERT_TRUE(std::isfinite(a[i]));
+      ASSERT_EQ(std::memcmp(a.data(), b.data(), seqs * V * sizeof(float)), 0) << "step " << step;
+    }
+  }
+}
+
 // A step's layers and its head run at different row counts: 16 one-token sequences with a
 // 200-token prompt chunk is 216 rows (the layers take the bf16 copies) but 17 logits rows, so
 // the head (4096 x 2048: few tiles, so k is split) takes dequant_gemm and needs its own split

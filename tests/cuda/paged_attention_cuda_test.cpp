@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -11,6 +12,7 @@
 
 #include "cuda/cuda_test_util.h"
 #include "kernels/cuda/gemv.h"  // rope_inv_freq
+#include "kernels/cuda/mmq.h"
 #include "kernels/cuda/paged_attention.h"
 #include "kernels/cuda/rope_kv.h"
 #include "kernels/ref/llm_ops.h"
@@ -60,6 +62,45 @@ struct RowsLayout {
   RowsLayout(const RowsLayout&) = delete;
   RowsLayout& operator=(const RowsLayout&) = delete;
 };
+
+// A decode-only split launch that leaves its partials (PagedAttentionWorkspace::leave_partials),
+// merged by the o projection's quantizer as it reads them (mmq_quantize_attention_rows), against
+// the quantizer of the merged output the same launch writes without it (dout holds that): the
+// same 8-bit rows and scales, bit for bit, for legacy (32) and, where the row allows, K (256)
+// activation blocks. The partials start poisoned, so one left unwritten shows as a NaN; out
+// must stay untouched. `launch` runs the attention with the given workspace.
+template <class Launch>
+void check_left_partials(const cuda::PagedAttentionWorkspace& ws, int64_t rows, int64_t n_heads, int64_t hd,
+                         int splits, test::DevBuf<float>& dout, const Launch& launch) {
+  SCOPED_TRACE("left partials, splits " + std::to_string(splits));
+  const int64_t k = n_heads * hd;
+  const auto merged = dout.download();
+  cuda::PagedAttentionWorkspace left = ws;
+  left.leave_partials = true;
+  dout.poison();
+  ASSERT_EQ(launch(left), splits);
+  test::check_launch();
+  const auto untouched = dout.download();
+  for (float v : untouched) ASSERT_TRUE(std::isnan(v)) << "a launch that leaves partials wrote out";
+  const auto partials = cuda::paged_attention_partials(left, n_heads, hd, splits);
+  ASSERT_EQ(partials.splits, splits);
+  test::DevBuf<float> dmerged(merged);
+  for (DType t : {DType::kQ8_0, DType::kQ4_K}) {
+    if (k % cuda::mmq_act_block(t) != 0) continue;
+    test::DevBuf<int8_t> qa(rows * k), qb(rows * k);
+    test::DevBuf<cuda::MmqActMeta> ma(rows * k / 32), mb(rows * k / 32);
+    qa.poison(), qb.poison(), ma.poison(), mb.poison();
+    cuda::mmq_quantize_rows(t, dmerged.get(), k, rows, k, qa.get(), ma.get(), nullptr);
+    cuda::mmq_quantize_attention_rows(t, partials, rows, k, qb.get(), mb.get(), nullptr);
+    test::check_launch();
+    const auto xa = qa.download(), xb = qb.download();
+    const auto sa = ma.download(), sb = mb.download();
+    EXPECT_EQ(std::memcmp(xa.data(), xb.data(), xa.size()), 0) << dtype_name(t) << ": 8-bit rows differ";
+    EXPECT_EQ(std::memcmp(sa.data(), sb.data(), sa.size() * sizeof(cuda::MmqActMeta)), 0)
+        << dtype_name(t) << ": scales differ";
+  }
+  // The counters stayed armed: the merging launch that follows (the caller's) still merges.
+}
 
 template <class T, class O = T>
 void run_case(const Case& c, uint64_t seed) {
@@ -137,15 +178,23 @@ void run_case(const Case& c, uint64_t seed) {
   dws.poison();  // partials left unwritten (and then read) show up as NaN
   cuda::paged_attention_workspace_reset(dws.get(), ws_bytes, nullptr);  // but not the counters
   if (c.splits != Case::kNoWorkspace) ws = {dws.get(), ws_bytes, rows, c.splits};
+  int launch_splits = 0;
   auto launch = [&] {  // into a poisoned output
     dout.poison();
-    cuda::paged_attention<T, O>(dq.get(), dpos.get(), dtiles.get(), static_cast<int64_t>(tiles.size()),
-                                dtables.get(), max_blocks, bs, dk.get(), dv.get(), c.n_heads,
-                                c.n_kv_heads, hd, 0.125f, dout.get(), nullptr, ws);
+    launch_splits = cuda::paged_attention<T, O>(dq.get(), dpos.get(), dtiles.get(), static_cast<int64_t>(tiles.size()),
+                                                dtables.get(), max_blocks, bs, dk.get(), dv.get(), c.n_heads,
+                                                c.n_kv_heads, hd, 0.125f, dout.get(), nullptr, ws);
     test::check_launch();
     return dout.download();
   };
   const auto got_t = launch();
+  if constexpr (std::is_same_v<T, float> && std::is_same_v<O, float>)
+    if (launch_splits > 1 && ws.rows == static_cast<int64_t>(tiles.size()) && c.n_heads / c.n_kv_heads <= 16)
+      check_left_partials(ws, rows, c.n_heads, hd, launch_splits, dout, [&](const cuda::PagedAttentionWorkspace& w) {
+        return cuda::paged_attention<T, O>(dq.get(), dpos.get(), dtiles.get(), static_cast<int64_t>(tiles.size()),
+                                           dtables.get(), max_blocks, bs, dk.get(), dv.get(), c.n_heads,
+                                           c.n_kv_heads, hd, 0.125f, dout.get(), nullptr, w);
+      });
   std::vector<float> got(got_t.size());
   for (size_t i = 0; i < got.size(); ++i) got[i] = to_float(got_t[i]);
   ASSERT_TRUE(test::all_written(got));

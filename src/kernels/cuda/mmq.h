@@ -32,6 +32,7 @@
 
 #include "core/dtype.h"
 #include "kernels/cuda/gemv.h"
+#include "kernels/cuda/paged_attention.h"
 
 namespace tessera::cuda {
 
@@ -60,6 +61,11 @@ void mmq_rms_norm_quantize_rows(DType wtype, const float* x, const float* w, flo
                                 int64_t d, int8_t* qx, MmqActMeta* meta, cudaStream_t stream);
 void mmq_swiglu_quantize_rows(DType wtype, const float* gu, int64_t m, int64_t ff, int8_t* qx,
                               MmqActMeta* meta, cudaStream_t stream);
+// The rows of a split attention launch that left its partials (paged_attention.h,
+// leave_partials): merged exactly as the attention kernel merges them, then quantized. k: the
+// row width (n_heads x head_dim).
+void mmq_quantize_attention_rows(DType wtype, const PagedAttentionPartials& partials, int64_t m, int64_t k,
+                                 int8_t* qx, MmqActMeta* meta, cudaStream_t stream);
 
 // y[r][j] (+)= sum_k x[r][k] W[j][k] for r < m, j < n; row r of y at y + r * ldy (ldy >= n).
 void mmq_matmul(DType wtype, const void* packed, int64_t n, int64_t k, const int8_t* qx,

@@ -21,6 +21,7 @@ namespace {
 constexpr int kThreads = detail::kQuantThreads;
 using detail::PlainSrc;
 using detail::RmsSrc;
+using detail::SplitsSrc;
 using detail::SwigluSrc;
 
 // Whether rows of ld floats from x are 16-byte aligned (the sources' vec).
@@ -30,33 +31,36 @@ inline bool rows_aligned(const float* x, int64_t ld) {
 
 bool is_k(DType t) { return t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K; }
 
-// Grid (row, part). Thread t of a row's gridDim.y * kThreads holds 8 consecutive elements at
-// 8 t, 8 (t + threads), ...; a warp's lanes loop together (quantize_row_span).
+// Grid (row, part), blocks of kThreads threads (a source without a block statistic may take
+// fewer: any multiple of 32). Thread t of a row's gridDim.y * blockDim.x holds 8 consecutive
+// elements at 8 t, 8 (t + threads), ...; a warp's lanes loop together (quantize_row_span).
 template <bool kK, class Src>
 __global__ void __launch_bounds__(kThreads) quant_kernel(Src src, int64_t k, int8_t* qx, MmqActMeta* meta) {
   detail::pdl_wait();  // inputs come from the previous kernel (PDL, launch.h)
   detail::pdl_trigger();
-  const int64_t r = blockIdx.x;
+  const int64_t r = blockIdx.x, threads = blockDim.x;
   src.prepare(r);
-  const int64_t warp_t = int64_t{blockIdx.y} * kThreads + threadIdx.x - threadIdx.x % 32;  // the warp's first thread
-  detail::quantize_row_span<kK>(src, r, k, qx + r * k, meta + r * (k / 32), warp_t, int64_t{gridDim.y} * kThreads);
+  const int64_t warp_t = int64_t{blockIdx.y} * threads + threadIdx.x - threadIdx.x % 32;  // the warp's first thread
+  detail::quantize_row_span<kK>(src, r, k, qx + r * k, meta + r * (k / 32), warp_t, int64_t{gridDim.y} * threads);
 }
 
+// threads: per block (kThreads for sources with a block statistic). Up to one part per
+// 8 x threads elements (a decode row of 14336 SwiGLU values: 7 blocks, not 1).
 template <class Src>
-void launch(DType t, const Src& src, int64_t m, int64_t k, int8_t* qx, MmqActMeta* meta, cudaStream_t s) {
+void launch(DType t, const Src& src, int64_t m, int64_t k, int8_t* qx, MmqActMeta* meta, cudaStream_t s,
+            int threads = kThreads) {
   TESSERA_CHECK_ARG(mmq_supported(t), "mmq: weight type " + std::string(dtype_name(t)) + " unsupported");
   TESSERA_CHECK_ARG(k > 0 && k % mmq_act_block(t) == 0,
                     "mmq quantize: k must be a multiple of " + std::to_string(mmq_act_block(t)));
   if (m <= 0) return;
   TESSERA_CHECK_ARG(m < (int64_t{1} << 31), "mmq quantize: too many rows");
   TESSERA_CHECK_ARG(reinterpret_cast<uintptr_t>(qx) % 16 == 0, "mmq quantize: qx must be 16-byte aligned");
-  // Up to one part per 2048 elements (a decode row of 14336 SwiGLU values: 7 blocks, not 1).
-  const int64_t parts = row_parts(m, std::min<int64_t>((k + 8 * kThreads - 1) / (8 * kThreads), 64));
+  const int64_t parts = row_parts(m, std::min<int64_t>((k + 8 * threads - 1) / (8 * threads), 64));
   const dim3 grid(static_cast<unsigned>(m), static_cast<unsigned>(parts));
   if (is_k(t))
-    detail::launch_kernel(quant_kernel<true, Src>, grid, kThreads, 0, s, src, k, qx, meta);
+    detail::launch_kernel(quant_kernel<true, Src>, grid, threads, 0, s, src, k, qx, meta);
   else
-    detail::launch_kernel(quant_kernel<false, Src>, grid, kThreads, 0, s, src, k, qx, meta);
+    detail::launch_kernel(quant_kernel<false, Src>, grid, threads, 0, s, src, k, qx, meta);
 }
 
 }  // namespace
@@ -73,6 +77,16 @@ void mmq_quantize_rows(DType t, const float* x, int64_t ldx, int64_t m, int64_t 
 void mmq_rms_norm_quantize_rows(DType t, const float* x, const float* w, float eps, int64_t m,
                                 int64_t d, int8_t* qx, MmqActMeta* meta, cudaStream_t s) {
   launch(t, RmsSrc{x, w, eps, d, rows_aligned(x, d) && rows_aligned(w, d), 0.f}, m, d, qx, meta, s);
+}
+
+void mmq_quantize_attention_rows(DType t, const PagedAttentionPartials& p, int64_t m, int64_t k, int8_t* qx,
+                                 MmqActMeta* meta, cudaStream_t s) {
+  TESSERA_CHECK_ARG(p.splits > 1 && p.o && p.ml && p.head_dim > 0 && p.head_dim % 8 == 0 && k % p.head_dim == 0 &&
+                        reinterpret_cast<uintptr_t>(p.o) % 16 == 0,
+                    "mmq quantize: attention partials need splits > 1, head_dim a multiple of 8 dividing k, "
+                    "16-byte aligned outputs");
+  // Blocks of 2 warps: a 4096-wide row's ~130 KB of partials are read by 8 SMs, not 2.
+  launch(t, SplitsSrc{p.o, p.ml, p.splits, p.head_dim, k / p.head_dim}, m, k, qx, meta, s, 64);
 }
 
 void mmq_swiglu_quantize_rows(DType t, const float* gu, int64_t m, int64_t ff, int8_t* qx,

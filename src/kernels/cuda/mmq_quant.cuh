@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/mmq.h"
+#include "kernels/cuda/split_merge.cuh"
 #include "kernels/cuda/warp.cuh"
 
 namespace tessera::cuda::detail {
@@ -83,6 +84,26 @@ struct SwigluSrc {
     // convert.cuh's silu_mul in explicitly rounded steps: no contraction into FMAs, the CPU's bits
 #pragma unroll
     for (int j = 0; j < 8; ++j) v[j] = __fmul_rn(__fdiv_rn(v[j], __fadd_rn(1.f, expf(-v[j]))), u[j]);
+  }
+};
+
+// Attention's split-KV partials (paged_attention_partials), merged as they are read: row r's
+// elements are its heads' outputs, head i / head_dim, dims i % head_dim; the same bits as the
+// attention kernel's own merge (split_merge.cuh).
+struct SplitsSrc {
+  const float* o;
+  const float2* ml;
+  int splits;
+  int64_t head_dim, n_heads;
+  __device__ void prepare(int64_t) {}
+  __device__ void value8(int64_t r, int64_t i, float (&v)[8]) const {
+    const int64_t vec = r * n_heads + i / head_dim, d = i % head_dim;
+    const float2* vml = ml + vec * splits;
+    const float* vo = o + vec * splits * head_dim + d;
+    float4 m[2];
+    merge_splits<false>(vml, vo, splits, head_dim, m);
+    const float4 a = m[0], b = m[1];
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
   }
 };
 

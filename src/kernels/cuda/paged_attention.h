@@ -79,12 +79,32 @@ void paged_attention_order_tiles(std::vector<PagedAttentionTile>& tiles, const i
 // (rows == n_tiles) skip the wide-tile kernel. With `data`, the launch splits keys when
 // paged_attention_splits (or `splits`, when > 0: tests and benchmarks) says so; data must hold
 // paged_attention_workspace_bytes(rows, n_heads, head_dim, that count) bytes, 16-byte aligned.
+//
+// leave_partials (decode-only launches: one row per tile, group <= 16): a split launch stops at
+// the partials, and the next kernel merges them as it reads them (paged_attention_partials;
+// mmq_quantize_attention_rows). The launch then writes neither `out` nor the counters, and its
+// blocks skip the fence, the count and the last block's merge, which sit on a one-row decode
+// step's critical path. A launch that does not split writes `out` as always.
 struct PagedAttentionWorkspace {
   void* data = nullptr;
   size_t bytes = 0;
   int64_t rows = 0;
   int splits = 0;
+  bool leave_partials = false;
 };
+
+// Where a split launch's unnormalized partials lie in its workspace: for query vector
+// v = row * n_heads + head and split s, the (max in scaled log2 units, sum of weights) at
+// ml[v * splits + s] and the head_dim outputs at o + (v * splits + s) * head_dim; an empty range
+// is (-inf, 0) and zeros. splits: the launch's (paged_attention_splits); <= 1: no partials.
+struct PagedAttentionPartials {
+  const float* o = nullptr;
+  const float2* ml = nullptr;
+  int splits = 1;
+  int64_t head_dim = 0;
+};
+PagedAttentionPartials paged_attention_partials(const PagedAttentionWorkspace& ws, int64_t n_heads,
+                                                int64_t head_dim, int splits);
 
 // Key-range splits for a launch of these sizes on the current device (1 = no split).
 int paged_attention_splits(int64_t n_tiles, int64_t n_kv_heads, int64_t table_stride,
@@ -115,8 +135,10 @@ struct PagedAttentionNewRows {
 // (process-wide, for tests and A/B runs; TESSERA_ATTENTION_QCOLS=0 does the same).
 void set_paged_attention_queries_as_cols(bool on);
 
+// Returns the launch's split count (1: no split; the workspace's partials are its result with
+// leave_partials).
 template <class T, class O = T>
-void paged_attention(const T* q, const int32_t* q_pos, const PagedAttentionTile* tiles,
+int paged_attention(const T* q, const int32_t* q_pos, const PagedAttentionTile* tiles,
                      int64_t n_tiles, const int32_t* block_tables, int64_t table_stride,
                      int64_t block_size, const __half* k_cache, const __half* v_cache,
                      int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale, O* out,

@@ -10,6 +10,7 @@
 
 #include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/paged_attention.h"
+#include "kernels/cuda/split_merge.cuh"
 
 namespace tessera::cuda::paged {
 
@@ -39,6 +40,9 @@ struct Args {
   float2* __restrict__ ws_ml;
   // splits > 1: per (tile, kv head) pair, the splits that arrived (0 between launches)
   unsigned* counters;
+  // splits > 1: the partials are the launch's result (PagedAttentionWorkspace::leave_partials);
+  // no block merges them, out is not written, the counters are not touched.
+  bool leave_partials;
   // new_rows.ld > 0: q is the unrotated q | k | v projection (PagedAttentionNewRows); the narrow
   // kernel applies RoPE and writes the new K/V rows. The cache pointers are then written too.
   PagedAttentionNewRows new_rows;
@@ -154,9 +158,11 @@ __device__ __forceinline__ int64_t cache_row(const Args<T, O>& a, int32_t entry,
 // re-arms the pair's counter for the next launch), so no second kernel is launched. Every
 // partial is written (an empty range as m = -inf, l = 0, o = 0), so the merge's loads are
 // independent and issue together. The usual threadfence-then-count handshake orders the other
-// blocks' partials before the merge reads them (through L2: __ldcg).
+// blocks' partials before the merge reads them (through L2: __ldcg). With leave_partials the
+// partials are the result: no fence, count or merge (the next kernel merges as it reads them).
 template <int HD, class T, class O>
 __device__ void merge_splits_if_last(const Args<T, O>& a, const PagedAttentionTile& tile, int kvh) {
+  if (a.leave_partials) return;
   __shared__ bool last;
   __threadfence();
   __syncthreads();
@@ -172,27 +178,10 @@ __device__ void merge_splits_if_last(const Args<T, O>& a, const PagedAttentionTi
     const int m = i / (HD / 4), d = (i % (HD / 4)) * 4;
     const int64_t v =
         static_cast<int64_t>(tile.row0 + m / a.group) * a.n_heads + kvh * a.group + m % a.group;
-    const float2* ml = a.ws_ml + v * a.splits;
-    const float* o = a.ws_o + v * a.splits * HD + d;
-    float mx = -INFINITY;
-#pragma unroll 8
-    for (int s = 0; s < a.splits; ++s) mx = fmaxf(mx, __ldcg(ml + s).x);
-    float l = 0.f;
-    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll 8
-    for (int s = 0; s < a.splits; ++s) {
-      const float2 e = __ldcg(ml + s);
-      const float f = e.x == -INFINITY ? 0.f : exp2f(e.x - mx);
-      const float4 p = __ldcg(reinterpret_cast<const float4*>(o + s * HD));
-      l += e.y * f;
-      acc.x += p.x * f;
-      acc.y += p.y * f;
-      acc.z += p.z * f;
-      acc.w += p.w * f;
-    }
-    const float inv = 1.f / l;
-    store2(a.out + v * HD + d, acc.x * inv, acc.y * inv);
-    store2(a.out + v * HD + d + 2, acc.z * inv, acc.w * inv);
+    float4 r[1];
+    detail::merge_splits<true>(a.ws_ml + v * a.splits, a.ws_o + v * a.splits * HD + d, a.splits, HD, r);
+    store2(a.out + v * HD + d, r[0].x, r[0].y);
+    store2(a.out + v * HD + d + 2, r[0].z, r[0].w);
   }
 }
 

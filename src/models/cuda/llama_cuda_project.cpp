@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/error.h"
 #include "kernels/cuda/dequant_gemm.h"
 #include "kernels/cuda/dequant_packed.h"
 #include "kernels/cuda/gemv.h"
@@ -67,6 +68,7 @@ void Projections::project(const Proj& p, const In& in, int64_t rows, const Scrat
         return cuda::dequant_gemm_supported(part.type, p.k);
       });
   if (dequant_gemm || (rows > cuda::kMmqGemvMaxRows && b.wdq)) {
+    TESSERA_CHECK_ARG(in.kind != In::kAttention, "project: attention partials need a call of <= 8 rows");
     bf16* h = b.h;  // the bf16 input rows
     switch (in.kind) {
       case In::kNorm:
@@ -77,6 +79,8 @@ void Projections::project(const Proj& p, const In& in, int64_t rows, const Scrat
         break;
       case In::kSwiglu:
         cuda::swiglu_rows_f32_bf16(in.x, rows, p.k, h, s);
+        break;
+      case In::kAttention:
         break;
     }
     if (dequant_gemm) {  // the quantized bytes straight into tensor cores (dequant_gemm.h)
@@ -107,6 +111,9 @@ void Projections::project(const Proj& p, const In& in, int64_t rows, const Scrat
           break;
         case In::kSwiglu:
           cuda::mmq_swiglu_quantize_rows(part.type, in.x, rows, p.k, b.qx, b.meta, s);
+          break;
+        case In::kAttention:
+          cuda::mmq_quantize_attention_rows(part.type, in.partials, rows, p.k, b.qx, b.meta, s);
           break;
       }
       quantized_for = blk;

@@ -31,16 +31,19 @@ class Projections {
  public:
   Projections(const LlmConfig& cfg, const Weights& w);
 
-  // The input of a quantized projection: RMSNorm of f32 rows (x, norm weight), f32 rows, or
-  // SwiGLU of an f32 gate|up output; turned into what the chosen kernel reads (8-bit rows per
-  // part type family, or bf16 rows) just before it.
+  // The input of a quantized projection: RMSNorm of f32 rows (x, norm weight), f32 rows,
+  // SwiGLU of an f32 gate|up output, or the split partials a decode attention launch left
+  // (only for calls of <= cuda::kMmqGemvMaxRows rows: quantized_input()); turned into what the
+  // chosen kernel reads (8-bit rows per part type family, or bf16 rows) just before it.
   struct In {
-    enum Kind { kNorm, kRows, kSwiglu } kind;
+    enum Kind { kNorm, kRows, kSwiglu, kAttention } kind;
     const float* x;
     const float* w;
-    static In norm(const float* x, const float* w) { return {kNorm, x, w}; }
-    static In rows(const float* x) { return {kRows, x, nullptr}; }
-    static In swiglu(const float* gu) { return {kSwiglu, gu, nullptr}; }
+    cuda::PagedAttentionPartials partials;
+    static In norm(const float* x, const float* w) { return {kNorm, x, w, {}}; }
+    static In rows(const float* x) { return {kRows, x, nullptr, {}}; }
+    static In swiglu(const float* gu) { return {kSwiglu, gu, nullptr, {}}; }
+    static In attention(const cuda::PagedAttentionPartials& p) { return {kAttention, nullptr, nullptr, p}; }
   };
   // Scratch of one call (device): bf16 input rows, 8-bit rows and their scales, a dequantized
   // weight slice (null where slices() says none is needed), dequant_gemm's split sums.
@@ -59,6 +62,9 @@ class Projections {
   // of dequant_gemm split sums it needs (Scratch::dg_ws; 0 when none).
   size_t plan_call(int64_t rows, int64_t logit_rows);
 
+  // Whether a call of `rows` rows through quantized weights reads 8-bit activation rows (the
+  // integer-dot GEMVs), so its input may be In::attention.
+  static bool quantized_input(int64_t rows) { return rows <= cuda::kMmqGemvMaxRows; }
   // Quantized projection p (p.quant()).
   void project(const Proj& p, const In& in, int64_t rows, const Scratch& b, float* y, int64_t ldy,
                bool accumulate, cudaStream_t s);
