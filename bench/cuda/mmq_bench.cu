@@ -245,7 +245,7 @@ int main(int argc, char** argv) {
 
   if (few_rows_table) {
     setvbuf(stdout, nullptr, _IOLBF, 0);  // rows survive a failure later in the table
-    std::printf("| type | shape | rows | floor us | tc us | %% of floor | tc k split 1 / 2 / 4 us | dp4a GEMV us | "
+    std::printf("| type | shape | rows | floor us | tc us | %% of floor | tc k split 1 / 2 / 4 / 8 us | dp4a GEMV us | "
                 "dequant_gemm us |\n|---|---|---|---|---|---|---|---|---|\n");
     std::vector<int64_t> few_rows;
     for (int64_t m : dg_rows)
@@ -277,7 +277,7 @@ int main(int argc, char** argv) {
           };
           const float def = tc(0);
           std::string per_ks;
-          for (int ks : {1, 2, 4}) per_ks += (ks > 1 ? " / " : "") + us_text(tc(ks));
+          for (int ks : {1, 2, 4, 8}) per_ks += (ks > 1 ? " / " : "") + us_text(tc(ks));
           std::string dp4a = "-", dg = "-";
           if (m <= cuda::kMmqGemvMaxRows) {
             int it = 0;

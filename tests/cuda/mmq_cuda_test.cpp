@@ -269,9 +269,9 @@ TEST(MmqMatmul, EveryKernelMatchesTheReferenceForEveryType) {
           ASSERT_TRUE(test::all_written(got)) << what << " k split " << ks;
           EXPECT_LE(test::nmse(got, want), bound) << what << " k split " << ks;
         }
-      // The few-row tensor-core GEMV with every k split (1, 2 or 4 warps per 16-row group).
+      // The few-row tensor-core GEMV with every k split (1, 2, 4 or 8 warps per 16-row group).
       if (tc)
-        for (int ks : {1, 2, 4}) {
+        for (int ks : {1, 2, 4, 8}) {
           const auto got = run_gpu(t, blocks, x, c, Path::kTc, false, {}, ks);
           ASSERT_TRUE(test::all_written(got)) << what << " tc k split " << ks;
           EXPECT_LE(test::nmse(got, want), bound) << what << " tc k split " << ks;
@@ -286,7 +286,7 @@ TEST(MmqMatmul, EveryKernelMatchesTheReferenceForEveryType) {
       const auto acc = run_gpu(t, blocks, x, c, Path::kAuto, true, y0);
       EXPECT_LE(test::nmse(acc, want_acc), bound) << what << " accumulate";
       if (tc)
-        for (int ks : {1, 4}) {
+        for (int ks : {1, 4, 8}) {
           const auto tc_acc = run_gpu(t, blocks, x, c, Path::kTc, true, y0, ks);
           EXPECT_LE(test::nmse(tc_acc, want_acc), bound) << what << " tc accumulate, k split " << ks;
         }
@@ -316,7 +316,7 @@ TEST(MmqMatmul, GemvKSplitsOfLongRowsMatchTheReference) {
 }
 
 // The few-row tensor-core GEMV on long rows: every k split runs many runs per warp (more runs
-// than stages; k split 4 leaves some warps one run fewer), n not a multiple of the 16-row group,
+// than stages; k splits 4 and 8 leave some warps one run fewer), n not a multiple of the 16-row group,
 // 2 to 8 activation rows; and the shapes it does not take are refused.
 TEST(MmqMatmul, TcGemvKSplitsOfLongRowsMatchTheReference) {
   TESSERA_SKIP_WITHOUT_GPU();
@@ -328,7 +328,7 @@ TEST(MmqMatmul, TcGemvKSplitsOfLongRowsMatchTheReference) {
       const CpuRows rows = cpu_rows(t, x, c.m, c.k);
       std::vector<float> want(c.m * c.n);
       ref::matmul(t, blocks.data(), c.n, c.k, rows.deq.data(), c.m, want.data());
-      for (int ks : {0, 1, 2, 4}) {
+      for (int ks : {0, 1, 2, 4, 8}) {
         const auto got = run_gpu(t, blocks, x, c, Path::kTc, false, {}, ks);
         ASSERT_TRUE(test::all_written(got));
         EXPECT_LE(test::nmse(got, want), t == DType::kQ4_1 || t == DType::kQ5_1 ? 1e-5 : 1e-9)

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cuda/cuda_test_util.h"
+#include "core/error.h"
 #include "core/sample_weight.h"
 #include "kernels/cuda/sample.h"
 #include "runtime/llm/sampler.h"
@@ -256,6 +257,43 @@ TEST(SampleCuda, SameTokenAsHostSamplerOddAndLargeVocabularies) {
   check_against_host(33, 2, 7);   // 16 blocks: ranks 9..15 hold empty slices
   check_against_host(512, 2, 8);  // a rank-select's last range: kCap (512) candidates at most
   check_against_host(513, 2, 9);
+}
+
+// Greedy rows with nothing to apply through sample_greedy_rows (the engine's path when every
+// row of a step is greedy without penalties or bans) against the host sampler, on every kind of
+// row (ties, non-finite values, rows with no candidate, -0 / +0, ties at the top), launches of
+// 1, 3 and 67 rows, vocabularies below one slice, on slice edges, with rows that are not 16-byte
+// aligned, and 128256; the workspace starts poisoned.
+TEST(SampleCuda, GreedyRowsTakeTheHostsToken) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  const SamplingParams greedy{};  // temperature 0, no penalties, no n-gram bans
+  const std::vector<int32_t> no_history;
+  const Kind kinds[] = {Kind::kUniform, Kind::kTies,  Kind::kNonFinite, Kind::kMasked,
+                        Kind::kPeaked,  Kind::kEqual, Kind::kFiniteMasks, Kind::kTopTies};
+  for (int64_t V : {int64_t{5}, int64_t{1003}, int64_t{4096}, int64_t{4097}, int64_t{12289}, int64_t{128256}})
+    for (int64_t rows : {int64_t{1}, int64_t{3}, int64_t{67}}) {
+      std::vector<float> all;
+      std::vector<int32_t> want;
+      for (int64_t r = 0; r < rows; ++r) {
+        auto x = make_row(kinds[r % 8], V, static_cast<uint64_t>(V * 131 + r));
+        all.insert(all.end(), x.begin(), x.end());
+        want.push_back(Sampler(greedy).sample_with_u(x, no_history, 0.5));
+      }
+      test::DevBuf<float> d_x(all);
+      test::DevBuf<int32_t> d_ids(rows);
+      test::DevBuf<uint64_t> ws((cuda::sample_greedy_workspace_bytes(rows, V) + 7) / 8);
+      ws.poison();
+      TESSERA_CUDA_CHECK(cudaMemset(d_ids.get(), 0xFF, static_cast<size_t>(rows) * 4));  // -1
+      cuda::sample_greedy_rows(d_x.get(), rows, V, ws.get(), d_ids.get(), nullptr);
+      test::check_launch();
+      const auto got = d_ids.download();
+      for (int64_t r = 0; r < rows; ++r)
+        EXPECT_EQ(got[r], want[r]) << "V " << V << " rows " << rows << " row " << r << " ("
+                                   << kind_name(kinds[r % 8]) << ")";
+      const auto after = d_x.download();
+      EXPECT_EQ(std::memcmp(after.data(), all.data(), all.size() * sizeof(float)), 0) << "the logits must only be read";
+    }
+  EXPECT_THROW(cuda::sample_greedy_rows(nullptr, 1, 10, nullptr, nullptr, nullptr), Error);
 }
 
 // The edges a draw reaches only where the sums are exact: u = 1 on rows of equal weights (the

@@ -29,7 +29,7 @@ using namespace persistent;
 // Quantizes one row of src into this block's shared memory (all threads of the block).
 template <bool kK, class Src>
 __device__ __forceinline__ void form_row(Src src, int64_t k, int8_t* qx, MmqActMeta* meta) {
-  src.prepare(0);
+  src.prepare(0, 8 * threadIdx.x);
   quantize_row_span<kK>(src, 0, k, qx, meta, threadIdx.x - threadIdx.x % 32, kThreads);
   __syncthreads();
 }

@@ -89,7 +89,7 @@ void mmq_mma(DType wtype, const void* packed, int64_t n, int64_t k, const int8_t
              cudaStream_t stream);
 // The few-row tensor-core GEMV, any m <= kMmqTcMaxRows (mmq_matmul takes it from kMmqTcMinRows),
 // for mmq_tc_supported(wtype, k) (k % 256 == 0); meta 8-byte aligned;
-// k_split: warps per 16-row group (1, 2 or 4; 0: by shape). mmq_tc_enabled(): mmq_matmul takes it
+// k_split: warps per 16-row group (1, 2, 4 or 8; 0: by shape). mmq_tc_enabled(): mmq_matmul takes it
 // where supported (TESSERA_MMQ_TC unset or not "0").
 bool mmq_tc_supported(DType wtype, int64_t k);
 void mmq_tc_gemv(DType wtype, const void* packed, int64_t n, int64_t k, const int8_t* qx,

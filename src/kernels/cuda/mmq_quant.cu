@@ -39,8 +39,8 @@ __global__ void __launch_bounds__(kThreads) quant_kernel(Src src, int64_t k, int
   detail::pdl_wait();  // inputs come from the previous kernel (PDL, launch.h)
   detail::pdl_trigger();
   const int64_t r = blockIdx.x, threads = blockDim.x;
-  src.prepare(r);
   const int64_t warp_t = int64_t{blockIdx.y} * threads + threadIdx.x - threadIdx.x % 32;  // the warp's first thread
+  src.prepare(r, 8 * (warp_t + threadIdx.x % 32));
   detail::quantize_row_span<kK>(src, r, k, qx + r * k, meta + r * (k / 32), warp_t, int64_t{gridDim.y} * threads);
 }
 

@@ -27,18 +27,22 @@ __device__ __forceinline__ void load8(const float* p, bool vec, float (&v)[8]) {
 }
 
 // Row sources: value8(r, i, v) gives elements i .. i + 7 of row r (i % 8 == 0) as the unfused
-// kernel would have stored them; prepare(r) computes row r's statistics, called by all threads
-// of the block (a block barrier inside). vec: the rows are 16-byte aligned (host check).
+// kernel would have stored them; prepare(r, first) computes row r's statistics, called by all
+// threads of the block (a block barrier inside) before their first value8, which is for
+// element `first` (a source may load that piece early). vec: the rows are 16-byte aligned (host
+// check).
 struct PlainSrc {
   const float* x;
   int64_t ldx;
   bool vec;
-  __device__ void prepare(int64_t) {}
+  __device__ void prepare(int64_t, int64_t) {}
   __device__ void value8(int64_t r, int64_t i, float (&v)[8]) const { load8(x + r * ldx + i, vec, v); }
 };
 
 // RMSNorm with the CPU's rounding steps (kernels/cpu/llm_ops.cpp): f32 squares summed in double,
-// mean rounded to f32, inv = 1 / sqrt(mean + eps) in f32, then (x * inv) * w.
+// mean rounded to f32, inv = 1 / sqrt(mean + eps) in f32, then (x * inv) * w. The thread's first
+// piece of x and w is loaded with the row's squares (one memory round trip before the first
+// value8, not two: the norm sits between two GEMVs on a decode step's critical path).
 struct RmsSrc {
   const float* x;
   const float* w;
@@ -46,8 +50,15 @@ struct RmsSrc {
   int64_t d;
   bool vec;
   float inv;
-  __device__ void prepare(int64_t r) {
+  int64_t held = -1;  // the element whose piece hx / hw hold
+  float hx[8], hw[8];
+  __device__ void prepare(int64_t r, int64_t first) {
     __shared__ double partial[kQuantWarps];
+    if (first >= 0 && first < d) {
+      load8(x + r * d + first, vec, hx);
+      load8(w + first, vec, hw);
+      held = first;
+    }
     double ss = 0;
     for (int64_t i = threadIdx.x; i < d; i += kQuantThreads) {
       const float v = x[r * d + i];
@@ -64,8 +75,13 @@ struct RmsSrc {
   }
   __device__ void value8(int64_t r, int64_t i, float (&v)[8]) const {
     float g[8];
-    load8(x + r * d + i, vec, v);
-    load8(w + i, vec, g);
+    if (i == held) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[j] = hx[j], g[j] = hw[j];
+    } else {
+      load8(x + r * d + i, vec, v);
+      load8(w + i, vec, g);
+    }
 #pragma unroll
     for (int j = 0; j < 8; ++j) v[j] = __fmul_rn(__fmul_rn(v[j], inv), g[j]);
   }
@@ -76,7 +92,7 @@ struct SwigluSrc {
   const float* gu;
   int64_t ff;
   bool vec;
-  __device__ void prepare(int64_t) {}
+  __device__ void prepare(int64_t, int64_t) {}
   __device__ void value8(int64_t r, int64_t i, float (&v)[8]) const {
     float u[8];
     load8(gu + r * 2 * ff + i, vec, v);
@@ -95,7 +111,7 @@ struct SplitsSrc {
   const float2* ml;
   int splits;
   int64_t head_dim, n_heads;
-  __device__ void prepare(int64_t) {}
+  __device__ void prepare(int64_t, int64_t) {}
   __device__ void value8(int64_t r, int64_t i, float (&v)[8]) const {
     const int64_t vec = r * n_heads + i / head_dim, d = i % head_dim;
     const float2* vml = ml + vec * splits;

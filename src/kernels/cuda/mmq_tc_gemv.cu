@@ -103,7 +103,7 @@ struct Stage {
   static constexpr int kBytes = kMeta + kMP * F::kU * 8;
   static_assert(kBytes % 16 == 0, "16-byte aligned stages");
 };
-constexpr int kStages = 3, kWarps = 4;
+constexpr int kStages = 3, kWarps = 4, kMaxKSplit = 8;
 
 // Chunk `chunk` (16 bytes) of staged row r, swizzled by the row (see Stage).
 template <class P>
@@ -315,17 +315,23 @@ __device__ __forceinline__ void run_sums(const uint8_t* st, const MmqMat& w, int
   }
 }
 
-// The kernel: KS warps per group of 16 weight rows (kWarps / KS groups per block), each with its
-// own ring of kStages stages in shared memory (no block-wide barrier in the loop).
+// Warps per block for KS warps per row group: kWarps, or one group of 8 (the small projections'
+// k split of 8, whose warps add their sums through the block's shared memory).
+template <int KS>
+constexpr int kBlockWarps = KS > kWarps ? KS : kWarps;
+
+// The kernel: KS warps per group of 16 weight rows (kBlockWarps / KS groups per block), each with
+// its own ring of kStages stages in shared memory (no block-wide barrier in the loop).
 template <DType kType, int MP, int KS>
-__global__ void __launch_bounds__(32 * kWarps, 4)  // <= 128 registers: 4 blocks per SM (MP = 4; 8's stages allow 3)
+__global__ void __launch_bounds__(32 * kBlockWarps<KS>, 16 / kBlockWarps<KS>)  // <= 128 registers: 16 warps per SM
 tc_gemv_kernel(MmqMat w, const int8_t* qx, const MmqActMeta* meta, int m, float* y, int64_t ldy, bool accumulate) {
   using F = Fmt<kType>;
   using S = Stage<kType, MP>;
+  constexpr int W = kBlockWarps<KS>;
   extern __shared__ __align__(16) uint8_t smem[];
   pdl_trigger();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int64_t group = int64_t{blockIdx.x} * (kWarps / KS) + warp / KS;
+  const int64_t group = int64_t{blockIdx.x} * (W / KS) + warp / KS;
   if (group * 16 >= w.n) {  // no rows for this group (all its warps): still order after the predecessor
     pdl_wait();
     return;
@@ -405,22 +411,26 @@ int blocks_per_sm() {
   return v;
 }
 
-// Warps per row group (1, 2 or 4; TESSERA_MMQ_TC_K_SPLIT forces one): the fewest that give the
-// launch 1.5x the warps the SMs hold at once (more warps per group cost each warp its pipeline
-// fill and the partial sums; fewer leave SMs short of loads in flight), each warp keeping >= 2
-// runs. Measured on Llama-3-8B's shapes (H200, Q4_0 / Q4_K at 2-8 rows, us for k split 1 / 2 /
-// 4, s24_final_engine_and_kernels.txt): gate|up (1792 groups) 20.5 / 18.8 / 20.3 -> 2; down
-// (256 groups) 24.4 / 23.3 / 14.5, qkv (384) 11.5 / 9.8 / 6.0, o (256) 7.8 / 7.5 / 5.2 -> 4.
+// Warps per row group (1, 2, 4 or 8; TESSERA_MMQ_TC_K_SPLIT forces one): the fewest that give
+// the launch 1.5x the warps the SMs hold at once (more warps per group cost each warp its
+// pipeline fill and the partial sums; fewer leave SMs short of loads in flight), each warp
+// keeping >= 2 runs; 8 only where each warp still has >= 4 runs or the 8 warps per group fit
+// one wave (8 on short rows past one wave measured slower). Llama-3-8B's shapes (H200, Q4_0 at
+// 2-4 / 8 rows, us for k split 1 / 2 / 4 / 8, s25_tc_k_split_8.txt): gate|up (1792 groups, 16
+// runs) 20.4 / 18.8 / 20.3 / 25.2 -> 2; down (256, 56 runs) 25.0 / 23.2 / 14.7 / 10.3 and 29.6
+// / 26.9 / 16.4 / 14.2 -> 8; o (256, 16 runs) 7.9 / 7.5 / 5.2 / 4.8 -> 8, but at 8 rows (fewer
+// resident warps) 8.4 / 8.6 / 5.7 / 6.8 -> 4; qkv (384, 16 runs) 11.3 / 9.7 / 5.9 / 6.8 -> 4.
 int k_split_for(int64_t n, int64_t runs, int per_sm) {
   static const int forced = [] {
     const char* e = std::getenv("TESSERA_MMQ_TC_K_SPLIT");
     const int v = e ? std::atoi(e) : 0;
-    return v == 1 || v == 2 || v == 4 ? v : 0;
+    return v == 1 || v == 2 || v == 4 || v == 8 ? v : 0;
   }();
   if (forced) return forced;
   const int64_t groups = (n + 15) / 16, resident = int64_t{per_sm} * kWarps * sm_count();
+  const int most = runs >= 4 * kMaxKSplit || groups * kMaxKSplit <= resident ? kMaxKSplit : kWarps;
   int ks = 1;
-  while (ks < kWarps && 2 * groups * ks < 3 * resident && runs / (2 * ks) >= 2) ks *= 2;
+  while (ks < most && 2 * groups * ks < 3 * resident && runs / (2 * ks) >= 2) ks *= 2;
   return ks;
 }
 
@@ -428,10 +438,10 @@ template <DType kType, int MP, int KS>
 void launch(const MmqMat& w, const int8_t* qx, const MmqActMeta* meta, int m, float* y, int64_t ldy, bool acc,
             cudaStream_t s) {
   constexpr auto kernel = tc_gemv_kernel<kType, MP, KS>;
-  constexpr int smem = kWarps * kStages * Stage<kType, MP>::kBytes;
+  constexpr int W = kBlockWarps<KS>, smem = W * kStages * Stage<kType, MP>::kBytes;
   TESSERA_CUDA_CHECK((raise_func_attribute<kernel, cudaFuncAttributeMaxDynamicSharedMemorySize>(smem)));
-  const int64_t groups = (w.n + 15) / 16, per_block = kWarps / KS;
-  launch_kernel(kernel, static_cast<unsigned>((groups + per_block - 1) / per_block), 32 * kWarps, smem, s, w, qx,
+  const int64_t groups = (w.n + 15) / 16, per_block = W / KS;
+  launch_kernel(kernel, static_cast<unsigned>((groups + per_block - 1) / per_block), 32 * W, smem, s, w, qx,
                 meta, m, y, ldy, acc);
 }
 // With MP staged activation rows: the k split (k_split, or k_split_for's), then the launch.
@@ -442,7 +452,8 @@ void launch_staged(int k_split, const MmqMat& w, const int8_t* qx, const MmqActM
   switch (ks) {
     case 1: return launch<kType, MP, 1>(w, qx, meta, m, y, ldy, acc, s);
     case 2: return launch<kType, MP, 2>(w, qx, meta, m, y, ldy, acc, s);
-    default: return launch<kType, MP, 4>(w, qx, meta, m, y, ldy, acc, s);
+    case 4: return launch<kType, MP, 4>(w, qx, meta, m, y, ldy, acc, s);
+    default: return launch<kType, MP, 8>(w, qx, meta, m, y, ldy, acc, s);
   }
 }
 
@@ -467,8 +478,8 @@ void mmq_tc_gemv(DType t, const void* packed, int64_t n, int64_t k, const int8_t
   TESSERA_CHECK_ARG(reinterpret_cast<uintptr_t>(qx) % 16 == 0 && reinterpret_cast<uintptr_t>(packed) % 16 == 0 &&
                         reinterpret_cast<uintptr_t>(meta) % 8 == 0,
                     "mmq_tc_gemv: qx and the weights must be 16-byte aligned, meta 8-byte");
-  TESSERA_CHECK_ARG(k_split == 0 || k_split == 1 || k_split == 2 || k_split == 4,
-                    "mmq_tc_gemv: k split must be 0 (default), 1, 2 or 4");
+  TESSERA_CHECK_ARG(k_split == 0 || k_split == 1 || k_split == 2 || k_split == 4 || k_split == 8,
+                    "mmq_tc_gemv: k split must be 0 (default), 1, 2, 4 or 8");
   if (m == 0 || n == 0) return;
   const MmqMat w{static_cast<const uint8_t*>(packed), gemv_quant_layout(t, n, k), n, k};
   const int mi = static_cast<int>(m);

@@ -53,11 +53,31 @@ __global__ void rms_norm_rows_bf16_kernel(const float* x, const float* w, float 
   detail::pdl_trigger();
   const float* xr = x + blockIdx.x * d;
   __nv_bfloat16* yr = y + blockIdx.x * d;
+  const int64_t units = kVec ? d / 4 : d, per = (units + gridDim.y - 1) / gridDim.y;
+  const int64_t first = blockIdx.y * per + threadIdx.x, end = min(units, (blockIdx.y + 1) * per);
+  // The thread's first unit of its part, loaded with the squares: one memory round trip before
+  // the first store, not two (the norm sits between two GEMVs on a decode step's critical path).
+  float4 x0 = {}, w0 = {};
+  if constexpr (kVec) {
+    if (first < end) {
+      x0 = reinterpret_cast<const float4*>(xr)[first];
+      w0 = reinterpret_cast<const float4*>(w)[first];
+    }
+  }
   float ss = 0.f;
   if constexpr (kVec) {
-    for (int64_t i = threadIdx.x; i < d / 4; i += blockDim.x) {
-      const float4 v = reinterpret_cast<const float4*>(xr)[i];
-      ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    // 4 loads in flight per thread, then their squares in order (a 4096-wide row: one batch).
+    constexpr int kBatch = 4;
+    for (int64_t i0 = threadIdx.x; i0 < d / 4; i0 += kBatch * blockDim.x) {
+      float4 v[kBatch];
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {
+        const int64_t i = i0 + j * blockDim.x;
+        if (i < d / 4) v[j] = reinterpret_cast<const float4*>(xr)[i];
+      }
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j)
+        if (i0 + j * blockDim.x < d / 4) ss += v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
     }
   } else {
     for (int64_t i = threadIdx.x; i < d; i += blockDim.x) ss += xr[i] * xr[i];
@@ -69,12 +89,10 @@ __global__ void rms_norm_rows_bf16_kernel(const float* x, const float* w, float 
   float total = 0.f;
   for (int i = 0; i < kThreads / 32; ++i) total += partial[i];
   const float inv = rsqrtf(total / static_cast<float>(d) + eps);
-  const int64_t units = kVec ? d / 4 : d, per = (units + gridDim.y - 1) / gridDim.y;
-  const int64_t end = min(units, (blockIdx.y + 1) * per);
   if constexpr (kVec) {
-    for (int64_t i = blockIdx.y * per + threadIdx.x; i < end; i += blockDim.x) {
-      const float4 v = reinterpret_cast<const float4*>(xr)[i];
-      const float4 g = reinterpret_cast<const float4*>(w)[i];
+    for (int64_t i = first; i < end; i += blockDim.x) {
+      const float4 v = i == first ? x0 : reinterpret_cast<const float4*>(xr)[i];
+      const float4 g = i == first ? w0 : reinterpret_cast<const float4*>(w)[i];
       __nv_bfloat162 lo = __floats2bfloat162_rn(v.x * inv * g.x, v.y * inv * g.y);
       __nv_bfloat162 hi = __floats2bfloat162_rn(v.z * inv * g.z, v.w * inv * g.w);
       uint2 packed;
@@ -83,8 +101,7 @@ __global__ void rms_norm_rows_bf16_kernel(const float* x, const float* w, float 
       reinterpret_cast<uint2*>(yr)[i] = packed;
     }
   } else {
-    for (int64_t i = blockIdx.y * per + threadIdx.x; i < end; i += blockDim.x)
-      yr[i] = __float2bfloat16_rn(xr[i] * inv * w[i]);
+    for (int64_t i = first; i < end; i += blockDim.x) yr[i] = __float2bfloat16_rn(xr[i] * inv * w[i]);
   }
 }
 

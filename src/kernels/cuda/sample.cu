@@ -1,5 +1,6 @@
 #include "kernels/cuda/sample.h"
 
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <cstdlib>
@@ -60,11 +61,74 @@ void sample_rows(float* logits, int64_t rows, int64_t vocab, const SampleRow* pa
 }
 
 namespace {
+namespace greedy {
+using sample_detail::u64;
+constexpr int kThreads = 256;
+constexpr int64_t kSlice = 4096;  // logits per block: four 16-byte loads per thread, in flight together
+
+int64_t parts(int64_t vocab) { return (vocab + kSlice - 1) / kSlice; }
+
+// Block (slice, row): the largest order key of the slice (sample_keys.cuh: 0 for no candidate).
+__global__ void __launch_bounds__(kThreads) slice_max_kernel(const float* logits, int64_t vocab, u64* part) {
+  detail::pdl_wait();  // the logits come from the previous kernel (PDL, launch.h)
+  detail::pdl_trigger();
+  const int64_t row = blockIdx.y, begin = blockIdx.x * kSlice, len = min(kSlice, vocab - begin);
+  u64 best = 0;
+  sample_detail::for_each_float<kThreads>(logits + row * vocab + begin, len, [&](float v, int64_t i) {
+    best = max(best, sample_detail::key_of(v, begin + i));
+  });
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) best = max(best, __shfl_xor_sync(0xffffffffu, best, o));
+  __shared__ u64 warp_best[kThreads / 32];
+  if (threadIdx.x % 32 == 0) warp_best[threadIdx.x / 32] = best;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < kThreads / 32; ++w) best = max(best, warp_best[w]);
+    part[row * gridDim.x + blockIdx.x] = best;
+  }
+}
+
+// A warp per row: the largest of the row's slice maxima, as a token id.
+__global__ void __launch_bounds__(kThreads) pick_kernel(const u64* part, int64_t n_parts, int64_t rows, int32_t* ids) {
+  detail::pdl_wait();
+  detail::pdl_trigger();
+  const int64_t row = blockIdx.x * int64_t{kThreads / 32} + threadIdx.x / 32;
+  if (row >= rows) return;
+  u64 best = 0;
+  for (int64_t j = threadIdx.x % 32; j < n_parts; j += 32) best = max(best, part[row * n_parts + j]);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) best = max(best, __shfl_xor_sync(0xffffffffu, best, o));
+  if (threadIdx.x % 32 == 0) ids[row] = best == 0 ? 0 : sample_detail::ord_id(best);
+}
+}  // namespace greedy
+
 __global__ void sample_weights_kernel(const float* d, int64_t n, float* w) {
   const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (i < n) w[i] = sample_weight(d[i]);
 }
 }  // namespace
+
+size_t sample_greedy_workspace_bytes(int64_t rows, int64_t vocab) {
+  return static_cast<size_t>(std::max<int64_t>(rows, 1) * greedy::parts(std::max<int64_t>(vocab, 1))) *
+         sizeof(greedy::u64);
+}
+
+void sample_greedy_rows(const float* logits, int64_t rows, int64_t vocab, void* ws, int32_t* ids,
+                        cudaStream_t stream) {
+  TESSERA_CHECK_ARG(vocab >= 1 && vocab <= INT32_MAX && rows >= 0 && rows <= 65535,
+                    "sample_greedy_rows: vocab or rows out of range");
+  TESSERA_CHECK_ARG(ws != nullptr && reinterpret_cast<uintptr_t>(ws) % 8 == 0,
+                    "sample_greedy_rows: the workspace must be 8-byte aligned device memory");
+  if (rows == 0) return;
+  auto* part = static_cast<greedy::u64*>(ws);
+  const int64_t n_parts = greedy::parts(vocab);
+  detail::launch_kernel(greedy::slice_max_kernel, dim3(static_cast<unsigned>(n_parts), static_cast<unsigned>(rows)),
+                        greedy::kThreads, 0, stream, logits, vocab, part);
+  constexpr int64_t kRowsPerBlock = greedy::kThreads / 32;
+  detail::launch_kernel(greedy::pick_kernel, static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock),
+                        greedy::kThreads, 0, stream, part, n_parts, rows, ids);
+  TESSERA_CUDA_CHECK(cudaGetLastError());
+}
 
 void sample_weights(const float* d, int64_t n, float* w, cudaStream_t stream) {
   TESSERA_CHECK_ARG(n >= 0 && n <= int64_t{INT32_MAX} * 256, "sample_weights: bad n");

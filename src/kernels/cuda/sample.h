@@ -36,6 +36,16 @@ void sample_rows(float* logits, int64_t rows, int64_t vocab, const SampleRow* pa
                  const SamplePenalty* penalties, const int32_t* banned, int32_t* ids,
                  cudaStream_t stream, int blocks_per_row = 0);
 
+// Rows that are greedy with nothing to apply (every row's temperature <= 0, no penalties, no
+// bans: the caller knows its SampleRows): the token sample_rows gives them (argmax of the cleaned
+// logits, lowest id on ties, 0 when no logit is a candidate), as one pass over the row by blocks
+// on every SM and a pick from their maxima (no cluster or bins: a batch-1 step's greedy draw in
+// a few us, not ~40). logits are only read. ws: sample_greedy_workspace_bytes(rows, vocab) of
+// device memory, 8-byte aligned (no initial contents needed). Capturable.
+size_t sample_greedy_workspace_bytes(int64_t rows, int64_t vocab);
+void sample_greedy_rows(const float* logits, int64_t rows, int64_t vocab, void* ws, int32_t* ids,
+                        cudaStream_t stream);
+
 // w[i] = the device's sample_weight(d[i]) (core/sample_weight.h), for tests that compare it bit
 // for bit with the host's.
 void sample_weights(const float* d, int64_t n, float* w, cudaStream_t stream);

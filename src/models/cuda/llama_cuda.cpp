@@ -162,8 +162,18 @@ class CudaLlama final : public CausalLm {
                                        static_cast<int64_t>(batch.penalties.size()), kPenalties);
     const int32_t* d_banned = stage(batch.banned.data(), static_cast<int64_t>(batch.banned.size()), kBanned);
     int32_t* d_ids = ids_.get(std::max<int64_t>(n_logits, 1));
-    cuda::sample_rows(logits_.get(n_logits * cfg_.vocab), n_logits, cfg_.vocab, d_params, d_pen,
-                      d_banned, d_ids, stream_);
+    // Greedy rows with nothing to apply take a plain argmax over every SM (sample.h).
+    const bool plain_greedy = greedy_argmax_on_ && batch.penalties.empty() && batch.banned.empty() &&
+                              std::all_of(batch.rows.begin(), batch.rows.end(),
+                                          [](const SampleRow& r) { return r.temperature <= 0.f; });
+    if (plain_greedy) {
+      const size_t ws_bytes = cuda::sample_greedy_workspace_bytes(n_logits, cfg_.vocab);
+      void* ws = greedy_ws_.get(static_cast<int64_t>((ws_bytes + 7) / 8));
+      cuda::sample_greedy_rows(logits_.get(n_logits * cfg_.vocab), n_logits, cfg_.vocab, ws, d_ids, stream_);
+    } else {
+      cuda::sample_rows(logits_.get(n_logits * cfg_.vocab), n_logits, cfg_.vocab, d_params, d_pen,
+                        d_banned, d_ids, stream_);
+    }
     prof_.mark("sample");
     int32_t* host = pinned<int32_t>(kIds, n_logits);
     TESSERA_CUDA_CHECK(cudaMemcpyAsync(host, d_ids, static_cast<size_t>(n_logits) * 4,
@@ -674,6 +684,12 @@ class CudaLlama final : public CausalLm {
     const char* v = std::getenv("TESSERA_ROPE_IN_ATTENTION");
     return !(v && std::strcmp(v, "0") == 0);
   }();
+  // TESSERA_GREEDY_ARGMAX=0: greedy rows take sample_rows too (A/B runs).
+  const bool greedy_argmax_on_ = [] {
+    const char* v = std::getenv("TESSERA_GREEDY_ARGMAX");
+    return !(v && std::strcmp(v, "0") == 0);
+  }();
+  Grow<uint64_t> greedy_ws_;
   const bool launch_ahead_on_ = [] {
     const char* v = std::getenv("TESSERA_LAUNCH_AHEAD");
     return !(v && std::strcmp(v, "0") == 0);
