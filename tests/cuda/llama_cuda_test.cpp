@@ -489,12 +489,16 @@ TEST(LlamaCudaDummy, LeftAttentionPartialsMatchTheMergingAttention) {
   models::LlmConfig cfg = small_llama(512, 8, 2, 1536);
   ASSERT_GT(cuda::paged_attention_splits(3, cfg.n_kv_heads, 16, 16), 1);
   ASSERT_GT(cuda::paged_attention_splits(1, cfg.n_kv_heads, 16, 16), 1);
+  const char* given = std::getenv("TESSERA_ATTN_LEAVE_PARTIALS");  // the caller's, restored below
+  const std::string saved = given ? given : "";
   for (DType t : test::kQuantTypes) {
     SCOPED_TRACE(dtype_name(t));
+    unsetenv("TESSERA_ATTN_LEAVE_PARTIALS");  // the default: leave them
     auto left = models::cuda_llama_create_dummy(cfg, t);
     setenv("TESSERA_ATTN_LEAVE_PARTIALS", "0", 1);
     auto merging = models::cuda_llama_create_dummy(cfg, t);
-    unsetenv("TESSERA_ATTN_LEAVE_PARTIALS");
+    if (given) setenv("TESSERA_ATTN_LEAVE_PARTIALS", saved.c_str(), 1);
+    else unsetenv("TESSERA_ATTN_LEAVE_PARTIALS");
     const int64_t V = cfg.vocab;
     auto cache_l = left->make_kv_cache(48, 16), cache_m = merging->make_kv_cache(48, 16);
     std::vector<std::vector<int32_t>> blocks(3);

@@ -77,13 +77,19 @@ void check_left_partials(const cuda::PagedAttentionWorkspace& ws, int64_t rows, 
   const auto merged = dout.download();
   cuda::PagedAttentionWorkspace left = ws;
   left.leave_partials = true;
+  const auto partials = cuda::paged_attention_partials(left, n_heads, hd, splits);
+  ASSERT_EQ(partials.splits, splits);
+  ASSERT_EQ(partials.rows, ws.rows);
+  ASSERT_EQ(partials.n_heads, n_heads);
+  // The merging launch before wrote every partial: poison them (not the counters before them),
+  // so one the leaving launch does not write reads as NaN.
+  TESSERA_CUDA_CHECK(cudaMemset(const_cast<float*>(partials.o), 0xFF,
+                                static_cast<size_t>(ws.rows * n_heads * splits) * static_cast<size_t>(hd * 4 + 8)));
   dout.poison();
   ASSERT_EQ(launch(left), splits);
   test::check_launch();
   const auto untouched = dout.download();
   for (float v : untouched) ASSERT_TRUE(std::isnan(v)) << "a launch that leaves partials wrote out";
-  const auto partials = cuda::paged_attention_partials(left, n_heads, hd, splits);
-  ASSERT_EQ(partials.splits, splits);
   test::DevBuf<float> dmerged(merged);
   for (DType t : {DType::kQ8_0, DType::kQ4_K}) {
     if (k % cuda::mmq_act_block(t) != 0) continue;

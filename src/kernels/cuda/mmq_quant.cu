@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "core/error.h"
 #include "kernels/cuda/gemv.h"
@@ -49,6 +50,9 @@ __global__ void __launch_bounds__(kThreads) quant_kernel(Src src, int64_t k, int
 template <class Src>
 void launch(DType t, const Src& src, int64_t m, int64_t k, int8_t* qx, MmqActMeta* meta, cudaStream_t s,
             int threads = kThreads) {
+  if constexpr (std::is_same_v<Src, RmsSrc>)  // its prepare() reduces over exactly kThreads threads
+    TESSERA_CHECK_ARG(threads == kThreads, "mmq quantize: RMSNorm rows need blocks of 256 threads");
+  TESSERA_CHECK_ARG(threads > 0 && threads <= kThreads && threads % 32 == 0, "mmq quantize: bad block size");
   TESSERA_CHECK_ARG(mmq_supported(t), "mmq: weight type " + std::string(dtype_name(t)) + " unsupported");
   TESSERA_CHECK_ARG(k > 0 && k % mmq_act_block(t) == 0,
                     "mmq quantize: k must be a multiple of " + std::to_string(mmq_act_block(t)));
@@ -81,10 +85,10 @@ void mmq_rms_norm_quantize_rows(DType t, const float* x, const float* w, float e
 
 void mmq_quantize_attention_rows(DType t, const PagedAttentionPartials& p, int64_t m, int64_t k, int8_t* qx,
                                  MmqActMeta* meta, cudaStream_t s) {
-  TESSERA_CHECK_ARG(p.splits > 1 && p.o && p.ml && p.head_dim > 0 && p.head_dim % 8 == 0 && k % p.head_dim == 0 &&
-                        reinterpret_cast<uintptr_t>(p.o) % 16 == 0,
-                    "mmq quantize: attention partials need splits > 1, head_dim a multiple of 8 dividing k, "
-                    "16-byte aligned outputs");
+  TESSERA_CHECK_ARG(p.splits > 1 && p.o && p.ml && p.head_dim > 0 && p.head_dim % 8 == 0 &&
+                        k == p.n_heads * p.head_dim && m <= p.rows && reinterpret_cast<uintptr_t>(p.o) % 16 == 0,
+                    "mmq quantize: attention partials need splits > 1, head_dim a multiple of 8, k = n_heads x "
+                    "head_dim, at most the workspace's rows, 16-byte aligned outputs");
   // Blocks of 2 warps: a 4096-wide row's ~130 KB of partials are read by 8 SMs, not 2.
   launch(t, SplitsSrc{p.o, p.ml, p.splits, p.head_dim, k / p.head_dim}, m, k, qx, meta, s, 64);
 }

@@ -127,7 +127,7 @@ __device__ __forceinline__ float f16_round(float v) { return __half2float(__floa
 
 // Quantizes elements [8 warp_t + 8 lane, ...) of row r of src (k elements) in steps of
 // 8 threads elements, called by whole warps; warp_t: the warp's first thread in the row's thread
-// numbering, threads: the threads that share the row. qx / meta: the row's own. src.prepare(r)
+// numbering, threads: the threads that share the row. qx / meta: the row's own. src.prepare(r, first)
 // must have run. Legacy Q8 (kK false): a 32-element block is 4 lanes, scale d = amax / 127 and
 // the block sum's d * sum, both rounded to f16 as block_q8_1 stores them. Q8_K (kK true,
 // k % 256 == 0): a 256-element block is one warp, scale from the first element of largest

@@ -323,7 +323,7 @@ constexpr int kBlockWarps = KS > kWarps ? KS : kWarps;
 // The kernel: KS warps per group of 16 weight rows (kBlockWarps / KS groups per block), each with
 // its own ring of kStages stages in shared memory (no block-wide barrier in the loop).
 template <DType kType, int MP, int KS>
-__global__ void __launch_bounds__(32 * kBlockWarps<KS>, 16 / kBlockWarps<KS>)  // <= 128 registers: 16 warps per SM
+__global__ void __launch_bounds__(32 * kBlockWarps<KS>, 16 / kBlockWarps<KS>)  // <= 128 registers (16 warps per SM where the stages fit)
 tc_gemv_kernel(MmqMat w, const int8_t* qx, const MmqActMeta* meta, int m, float* y, int64_t ldy, bool accumulate) {
   using F = Fmt<kType>;
   using S = Stage<kType, MP>;
@@ -397,15 +397,17 @@ tc_gemv_kernel(MmqMat w, const int8_t* qx, const MmqActMeta* meta, int m, float*
   }
 }
 
-// Resident blocks per SM of a format's kernel (registers and the stages' shared memory).
-template <DType kType, int MP>
+// Resident blocks per SM of a format's kernel with KS warps per group (registers and the
+// stages' shared memory; 8-warp blocks of the larger stages fit once per SM where 4-warp ones fit
+// three times).
+template <DType kType, int MP, int KS = 1>
 int blocks_per_sm() {
   static const int v = [] {
-    constexpr auto kernel = tc_gemv_kernel<kType, MP, 1>;
-    constexpr int smem = kWarps * kStages * Stage<kType, MP>::kBytes;
+    constexpr auto kernel = tc_gemv_kernel<kType, MP, KS>;
+    constexpr int W = kBlockWarps<KS>, smem = W * kStages * Stage<kType, MP>::kBytes;
     TESSERA_CUDA_CHECK((raise_func_attribute<kernel, cudaFuncAttributeMaxDynamicSharedMemorySize>(smem)));
     int n = 0;
-    TESSERA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, 32 * kWarps, smem));
+    TESSERA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, 32 * W, smem));
     return std::max(n, 1);
   }();
   return v;
@@ -420,7 +422,8 @@ int blocks_per_sm() {
 // runs) 20.4 / 18.8 / 20.3 / 25.2 -> 2; down (256, 56 runs) 25.0 / 23.2 / 14.7 / 10.3 and 29.6
 // / 26.9 / 16.4 / 14.2 -> 8; o (256, 16 runs) 7.9 / 7.5 / 5.2 / 4.8 -> 8, but at 8 rows (fewer
 // resident warps) 8.4 / 8.6 / 5.7 / 6.8 -> 4; qkv (384, 16 runs) 11.3 / 9.7 / 5.9 / 6.8 -> 4.
-int k_split_for(int64_t n, int64_t runs, int per_sm) {
+// per_sm / per_sm_8: resident 4-warp blocks (k split <= 4) and 8-warp blocks (k split 8) per SM.
+int k_split_for(int64_t n, int64_t runs, int per_sm, int per_sm_8) {
   static const int forced = [] {
     const char* e = std::getenv("TESSERA_MMQ_TC_K_SPLIT");
     const int v = e ? std::atoi(e) : 0;
@@ -428,7 +431,8 @@ int k_split_for(int64_t n, int64_t runs, int per_sm) {
   }();
   if (forced) return forced;
   const int64_t groups = (n + 15) / 16, resident = int64_t{per_sm} * kWarps * sm_count();
-  const int most = runs >= 4 * kMaxKSplit || groups * kMaxKSplit <= resident ? kMaxKSplit : kWarps;
+  const int64_t resident_8 = int64_t{per_sm_8} * kBlockWarps<kMaxKSplit> * sm_count();
+  const int most = runs >= 4 * kMaxKSplit || groups * kMaxKSplit <= resident_8 ? kMaxKSplit : kWarps;
   int ks = 1;
   while (ks < most && 2 * groups * ks < 3 * resident && runs / (2 * ks) >= 2) ks *= 2;
   return ks;
@@ -448,7 +452,9 @@ void launch(const MmqMat& w, const int8_t* qx, const MmqActMeta* meta, int m, fl
 template <DType kType, int MP>
 void launch_staged(int k_split, const MmqMat& w, const int8_t* qx, const MmqActMeta* meta, int m, float* y,
                    int64_t ldy, bool acc, cudaStream_t s) {
-  const int ks = k_split ? k_split : k_split_for(w.n, w.k / 32 / Fmt<kType>::kU, blocks_per_sm<kType, MP>());
+  const int ks = k_split ? k_split
+                         : k_split_for(w.n, w.k / 32 / Fmt<kType>::kU, blocks_per_sm<kType, MP>(),
+                                       blocks_per_sm<kType, MP, kMaxKSplit>());
   switch (ks) {
     case 1: return launch<kType, MP, 1>(w, qx, meta, m, y, ldy, acc, s);
     case 2: return launch<kType, MP, 2>(w, qx, meta, m, y, ldy, acc, s);

@@ -153,7 +153,7 @@ PagedAttentionPartials paged_attention_partials(const PagedAttentionWorkspace& w
                                                 int64_t head_dim, int splits) {
   const auto [o, ml] = partial_arrays(ws, n_heads, head_dim, splits);
   if (o == nullptr) return {};
-  return {o, ml, splits, head_dim};
+  return {o, ml, splits, head_dim, ws.rows, n_heads};
 }
 
 void paged_attention_workspace_reset(void* data, size_t bytes, cudaStream_t stream) {

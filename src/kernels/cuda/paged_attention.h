@@ -102,6 +102,7 @@ struct PagedAttentionPartials {
   const float2* ml = nullptr;
   int splits = 1;
   int64_t head_dim = 0;
+  int64_t rows = 0, n_heads = 0;  // the workspace's rows and the heads per row
 };
 PagedAttentionPartials paged_attention_partials(const PagedAttentionWorkspace& ws, int64_t n_heads,
                                                 int64_t head_dim, int splits);

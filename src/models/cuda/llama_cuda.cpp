@@ -163,7 +163,7 @@ class CudaLlama final : public CausalLm {
     const int32_t* d_banned = stage(batch.banned.data(), static_cast<int64_t>(batch.banned.size()), kBanned);
     int32_t* d_ids = ids_.get(std::max<int64_t>(n_logits, 1));
     // Greedy rows with nothing to apply take a plain argmax over every SM (sample.h).
-    const bool plain_greedy = greedy_argmax_on_ && batch.penalties.empty() && batch.banned.empty() &&
+    const bool plain_greedy = greedy_argmax_on_ && n_logits <= 65535 && batch.penalties.empty() && batch.banned.empty() &&
                               std::all_of(batch.rows.begin(), batch.rows.end(),
                                           [](const SampleRow& r) { return r.temperature <= 0.f; });
     if (plain_greedy) {
