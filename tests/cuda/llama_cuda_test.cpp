@@ -14,6 +14,8 @@
 #include <numeric>
 #include <optional>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "backend/cpu/thread_pool.h"
@@ -32,6 +34,23 @@ namespace tessera {
 namespace {
 
 std::string model_path() { return test::default_model_path(); }
+
+// Two models from create(): the first with environment variable `var` unset (the engine's
+// default), the second with var = value (models read it when created); the caller's value is
+// restored.
+template <class Create>
+std::pair<std::unique_ptr<models::CausalLm>, std::unique_ptr<models::CausalLm>> model_pair(
+    const char* var, const char* value, const Create& create) {
+  const char* given = std::getenv(var);
+  const std::string saved = given ? given : "";
+  unsetenv(var);
+  auto first = create();
+  setenv(var, value, 1);
+  auto second = create();
+  if (given) setenv(var, saved.c_str(), 1);
+  else unsetenv(var);
+  return {std::move(first), std::move(second)};
+}
 
 #define SKIP_WITHOUT_MODEL() \
   if (!std::filesystem::exists(model_path())) GTEST_SKIP() << "default model not present"
@@ -315,10 +334,9 @@ TEST(LlamaCudaDummy, DecodeGraphsFollowANewCacheAtTheSameAddress) {
 TEST(LlamaCudaDummy, DecodeStepsWithRopeInAttentionMatchTheRopeKernel) {
   TESSERA_SKIP_WITHOUT_GPU();
   ThreadPool pool(1);
-  auto fused = models::cuda_llama_create_dummy("smollm2-135m", 0, DType::kBF16);
-  setenv("TESSERA_ROPE_IN_ATTENTION", "0", 1);
-  auto plain = models::cuda_llama_create_dummy("smollm2-135m", 0, DType::kBF16);
-  unsetenv("TESSERA_ROPE_IN_ATTENTION");
+  auto [fused, plain] = model_pair("TESSERA_ROPE_IN_ATTENTION", "0", [] {
+    return models::cuda_llama_create_dummy("smollm2-135m", 0, DType::kBF16);
+  });
   const int64_t V = fused->config().vocab, bs = 16;
   auto cache_f = fused->make_kv_cache(16, bs), cache_p = plain->make_kv_cache(16, bs);
   for (auto* c : {&cache_f, &cache_p})  // rows never written compare equal too
@@ -393,14 +411,8 @@ models::LlmConfig small_llama(int64_t d, int64_t heads, int64_t kv_heads, int64_
 struct DequantGemmPair {
   std::unique_ptr<models::CausalLm> tensor_cores, copies;
   DequantGemmPair(const models::LlmConfig& cfg, DType t) {
-    const char* prev = std::getenv("TESSERA_DEQUANT_GEMM_MAX_ROWS");
-    const std::string saved = prev ? prev : "";
-    unsetenv("TESSERA_DEQUANT_GEMM_MAX_ROWS");
-    tensor_cores = models::cuda_llama_create_dummy(cfg, t);
-    setenv("TESSERA_DEQUANT_GEMM_MAX_ROWS", "0", 1);
-    copies = models::cuda_llama_create_dummy(cfg, t);
-    if (prev) setenv("TESSERA_DEQUANT_GEMM_MAX_ROWS", saved.c_str(), 1);
-    else unsetenv("TESSERA_DEQUANT_GEMM_MAX_ROWS");
+    std::tie(tensor_cores, copies) =
+        model_pair("TESSERA_DEQUANT_GEMM_MAX_ROWS", "0", [&] { return models::cuda_llama_create_dummy(cfg, t); });
   }
 };
 
@@ -489,16 +501,11 @@ TEST(LlamaCudaDummy, LeftAttentionPartialsMatchTheMergingAttention) {
   models::LlmConfig cfg = small_llama(512, 8, 2, 1536);
   ASSERT_GT(cuda::paged_attention_splits(3, cfg.n_kv_heads, 16, 16), 1);
   ASSERT_GT(cuda::paged_attention_splits(1, cfg.n_kv_heads, 16, 16), 1);
-  const char* given = std::getenv("TESSERA_ATTN_LEAVE_PARTIALS");  // the caller's, restored below
-  const std::string saved = given ? given : "";
   for (DType t : test::kQuantTypes) {
     SCOPED_TRACE(dtype_name(t));
-    unsetenv("TESSERA_ATTN_LEAVE_PARTIALS");  // the default: leave them
-    auto left = models::cuda_llama_create_dummy(cfg, t);
-    setenv("TESSERA_ATTN_LEAVE_PARTIALS", "0", 1);
-    auto merging = models::cuda_llama_create_dummy(cfg, t);
-    if (given) setenv("TESSERA_ATTN_LEAVE_PARTIALS", saved.c_str(), 1);
-    else unsetenv("TESSERA_ATTN_LEAVE_PARTIALS");
+    // The default leaves them.
+    auto [left, merging] =
+        model_pair("TESSERA_ATTN_LEAVE_PARTIALS", "0", [&] { return models::cuda_llama_create_dummy(cfg, t); });
     const int64_t V = cfg.vocab;
     auto cache_l = left->make_kv_cache(48, 16), cache_m = merging->make_kv_cache(48, 16);
     std::vector<std::vector<int32_t>> blocks(3);
@@ -602,11 +609,7 @@ TEST(LlamaCudaDummy, PersistentDecodeMatchesTheKernelChain) {
       if (c.cfg) return models::cuda_llama_create_dummy(c.cfg(), c.type);
       return models::cuda_llama_create_dummy(c.name, std::string(c.name) == "llama3-8b" ? 32000 : 0, c.type);
     };
-    ::unsetenv("TESSERA_PERSISTENT_DECODE");  // off by default (still slower)
-    auto chain = create();
-    ::setenv("TESSERA_PERSISTENT_DECODE", "1", 1);
-    auto persistent = create();
-    ::unsetenv("TESSERA_PERSISTENT_DECODE");
+    auto [chain, persistent] = model_pair("TESSERA_PERSISTENT_DECODE", "1", create);  // off by default (still slower)
     auto cache_a = chain->make_kv_cache(n_blocks, block_size);
     auto cache_b = persistent->make_kv_cache(n_blocks, block_size);
     const uint64_t launches = cuda::decode_persistent_launches();

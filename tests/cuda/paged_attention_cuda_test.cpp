@@ -77,16 +77,18 @@ void check_left_partials(const cuda::PagedAttentionWorkspace& ws, int64_t rows, 
   const auto merged = dout.download();
   cuda::PagedAttentionWorkspace left = ws;
   left.leave_partials = true;
-  const auto partials = cuda::paged_attention_partials(left, n_heads, hd, splits);
+  const cuda::PagedAttentionPartials partials = launch(left);  // where they lie
+  test::check_launch();
+  ASSERT_NE(partials.o, nullptr) << "a split decode-only launch asked to leave its partials merged them";
   ASSERT_EQ(partials.splits, splits);
   ASSERT_EQ(partials.rows, ws.rows);
   ASSERT_EQ(partials.n_heads, n_heads);
-  // The merging launch before wrote every partial: poison them (not the counters before them),
-  // so one the leaving launch does not write reads as NaN.
+  // The launches before wrote every partial: poison them (not the counters before them), so one
+  // the leaving launch below does not write reads as NaN.
   TESSERA_CUDA_CHECK(cudaMemset(const_cast<float*>(partials.o), 0xFF,
                                 static_cast<size_t>(ws.rows * n_heads * splits) * static_cast<size_t>(hd * 4 + 8)));
   dout.poison();
-  ASSERT_EQ(launch(left), splits);
+  ASSERT_EQ(launch(left).splits, splits);
   test::check_launch();
   const auto untouched = dout.download();
   for (float v : untouched) ASSERT_TRUE(std::isnan(v)) << "a launch that leaves partials wrote out";
@@ -189,7 +191,8 @@ void run_case(const Case& c, uint64_t seed) {
     dout.poison();
     launch_splits = cuda::paged_attention<T, O>(dq.get(), dpos.get(), dtiles.get(), static_cast<int64_t>(tiles.size()),
                                                 dtables.get(), max_blocks, bs, dk.get(), dv.get(), c.n_heads,
-                                                c.n_kv_heads, hd, 0.125f, dout.get(), nullptr, ws);
+                                                c.n_kv_heads, hd, 0.125f, dout.get(), nullptr, ws)
+                        .splits;
     test::check_launch();
     return dout.download();
   };

@@ -103,7 +103,7 @@ struct SwigluSrc {
   }
 };
 
-// Attention's split-KV partials (paged_attention_partials), merged as they are read: row r's
+// Attention's split-KV partials (what paged_attention returns with leave_partials), merged as they are read: row r's
 // elements are its heads' outputs, head i / head_dim, dims i % head_dim; the same bits as the
 // attention kernel's own merge (split_merge.cuh).
 struct SplitsSrc {
@@ -118,8 +118,8 @@ struct SplitsSrc {
     const float* vo = o + vec * splits * head_dim + d;
     float4 m[2];
     merge_splits<false>(vml, vo, splits, head_dim, m);
-    const float4 a = m[0], b = m[1];
-    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+#pragma unroll
+    for (int q = 0; q < 2; ++q) v[4 * q] = m[q].x, v[4 * q + 1] = m[q].y, v[4 * q + 2] = m[q].z, v[4 * q + 3] = m[q].w;
   }
 };
 

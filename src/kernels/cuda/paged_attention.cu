@@ -7,7 +7,6 @@
 #include <cstdint>
 #include <string>
 #include <type_traits>
-#include <utility>
 
 #include "core/error.h"
 #include "kernels/cuda/paged_attention_decode.cuh"
@@ -141,21 +140,6 @@ size_t paged_attention_workspace_bytes(int64_t rows, int64_t n_heads, int64_t he
          static_cast<size_t>(rows * n_heads * splits) * static_cast<size_t>(head_dim * 4 + 8);
 }
 
-// The workspace's partial outputs and (max, sum) pairs (layout: paged_attention.h).
-static std::pair<float*, float2*> partial_arrays(const PagedAttentionWorkspace& ws, int64_t n_heads,
-                                                 int64_t head_dim, int splits) {
-  if (splits <= 1 || ws.data == nullptr) return {nullptr, nullptr};
-  auto* o = reinterpret_cast<float*>(static_cast<char*>(ws.data) + kCounterBytes);
-  return {o, reinterpret_cast<float2*>(o + ws.rows * n_heads * splits * head_dim)};
-}
-
-PagedAttentionPartials paged_attention_partials(const PagedAttentionWorkspace& ws, int64_t n_heads,
-                                                int64_t head_dim, int splits) {
-  const auto [o, ml] = partial_arrays(ws, n_heads, head_dim, splits);
-  if (o == nullptr) return {};
-  return {o, ml, splits, head_dim, ws.rows, n_heads};
-}
-
 void paged_attention_workspace_reset(void* data, size_t bytes, cudaStream_t stream) {
   if (data == nullptr || bytes == 0) return;
   const cudaError_t e = cudaMemsetAsync(data, 0, std::min(bytes, kCounterBytes), stream);
@@ -165,7 +149,7 @@ void paged_attention_workspace_reset(void* data, size_t bytes, cudaStream_t stre
 }
 
 template <class T, class O>
-int paged_attention(const T* q, const int32_t* q_pos, const PagedAttentionTile* tiles,
+PagedAttentionPartials paged_attention(const T* q, const int32_t* q_pos, const PagedAttentionTile* tiles,
                      int64_t n_tiles, const int32_t* block_tables, int64_t table_stride,
                      int64_t block_size, const __half* k_cache, const __half* v_cache,
                      int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale, O* out,
@@ -180,8 +164,7 @@ int paged_attention(const T* q, const int32_t* q_pos, const PagedAttentionTile* 
   TESSERA_CHECK_ARG(scale > 0.f && scale < INFINITY, "paged_attention: scale must be positive");
   TESSERA_CHECK_ARG(reinterpret_cast<uintptr_t>(q) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 8 == 0,
                     "paged_attention: q must be 16-byte aligned, out 8-byte aligned");
-  if (n_tiles == 0) return 1;
-  const int group = static_cast<int>(n_heads / n_kv_heads);
+  if (n_tiles == 0) return {};
   const int64_t cap = table_stride * block_size;
   int splits = 1;
   if (ws.data != nullptr) {
@@ -198,7 +181,15 @@ int paged_attention(const T* q, const int32_t* q_pos, const PagedAttentionTile* 
                         "paged_attention: workspace too small or not 16-byte aligned");
   }
   auto* counters = static_cast<unsigned*>(ws.data);
-  const auto [ws_o, ws_ml] = partial_arrays(ws, n_heads, head_dim, splits);
+  // The workspace: [counters][partial outputs][partial (max, sum)].
+  float* ws_o = splits > 1 ? reinterpret_cast<float*>(static_cast<char*>(ws.data) + kCounterBytes) : nullptr;
+  float2* ws_ml = splits > 1 ? reinterpret_cast<float2*>(ws_o + ws.rows * n_heads * splits * head_dim) : nullptr;
+  // A tile of one row has `group` vectors: with group <= 16 a decode-only launch (as many
+  // tiles as rows) has only narrow tiles; otherwise both kernels run, each taking its tiles.
+  const int group = static_cast<int>(n_heads / n_kv_heads);
+  const bool any_narrow = group <= 16;
+  const bool any_wide = !(any_narrow && ws.rows == n_tiles);
+  const bool leave = ws.leave_partials && splits > 1 && !any_wide;
   int block_shift = -1;  // power-of-two block sizes index the table by shifts
   for (int b = 0; b < 31; ++b)
     if ((int64_t{1} << b) == block_size) block_shift = b;
@@ -221,15 +212,8 @@ int paged_attention(const T* q, const int32_t* q_pos, const PagedAttentionTile* 
                         ws_o,
                         ws_ml,
                         counters,
-                        splits > 1 && ws.leave_partials,
+                        leave,
                         {}};
-  // A tile of one row has `group` vectors: with group <= 16 a decode-only launch (as many
-  // tiles as rows) has only narrow tiles; otherwise both kernels run, each taking its tiles.
-  const bool any_narrow = group <= 16;
-  const bool any_wide = !(any_narrow && ws.rows == n_tiles);
-  TESSERA_CHECK_ARG(!ws.leave_partials || !any_wide,
-                    "paged_attention: leave_partials needs a decode-only launch (one row per tile, "
-                    "group <= 16, a workspace of as many rows)");
   if (new_rows) {
     TESSERA_CHECK_ARG(!any_wide && new_rows->ld >= (n_heads + 2 * n_kv_heads) * head_dim &&
                           new_rows->cache_rows && new_rows->inv_freq && new_rows->n_rot >= 0 &&
@@ -278,20 +262,23 @@ int paged_attention(const T* q, const int32_t* q_pos, const PagedAttentionTile* 
   switch (head_dim) {
     case 32:  // small models (and the tiny test checkpoints)
       launch(std::integral_constant<int, 32>{});
-      return splits;
+      break;
     case 64:
       launch(std::integral_constant<int, 64>{});
-      return splits;
+      break;
     case 128:
       launch(std::integral_constant<int, 128>{});
-      return splits;
+      break;
+    default:
+      throw_error(ErrorCode::kUnsupported,
+                  "paged_attention: head_dim " + std::to_string(head_dim) + " (supported: 32, 64, 128)");
   }
-  throw_error(ErrorCode::kUnsupported,
-              "paged_attention: head_dim " + std::to_string(head_dim) + " (supported: 32, 64, 128)");
+  if (!leave) return {nullptr, nullptr, splits, head_dim, ws.rows, n_heads};
+  return {ws_o, ws_ml, splits, head_dim, ws.rows, n_heads};
 }
 
 #define TESSERA_INSTANTIATE(T, O)                                                              \
-  template int paged_attention<T, O>(const T*, const int32_t*, const PagedAttentionTile*,      \
+  template PagedAttentionPartials paged_attention<T, O>(const T*, const int32_t*, const PagedAttentionTile*,      \
                                       int64_t, const int32_t*, int64_t, int64_t, const __half*, \
                                       const __half*, int64_t, int64_t, int64_t, float, O*,      \
                                       cudaStream_t, const PagedAttentionWorkspace&,             \

@@ -80,11 +80,11 @@ void paged_attention_order_tiles(std::vector<PagedAttentionTile>& tiles, const i
 // paged_attention_splits (or `splits`, when > 0: tests and benchmarks) says so; data must hold
 // paged_attention_workspace_bytes(rows, n_heads, head_dim, that count) bytes, 16-byte aligned.
 //
-// leave_partials (decode-only launches: one row per tile, group <= 16): a split launch stops at
-// the partials, and the next kernel merges them as it reads them (paged_attention_partials;
-// mmq_quantize_attention_rows). The launch then writes neither `out` nor the counters, and its
+// leave_partials asks a split decode-only launch (one row per tile, group <= 16) to stop at the
+// partials, which the next kernel merges as it reads them (mmq_quantize_attention_rows; the
+// launch returns where they are). Such a launch writes neither `out` nor the counters, and its
 // blocks skip the fence, the count and the last block's merge, which sit on a one-row decode
-// step's critical path. A launch that does not split writes `out` as always.
+// step's critical path. Any other launch (unsplit, or with wide tiles) writes `out` as always.
 struct PagedAttentionWorkspace {
   void* data = nullptr;
   size_t bytes = 0;
@@ -93,10 +93,11 @@ struct PagedAttentionWorkspace {
   bool leave_partials = false;
 };
 
-// Where a split launch's unnormalized partials lie in its workspace: for query vector
+// What a launch returns: its split count and, where it left them (leave_partials), where its
+// unnormalized partials lie in the workspace (o and ml null otherwise): for query vector
 // v = row * n_heads + head and split s, the (max in scaled log2 units, sum of weights) at
 // ml[v * splits + s] and the head_dim outputs at o + (v * splits + s) * head_dim; an empty range
-// is (-inf, 0) and zeros. splits: the launch's (paged_attention_splits); <= 1: no partials.
+// is (-inf, 0) and zeros.
 struct PagedAttentionPartials {
   const float* o = nullptr;
   const float2* ml = nullptr;
@@ -104,8 +105,6 @@ struct PagedAttentionPartials {
   int64_t head_dim = 0;
   int64_t rows = 0, n_heads = 0;  // the workspace's rows and the heads per row
 };
-PagedAttentionPartials paged_attention_partials(const PagedAttentionWorkspace& ws, int64_t n_heads,
-                                                int64_t head_dim, int splits);
 
 // Key-range splits for a launch of these sizes on the current device (1 = no split).
 int paged_attention_splits(int64_t n_tiles, int64_t n_kv_heads, int64_t table_stride,
@@ -136,10 +135,9 @@ struct PagedAttentionNewRows {
 // (process-wide, for tests and A/B runs; TESSERA_ATTENTION_QCOLS=0 does the same).
 void set_paged_attention_queries_as_cols(bool on);
 
-// Returns the launch's split count (1: no split; the workspace's partials are its result with
-// leave_partials).
+// Returns the launch's split count and, where it left them, its partials (PagedAttentionPartials).
 template <class T, class O = T>
-int paged_attention(const T* q, const int32_t* q_pos, const PagedAttentionTile* tiles,
+PagedAttentionPartials paged_attention(const T* q, const int32_t* q_pos, const PagedAttentionTile* tiles,
                      int64_t n_tiles, const int32_t* block_tables, int64_t table_stride,
                      int64_t block_size, const __half* k_cache, const __half* v_cache,
                      int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale, O* out,

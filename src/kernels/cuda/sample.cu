@@ -10,6 +10,7 @@
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/sample_cluster.cuh"
 #include "kernels/cuda/sample_row_block.cuh"
+#include "kernels/cuda/warp.cuh"
 
 namespace tessera::cuda {
 
@@ -77,8 +78,7 @@ __global__ void __launch_bounds__(kThreads) slice_max_kernel(const float* logits
   sample_detail::for_each_float<kThreads>(logits + row * vocab + begin, len, [&](float v, int64_t i) {
     best = max(best, sample_detail::key_of(v, begin + i));
   });
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) best = max(best, __shfl_xor_sync(0xffffffffu, best, o));
+  best = detail::warp_max(best);
   __shared__ u64 warp_best[kThreads / 32];
   if (threadIdx.x % 32 == 0) warp_best[threadIdx.x / 32] = best;
   __syncthreads();
@@ -96,8 +96,7 @@ __global__ void __launch_bounds__(kThreads) pick_kernel(const u64* part, int64_t
   if (row >= rows) return;
   u64 best = 0;
   for (int64_t j = threadIdx.x % 32; j < n_parts; j += 32) best = max(best, part[row * n_parts + j]);
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) best = max(best, __shfl_xor_sync(0xffffffffu, best, o));
+  best = detail::warp_max(best);
   if (threadIdx.x % 32 == 0) ids[row] = best == 0 ? 0 : sample_detail::ord_id(best);
 }
 }  // namespace greedy

@@ -254,9 +254,10 @@ class CudaLlama final : public CausalLm {
     // Split-KV attention scratch. Its size follows from (rows, table stride), a decode graph's
     // key, so only the buffer's address is in Bufs: it moves (and graphs are dropped) only when
     // the buffer grows, not whenever a small batch's split count changes.
-    attn_splits_ = cuda::paged_attention_splits(static_cast<int64_t>(plan_.tiles.size()), cfg_.n_kv_heads,
-                                                plan_.table_stride, cache.block_size());
-    attn_ws_bytes_ = cuda::paged_attention_workspace_bytes(n, cfg_.n_heads, hd, attn_splits_);
+    attn_ws_bytes_ = cuda::paged_attention_workspace_bytes(
+        n, cfg_.n_heads, hd,
+        cuda::paged_attention_splits(static_cast<int64_t>(plan_.tiles.size()), cfg_.n_kv_heads,
+                                     plan_.table_stride, cache.block_size()));
     bool fresh_ws = false;
     b.attn_ws =
         attn_ws_.get(std::max<int64_t>(1, static_cast<int64_t>(attn_ws_bytes_ / 4)), &fresh_ws);
@@ -465,11 +466,10 @@ class CudaLlama final : public CausalLm {
                                      cfg_.n_heads / cfg_.n_kv_heads <= 16;
     const cuda::PagedAttentionNewRows new_rows{qkvd, d_rows, w_.rope_inv_freq,
                                                static_cast<int>(cfg_.rope.n_rot)};
-    // A decode-only launch (one row per tile, group <= 16) whose quantized o projection
-    // quantizes its input: attention stops at its split partials and that kernel merges them
-    // (paged_attention.h), which takes the fence, count and merge off the step's critical path.
-    const bool leave_partials = leave_partials_on_ && attn_splits_ > 1 && cuda_llama::Projections::quantized_input(n) &&
-                                static_cast<int64_t>(plan_.tiles.size()) == n && cfg_.n_heads / cfg_.n_kv_heads <= 16;
+    // Where the quantized o projection quantizes its input, a split decode-only attention launch
+    // may stop at its partials and leave their merge to that kernel (paged_attention.h), which
+    // takes the fence, count and merge off the step's critical path.
+    const bool leave_partials = leave_partials_on_ && cuda_llama::Projections::quantized_input(n);
     for (int64_t li = 0; li < cfg_.n_layers && !persistent; ++li) {
       const Layer& l = w_.layers[li];
       __half* kc = static_cast<__half*>(cache.k(li).raw_data());
@@ -513,14 +513,11 @@ class CudaLlama final : public CausalLm {
       }
       if (l.wo.quant()) {  // attention in f32, quantized for the integer dots
         const cuda::PagedAttentionWorkspace ws{b.attn_ws, attn_ws_bytes_, n, 0, leave_partials};
-        const int splits = cuda::paged_attention<float, float>(
+        const cuda::PagedAttentionPartials left = cuda::paged_attention<float, float>(
             attn_q, d_pos, d_tiles, static_cast<int64_t>(plan_.tiles.size()), d_tables, plan_.table_stride,
             cache.block_size(), kc, vc, cfg_.n_heads, cfg_.n_kv_heads, hd, scale, b.attn, s, ws, attn_new_rows);
         prof_.mark("attention", attn_cost);
-        const In o_in = leave_partials && splits > 1  // (an unsplit launch writes b.attn)
-                            ? In::attention(cuda::paged_attention_partials(ws, cfg_.n_heads, hd, splits))
-                            : In::rows(b.attn);
-        project(l.wo, o_in, n, b, x, d, /*accumulate=*/true);
+        project(l.wo, left.o ? In::attention(left) : In::rows(b.attn), n, b, x, d, /*accumulate=*/true);
       } else {  // attention writes bf16: it only feeds the output projection
         cuda::paged_attention<float, bf16>(attn_q, d_pos, d_tiles, static_cast<int64_t>(plan_.tiles.size()),
                                            d_tables, plan_.table_stride, cache.block_size(), kc, vc,
@@ -696,7 +693,6 @@ class CudaLlama final : public CausalLm {
   }();
   cuda_llama::StepPlan plan_;  // this call's tables (run())
   size_t attn_ws_bytes_ = 0;  // this call's split-KV workspace need (run())
-  int attn_splits_ = 1;       // this call's split-KV launch (run())
   // A decode-only call's split attention leaves its partials to the quantized o projection's
   // input kernel, which merges them as it reads (TESSERA_ATTN_LEAVE_PARTIALS=0: attention merges).
   const bool leave_partials_on_ = [] {
