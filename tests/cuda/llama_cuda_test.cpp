@@ -488,10 +488,12 @@ TEST(LlamaCudaDummy, FewRowChunksMatchOneRowSteps) {
   }
 }
 
-// Decode-only steps of <= 8 rows whose o projection is quantized leave attention's split
-// partials unmerged (PagedAttentionWorkspace::leave_partials) for the o input's quantizer to
-// merge as it reads them; TESSERA_ATTN_LEAVE_PARTIALS=0 has attention merge them. Two models of
-// the same random weights, one each way, every quantized type: three sequences prefilled into
+// Decode-only steps of <= 8 rows leave attention's split partials unmerged
+// (PagedAttentionWorkspace::leave_partials) for the next kernel to merge: a quantized o's input
+// quantizer as it reads them, or (one row) before a bf16 o a merge kernel
+// (paged_attention_merge_partials);
+// TESSERA_ATTN_LEAVE_PARTIALS=0 has attention merge them. Two models of the same random weights,
+// one each way, bf16 and every quantized type: three sequences prefilled into
 // tables wide enough to split (16 blocks of 16: 4 splits), then decode steps of all three
 // (the few-row GEMV) and of one alone (the one-row GEMV), graph-replayed from the second: the
 // same logits, bit for bit.
@@ -501,7 +503,9 @@ TEST(LlamaCudaDummy, LeftAttentionPartialsMatchTheMergingAttention) {
   models::LlmConfig cfg = small_llama(512, 8, 2, 1536);
   ASSERT_GT(cuda::paged_attention_splits(3, cfg.n_kv_heads, 16, 16), 1);
   ASSERT_GT(cuda::paged_attention_splits(1, cfg.n_kv_heads, 16, 16), 1);
-  for (DType t : test::kQuantTypes) {
+  std::vector<DType> types(std::begin(test::kQuantTypes), std::end(test::kQuantTypes));
+  types.push_back(DType::kBF16);
+  for (DType t : types) {
     SCOPED_TRACE(dtype_name(t));
     // The default leaves them.
     auto [left, merging] =

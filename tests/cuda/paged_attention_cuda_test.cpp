@@ -64,14 +64,16 @@ struct RowsLayout {
 };
 
 // A decode-only split launch that leaves its partials (PagedAttentionWorkspace::leave_partials),
-// merged by the o projection's quantizer as it reads them (mmq_quantize_attention_rows), against
-// the quantizer of the merged output the same launch writes without it (dout holds that): the
-// same 8-bit rows and scales, bit for bit, for legacy (32) and, where the row allows, K (256)
-// activation blocks. The partials start poisoned, so one left unwritten shows as a NaN; out
-// must stay untouched. `launch` runs the attention with the given workspace.
-template <class Launch>
+// against the merged output the same launch writes without it (dout holds that): merged by
+// paged_attention_merge_partials (a bf16 o's path), the same outputs bit for bit; for f32
+// outputs also merged by the o projection's quantizer as it reads them
+// (mmq_quantize_attention_rows) against the quantizer of the merged output: the same 8-bit rows
+// and scales, for legacy (32) and, where the row allows, K (256) activation blocks. The partials
+// start poisoned, so one left unwritten shows as a NaN; out must stay untouched. `launch` runs
+// the attention with the given workspace.
+template <class O, class Launch>
 void check_left_partials(const cuda::PagedAttentionWorkspace& ws, int64_t rows, int64_t n_heads, int64_t hd,
-                         int splits, test::DevBuf<float>& dout, const Launch& launch) {
+                         int splits, test::DevBuf<O>& dout, const Launch& launch) {
   SCOPED_TRACE("left partials, splits " + std::to_string(splits));
   const int64_t k = n_heads * hd;
   const auto merged = dout.download();
@@ -91,21 +93,32 @@ void check_left_partials(const cuda::PagedAttentionWorkspace& ws, int64_t rows, 
   ASSERT_EQ(launch(left).splits, splits);
   test::check_launch();
   const auto untouched = dout.download();
-  for (float v : untouched) ASSERT_TRUE(std::isnan(v)) << "a launch that leaves partials wrote out";
-  test::DevBuf<float> dmerged(merged);
-  for (DType t : {DType::kQ8_0, DType::kQ4_K}) {
-    if (k % cuda::mmq_act_block(t) != 0) continue;
-    test::DevBuf<int8_t> qa(rows * k), qb(rows * k);
-    test::DevBuf<cuda::MmqActMeta> ma(rows * k / 32), mb(rows * k / 32);
-    qa.poison(), qb.poison(), ma.poison(), mb.poison();
-    cuda::mmq_quantize_rows(t, dmerged.get(), k, rows, k, qa.get(), ma.get(), nullptr);
-    cuda::mmq_quantize_attention_rows(t, partials, rows, k, qb.get(), mb.get(), nullptr);
+  for (O v : untouched) ASSERT_TRUE(std::isnan(to_float(v))) << "a launch that leaves partials wrote out";
+  {  // merged by paged_attention_merge_partials: the merging launch's bits
+    test::DevBuf<O> dm(rows * k);
+    dm.poison();
+    cuda::paged_attention_merge_partials(partials, rows, dm.get(), nullptr);
     test::check_launch();
-    const auto xa = qa.download(), xb = qb.download();
-    const auto sa = ma.download(), sb = mb.download();
-    EXPECT_EQ(std::memcmp(xa.data(), xb.data(), xa.size()), 0) << dtype_name(t) << ": 8-bit rows differ";
-    EXPECT_EQ(std::memcmp(sa.data(), sb.data(), sa.size() * sizeof(cuda::MmqActMeta)), 0)
-        << dtype_name(t) << ": scales differ";
+    const auto got = dm.download();
+    EXPECT_EQ(std::memcmp(got.data(), merged.data(), got.size() * sizeof(O)), 0)
+        << "paged_attention_merge_partials differs from the launch's own merge";
+  }
+  if constexpr (std::is_same_v<O, float>) {
+    test::DevBuf<float> dmerged(merged);
+    for (DType t : {DType::kQ8_0, DType::kQ4_K}) {
+      if (k % cuda::mmq_act_block(t) != 0) continue;
+      test::DevBuf<int8_t> qa(rows * k), qb(rows * k);
+      test::DevBuf<cuda::MmqActMeta> ma(rows * k / 32), mb(rows * k / 32);
+      qa.poison(), qb.poison(), ma.poison(), mb.poison();
+      cuda::mmq_quantize_rows(t, dmerged.get(), k, rows, k, qa.get(), ma.get(), nullptr);
+      cuda::mmq_quantize_attention_rows(t, partials, rows, k, qb.get(), mb.get(), nullptr);
+      test::check_launch();
+      const auto xa = qa.download(), xb = qb.download();
+      const auto sa = ma.download(), sb = mb.download();
+      EXPECT_EQ(std::memcmp(xa.data(), xb.data(), xa.size()), 0) << dtype_name(t) << ": 8-bit rows differ";
+      EXPECT_EQ(std::memcmp(sa.data(), sb.data(), sa.size() * sizeof(cuda::MmqActMeta)), 0)
+          << dtype_name(t) << ": scales differ";
+    }
   }
   // The counters stayed armed: the merging launch that follows (the caller's) still merges.
 }
@@ -197,7 +210,7 @@ void run_case(const Case& c, uint64_t seed) {
     return dout.download();
   };
   const auto got_t = launch();
-  if constexpr (std::is_same_v<T, float> && std::is_same_v<O, float>)
+  if constexpr (std::is_same_v<T, float>)  // the engine's query type, with f32 or bf16 outputs
     if (launch_splits > 1 && ws.rows == static_cast<int64_t>(tiles.size()) && c.n_heads / c.n_kv_heads <= 16)
       check_left_partials(ws, rows, c.n_heads, hd, launch_splits, dout, [&](const cuda::PagedAttentionWorkspace& w) {
         return cuda::paged_attention<T, O>(dq.get(), dpos.get(), dtiles.get(), static_cast<int64_t>(tiles.size()),

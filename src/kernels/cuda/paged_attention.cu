@@ -277,6 +277,44 @@ PagedAttentionPartials paged_attention(const T* q, const int32_t* q_pos, const P
   return {ws_o, ws_ml, splits, head_dim, ws.rows, n_heads};
 }
 
+namespace {
+// Blocks of 64 threads, 8 consecutive dims each (a 4096-wide row: 8 blocks, its ~130 KB of
+// partials read by 8 SMs, as mmq_quantize_attention_rows reads them).
+constexpr int kMergeThreads = 64;
+
+template <class O>
+__global__ void __launch_bounds__(kMergeThreads) merge_partials_kernel(PagedAttentionPartials p, O* out) {
+  detail::pdl_wait();  // the partials come from the previous kernel (PDL, launch.h)
+  detail::pdl_trigger();
+  const int64_t k = p.n_heads * p.head_dim, r = blockIdx.x;
+  const int64_t e = 8 * (int64_t{blockIdx.y} * kMergeThreads + threadIdx.x);
+  if (e >= k) return;
+  const int64_t vec = r * p.n_heads + e / p.head_dim, d = e % p.head_dim;
+  float4 v[2];
+  detail::merge_splits<false, 2>(p.ml + vec * p.splits, p.o + vec * p.splits * p.head_dim + d, p.splits, p.head_dim, v);
+  O* dst = out + r * k + e;
+  store2(dst, v[0].x, v[0].y);
+  store2(dst + 2, v[0].z, v[0].w);
+  store2(dst + 4, v[1].x, v[1].y);
+  store2(dst + 6, v[1].z, v[1].w);
+}
+}  // namespace
+
+template <class O>
+void paged_attention_merge_partials(const PagedAttentionPartials& p, int64_t m, O* out, cudaStream_t stream) {
+  TESSERA_CHECK_ARG(p.splits > 1 && p.o && p.ml && p.head_dim > 0 && p.head_dim % 8 == 0 && m <= p.rows &&
+                        reinterpret_cast<uintptr_t>(out) % 16 == 0,
+                    "paged_attention_merge_partials: needs left partials of splits > 1, head_dim a multiple of 8, "
+                    "at most the workspace's rows, a 16-byte aligned output");
+  if (m <= 0) return;
+  const int64_t k = p.n_heads * p.head_dim;
+  const dim3 grid(static_cast<unsigned>(m), static_cast<unsigned>((k / 8 + kMergeThreads - 1) / kMergeThreads));
+  detail::launch_kernel(merge_partials_kernel<O>, grid, kMergeThreads, 0, stream, p, out);
+}
+template void paged_attention_merge_partials<float>(const PagedAttentionPartials&, int64_t, float*, cudaStream_t);
+template void paged_attention_merge_partials<__nv_bfloat16>(const PagedAttentionPartials&, int64_t, __nv_bfloat16*,
+                                                            cudaStream_t);
+
 #define TESSERA_INSTANTIATE(T, O)                                                              \
   template PagedAttentionPartials paged_attention<T, O>(const T*, const int32_t*, const PagedAttentionTile*,      \
                                       int64_t, const int32_t*, int64_t, int64_t, const __half*, \

@@ -144,4 +144,12 @@ PagedAttentionPartials paged_attention(const T* q, const int32_t* q_pos, const P
                      cudaStream_t stream, const PagedAttentionWorkspace& ws = {},
                      const PagedAttentionNewRows* new_rows = nullptr);
 
+// Merges the partials a launch left (leave_partials) into rows 0 .. m - 1 of out (n_heads x
+// head_dim values each, rows back to back): the bits the launch's own merge would have written.
+// For consumers that cannot merge as they read (the bf16 o projection); it takes the merge off
+// attention's critical path as mmq_quantize_attention_rows does for the quantized one. Needs
+// head_dim % 8 == 0, m <= partials.rows.
+template <class O>
+void paged_attention_merge_partials(const PagedAttentionPartials& partials, int64_t m, O* out, cudaStream_t stream);
+
 }  // namespace tessera::cuda

@@ -466,9 +466,10 @@ class CudaLlama final : public CausalLm {
                                      cfg_.n_heads / cfg_.n_kv_heads <= 16;
     const cuda::PagedAttentionNewRows new_rows{qkvd, d_rows, w_.rope_inv_freq,
                                                static_cast<int>(cfg_.rope.n_rot)};
-    // Where the quantized o projection quantizes its input, a split decode-only attention launch
-    // may stop at its partials and leave their merge to that kernel (paged_attention.h), which
-    // takes the fence, count and merge off the step's critical path.
+    // A split decode-only attention launch of <= 8 rows may stop at its partials and leave their
+    // merge to the next kernel (paged_attention.h): the quantized o projection's input quantizer,
+    // or (one row) before the bf16 o GEMV a merge kernel. That takes the fence, count and merge
+    // off the step's critical path (bf16 batch 1: 4.14 -> 4.06 ms, s26).
     const bool leave_partials = leave_partials_on_ && cuda_llama::Projections::quantized_input(n);
     for (int64_t li = 0; li < cfg_.n_layers && !persistent; ++li) {
       const Layer& l = w_.layers[li];
@@ -519,10 +520,13 @@ class CudaLlama final : public CausalLm {
         prof_.mark("attention", attn_cost);
         project(l.wo, left.o ? In::attention(left) : In::rows(b.attn), n, b, x, d, /*accumulate=*/true);
       } else {  // attention writes bf16: it only feeds the output projection
-        cuda::paged_attention<float, bf16>(attn_q, d_pos, d_tiles, static_cast<int64_t>(plan_.tiles.size()),
-                                           d_tables, plan_.table_stride, cache.block_size(), kc, vc,
-                                           cfg_.n_heads, cfg_.n_kv_heads, hd, scale, h, s,
-                                           {b.attn_ws, attn_ws_bytes_, n}, attn_new_rows);
+        // Only before the one-row GEMV: at 4 / 8 rows (cuBLASLt, no PDL) the merge kernel cost
+        // 1.5 % (gpu_runs/s26_bf16_left_partials.txt).
+        const cuda::PagedAttentionWorkspace ws{b.attn_ws, attn_ws_bytes_, n, 0, leave_partials && n == 1};
+        const cuda::PagedAttentionPartials left = cuda::paged_attention<float, bf16>(
+            attn_q, d_pos, d_tiles, static_cast<int64_t>(plan_.tiles.size()), d_tables, plan_.table_stride,
+            cache.block_size(), kc, vc, cfg_.n_heads, cfg_.n_kv_heads, hd, scale, h, s, ws, attn_new_rows);
+        if (left.o) cuda::paged_attention_merge_partials(left, n, h, s);  // the same bits, off attention's path
         prof_.mark("attention", attn_cost);
         matmul(h, l.wo, n, x, /*accumulate=*/true);  // residual += attention out
       }
