@@ -18,7 +18,7 @@
 // rounded to f16 as the CPU rounds it).
 //
 // mmq_matmul picks the kernel by row count m: one row: the DP4A GEMV (each weight byte read once,
-// integer dot products per lane; also at 2 rows); kMmqTcMinRows..kMmqTcMaxRows: the few-row
+// integer dot products per lane; also at 2 rows of Q8_0); mmq_tc_min_rows..kMmqTcMaxRows: the few-row
 // tensor-core GEMV (mmq_tc_gemv: the rows on the tensor cores, so the per-weight work does not
 // grow with them; TESSERA_MMQ_TC=0 takes the DP4A GEMV instead); more: an int8 tensor-core GEMM
 // (mma.sync m16n8k32 / m16n8k16 through shared-memory tiles, weights unpacked from 4 bits in
@@ -44,7 +44,11 @@ static_assert(sizeof(MmqActMeta) == 8);
 
 inline constexpr int64_t kMmqGemvMaxRows = 8;
 inline constexpr int64_t kMmqTcMaxRows = 8;  // mmq_tc_gemv's rows (one tile of 8)
-inline constexpr int64_t kMmqTcMinRows = 3;  // mmq_matmul takes it from here (at 2 the DP4A GEMV is as fast)
+// The fewest rows mmq_matmul gives the few-row tensor-core GEMV: 2, but 3 for Q8_0, whose DP4A
+// dot is the cheapest per byte (H200, Llama-3-8B shapes, 2 sequences, the DP4A GEMV -> the tc
+// GEMV at 2 rows: Q4_0 930 -> 978, Q4_K 876 -> 955, Q6_K 686 -> 748, Q8_0 728 -> 715 tokens/s;
+// docs/design/gpu_runs/s26_tc_at_two_rows_ab.txt). TESSERA_MMQ_TC_MIN_ROWS=2|3 forces one.
+int64_t mmq_tc_min_rows(DType wtype);
 
 // Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K.
 bool mmq_supported(DType wtype);
@@ -87,7 +91,7 @@ void mmq_gemv(DType wtype, const void* packed, int64_t n, int64_t k, const int8_
 void mmq_mma(DType wtype, const void* packed, int64_t n, int64_t k, const int8_t* qx,
              const MmqActMeta* meta, int64_t m, float* y, int64_t ldy, bool accumulate,
              cudaStream_t stream);
-// The few-row tensor-core GEMV, any m <= kMmqTcMaxRows (mmq_matmul takes it from kMmqTcMinRows),
+// The few-row tensor-core GEMV, any m <= kMmqTcMaxRows (mmq_matmul takes it from mmq_tc_min_rows),
 // for mmq_tc_supported(wtype, k) (k % 256 == 0); meta 8-byte aligned;
 // k_split: warps per 16-row group (1, 2, 4 or 8; 0: by shape). mmq_tc_enabled(): mmq_matmul takes it
 // where supported (TESSERA_MMQ_TC unset or not "0").

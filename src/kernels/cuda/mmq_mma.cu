@@ -10,6 +10,8 @@
 // (legacy) or int32 sub-block scales with f32 d / dmin once per super-block (K); Q6_K's 16-element
 // scales take two m16n8k16 per block. Scale sections are copied as the aligned 4-byte words that
 // cover them (they need not be 4-byte aligned per row) and read at their byte offset.
+#include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include "backend/cuda/cuda_check.h"
@@ -370,10 +372,20 @@ void mmq_mma(DType t, const void* packed, int64_t n, int64_t k, const int8_t* qx
   }
 }
 
+int64_t mmq_tc_min_rows(DType t) {
+  static const int64_t forced = [] {
+    const char* e = std::getenv("TESSERA_MMQ_TC_MIN_ROWS");
+    const int64_t v = e ? std::atoll(e) : 0;
+    return v == 2 || v == 3 ? v : int64_t{0};
+  }();
+  if (forced) return forced;
+  return t == DType::kQ8_0 ? 3 : 2;
+}
+
 void mmq_matmul(DType t, const void* packed, int64_t n, int64_t k, const int8_t* qx,
                 const MmqActMeta* meta, int64_t m, float* y, int64_t ldy, bool accumulate,
                 cudaStream_t s) {
-  if (m >= kMmqTcMinRows && m <= kMmqTcMaxRows && mmq_tc_enabled() && mmq_tc_supported(t, k))
+  if (m >= mmq_tc_min_rows(t) && m <= kMmqTcMaxRows && mmq_tc_enabled() && mmq_tc_supported(t, k))
     return mmq_tc_gemv(t, packed, n, k, qx, meta, m, y, ldy, accumulate, s);
   if (m <= kMmqGemvMaxRows) return mmq_gemv(t, packed, n, k, qx, meta, m, y, ldy, accumulate, s);
   mmq_mma(t, packed, n, k, qx, meta, m, y, ldy, accumulate, s);
