@@ -47,7 +47,7 @@ inline constexpr int64_t kMmqTcMaxRows = 8;  // mmq_tc_gemv's rows (one tile of 
 // The fewest rows mmq_matmul gives the few-row tensor-core GEMV: 2, but 3 for Q8_0, whose DP4A
 // dot is the cheapest per byte (H200, Llama-3-8B shapes, 2 sequences, the DP4A GEMV -> the tc
 // GEMV at 2 rows: Q4_0 930 -> 978, Q4_K 876 -> 955, Q6_K 686 -> 748, Q8_0 728 -> 715 tokens/s;
-// docs/design/gpu_runs/s26_tc_at_two_rows_ab.txt). TESSERA_MMQ_TC_MIN_ROWS=2|3 forces one.
+// docs/design/gpu_runs/s26_tc_at_two_rows_ab.txt). TESSERA_MMQ_TC_MIN_ROWS=1|2|3 forces one.
 int64_t mmq_tc_min_rows(DType wtype);
 
 // Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K.

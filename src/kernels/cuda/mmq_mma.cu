@@ -376,7 +376,7 @@ int64_t mmq_tc_min_rows(DType t) {
   static const int64_t forced = [] {
     const char* e = std::getenv("TESSERA_MMQ_TC_MIN_ROWS");
     const int64_t v = e ? std::atoll(e) : 0;
-    return v == 2 || v == 3 ? v : int64_t{0};
+    return v >= 1 && v <= 3 ? v : int64_t{0};
   }();
   if (forced) return forced;
   return t == DType::kQ8_0 ? 3 : 2;
