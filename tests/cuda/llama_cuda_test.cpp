@@ -661,7 +661,10 @@ TEST(LlamaCudaDummy, PersistentDecodeMatchesTheKernelChain) {
 // decode path that chose it). Scoring the prefix in one batched pass instead (as this test did
 // until session 11) is another computation: on "def fibonacci(n):" it gives 0.334 where the
 // CPU's decode step that picked the token had 0.065, and on "The three primary colors are" 0.003
-// where it had 0.062; both are printed.
+// where it had 0.062; both are printed. On this Q4_1 model the outcome is a draw over equally
+// valid f32 summation orders (session 26: 2 of 8 settings of the GEMVs' orders pass, the others
+// first differ at margins 0.11-0.27; docs/design/cuda_engine.md, "Session 26"); the test keeps
+// the threshold.
 TEST(LlamaCudaEngine, GreedyTextOnGpuFollowsCpu) {
   TESSERA_SKIP_WITHOUT_GPU();
   SKIP_WITHOUT_MODEL();
