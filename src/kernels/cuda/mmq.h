@@ -60,7 +60,8 @@ void mmq_quantize_rows(DType wtype, const float* x, int64_t ldx, int64_t m, int6
                        MmqActMeta* meta, cudaStream_t stream);
 // Fused producers: the row values are (x[i] * inv_rms) * w[i] (RMSNorm, f32 statistics) or
 // silu(gu[r][i]) * gu[r][ff + i] (SwiGLU of a fused gate|up output), computed exactly as the
-// unfused f32 kernels would, then quantized. d_model / ff: a multiple of the block.
+// unfused f32 kernels would, then quantized. d_model / ff: a multiple of the block. The RMSNorm
+// weights w are read before the PDL wait: the kernel just before must not write them.
 void mmq_rms_norm_quantize_rows(DType wtype, const float* x, const float* w, float eps, int64_t m,
                                 int64_t d, int8_t* qx, MmqActMeta* meta, cudaStream_t stream);
 void mmq_swiglu_quantize_rows(DType wtype, const float* gu, int64_t m, int64_t ff, int8_t* qx,

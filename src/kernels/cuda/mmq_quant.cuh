@@ -29,20 +29,24 @@ __device__ __forceinline__ void load8(const float* p, bool vec, float (&v)[8]) {
 // Row sources: value8(r, i, v) gives elements i .. i + 7 of row r (i % 8 == 0) as the unfused
 // kernel would have stored them; prepare(r, first) computes row r's statistics, called by all
 // threads of the block (a block barrier inside) before their first value8, which is for
-// element `first` (a source may load that piece early). vec: the rows are 16-byte aligned (host
-// check).
+// element `first` (a source may load that piece early). preload(first), optional, before
+// prepare and before the PDL wait: loads what does not come from the previous kernel (RMSNorm's
+// weights). vec: the rows are 16-byte aligned (host check).
 struct PlainSrc {
   const float* x;
   int64_t ldx;
   bool vec;
+  __device__ void preload(int64_t) {}
   __device__ void prepare(int64_t, int64_t) {}
   __device__ void value8(int64_t r, int64_t i, float (&v)[8]) const { load8(x + r * ldx + i, vec, v); }
 };
 
 // RMSNorm with the CPU's rounding steps (kernels/cpu/llm_ops.cpp): f32 squares summed in double,
 // mean rounded to f32, inv = 1 / sqrt(mean + eps) in f32, then (x * inv) * w. The thread's first
-// piece of x and w is loaded with the row's squares (one memory round trip before the first
-// value8, not two: the norm sits between two GEMVs on a decode step's critical path).
+// piece of x is loaded with the row's squares (one memory round trip before the first value8,
+// not two: the norm sits between two GEMVs on a decode step's critical path), and its piece of w
+// by preload() before the PDL wait (the weights never come from the previous kernel; after the
+// wait their L2 misses queued behind the next GEMV's weight loads).
 struct RmsSrc {
   const float* x;
   const float* w;
@@ -50,13 +54,19 @@ struct RmsSrc {
   int64_t d;
   bool vec;
   float inv;
-  int64_t held = -1;  // the element whose piece hx / hw hold
+  int64_t held = -1, w_held = -1;  // the element whose piece hx / hw hold
   float hx[8], hw[8];
+  __device__ void preload(int64_t first) {
+    if (first >= 0 && first < d) {
+      load8(w + first, vec, hw);
+      w_held = first;
+    }
+  }
   __device__ void prepare(int64_t r, int64_t first) {
     __shared__ double partial[kQuantWarps];
     if (first >= 0 && first < d) {
       load8(x + r * d + first, vec, hx);
-      load8(w + first, vec, hw);
+      if (w_held != first) load8(w + first, vec, hw);
       held = first;
     }
     double ss = 0;
@@ -92,6 +102,7 @@ struct SwigluSrc {
   const float* gu;
   int64_t ff;
   bool vec;
+  __device__ void preload(int64_t) {}
   __device__ void prepare(int64_t, int64_t) {}
   __device__ void value8(int64_t r, int64_t i, float (&v)[8]) const {
     float u[8];
@@ -111,6 +122,7 @@ struct SplitsSrc {
   const float2* ml;
   int splits;
   int64_t head_dim, n_heads;
+  __device__ void preload(int64_t) {}
   __device__ void prepare(int64_t, int64_t) {}
   __device__ void value8(int64_t r, int64_t i, float (&v)[8]) const {
     const int64_t vec = r * n_heads + i / head_dim, d = i % head_dim;

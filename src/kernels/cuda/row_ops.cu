@@ -49,21 +49,20 @@ __global__ void gather_rows_f32_kernel(const float* x, const int32_t* rows, int6
 template <bool kVec>
 __global__ void rms_norm_rows_bf16_kernel(const float* x, const float* w, float eps, int64_t d,
                                           __nv_bfloat16* y) {
-  detail::pdl_wait();  // inputs come from the previous kernel (PDL, launch.h)
-  detail::pdl_trigger();
   const float* xr = x + blockIdx.x * d;
   __nv_bfloat16* yr = y + blockIdx.x * d;
   const int64_t units = kVec ? d / 4 : d, per = (units + gridDim.y - 1) / gridDim.y;
   const int64_t first = blockIdx.y * per + threadIdx.x, end = min(units, (blockIdx.y + 1) * per);
-  // The thread's first unit of its part, loaded with the squares: one memory round trip before
-  // the first store, not two (the norm sits between two GEMVs on a decode step's critical path).
+  // The thread's first unit of its part: w before the PDL wait (the weights never come from the
+  // previous kernel), x with the squares: one memory round trip before the first store, not two
+  // (the norm sits between two GEMVs on a decode step's critical path).
   float4 x0 = {}, w0 = {};
-  if constexpr (kVec) {
-    if (first < end) {
-      x0 = reinterpret_cast<const float4*>(xr)[first];
-      w0 = reinterpret_cast<const float4*>(w)[first];
-    }
-  }
+  if constexpr (kVec)
+    if (first < end) w0 = reinterpret_cast<const float4*>(w)[first];
+  detail::pdl_wait();  // x comes from the previous kernel (PDL, launch.h)
+  detail::pdl_trigger();
+  if constexpr (kVec)
+    if (first < end) x0 = reinterpret_cast<const float4*>(xr)[first];
   float ss = 0.f;
   if constexpr (kVec) {
     // 4 loads in flight per thread, then their squares in order (a 4096-wide row: one batch).

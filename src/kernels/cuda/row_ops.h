@@ -16,7 +16,8 @@ void add_bias_rows(float* y, const float* b, int64_t rows, int64_t cols, cudaStr
 // y[i] = x[rows[i]] (f32 rows of d elements).
 void gather_rows_f32(const float* x, const int32_t* rows, int64_t n_rows, int64_t d, float* y,
                      cudaStream_t stream);
-// y = bf16(rms_norm(x) * w) per row of d (f32 statistics), the GEMM input after a norm.
+// y = bf16(rms_norm(x) * w) per row of d (f32 statistics), the GEMM input after a norm. w is
+// read before the PDL wait: it must not be written by the kernel just before (model weights).
 void rms_norm_rows_bf16(const float* x, const float* w, float eps, int64_t rows, int64_t d,
                         __nv_bfloat16* y, cudaStream_t stream);
 // out[r][i] = bf16(silu(gu[r][i]) * gu[r][ff + i]): SwiGLU of a fused gate|up GEMM output.
