@@ -39,10 +39,11 @@ template <bool kK, class Src>
 __global__ void __launch_bounds__(kThreads) quant_kernel(Src src, int64_t k, int8_t* qx, MmqActMeta* meta) {
   const int64_t r = blockIdx.x, threads = blockDim.x;
   const int64_t warp_t = int64_t{blockIdx.y} * threads + threadIdx.x - threadIdx.x % 32;  // the warp's first thread
-  src.preload(8 * (warp_t + threadIdx.x % 32));  // weights: not from the previous kernel
+  const int64_t first = 8 * (warp_t + threadIdx.x % 32);  // the thread's first element
+  src.preload(first);  // weights: not from the previous kernel
   detail::pdl_wait();  // inputs come from the previous kernel (PDL, launch.h)
   detail::pdl_trigger();
-  src.prepare(r, 8 * (warp_t + threadIdx.x % 32));
+  src.prepare(r, first);
   detail::quantize_row_span<kK>(src, r, k, qx + r * k, meta + r * (k / 32), warp_t, int64_t{gridDim.y} * threads);
 }
 

@@ -125,11 +125,8 @@ struct SplitsSrc {
   __device__ void preload(int64_t) {}
   __device__ void prepare(int64_t, int64_t) {}
   __device__ void value8(int64_t r, int64_t i, float (&v)[8]) const {
-    const int64_t vec = r * n_heads + i / head_dim, d = i % head_dim;
-    const float2* vml = ml + vec * splits;
-    const float* vo = o + vec * splits * head_dim + d;
     float4 m[2];
-    merge_splits<false>(vml, vo, splits, head_dim, m);
+    merged_row8(o, ml, splits, head_dim, n_heads, r, i, m);
 #pragma unroll
     for (int q = 0; q < 2; ++q) v[4 * q] = m[q].x, v[4 * q + 1] = m[q].y, v[4 * q + 2] = m[q].z, v[4 * q + 3] = m[q].w;
   }

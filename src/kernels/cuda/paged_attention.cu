@@ -273,8 +273,7 @@ PagedAttentionPartials paged_attention(const T* q, const int32_t* q_pos, const P
       throw_error(ErrorCode::kUnsupported,
                   "paged_attention: head_dim " + std::to_string(head_dim) + " (supported: 32, 64, 128)");
   }
-  if (!leave) return {nullptr, nullptr, splits, head_dim, ws.rows, n_heads};
-  return {ws_o, ws_ml, splits, head_dim, ws.rows, n_heads};
+  return {leave ? ws_o : nullptr, leave ? ws_ml : nullptr, splits, head_dim, ws.rows, n_heads};
 }
 
 namespace {
@@ -289,9 +288,8 @@ __global__ void __launch_bounds__(kMergeThreads) merge_partials_kernel(PagedAtte
   const int64_t k = p.n_heads * p.head_dim, r = blockIdx.x;
   const int64_t e = 8 * (int64_t{blockIdx.y} * kMergeThreads + threadIdx.x);
   if (e >= k) return;
-  const int64_t vec = r * p.n_heads + e / p.head_dim, d = e % p.head_dim;
   float4 v[2];
-  detail::merge_splits<false, 2>(p.ml + vec * p.splits, p.o + vec * p.splits * p.head_dim + d, p.splits, p.head_dim, v);
+  detail::merged_row8(p.o, p.ml, p.splits, p.head_dim, p.n_heads, r, e, v);
   O* dst = out + r * k + e;
   store2(dst, v[0].x, v[0].y);
   store2(dst + 2, v[0].z, v[0].w);

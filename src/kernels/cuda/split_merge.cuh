@@ -73,4 +73,13 @@ __device__ __forceinline__ void merge_splits(const float2* ml, const float* o, i
   for (int q = 0; q < Q; ++q) out[q] = make_float4(acc[q].x * inv, acc[q].y * inv, acc[q].z * inv, acc[q].w * inv);
 }
 
+// Elements i .. i + 7 (i % 8 == 0, head_dim % 8 == 0) of row r of a launch's left partials
+// (paged_attention.h): the row holds its n_heads heads' outputs, element i at head i / head_dim,
+// dim i % head_dim. Plain loads: for kernels after the launch.
+__device__ __forceinline__ void merged_row8(const float* o, const float2* ml, int splits, int64_t head_dim,
+                                            int64_t n_heads, int64_t r, int64_t i, float4 (&v)[2]) {
+  const int64_t vec = r * n_heads + i / head_dim, d = i % head_dim;
+  merge_splits<false>(ml + vec * splits, o + vec * splits * head_dim + d, splits, head_dim, v);
+}
+
 }  // namespace tessera::cuda::detail

@@ -697,8 +697,9 @@ class CudaLlama final : public CausalLm {
   }();
   cuda_llama::StepPlan plan_;  // this call's tables (run())
   size_t attn_ws_bytes_ = 0;  // this call's split-KV workspace need (run())
-  // A decode-only call's split attention leaves its partials to the quantized o projection's
-  // input kernel, which merges them as it reads (TESSERA_ATTN_LEAVE_PARTIALS=0: attention merges).
+  // A decode-only call's split attention leaves its partials to the kernel after it: the
+  // quantized o projection's input quantizer, or before a one-row bf16 o the merge kernel
+  // (TESSERA_ATTN_LEAVE_PARTIALS=0: attention merges).
   const bool leave_partials_on_ = [] {
     const char* v = std::getenv("TESSERA_ATTN_LEAVE_PARTIALS");
     return !(v && std::strcmp(v, "0") == 0);
