@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 
 #include "backend/cuda/cuda_check.h"
 #include "core/error.h"
@@ -241,12 +242,16 @@ struct Q6_KFmt {
   }
 };
 
-template <class T>
+// bf16 rows, U 16-byte chunks (8 elements) per lane and row in flight. With U > 4 a lane keeps
+// its x chunks as loaded (4 registers each instead of 8 floats) and converts them per use.
+template <class T, int U = 8>
 struct Bf16Fmt {
-  static constexpr int kLargeNRows = 4;
-  static constexpr int kElems = 8, kUnroll = 4;
+  static constexpr int kElems = 8, kUnroll = U;
+  static constexpr bool kRawX = U > 4;
   struct In { const T* x; };
-  struct X { float v[8]; };
+  struct XF { float v[8]; };
+  struct XRaw { uint4 raw; };
+  using X = std::conditional_t<kRawX, XRaw, XF>;
   struct Mat { const uint8_t* base; int64_t n, k; };
   struct Row { const uint4* q; };
   struct W { uint4 q; };
@@ -256,15 +261,19 @@ struct Bf16Fmt {
   __device__ static W load(const Row& r, int64_t c) { return {__ldcs(r.q + c)}; }
   __device__ static X load_x(const In& in, int64_t c) {
     const uint4 raw = __ldg(reinterpret_cast<const uint4*>(in.x) + c);
-    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-    X x;
+    if constexpr (kRawX) {
+      return {raw};
+    } else {
+      const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+      X x;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float2 p = pair_to_f32<T>(w[i]);
-      x.v[2 * i] = p.x;
-      x.v[2 * i + 1] = p.y;
+      for (int i = 0; i < 4; ++i) {
+        const float2 p = pair_to_f32<T>(w[i]);
+        x.v[2 * i] = p.x;
+        x.v[2 * i + 1] = p.y;
+      }
+      return x;
     }
-    return x;
   }
   __device__ static float dot(const W& w, const X& x, int64_t) {
     const uint32_t ws[4] = {w.q.x, w.q.y, w.q.z, w.q.w};
@@ -272,8 +281,15 @@ struct Bf16Fmt {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const float2 wf = pair_to_f32<__nv_bfloat16>(ws[i]);
-      s = fmaf(wf.x, x.v[2 * i], s);
-      s = fmaf(wf.y, x.v[2 * i + 1], s);
+      if constexpr (kRawX) {
+        const uint32_t xs[4] = {x.raw.x, x.raw.y, x.raw.z, x.raw.w};
+        const float2 xf = pair_to_f32<T>(xs[i]);
+        s = fmaf(wf.x, xf.x, s);
+        s = fmaf(wf.y, xf.y, s);
+      } else {
+        s = fmaf(wf.x, x.v[2 * i], s);
+        s = fmaf(wf.y, x.v[2 * i + 1], s);
+      }
     }
     return s;
   }
@@ -441,6 +457,54 @@ void launch_fmt(typename Fmt::Mat m, typename Fmt::In in, int64_t n, int64_t k, 
   }
 }
 
+// bf16 GEMVs: 2 rows per warp, 8 chunks (4 KB of each row) per lane in flight. Fewer rows with
+// longer runs of each row stream faster: 4 rows x 4 chunks (the quantized formats' shape, and
+// bf16's until session 28) read 4190 GB/s on 28672 x 4096 where 2 x 4 read 4334 and 1 x 16
+// 4383, a grid-stride copy 4416 (bench/cuda/stream_load_bench.cu, H200,
+// docs/design/gpu_runs/s28_stream_patterns.txt). In the decode step, same call, two rounds
+// (s28_bf16_gemv_shape_ab.txt): batch 1 4.10 ms (the old rule: 4 x 4, 2 x 4 for few rows)
+// -> 4.07 with 2 x 8; 2 x 4 4.11-4.12, 1 x 8 4.12-4.13, 1 x 16 4.24-4.25 (167 registers).
+// (The quantized GEMV took 2 rows x 4 blocks: slower, s28_mmq_gemv_shape_ab.txt.)
+// TESSERA_GEMV_BF16_SHAPE=RxU (4x4, 2x4, 2x8, 1x8, 1x16; epilogues of row pairs take 2x8 for
+// one row) forces a shape for A/B runs; set_gemv_rows_per_warp(4|2) forces 4x4 / 2x4.
+inline int bf16_shape_knob() {
+  static const int v = [] {
+    const char* e = std::getenv("TESSERA_GEMV_BF16_SHAPE");
+    if (!e) return 0;
+    const std::string s(e);
+    return s == "4x4" ? 44 : s == "2x4" ? 24 : s == "2x8" ? 28 : s == "1x8" ? 18 : s == "1x16" ? 116 : 0;
+  }();
+  const int force = g_rows_per_warp.load(std::memory_order_relaxed);
+  return force == 4 ? 44 : force == 2 ? 24 : v;
+}
+template <class T, template <class> class Wrap, bool kSingleRows, class MatOf, class Epi>
+void launch_bf16(MatOf mat, typename Bf16Fmt<T>::In in, int64_t n, int64_t k, Epi epi, cudaStream_t s) {
+  if (n <= 0) return;
+  const int shape = bf16_shape_knob();
+  auto go = [&](auto rows_c, auto unroll_c) {
+    constexpr int R = decltype(rows_c)::value, U = decltype(unroll_c)::value;
+    using Fmt = Wrap<Bf16Fmt<T, U>>;
+    auto* kern = gemv_kernel<R, Fmt, Epi>;
+    launch_kernel(kern, grid_for(kern, n, kWarps * R), kThreads, 0, s, mat(Fmt{}), typename Fmt::In{in.x}, n, k, epi);
+  };
+  using std::integral_constant;
+  switch (shape) {
+    case 44: return go(integral_constant<int, 4>{}, integral_constant<int, 4>{});
+    case 24: return go(integral_constant<int, 2>{}, integral_constant<int, 4>{});
+    case 28: return go(integral_constant<int, 2>{}, integral_constant<int, 8>{});
+    case 18:
+      if constexpr (kSingleRows) return go(integral_constant<int, 1>{}, integral_constant<int, 8>{});
+      else return go(integral_constant<int, 2>{}, integral_constant<int, 8>{});
+    case 116:
+      if constexpr (kSingleRows) return go(integral_constant<int, 1>{}, integral_constant<int, 16>{});
+      else return go(integral_constant<int, 2>{}, integral_constant<int, 8>{});
+    default:
+      return go(integral_constant<int, 2>{}, integral_constant<int, 8>{});
+  }
+}
+template <class Fmt>
+using Plain = Fmt;
+
 template <class Epi>
 void launch_quant(DType t, const void* packed, int64_t n, int64_t k, const int8_t* qx,
                   const ActQ8Meta* xm, Epi epi, cudaStream_t s) {
@@ -480,7 +544,9 @@ void gemv_bf16(const uint16_t* w, const T* x, int64_t n, int64_t k, T* y, cudaSt
   TESSERA_CHECK_ARG(k > 0, "cuda::gemv_bf16: k must be positive");
   if (n <= 0) return;
   if (vec_ok(w, x, k)) {
-    launch_fmt<Bf16Fmt<T>>({reinterpret_cast<const uint8_t*>(w), n, k}, {x}, n, k, StoreEpi<T>{y}, s);
+    const auto* base = reinterpret_cast<const uint8_t*>(w);
+    launch_bf16<T, Plain, true>([&](auto f) { return typename decltype(f)::Mat{base, n, k}; }, {x}, n, k,
+                                StoreEpi<T>{y}, s);
   } else {
     auto* kernel = gemv_bf16_scalar_kernel<T>;
     launch_kernel(kernel, grid_for(kernel, n, kWarps), kThreads, 0, s, w, x, n, k, y);
@@ -493,8 +559,9 @@ void gemv_bf16_f32(const uint16_t* w, const __nv_bfloat16* x, int64_t n, int64_t
                    bool accumulate, cudaStream_t s) {
   TESSERA_CHECK_ARG(k > 0 && vec_ok(w, x, k), "cuda::gemv_bf16_f32: k % 8 and 16-byte alignment needed");
   if (n <= 0) return;
-  launch_fmt<Bf16Fmt<__nv_bfloat16>>({reinterpret_cast<const uint8_t*>(w), n, k}, {x}, n, k,
-                                     StoreEpi<float>{y, accumulate}, s);
+  const auto* base = reinterpret_cast<const uint8_t*>(w);
+  launch_bf16<__nv_bfloat16, Plain, true>([&](auto f) { return typename decltype(f)::Mat{base, n, k}; }, {x}, n,
+                                          k, StoreEpi<float>{y, accumulate}, s);
 }
 
 void gemv_bf16_swiglu(const uint16_t* w, const __nv_bfloat16* x, int64_t ff, int64_t k,
@@ -502,9 +569,10 @@ void gemv_bf16_swiglu(const uint16_t* w, const __nv_bfloat16* x, int64_t ff, int
   TESSERA_CHECK_ARG(k > 0 && vec_ok(w, x, k),
                     "cuda::gemv_bf16_swiglu: k % 8 and 16-byte alignment needed");
   if (ff <= 0) return;
-  using Fmt = PairedRowsFmt<Bf16Fmt<__nv_bfloat16>>;
-  launch_fmt<Fmt>({{reinterpret_cast<const uint8_t*>(w), 2 * ff, k}, ff}, {x}, 2 * ff, k,
-                  SwigluEpi<__nv_bfloat16>{act}, s);
+  const auto* base = reinterpret_cast<const uint8_t*>(w);
+  launch_bf16<__nv_bfloat16, PairedRowsFmt, false>(
+      [&](auto f) { return typename decltype(f)::Mat{{base, 2 * ff, k}, ff}; }, {x}, 2 * ff, k,
+      SwigluEpi<__nv_bfloat16>{act}, s);
 }
 
 template <class T>
@@ -522,8 +590,9 @@ void bf16_qkv_rope(const uint16_t* w, int64_t k, const TX* x, TQ* q, const QkvRo
   check_rope(r);
   TESSERA_CHECK_ARG(vec_ok(w, x, k), "cuda::gemv_bf16_qkv_rope: k % 8 and 16-byte alignment needed");
   const int64_t n = r.q_rows + 2 * r.kv_rows;
-  launch_fmt<Bf16Fmt<TX>>({reinterpret_cast<const uint8_t*>(w), n, k}, {x}, n, k,
-                          QkvRopeEpi<TQ>{q, r}, s);
+  const auto* base = reinterpret_cast<const uint8_t*>(w);
+  launch_bf16<TX, Plain, false>([&](auto f) { return typename decltype(f)::Mat{base, n, k}; }, {x}, n, k,
+                                QkvRopeEpi<TQ>{q, r}, s);
 }
 }  // namespace
 

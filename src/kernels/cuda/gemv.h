@@ -85,9 +85,9 @@ GemvQuantLayout gemv_quant_layout(DType type, int64_t n, int64_t k);
 void repack_quant(DType type, const void* blocks, int64_t n, int64_t k, void* packed);
 void unrepack_quant(DType type, const void* packed, int64_t n, int64_t k, void* blocks);
 
-// Rows per warp: 0 = automatic (2 when n / 4 row groups would leave > 30% of the resident warps
-// idle, else 4; Q8_0 always 2: measured best on H200);
-// 2 or 4 force one (process-wide; for benchmarks comparing the two).
+// Rows per warp: 0 = automatic (quantized: 2 when n / 4 row groups would leave > 30% of the
+// resident warps idle, else 4; Q8_0 always 2; bf16: 2 rows of 8 chunks per lane; measured best on
+// H200); 2 or 4 force one (process-wide; for benchmarks comparing them; bf16 then takes 4 chunks).
 void set_gemv_rows_per_warp(int rows);
 
 template <class T>
