@@ -79,44 +79,24 @@ __global__ void stream(const uint4* buf, int64_t n, uint32_t* sink) {
 }
 
 // rows x k bf16 (k / 8 uint4 per row), R rows per warp, U steps of 16 bytes per lane in flight.
+// strided = false: one row group per warp (the grid covers every group: the GEMVs' grid);
+// true: a grid of only the resident blocks, each warp walking row groups strided by the grid's
+// warps, so the rows in flight at once form one moving window.
 template <int F, int R, int U>
-__global__ void gemv_like(const uint4* w, int64_t rows, int64_t k, uint32_t* sink) {
+__global__ void gemv_like(const uint4* w, int64_t rows, int64_t k, uint32_t* sink, bool strided) {
   const uint64_t policy = evict_first_policy();
   const int lane = threadIdx.x % 32;
-  const int64_t warp = blockIdx.x * int64_t{blockDim.x / 32} + threadIdx.x / 32;
-  const int64_t r0 = warp * R, row_u4 = k / 8;
-  if (r0 >= rows) return;
+  const int64_t warp = blockIdx.x * int64_t{blockDim.x / 32} + threadIdx.x / 32, row_u4 = k / 8;
+  const int64_t group_stride = strided ? int64_t{gridDim.x} * (blockDim.x / 32) * R : rows;
   uint32_t acc = 0;
-  for (int64_t c = lane; c < row_u4; c += 32 * U) {
-    uint4 v[R][U];
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-#pragma unroll
-      for (int u = 0; u < U; ++u)
-        v[r][u] = c + 32 * u < row_u4 ? ld<F>(w + (r0 + r) * row_u4 + c + 32 * u, policy) : make_uint4(0, 0, 0, 0);
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-#pragma unroll
-      for (int u = 0; u < U; ++u) acc += mix(v[r][u]);
-  }
-  if (acc == 0x12345678u) *sink = acc;
-}
-
-// The same access as gemv_like, but a grid of only the resident blocks: each warp walks row
-// groups strided by the grid's warps, so the rows in flight at once form one moving window.
-template <int R, int U>
-__global__ void gemv_like_strided(const uint4* w, int64_t rows, int64_t k, uint32_t* sink) {
-  const int lane = threadIdx.x % 32;
-  const int64_t warps = int64_t{gridDim.x} * (blockDim.x / 32), row_u4 = k / 8;
-  uint32_t acc = 0;
-  for (int64_t r0 = (blockIdx.x * int64_t{blockDim.x / 32} + threadIdx.x / 32) * R; r0 < rows; r0 += warps * R)
+  for (int64_t r0 = warp * R; r0 < rows; r0 += group_stride)
     for (int64_t c = lane; c < row_u4; c += 32 * U) {
       uint4 v[R][U];
 #pragma unroll
       for (int r = 0; r < R; ++r)
 #pragma unroll
         for (int u = 0; u < U; ++u)
-          v[r][u] = c + 32 * u < row_u4 ? __ldcs(w + (r0 + r) * row_u4 + c + 32 * u) : make_uint4(0, 0, 0, 0);
+          v[r][u] = c + 32 * u < row_u4 ? ld<F>(w + (r0 + r) * row_u4 + c + 32 * u, policy) : make_uint4(0, 0, 0, 0);
 #pragma unroll
       for (int r = 0; r < R; ++r)
 #pragma unroll
@@ -138,7 +118,7 @@ float time_gemv(const uint4* buf, int64_t rows, int64_t k, uint32_t* sink, cudaS
   return tessera::bench::median_ms(
       [&] {
         const uint4* w = buf + (run++ % 4) * quarter;
-        gemv_like<F, R, U><<<static_cast<unsigned>(blocks), 128, 0, s>>>(w, rows, k, sink);
+        gemv_like<F, R, U><<<static_cast<unsigned>(blocks), 128, 0, s>>>(w, rows, k, sink, false);
       },
       s);
 }
@@ -164,7 +144,7 @@ void row(const char* what, double bytes, T&& time_of) {
 void patterns(const uint4* buf, uint32_t* sink, int sms, cudaStream_t s) {
   const int64_t quarter = (int64_t{512} << 20) / 16;
   int resident = 0;
-  TESSERA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, gemv_like_strided<4, 4>, 128, 0));
+  TESSERA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, gemv_like<kCs, 4, 4>, 128, 0));
   struct Shape { const char* name; int64_t n, k; };
   const Shape shapes[] = {{"gate|up 28672x4096", 28672, 4096}, {"down 4096x14336", 4096, 14336},
                           {"qkv 6144x4096", 6144, 4096}, {"head/4 32064x4096", 32064, 4096}};
@@ -182,16 +162,16 @@ void patterns(const uint4* buf, uint32_t* sink, int sms, cudaStream_t s) {
     const int64_t u4 = sh.n * sh.k / 8;
     const float stream_ms = graph([&](const uint4* w, cudaStream_t st) { stream<kCs><<<sms * 8, 256, 0, st>>>(w, u4, sink); });
     const float r4u4 = graph([&](const uint4* w, cudaStream_t st) {
-      gemv_like<kCs, 4, 4><<<static_cast<unsigned>((sh.n / 4 + 3) / 4), 128, 0, st>>>(w, sh.n, sh.k, sink);
+      gemv_like<kCs, 4, 4><<<static_cast<unsigned>((sh.n / 4 + 3) / 4), 128, 0, st>>>(w, sh.n, sh.k, sink, false);
     });
     const float r2u4 = graph([&](const uint4* w, cudaStream_t st) {
-      gemv_like<kCs, 2, 4><<<static_cast<unsigned>((sh.n / 2 + 3) / 4), 128, 0, st>>>(w, sh.n, sh.k, sink);
+      gemv_like<kCs, 2, 4><<<static_cast<unsigned>((sh.n / 2 + 3) / 4), 128, 0, st>>>(w, sh.n, sh.k, sink, false);
     });
     const float r1u16 = graph([&](const uint4* w, cudaStream_t st) {
-      gemv_like<kCs, 1, 16><<<static_cast<unsigned>((sh.n + 3) / 4), 128, 0, st>>>(w, sh.n, sh.k, sink);
+      gemv_like<kCs, 1, 16><<<static_cast<unsigned>((sh.n + 3) / 4), 128, 0, st>>>(w, sh.n, sh.k, sink, false);
     });
     const float strided = graph([&](const uint4* w, cudaStream_t st) {
-      gemv_like_strided<4, 4><<<sms * resident, 128, 0, st>>>(w, sh.n, sh.k, sink);
+      gemv_like<kCs, 4, 4><<<sms * resident, 128, 0, st>>>(w, sh.n, sh.k, sink, true);
     });
     auto gbs = [&](float ms) { return bytes / ms / 1e6; };
     std::printf("%-20s stream %5.0f | warp 4 rows x 4 %5.0f | 2 rows x 4 %5.0f | 1 row x 16 %5.0f | 4 x 4 resident grid %5.0f\n",
