@@ -242,17 +242,24 @@ struct Q6_KFmt {
   }
 };
 
-// bf16 rows, U 16-byte chunks (8 elements) per lane and row in flight. With U > 4 a lane keeps
-// its x chunks as loaded (4 registers each instead of 8 floats) and converts them per use.
+// bf16 rows: the matrix, one row's pointer and one 16-byte chunk (8 elements) of it, the same
+// for every shape below.
+struct Bf16Mat { const uint8_t* base; int64_t n, k; };
+template <class T>
+struct Bf16In { const T* x; };
+
+// bf16 rows, U chunks per lane and row in flight. With U > 4 a lane keeps its x chunks as
+// loaded (4 registers each instead of 8 floats) and converts them per use; U = 4 (only the
+// forced 4 x 4 / 2 x 4 shapes of A/B runs, launch_bf16) converts x once per chunk.
 template <class T, int U = 8>
 struct Bf16Fmt {
   static constexpr int kElems = 8, kUnroll = U;
   static constexpr bool kRawX = U > 4;
-  struct In { const T* x; };
+  using In = Bf16In<T>;
   struct XF { float v[8]; };
   struct XRaw { uint4 raw; };
   using X = std::conditional_t<kRawX, XRaw, XF>;
-  struct Mat { const uint8_t* base; int64_t n, k; };
+  using Mat = Bf16Mat;
   struct Row { const uint4* q; };
   struct W { uint4 q; };
   __device__ static Row row(const Mat& m, int64_t r) {
@@ -297,12 +304,14 @@ struct Bf16Fmt {
 
 // Launch row 2i is matrix row i and launch row 2i + 1 is row half + i (gate and up of a gate|up
 // projection): any even row group holds whole pairs, for SwigluEpi.
+template <class M>
+struct PairedMat {
+  M m;
+  int64_t half;
+};
 template <class Fmt>
 struct PairedRowsFmt : Fmt {
-  struct Mat {
-    typename Fmt::Mat m;
-    int64_t half;
-  };
+  using Mat = PairedMat<typename Fmt::Mat>;
   __device__ static typename Fmt::Row row(const Mat& m, int64_t r) {
     return Fmt::row(m.m, (r & 1) ? m.half + (r >> 1) : (r >> 1));
   }
@@ -467,43 +476,62 @@ void launch_fmt(typename Fmt::Mat m, typename Fmt::In in, int64_t n, int64_t k, 
 // (The quantized GEMV took 2 rows x 4 blocks: slower, s28_mmq_gemv_shape_ab.txt.)
 // TESSERA_GEMV_BF16_SHAPE=RxU (4x4, 2x4, 2x8, 1x8, 1x16; epilogues of row pairs take 2x8 for
 // one row) forces a shape for A/B runs; set_gemv_rows_per_warp(4|2) forces 4x4 / 2x4.
-inline int bf16_shape_knob() {
-  static const int v = [] {
+struct Bf16Shape {
+  int rows, unroll;
+  bool operator==(const Bf16Shape& o) const { return rows == o.rows && unroll == o.unroll; }
+};
+// The shape of this launch: 2 x 8 unless forced. Epilogues of row pairs (SwiGLU, RoPE) cannot
+// take one row per warp: forced 1 x U falls back to 2 x 8 for them.
+Bf16Shape bf16_shape(bool row_pairs) {
+  static const Bf16Shape env = [] {
     const char* e = std::getenv("TESSERA_GEMV_BF16_SHAPE");
-    if (!e) return 0;
-    const std::string s(e);
-    return s == "4x4" ? 44 : s == "2x4" ? 24 : s == "2x8" ? 28 : s == "1x8" ? 18 : s == "1x16" ? 116 : 0;
+    const std::string v = e ? e : "";
+    for (const Bf16Shape s : {Bf16Shape{4, 4}, Bf16Shape{2, 4}, Bf16Shape{1, 8}, Bf16Shape{1, 16}})
+      if (v == std::to_string(s.rows) + "x" + std::to_string(s.unroll)) return s;
+    return Bf16Shape{2, 8};
   }();
   const int force = g_rows_per_warp.load(std::memory_order_relaxed);
-  return force == 4 ? 44 : force == 2 ? 24 : v;
+  const Bf16Shape s = force == 4 ? Bf16Shape{4, 4} : force == 2 ? Bf16Shape{2, 4} : env;
+  return row_pairs && s.rows == 1 ? Bf16Shape{2, 8} : s;
 }
-template <class T, template <class> class Wrap, bool kSingleRows, class MatOf, class Epi>
-void launch_bf16(MatOf mat, typename Bf16Fmt<T>::In in, int64_t n, int64_t k, Epi epi, cudaStream_t s) {
+
+// Epilogues that need whole row pairs in a warp's rows.
+template <class Epi>
+constexpr bool kRowPairs = false;
+template <class T>
+constexpr bool kRowPairs<SwigluEpi<T>> = true;
+template <class T>
+constexpr bool kRowPairs<QkvRopeEpi<T>> = true;
+
+// The format of a shape: plain rows, or gate|up pairs for a PairedMat.
+template <class T, int U, class M>
+struct Bf16FmtOf {
+  using type = Bf16Fmt<T, U>;
+};
+template <class T, int U>
+struct Bf16FmtOf<T, U, PairedMat<Bf16Mat>> {
+  using type = PairedRowsFmt<Bf16Fmt<T, U>>;
+};
+
+template <class T, class M, class Epi>
+void launch_bf16(const M& mat, const T* x, int64_t n, int64_t k, Epi epi, cudaStream_t s) {
   if (n <= 0) return;
-  const int shape = bf16_shape_knob();
   auto go = [&](auto rows_c, auto unroll_c) {
     constexpr int R = decltype(rows_c)::value, U = decltype(unroll_c)::value;
-    using Fmt = Wrap<Bf16Fmt<T, U>>;
+    using Fmt = typename Bf16FmtOf<T, U, M>::type;
     auto* kern = gemv_kernel<R, Fmt, Epi>;
-    launch_kernel(kern, grid_for(kern, n, kWarps * R), kThreads, 0, s, mat(Fmt{}), typename Fmt::In{in.x}, n, k, epi);
+    launch_kernel(kern, grid_for(kern, n, kWarps * R), kThreads, 0, s, mat, Bf16In<T>{x}, n, k, epi);
   };
   using std::integral_constant;
-  switch (shape) {
-    case 44: return go(integral_constant<int, 4>{}, integral_constant<int, 4>{});
-    case 24: return go(integral_constant<int, 2>{}, integral_constant<int, 4>{});
-    case 28: return go(integral_constant<int, 2>{}, integral_constant<int, 8>{});
-    case 18:
-      if constexpr (kSingleRows) return go(integral_constant<int, 1>{}, integral_constant<int, 8>{});
-      else return go(integral_constant<int, 2>{}, integral_constant<int, 8>{});
-    case 116:
-      if constexpr (kSingleRows) return go(integral_constant<int, 1>{}, integral_constant<int, 16>{});
-      else return go(integral_constant<int, 2>{}, integral_constant<int, 8>{});
-    default:
-      return go(integral_constant<int, 2>{}, integral_constant<int, 8>{});
+  const Bf16Shape shape = bf16_shape(kRowPairs<Epi>);
+  if (shape == Bf16Shape{4, 4}) return go(integral_constant<int, 4>{}, integral_constant<int, 4>{});
+  if (shape == Bf16Shape{2, 4}) return go(integral_constant<int, 2>{}, integral_constant<int, 4>{});
+  if constexpr (!kRowPairs<Epi>) {
+    if (shape == Bf16Shape{1, 8}) return go(integral_constant<int, 1>{}, integral_constant<int, 8>{});
+    if (shape == Bf16Shape{1, 16}) return go(integral_constant<int, 1>{}, integral_constant<int, 16>{});
   }
+  go(integral_constant<int, 2>{}, integral_constant<int, 8>{});
 }
-template <class Fmt>
-using Plain = Fmt;
 
 template <class Epi>
 void launch_quant(DType t, const void* packed, int64_t n, int64_t k, const int8_t* qx,
@@ -545,8 +573,7 @@ void gemv_bf16(const uint16_t* w, const T* x, int64_t n, int64_t k, T* y, cudaSt
   if (n <= 0) return;
   if (vec_ok(w, x, k)) {
     const auto* base = reinterpret_cast<const uint8_t*>(w);
-    launch_bf16<T, Plain, true>([&](auto f) { return typename decltype(f)::Mat{base, n, k}; }, {x}, n, k,
-                                StoreEpi<T>{y}, s);
+    launch_bf16(Bf16Mat{base, n, k}, x, n, k, StoreEpi<T>{y}, s);
   } else {
     auto* kernel = gemv_bf16_scalar_kernel<T>;
     launch_kernel(kernel, grid_for(kernel, n, kWarps), kThreads, 0, s, w, x, n, k, y);
@@ -560,8 +587,7 @@ void gemv_bf16_f32(const uint16_t* w, const __nv_bfloat16* x, int64_t n, int64_t
   TESSERA_CHECK_ARG(k > 0 && vec_ok(w, x, k), "cuda::gemv_bf16_f32: k % 8 and 16-byte alignment needed");
   if (n <= 0) return;
   const auto* base = reinterpret_cast<const uint8_t*>(w);
-  launch_bf16<__nv_bfloat16, Plain, true>([&](auto f) { return typename decltype(f)::Mat{base, n, k}; }, {x}, n,
-                                          k, StoreEpi<float>{y, accumulate}, s);
+  launch_bf16(Bf16Mat{base, n, k}, x, n, k, StoreEpi<float>{y, accumulate}, s);
 }
 
 void gemv_bf16_swiglu(const uint16_t* w, const __nv_bfloat16* x, int64_t ff, int64_t k,
@@ -570,9 +596,7 @@ void gemv_bf16_swiglu(const uint16_t* w, const __nv_bfloat16* x, int64_t ff, int
                     "cuda::gemv_bf16_swiglu: k % 8 and 16-byte alignment needed");
   if (ff <= 0) return;
   const auto* base = reinterpret_cast<const uint8_t*>(w);
-  launch_bf16<__nv_bfloat16, PairedRowsFmt, false>(
-      [&](auto f) { return typename decltype(f)::Mat{{base, 2 * ff, k}, ff}; }, {x}, 2 * ff, k,
-      SwigluEpi<__nv_bfloat16>{act}, s);
+  launch_bf16(PairedMat<Bf16Mat>{{base, 2 * ff, k}, ff}, x, 2 * ff, k, SwigluEpi<__nv_bfloat16>{act}, s);
 }
 
 template <class T>
@@ -591,8 +615,7 @@ void bf16_qkv_rope(const uint16_t* w, int64_t k, const TX* x, TQ* q, const QkvRo
   TESSERA_CHECK_ARG(vec_ok(w, x, k), "cuda::gemv_bf16_qkv_rope: k % 8 and 16-byte alignment needed");
   const int64_t n = r.q_rows + 2 * r.kv_rows;
   const auto* base = reinterpret_cast<const uint8_t*>(w);
-  launch_bf16<TX, Plain, false>([&](auto f) { return typename decltype(f)::Mat{base, n, k}; }, {x}, n, k,
-                                QkvRopeEpi<TQ>{q, r}, s);
+  launch_bf16(Bf16Mat{base, n, k}, x, n, k, QkvRopeEpi<TQ>{q, r}, s);
 }
 }  // namespace
 
