@@ -71,8 +71,8 @@ __device__ __forceinline__ float online_step(float m_new, float& m_run, float& l
 }
 
 // The warp's arithmetic over its tile's query vectors (narrow_kernel's Math), in one of two
-// m16n8k16 layouts. Both take the same Q elements (q_quad(m, kk, x): dims kk * 16 + 2t, + 1,
-// + 8, + 9 of vector m), consume the same 16-key stages, and leave the warp's unnormalized
+// m16n8k16 layouts. Both take the same Q elements (q_quads(m, x): x[kk] = dims kk * 16 + 2t,
+// + 1, + 8, + 9 of vector m), consume the same 16-key stages, and leave the warp's unnormalized
 // partial (o, running max m in scaled log2 units, sum l; per vector) in shared memory.
 //
 // QueriesAsRows: the vectors (<= 16) are the 16-row side: S = Q K^T, O += P V. Any narrow tile.
@@ -85,19 +85,19 @@ struct QueriesAsRows {
   float m_run[2], l_run[2];
   int pos[2];  // of vectors g and g + 8 (-1: padding)
 
-  template <class QQuad, class PosOf>
-  __device__ __forceinline__ void init(int lane, int n_vec, QQuad q_quad, PosOf pos_of) {
+  template <class QQuads, class PosOf>
+  __device__ __forceinline__ void init(int lane, int n_vec, QQuads q_quads, PosOf pos_of) {
     const int g = lane / 4;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int m = g + 8 * h;
       pos[h] = m < n_vec ? pos_of(m) : -1;
+      float x[HD / 16][4] = {};
+      if (m < n_vec) q_quads(m, x);
 #pragma unroll
       for (int kk = 0; kk < HD / 16; ++kk) {
-        float x[4] = {0.f, 0.f, 0.f, 0.f};
-        if (m < n_vec) q_quad(m, kk, x);
-        qa[kk][h] = pack_half2(x[0], x[1]);      // a0 / a1: columns 2t, 2t+1
-        qa[kk][2 + h] = pack_half2(x[2], x[3]);  // a2 / a3: columns 2t+8, 2t+9
+        qa[kk][h] = pack_half2(x[kk][0], x[kk][1]);      // a0 / a1: columns 2t, 2t+1
+        qa[kk][2 + h] = pack_half2(x[kk][2], x[kk][3]);  // a2 / a3: columns 2t+8, 2t+9
       }
       m_run[h] = -INFINITY;
       l_run[h] = 0.f;
@@ -202,15 +202,15 @@ struct QueriesAsCols {
   float m_run[2], l_run[2];
   int pos[2];  // of vectors 2t and 2t + 1 (-1: padding)
 
-  template <class QQuad, class PosOf>
-  __device__ __forceinline__ void init(int lane, int n_vec, QQuad q_quad, PosOf pos_of) {
+  template <class QQuads, class PosOf>
+  __device__ __forceinline__ void init(int lane, int n_vec, QQuads q_quads, PosOf pos_of) {
     const int g = lane / 4, t = lane % 4;
+    float x[HD / 16][4] = {};
+    if (g < n_vec) q_quads(g, x);
 #pragma unroll
     for (int kk = 0; kk < HD / 16; ++kk) {
-      float x[4] = {0.f, 0.f, 0.f, 0.f};
-      if (g < n_vec) q_quad(g, kk, x);
-      qb[kk][0] = pack_half2(x[0], x[1]);  // b0: dims 2t, 2t+1
-      qb[kk][1] = pack_half2(x[2], x[3]);  // b1: dims 2t+8, 2t+9
+      qb[kk][0] = pack_half2(x[kk][0], x[kk][1]);  // b0: dims 2t, 2t+1
+      qb[kk][1] = pack_half2(x[kk][2], x[kk][3]);  // b1: dims 2t+8, 2t+9
     }
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
@@ -343,6 +343,8 @@ __global__ void __launch_bounds__(W * 32) narrow_kernel(const Args<T, O> a) {
   int32_t pre[kStages - 1][kPer];
 #pragma unroll
   for (int st = 0; st < kStages - 1; ++st) fetch(first_chunk + st * kNarrowWarps, pre[st]);
+  int32_t blk[kPer];  // entries of the next chunk to issue (before the wait, too)
+  fetch(first_chunk + (kStages - 1) * kNarrowWarps, blk);
   const bool new_rows = a.new_rows.ld > 0;
   __shared__ NewRowAngles<HD> ang;
   if (new_rows) {  // the angles of the row's position (rope_kv_kernel's formula)
@@ -421,30 +423,40 @@ __global__ void __launch_bounds__(W * 32) narrow_kernel(const Args<T, O> a) {
     else
       cp_async_commit();  // one group per chunk slot, empty or not
   }
-  int32_t blk[kPer];  // entries of the next chunk to issue
-  fetch(first_chunk + (kStages - 1) * kNarrowWarps, blk);
 
   // The query vectors: vector m = (row m / G of the tile, query head kvh * G + m % G).
   auto vec_index = [&](int m) {  // row * n_heads + head
     return static_cast<int64_t>(tile.row0 + m / group) * a.n_heads + kvh * group + m % group;
   };
-  // Dims kk * 16 + 2t, + 1, + 8, + 9 of vector m (RoPE'd here for new rows): both layouts' Q
-  // fragments hold these four.
-  auto q_quad = [&](int m, int kk, float (&x)[4]) {
-    const T* p = new_rows ? a.q + tile.row0 * a.new_rows.ld + (kvh * group + m) * HD + kk * 16 + 2 * t
-                          : a.q + vec_index(m) * HD + kk * 16 + 2 * t;
-    x[0] = detail::to_f32(p[0]);
-    x[1] = detail::to_f32(p[1]);
-    x[2] = detail::to_f32(p[8]);
-    x[3] = detail::to_f32(p[9]);
-    if (new_rows) {  // pairs (2t, 2t + 1) and (2t + 8, 2t + 9) of the slice
-      rotate_pair(ang, kk * 8 + t, a.new_rows.n_rot, x[0], x[1]);
-      rotate_pair(ang, kk * 8 + t + 4, a.new_rows.n_rot, x[2], x[3]);
+  // x[kk] = dims kk * 16 + 2t, + 1, + 8, + 9 of vector m (RoPE'd here for new rows): both
+  // layouts' Q fragments hold these. One address, the 32 loads together, then the rotation in a
+  // pass of its own. This runs after the PDL wait, on the decode step's critical path, once per
+  // launch (so mostly from a cold instruction cache). With the address (two divisions by the
+  // group) and the RoPE branch inside each slice it took ~2.9 us from the wait to the Q
+  // fragments, 0.98 us like this; a dependent load of q alone takes 0.2 us (H200, globaltimer
+  // stamps, gpu_runs/s29_attention_phases_loads.txt, s29_attention_q_loads_merge_ab.txt).
+  // Batch-1 decode, same call: bf16 4.07 -> 3.99 ms, q4_0 1.80 -> 1.72, q8_0 2.60 -> 2.52.
+  auto q_quads = [&](int m, float (&x)[HD / 16][4]) {
+    const T* p = (new_rows ? a.q + tile.row0 * a.new_rows.ld + (kvh * group + m) * HD
+                           : a.q + vec_index(m) * HD) + 2 * t;
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; ++kk) {
+      x[kk][0] = detail::to_f32(p[kk * 16]);
+      x[kk][1] = detail::to_f32(p[kk * 16 + 1]);
+      x[kk][2] = detail::to_f32(p[kk * 16 + 8]);
+      x[kk][3] = detail::to_f32(p[kk * 16 + 9]);
+    }
+    if (new_rows) {  // pairs (2t, 2t + 1) and (2t + 8, 2t + 9) of each slice
+#pragma unroll
+      for (int kk = 0; kk < HD / 16; ++kk) {
+        rotate_pair(ang, kk * 8 + t, a.new_rows.n_rot, x[kk][0], x[kk][1]);
+        rotate_pair(ang, kk * 8 + t + 4, a.new_rows.n_rot, x[kk][2], x[kk][3]);
+      }
     }
   };
   auto pos_of = [&](int m) { return a.q_pos[tile.row0 + m / group]; };
   Math<HD> math;
-  math.init(lane, n_vec, q_quad, pos_of);
+  math.init(lane, n_vec, q_quads, pos_of);
 
   // Per chunk one warp barrier: past it, this chunk landed for every lane and every lane is done
   // with the previous chunk, whose stage takes the chunk kStages - 1 ahead.

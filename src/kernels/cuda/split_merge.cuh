@@ -47,13 +47,11 @@ __device__ __forceinline__ void merge_splits(const float2* ml, const float* o, i
 #pragma unroll
   for (int j = 0; j < kBatch; ++j)
     if (j < splits) mx = fmaxf(mx, e[j].x);
-  for (int s = kBatch; s < splits; ++s) mx = fmaxf(mx, load_partial<kL2>(ml + s).x);
   float l = 0.f;
   float4 acc[Q];
 #pragma unroll
   for (int q = 0; q < Q; ++q) acc[q] = make_float4(0.f, 0.f, 0.f, 0.f);
-  for (int s0 = 0; s0 < splits; s0 += kBatch) {
-    if (s0 > 0) load_batch(s0);
+  auto add_batch = [&](int s0) {
 #pragma unroll
     for (int j = 0; j < kBatch; ++j)
       if (s0 + j < splits) {
@@ -67,6 +65,20 @@ __device__ __forceinline__ void merge_splits(const float2* ml, const float* o, i
           acc[q].w = __fmaf_rn(p[j][q].w, f, acc[q].w);
         }
       }
+  };
+  // Up to kBatch splits (every batch-1 decode launch): straight-line code, no loop. The merge
+  // kernel runs it once per launch right after its PDL wait; with the loops it took 1.6 us from
+  // its first load to its end, 1.2 like this (H200, gpu_runs/s29_attention_q_loads_merge_ab.txt;
+  // bf16 batch 1 3.99 / 4.00 -> 3.97 / 3.96 ms). The same operations in the same order: the bits
+  // of every consumer stay those of attention's own merge.
+  if (splits <= kBatch) {
+    add_batch(0);
+  } else {
+    for (int s = kBatch; s < splits; ++s) mx = fmaxf(mx, load_partial<kL2>(ml + s).x);
+    for (int s0 = 0; s0 < splits; s0 += kBatch) {
+      if (s0 > 0) load_batch(s0);
+      add_batch(s0);
+    }
   }
   const float inv = 1.f / l;
 #pragma unroll
@@ -78,7 +90,9 @@ __device__ __forceinline__ void merge_splits(const float2* ml, const float* o, i
 // dim i % head_dim. Plain loads: for kernels after the launch.
 __device__ __forceinline__ void merged_row8(const float* o, const float2* ml, int splits, int64_t head_dim,
                                             int64_t n_heads, int64_t r, int64_t i, float4 (&v)[2]) {
-  const int64_t vec = r * n_heads + i / head_dim, d = i % head_dim;
+  // 32-bit division (i < n_heads * head_dim): the 64-bit one is a called subroutine.
+  const int hd = static_cast<int>(head_dim), ii = static_cast<int>(i);
+  const int64_t vec = r * n_heads + ii / hd, d = ii % hd;
   merge_splits<false>(ml + vec * splits, o + vec * splits * head_dim + d, splits, head_dim, v);
 }
 
