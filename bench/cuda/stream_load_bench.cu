@@ -13,7 +13,8 @@
 //   stream       grid-stride over the buffer, 8 blocks of 256 per SM, 4 loads in flight per thread
 //   gemv RxU     each warp owns R consecutive rows of an n x k bf16 matrix and walks k, a lane
 //                taking 16 bytes of each row per step, U steps per batch of loads (the warp
-//                GEMV's access: gemv.cu, R = 4, U = 4); 4 warps per block
+//                GEMV's access: gemv.cu; the quantized GEMVs take R = 4, U = 4 or 2, the bf16
+//                ones R = 2, U = 8 since session 28); 4 warps per block
 // Each line: the median of 20 timed runs after 3 warm-ups, GB/s, and % of the cs flavour.
 #include <cuda_runtime.h>
 
@@ -58,6 +59,12 @@ __device__ __forceinline__ uint64_t evict_first_policy() {
   asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
   return policy;
 }
+
+// An n x k bf16 weight matrix of the decode step.
+struct Shape {
+  const char* name;
+  int64_t n, k;
+};
 
 __device__ __forceinline__ uint32_t mix(uint4 v) { return v.x ^ v.y ^ v.z ^ v.w; }
 
@@ -145,7 +152,6 @@ void patterns(const uint4* buf, uint32_t* sink, int sms, cudaStream_t s) {
   const int64_t quarter = (int64_t{512} << 20) / 16;
   int resident = 0;
   TESSERA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, gemv_like<kCs, 4, 4>, 128, 0));
-  struct Shape { const char* name; int64_t n, k; };
   const Shape shapes[] = {{"gate|up 28672x4096", 28672, 4096}, {"down 4096x14336", 4096, 14336},
                           {"qkv 6144x4096", 6144, 4096}, {"head/4 32064x4096", 32064, 4096}};
   std::printf("\npatterns (cs loads, graphs of 4 launches), GB/s: resident gemv blocks per SM %d\n", resident);
@@ -195,7 +201,6 @@ int main() {
   row("stream 2 GiB", total, [&](auto f) { return time_stream<decltype(f)::value>(buf, total / 16, sink, sms, s); });
   // The decode GEMVs' bf16 shapes (Llama-3-8B; a quarter of the head's rows, to fit a quarter
   // of the buffer).
-  struct Shape { const char* name; int64_t n, k; };
   const Shape shapes[] = {{"gemv 4x4 gate|up 28672x4096", 28672, 4096},
                           {"gemv 4x4 down 4096x14336", 4096, 14336},
                           {"gemv 4x4 head/4 32064x4096", 32064, 4096}};

@@ -66,19 +66,17 @@ __device__ __forceinline__ void merge_splits(const float2* ml, const float* o, i
         }
       }
   };
-  // Up to kBatch splits (every batch-1 decode launch): straight-line code, no loop. The merge
-  // kernel runs it once per launch right after its PDL wait; with the loops it took 1.6 us from
-  // its first load to its end, 1.2 like this (H200, gpu_runs/s29_attention_q_loads_merge_ab.txt;
-  // bf16 batch 1 3.99 / 4.00 -> 3.97 / 3.96 ms). The same operations in the same order: the bits
-  // of every consumer stay those of attention's own merge.
-  if (splits <= kBatch) {
-    add_batch(0);
-  } else {
-    for (int s = kBatch; s < splits; ++s) mx = fmaxf(mx, load_partial<kL2>(ml + s).x);
-    for (int s0 = 0; s0 < splits; s0 += kBatch) {
-      if (s0 > 0) load_batch(s0);
-      add_batch(s0);
-    }
+  // The first batch's weighted sums come straight after its loads: no loop around them, so up
+  // to kBatch splits (every batch-1 decode launch) run straight-line code. The merge kernel runs
+  // it once per launch right after its PDL wait; with the loop it took 1.6 us from its first
+  // load to its end, 1.2 like this (H200, gpu_runs/s29_attention_q_loads_merge_ab.txt; bf16
+  // batch 1 3.99 / 4.00 -> 3.97 / 3.96 ms). The same operations in the same order: the bits of
+  // every consumer stay those of attention's own merge.
+  for (int s = kBatch; s < splits; ++s) mx = fmaxf(mx, load_partial<kL2>(ml + s).x);
+  add_batch(0);
+  for (int s0 = kBatch; s0 < splits; s0 += kBatch) {
+    load_batch(s0);
+    add_batch(s0);
   }
   const float inv = 1.f / l;
 #pragma unroll
