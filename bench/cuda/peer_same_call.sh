@@ -33,7 +33,7 @@ if ! $L/llama-bench --help > /dev/null 2>&1; then
   exit 1
 fi
 mkdir -p /tmp/gguf-py && tar xzf build-carry-peer/gguf-py.tar.gz -C /tmp/gguf-py
-M=build-carry-peer/tok_donor.gguf
+M=${TOK_DONOR:-build-carry-peer/tok_donor.gguf}  # or any GGUF with a tokenizer (e.g. /tmp/m/model.gguf)
 TYPES=${TYPES:-bf16 q8_0 q4_0}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader >> "$log"
 
