@@ -11,8 +11,9 @@
 #       2 s | S of llama-batched-bench).
 # Inputs: build-carry-peer (bench/cuda/peer_pack.sh: llama.tar.xz = llama-bench +
 # llama-batched-bench built for sm_90a; gguf-py.tar.gz = llama.cpp's gguf package, for the peer's
-# GGUFs; tok_donor.gguf = a GGUF whose tokenizer serves the dummy model), and tessera:
-# $TESSERA_BIN, default /tmp/bin/tessera (which `bench/cuda/gpu_run.sh a` unpacked in a call before).
+# GGUFs; tok_donor.gguf = a GGUF whose tokenizer serves the dummy model, or $TOK_DONOR: any GGUF
+# with a tokenizer already on the machine), and tessera: $TESSERA_BIN, default /tmp/bin/tessera
+# (which `bench/cuda/gpu_run.sh a` unpacked in a call before).
 set -u
 out=${OUT:-peer_out}; mkdir -p "$out" /tmp/bin /tmp/peer
 here=$(cd "$(dirname "$0")" && pwd)
@@ -33,7 +34,7 @@ if ! $L/llama-bench --help > /dev/null 2>&1; then
   exit 1
 fi
 mkdir -p /tmp/gguf-py && tar xzf build-carry-peer/gguf-py.tar.gz -C /tmp/gguf-py
-M=${TOK_DONOR:-build-carry-peer/tok_donor.gguf}  # or any GGUF with a tokenizer (e.g. /tmp/m/model.gguf)
+M=${TOK_DONOR:-build-carry-peer/tok_donor.gguf}
 TYPES=${TYPES:-bf16 q8_0 q4_0}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader >> "$log"
 
