@@ -51,6 +51,14 @@ std::vector<float> random_rows(int64_t m, int64_t k, uint32_t seed) {
   return x;
 }
 
+// Random GGUF blocks of type t for an n x k weight (test::random_quant_blocks), repacked (gemv.h).
+std::vector<uint8_t> random_packed(DType t, int64_t n, int64_t k, uint32_t seed) {
+  const auto blocks = test::random_quant_blocks(t, n, k, seed);
+  std::vector<uint8_t> packed(cuda::gemv_quant_layout(t, n, k).bytes);
+  cuda::repack_quant(t, blocks.data(), n, k, packed.data());
+  return packed;
+}
+
 // The CPU's activation rows for wtype: q bytes and per-32 meta as the GPU lays them out.
 struct CpuRows {
   std::vector<int8_t> q;
@@ -370,10 +378,7 @@ TEST(MmqMatmul, QkvRopeEpilogueRotatesTheGemvSums) {
     const int64_t n_heads = 8, n_kv = 2, hd = 64, n_rot = 48, qr = n_heads * hd, kvr = n_kv * hd;
     const int64_t n = qr + 2 * kvr, k = 16384 + 256, crow = 3, rows_total = 6;  // long rows: every k split's paths
     const int32_t pos = 4099;
-    const auto blocks = test::random_quant_blocks(t, n, k, 21);
-    std::vector<uint8_t> packed(cuda::gemv_quant_layout(t, n, k).bytes);
-    cuda::repack_quant(t, blocks.data(), n, k, packed.data());
-    test::DevBuf<uint8_t> dw(packed);
+    test::DevBuf<uint8_t> dw(random_packed(t, n, k, 21));
     test::DevBuf<float> dx(random_rows(1, k, 23)), y(n), q(qr);
     test::DevBuf<int8_t> qx(k);
     test::DevBuf<cuda::MmqActMeta> meta(k / 32);
@@ -418,6 +423,144 @@ TEST(MmqMatmul, QkvRopeEpilogueRotatesTheGemvSums) {
   }
 }
 
+// mmq_gemv_residual_norm (the o / down GEMV forming the next RMSNorm's input): the new x equals
+// x0 + the plain GEMV's sums (the same k split, so bit for bit); its quantized x * w equals the
+// activation quantizer's on the host-formed x * w (legacy rule), bit for bit; its raw scales are
+// amax / 127 (whose f16 rounding is the quantizer's scale) and the integer sums of the quants;
+// the block sums of squares equal the host's double sums. Every producer type; a k split of 4
+// runs as 2; outputs poisoned first. Shapes: 4096 rows (128 blocks) of two row lengths, 96 rows.
+TEST(MmqMatmul, ResidualNormEpilogueEqualsTheGemvAndTheQuantizer) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  for (DType t : test::kQuantTypes)
+    for (auto [n, k] : {std::pair<int64_t, int64_t>{4096, 4096}, {4096, 14336}, {96, 512}}) {
+      test::DevBuf<uint8_t> dw(random_packed(t, n, k, 31));
+      test::DevBuf<float> a(random_rows(1, k, 32)), y(n), norm_w(random_rows(1, n, 33));
+      test::DevBuf<int8_t> qa(k), qx(n), qx_ref(n);
+      test::DevBuf<cuda::MmqActMeta> ma(k / 32), meta(n / 32), meta_ref(n / 32);
+      test::DevBuf<double> ss(n / 32);
+      cuda::mmq_quantize_rows(t, a.get(), k, 1, k, qa.get(), ma.get(), nullptr);
+      std::vector<float> x0 = random_rows(1, n, 34);
+      for (float& v : x0) v *= 4.f;
+      const std::vector<float> wn = norm_w.download();
+      for (int ks : {1, 2, 4}) {
+        const std::string what = std::string(dtype_name(t)) + " " + std::to_string(n) + " x " + std::to_string(k) +
+                                 " k split " + std::to_string(ks);
+        cuda::mmq_gemv(t, dw.get(), n, k, qa.get(), ma.get(), 1, y.get(), n, false, nullptr, ks == 4 ? 2 : ks);
+        const std::vector<float> sums = y.download();
+        test::DevBuf<float> x(x0);
+        qx.poison();
+        meta.poison();
+        ss.poison();
+        const cuda::MmqResidualNorm out{x.get(), norm_w.get(), qx.get(), meta.get(), ss.get()};
+        cuda::mmq_gemv_residual_norm(t, dw.get(), n, k, qa.get(), ma.get(), out, nullptr, ks);
+        test::check_launch();
+        std::vector<float> want(n), p(n);
+        for (int64_t i = 0; i < n; ++i) want[i] = x0[i] + sums[i];
+        for (int64_t i = 0; i < n; ++i) p[i] = want[i] * wn[i];
+        const std::vector<float> got = x.download();
+        ASSERT_EQ(0, std::memcmp(got.data(), want.data(), n * 4)) << what;
+        test::DevBuf<float> dp(p);
+        cuda::mmq_quantize_rows(DType::kQ8_0, dp.get(), n, 1, n, qx_ref.get(), meta_ref.get(), nullptr);
+        const auto q1 = qx.download(), q2 = qx_ref.download();
+        EXPECT_EQ(0, std::memcmp(q1.data(), q2.data(), n)) << what;
+        const auto m1 = meta.download(), m2 = meta_ref.download();
+        for (int64_t b = 0; b < n / 32; ++b) {
+          float amax = 0.f;
+          int sum = 0;
+          for (int64_t i = 32 * b; i < 32 * b + 32; ++i) amax = std::max(amax, std::fabs(p[i])), sum += q2[i];
+          ASSERT_EQ(m1[b].d, amax / 127.0f) << what << " block " << b;
+          ASSERT_EQ(m1[b].s, static_cast<float>(sum)) << what << " block " << b;
+          ASSERT_EQ(f16_to_f32(f32_to_f16(m1[b].d)), m2[b].d) << what << " block " << b;  // the quantizer's f16 scale
+        }
+        const auto got_ss = ss.download();
+        for (int64_t b = 0; b < n / 32; ++b) {
+          double w = 0;
+          for (int64_t i = 32 * b; i < 32 * b + 32; ++i) w += static_cast<double>(want[i] * want[i]);
+          ASSERT_NEAR(got_ss[b], w, 1e-12 * w) << what << " block " << b;
+        }
+      }
+    }
+}
+
+// A consumer given MmqRowNorm: the row's inv = 1 / sqrt(mean + eps) from the block sums (exact
+// in double here, so host and device agree bit for bit); its products equal the plain GEMV's on
+// the f16 scales the quantizer would store for the row scaled by inv: f16(d inv),
+// f16(d inv sum), from raw {d, sum}. mmq_gemv (plain and accumulating, every k split) and
+// mmq_gemv_qkv_rope. Legacy activation blocks only: K weights and bad norms throw.
+TEST(MmqMatmul, RowNormScalesTheProductsByTheRowsInverseRms) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  const int64_t k = 4096, nb = k / 32;
+  std::mt19937 rng(41);
+  std::uniform_int_distribution<int> u(32, 3840);
+  std::vector<double> ss(nb);
+  double total = 0;
+  for (double& v : ss) total += (v = u(rng) / 64.0);  // multiples of 1/64: every order sums exactly
+  test::DevBuf<double> dss(ss);
+  const float eps = 1e-5f;
+  const float inv = 1.0f / std::sqrt(static_cast<float>(total / static_cast<double>(k)) + eps);
+  const cuda::MmqRowNorm norm{dss.get(), k, eps};
+  for (DType t : test::kQuantTypes) {
+    if (cuda::mmq_act_block(t) != 32) continue;  // K weights: rejected below
+    const std::string what(dtype_name(t));
+    const int64_t n_heads = 8, n_kv = 2, hd = 64, qr = n_heads * hd, kvr = n_kv * hd, n = qr + 2 * kvr;
+    test::DevBuf<uint8_t> dw(random_packed(t, n, k, 42));
+    test::DevBuf<float> a(random_rows(1, k, 43)), y(n), yn(n);
+    test::DevBuf<int8_t> qa(k);
+    test::DevBuf<cuda::MmqActMeta> ma(k / 32);
+    cuda::mmq_quantize_rows(t, a.get(), k, 1, k, qa.get(), ma.get(), nullptr);
+    // raw metas {d, sum} and the f16 metas of the row scaled by inv
+    const auto qh = qa.download();
+    std::vector<cuda::MmqActMeta> raw(nb), scaled(nb);
+    for (int64_t b = 0; b < nb; ++b) {
+      int sum = 0;
+      for (int64_t i = 32 * b; i < 32 * b + 32; ++i) sum += qh[i];
+      raw[b] = {0.01f + 0.001f * static_cast<float>(b % 7), static_cast<float>(sum)};
+      const float d = raw[b].d * inv;
+      scaled[b] = {f16_to_f32(f32_to_f16(d)), f16_to_f32(f32_to_f16(d * static_cast<float>(sum)))};
+    }
+    test::DevBuf<cuda::MmqActMeta> draw(raw), dscaled(scaled);
+    for (int ks : {0, 1, 2, 4}) {
+      const std::string at = what + " ks " + std::to_string(ks);
+      cuda::mmq_gemv(t, dw.get(), n, k, qa.get(), dscaled.get(), 1, y.get(), n, false, nullptr, ks);
+      yn.poison();
+      cuda::mmq_gemv(t, dw.get(), n, k, qa.get(), draw.get(), 1, yn.get(), n, false, nullptr, ks, &norm);
+      test::check_launch();
+      const auto plain = y.download(), got = yn.download();
+      ASSERT_EQ(0, std::memcmp(got.data(), plain.data(), n * 4)) << at;
+      cuda::mmq_gemv(t, dw.get(), n, k, qa.get(), draw.get(), 1, yn.get(), n, true, nullptr, ks, &norm);
+      const auto twice = yn.download();
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(twice[i], got[i] + got[i]) << at << " accumulate " << i;
+    }
+    const auto freq = cuda::rope_inv_freq(hd, 10000.f, 1.f, nullptr);
+    test::DevBuf<double> dfreq(freq);
+    test::DevBuf<int32_t> dpos(std::vector<int32_t>{77});
+    test::DevBuf<int64_t> drow(std::vector<int64_t>{0});
+    test::DevBuf<__half> kc(kvr), vc(kvr), kc2(kvr), vc2(kvr);
+    test::DevBuf<float> q(qr), q2(qr);
+    cuda::mmq_gemv_qkv_rope(t, dw.get(), k, qa.get(), dscaled.get(), q.get(),
+                            {qr, kvr, hd, hd, dfreq.get(), dpos.get(), drow.get(), kc.get(), vc.get()}, nullptr);
+    cuda::mmq_gemv_qkv_rope(t, dw.get(), k, qa.get(), draw.get(), q2.get(),
+                            {qr, kvr, hd, hd, dfreq.get(), dpos.get(), drow.get(), kc2.get(), vc2.get()}, nullptr, 0,
+                            &norm);
+    const auto q1h = q.download(), q2h = q2.download();
+    EXPECT_EQ(0, std::memcmp(q1h.data(), q2h.data(), qr * 4)) << what;
+    const auto k1 = kc.download(), k2 = kc2.download(), v1 = vc.download(), v2 = vc2.download();
+    EXPECT_EQ(0, std::memcmp(k1.data(), k2.data(), kvr * 2)) << what;
+    EXPECT_EQ(0, std::memcmp(v1.data(), v2.data(), kvr * 2)) << what;
+  }
+  const cuda::MmqRowNorm wrong_d{dss.get(), k / 2, eps}, no_sums{nullptr, k, eps};
+  EXPECT_THROW(cuda::mmq_gemv(DType::kQ4_0, nullptr, 4, k, nullptr, nullptr, 1, nullptr, 4, false, nullptr, 0, &wrong_d),
+               Error);
+  EXPECT_THROW(cuda::mmq_gemv(DType::kQ4_0, nullptr, 4, k, nullptr, nullptr, 1, nullptr, 4, false, nullptr, 0, &no_sums),
+               Error);
+  EXPECT_THROW(cuda::mmq_gemv(DType::kQ4_0, nullptr, 4, k, nullptr, nullptr, 2, nullptr, 4, false, nullptr, 0, &norm),
+               Error);
+  EXPECT_THROW(cuda::mmq_gemv(DType::kQ4_K, nullptr, 4, k, nullptr, nullptr, 1, nullptr, 4, false, nullptr, 0, &norm),
+               Error);
+  const cuda::MmqResidualNorm out{nullptr, nullptr, nullptr, nullptr, nullptr};
+  EXPECT_THROW(cuda::mmq_gemv_residual_norm(DType::kQ4_0, nullptr, 48, 64, nullptr, nullptr, out, nullptr), Error);
+}
+
 // Under programmatic dependent launch a GEMV starts while the kernel producing its activations
 // still runs, and may read them only after pdl_wait(). A chain of (quantize x_i into the one
 // shared buffer, GEMV -> y_i) on a non-blocking stream, x_i different each time, must give every
@@ -430,10 +573,7 @@ TEST(MmqMatmul, GemvAfterItsProducerUnderPdlReadsTheNewRows) {
   for (DType t : {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K})
     for (int64_t m : {1, 4}) {
       const int64_t n = 4096, k = 4096;
-      const auto blocks = test::random_quant_blocks(t, n, k, 77);
-      std::vector<uint8_t> packed(cuda::gemv_quant_layout(t, n, k).bytes);
-      cuda::repack_quant(t, blocks.data(), n, k, packed.data());
-      test::DevBuf<uint8_t> dw(packed);
+      test::DevBuf<uint8_t> dw(random_packed(t, n, k, 77));
       test::DevBuf<float> x(random_rows(chain * m, k, 78)), norm_w(random_rows(1, k, 79));
       test::DevBuf<int8_t> qx(m * k);
       test::DevBuf<cuda::MmqActMeta> meta(m * k / 32);

@@ -77,18 +77,53 @@ void mmq_matmul(DType wtype, const void* packed, int64_t n, int64_t k, const int
                 const MmqActMeta* meta, int64_t m, float* y, int64_t ldy, bool accumulate,
                 cudaStream_t stream);
 
+// One row's RMSNorm split between two one-row GEMVs (batch-1 decode; the consumer's weights with
+// 32-element activation blocks), so no kernel forms the normed row between them. The producer,
+// mmq_gemv_residual_norm, adds its products to the residual x and quantizes x * w (w: the next
+// RMSNorm's weights) by the legacy rule without the norm's 1 / rms, which scales every element
+// alike: the same quants. Its meta per block is raw: {amax / 127 unrounded, the integer sum of
+// the quants}. It also writes each block's sum of squares of the new x (f32 squares summed in
+// double). The consumer (mmq_gemv or mmq_gemv_qkv_rope given an MmqRowNorm) computes inv =
+// 1 / sqrt(mean + eps) from those sums as RMSNorm does, and as it loads a block rounds d * inv
+// and d * inv * sum to f16: block_q8_1's scales of the normed row. Against quantizing the normed
+// row (mmq_rms_norm_quantize_rows): amax / 127 * inv and x * w (one rounding instead of two,
+// (x * inv) * w) may differ in the last f32 bit, so a scale or quant may move where it sits on
+// a rounding edge; rare (Llama-shaped test models: the same logits bit for bit for Q4_0, Q4_1,
+// Q5_0; nMSE 6e-6 for Q8_0).
+struct MmqRowNorm {
+  const double* block_ss = nullptr;  // d / 32 sums of squares; null: no norm
+  int64_t d = 0;                     // the row's elements (the GEMV's k)
+  float eps = 0.f;
+};
+struct MmqResidualNorm {
+  float* x;             // [n] residual, added to
+  const float* w;       // [n] the next RMSNorm's weights
+  int8_t* qx;           // [n] x * w quantized per 32 elements (legacy rule), and
+  MmqActMeta* meta;     // [n / 32] raw: {amax / 127, float(sum of the block's quants)}
+  double* block_ss;     // [n / 32] sums of squares of x
+};
+
 // One activation row (m = 1) through the GEMV with RoPE and the KV-cache write in its epilogue
 // (QkvRope, gemv.h: interleaved pairs; rows q | k | v): q (f32, q_rows) rotated, k rotated and v
-// written as f16 to cache row *rope.cache_row. The products are mmq_gemv's.
+// written as f16 to cache row *rope.cache_row. The products are mmq_gemv's (norm: as for
+// mmq_gemv).
 void mmq_gemv_qkv_rope(DType wtype, const void* packed, int64_t k, const int8_t* qx,
                        const MmqActMeta* meta, float* q, const QkvRope& rope, cudaStream_t stream,
-                       int k_split = 0);
+                       int k_split = 0, const MmqRowNorm* norm = nullptr);
+// One activation row: x[j] += sum_k qx[k] W[j][k] for j < n (n: a multiple of 32), then out's
+// quantized x * w and block sums (MmqRowNorm above). Blocks of 32 rows (a k split of 4 runs as 2).
+void mmq_gemv_residual_norm(DType wtype, const void* packed, int64_t n, int64_t k, const int8_t* qx,
+                            const MmqActMeta* meta, const MmqResidualNorm& out, cudaStream_t stream,
+                            int k_split = 0);
+// Its calls so far in this process (tests check that a path took it).
+uint64_t mmq_gemv_residual_norm_calls();
 
 // The two kernels, forced (tests, benchmarks). gemv: m <= kMmqGemvMaxRows; mma: any m. The
 // GEMVs' k_split (1, 2 or 4 warps per row group; 0: chosen by shape) is for tests and benchmarks.
+// gemv's norm: m = 1, weights with 32-element activation blocks, meta raw (MmqRowNorm above).
 void mmq_gemv(DType wtype, const void* packed, int64_t n, int64_t k, const int8_t* qx,
               const MmqActMeta* meta, int64_t m, float* y, int64_t ldy, bool accumulate,
-              cudaStream_t stream, int k_split = 0);
+              cudaStream_t stream, int k_split = 0, const MmqRowNorm* norm = nullptr);
 void mmq_mma(DType wtype, const void* packed, int64_t n, int64_t k, const int8_t* qx,
              const MmqActMeta* meta, int64_t m, float* y, int64_t ldy, bool accumulate,
              cudaStream_t stream);

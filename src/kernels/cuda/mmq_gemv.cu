@@ -3,6 +3,7 @@
 // lanes stride over 32-element blocks, and every weight block loaded feeds all M activation rows,
 // so the weights are read once per call. Launched with PDL (launch.h): the first weight loads are
 // issued before waiting for the kernel that produced the activations.
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -13,6 +14,7 @@
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/mmq_common.cuh"
 #include "kernels/cuda/mmq_gemv_formats.cuh"
+#include "kernels/cuda/mmq_quant.cuh"
 #include "kernels/cuda/qkv_rope_epi.cuh"
 #include "kernels/cuda/warp.cuh"
 
@@ -25,6 +27,7 @@ constexpr int kWarps = 4, kThreads = kWarps * 32, kR = kGemvRows, kU = kGemvUnro
 // Epilogues, called by every lane of a group's first warp with the sums v[r][t] of group g's
 // rows (g kR + r for consecutive rows), activation row t.
 struct StoreRows {  // y[t][g kR + r] (+)= v[r][t]
+  static constexpr int kBlockRows = 0;  // a group epilogue (kBlockEpi below)
   float* y;
   int64_t ldy;
   bool accumulate;
@@ -42,6 +45,7 @@ struct StoreRows {  // y[t][g kR + r] (+)= v[r][t]
   }
 };
 struct QkvRopeRow {  // one activation row: q|k|v with RoPE and the KV-cache write (gemv.h)
+  static constexpr int kBlockRows = 0;
   QkvRopeEpi<float> epi;
   __device__ void operator()(int64_t g, const float (&v)[kR][1], int64_t n, int lane) const {
     float s[kR];
@@ -51,11 +55,54 @@ struct QkvRopeRow {  // one activation row: q|k|v with RoPE and the KV-cache wri
   }
 };
 
-// A block of kWarps warps holds kWarps / KS row groups of kR rows. KS warps share a group, each
-// taking every KS-th run of 32 blocks along k (KS = 1: a warp per group): splitting k
-// multiplies the warps, and so the loads in flight, of projections with few and long rows
-// (m = 1: 4096 x 14336 has 1024 row groups for 132 SMs). The KS partial sums meet in shared
-// memory, added in warp order (deterministic), and the group's first warp runs the epilogue.
+// A block epilogue (kBlockRows): the group sums of a block's kBlockRows rows meet in shared
+// memory and its first warp finishes them, a lane per row. ResidualNormRows (one activation row,
+// mmq.h's MmqResidualNorm): x[i] += y[i], then the 32-element block of x * w quantized by the
+// legacy rule (quantize_row_span) without RMSNorm's 1 / rms, and the block's sum of squares of
+// x (f32 squares summed in double, as RmsSrc) for the consumer's MmqRowNorm.
+struct ResidualNormRows {
+  static constexpr int kBlockRows = 32;
+  MmqResidualNorm o;
+  // Lane `lane` of the block's first warp, right after the PDL wait: its row's x and w.
+  __device__ void preload(int64_t blk, int lane, float& px, float& pw) const {
+    px = o.x[blk * kBlockRows + lane];
+    pw = o.w[blk * kBlockRows + lane];
+  }
+  __device__ void block(int64_t blk, const float* sums, int lane, float px, float pw) const {
+    const int64_t i = blk * kBlockRows + lane;
+    const float xn = __fadd_rn(px, sums[lane]);
+    o.x[i] = xn;
+    const double ss = warp_sum(static_cast<double>(__fmul_rn(xn, xn)));
+    const float p = __fmul_rn(xn, pw), amax = warp_max(fabsf(p));
+    const float d = __fdiv_rn(amax, 127.0f), id = amax != 0.f ? __fdiv_rn(127.0f, amax) : 0.f;
+    const int q = max(-127, min(127, __float2int_rn(__fmul_rn(p, id))));
+    const int sum = warp_sum(q);
+    o.qx[i] = static_cast<int8_t>(q);
+    if (lane == 0) {
+      o.meta[blk] = MmqActMeta{d, static_cast<float>(sum)};  // raw: the consumer scales, then rounds
+      o.block_ss[blk] = ss;
+    }
+  }
+};
+template <class Epi>
+constexpr bool kBlockEpi = Epi::kBlockRows > 0;
+
+// 1 / rms of one row (MmqRowNorm), in every lane of a warp: its block sums added lane-strided,
+// then across the warp (the same order in every warp), the mean rounded to f32, inv = 1 /
+// sqrt(mean + eps) as RmsSrc computes it.
+__device__ __forceinline__ float row_norm_inv(const MmqRowNorm& nm, int lane) {
+  double part = 0;
+  for (int64_t b = lane; b < nm.d / 32; b += 32) part += nm.block_ss[b];
+  const float mean = static_cast<float>(warp_sum(part) / static_cast<double>(nm.d));
+  return 1.0f / sqrtf(mean + nm.eps);
+}
+
+// A block of W warps (kWarps; 8 KS for a block epilogue's 32 rows) holds W / KS row groups of
+// kR rows. KS warps share a group, each taking every KS-th run of 32 blocks along k (KS = 1: a
+// warp per group): splitting k multiplies the warps, and so the loads in flight, of projections
+// with few and long rows (m = 1: 4096 x 14336 has 1024 row groups for 132 SMs). The KS partial
+// sums meet in shared memory, added in warp order (deterministic), and the group's first warp
+// runs the epilogue (or hands its sums to the block epilogue).
 // The first kU weight blocks of each row are loaded before pdl_wait() (weights never change),
 // in a first step apart from the loop so that their registers are free after it (as one loop,
 // Q4_0 took 152 instead of 94 registers).
@@ -65,24 +112,38 @@ struct QkvRopeRow {  // one activation row: q|k|v with RoPE and the KV-cache wri
 // compiler's choice.
 template <class F>
 constexpr bool five_bit = std::is_same_v<F, Q5_KG> || std::is_same_v<F, Q5_0G> || std::is_same_v<F, Q5_1G>;
-template <class F, int M>
-constexpr int kMinBlocks = five_bit<F> && M == 1 ? 4 : 1;
+// A row norm (kNorm: 1 / rms held through the loop) took Q8_0 from 128 to up to 144 registers (3
+// blocks per SM instead of 4): capped at 128 like the plain kernel's, without spills.
+template <class F, int M, int W, bool kNorm>
+constexpr int kMinBlocks = (five_bit<F> || kNorm) && M == 1 && W == kWarps ? 4 : 1;
 
-template <class F, int M, int KS, class Epi>
-__global__ void __launch_bounds__(kThreads, (kMinBlocks<F, M>))
-mmq_gemv_kernel(MmqMat w, const int8_t* qx, const MmqActMeta* meta, Epi epi) {
-  static_assert(kWarps % KS == 0, "whole row groups per block");
+// kNorm: the activation row is an RMSNorm's without its 1 / rms (MmqRowNorm): each block's f16
+// scale (and d * sum) is formed from its raw scale times 1 / rms as the block is loaded.
+template <class F, int M, int KS, class Epi, int W = kWarps, bool kNorm = false>
+__global__ void __launch_bounds__(W * 32, (kMinBlocks<F, M, W, kNorm>))
+mmq_gemv_kernel(MmqMat w, const int8_t* qx, const MmqActMeta* meta, Epi epi, MmqRowNorm norm) {
+  static_assert(W % KS == 0, "whole row groups per block");
+  static_assert(!kBlockEpi<Epi> || (M == 1 && W / KS * kR == Epi::kBlockRows), "a block epilogue's rows");
+  static_assert(!kNorm || M == 1, "a row norm is one row's");
   pdl_trigger();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t g = static_cast<int64_t>(blockIdx.x) * (kWarps / KS) + warp / KS;
+  const int64_t g = static_cast<int64_t>(blockIdx.x) * (W / KS) + warp / KS;
   if (g * kR >= w.n) {  // no rows for this group (all its warps): still order after the predecessor
-    pdl_wait();
+    pdl_wait();  // (never with a block epilogue: the host asks for whole blocks of rows)
     return;
   }
   int64_t rows[kR];
 #pragma unroll
   for (int r = 0; r < kR; ++r) rows[r] = g * kR + r < w.n ? g * kR + r : g * kR;  // past n: alias, never stored
   const int64_t nb = w.k / 32, step = 32 * KS * kU;
+  // What comes from earlier kernels besides the activations, asked for right after the wait:
+  // the row's 1 / rms (kNorm), a block epilogue's first-warp inputs.
+  [[maybe_unused]] float pre_x = 0.f, pre_w = 0.f, inv = 1.f;
+  auto after_wait = [&] {
+    if constexpr (kNorm) inv = row_norm_inv(norm, lane);
+    if constexpr (kBlockEpi<Epi>)
+      if (warp == 0) epi.preload(blockIdx.x, lane, pre_x, pre_w);
+  };
   auto load = [&](int64_t c0, typename F::W (&wv)[kU][kR]) {
 #pragma unroll
     for (int u = 0; u < kU; ++u)
@@ -100,7 +161,12 @@ mmq_gemv_kernel(MmqMat w, const int8_t* qx, const MmqActMeta* meta, Epi epi) {
       if (c >= nb) break;
 #pragma unroll
       for (int t = 0; t < M; ++t) {
-        const XBlk x = load_xblk(qx + t * w.k, meta + t * nb, c);
+        XBlk x = load_xblk(qx + t * w.k, meta + t * nb, c);
+        if constexpr (kNorm) {  // the scale and d * sum as the quantizer rounds them (mmq_quant.cuh)
+          const float d = __fmul_rn(x.d, inv);
+          x.d = f16_round(d);
+          x.s = f16_round(__fmul_rn(d, x.s));
+        }
 #pragma unroll
         for (int r = 0; r < kR; ++r) acc[r][t] += F::dot(wv[u][r], x);
       }
@@ -111,10 +177,12 @@ mmq_gemv_kernel(MmqMat w, const int8_t* qx, const MmqActMeta* meta, Epi epi) {
     typename F::W wv[kU][kR];
     load(c0, wv);
     pdl_wait();  // the activations (and y) come from earlier kernels
+    after_wait();
     add(c0, wv);
     c0 += step;
   } else {
     pdl_wait();  // no block for this lane: still order after the predecessor
+    after_wait();
   }
   for (; c0 < nb; c0 += step) {
     typename F::W wv[kU][kR];
@@ -126,8 +194,9 @@ mmq_gemv_kernel(MmqMat w, const int8_t* qx, const MmqActMeta* meta, Epi epi) {
   for (int r = 0; r < kR; ++r)
 #pragma unroll
     for (int t = 0; t < M; ++t) v[r][t] = warp_sum(acc[r][t]);
+  bool first_of_group = true;
   if constexpr (KS > 1) {
-    __shared__ float part_sums[kWarps][kR][M];
+    __shared__ float part_sums[W][kR][M];
 #pragma unroll
     for (int r = 0; r < kR; ++r)
 #pragma unroll
@@ -135,18 +204,30 @@ mmq_gemv_kernel(MmqMat w, const int8_t* qx, const MmqActMeta* meta, Epi epi) {
         if (lane == r * M + t) part_sums[warp][r][t] = v[r][t];  // kR * M <= 32
     // The group's own barrier (id 1 + group; 0 is __syncthreads): groups past n returned.
     asm volatile("bar.sync %0, %1;" ::"r"(1 + warp / KS), "r"(KS * 32) : "memory");
-    if (warp % KS != 0) return;
+    first_of_group = warp % KS == 0;
+    if (first_of_group) {
 #pragma unroll
-    for (int r = 0; r < kR; ++r)
+      for (int r = 0; r < kR; ++r)
 #pragma unroll
-      for (int t = 0; t < M; ++t) {
-        float sum = 0.f;
+        for (int t = 0; t < M; ++t) {
+          float sum = 0.f;
 #pragma unroll
-        for (int p = 0; p < KS; ++p) sum += part_sums[warp + p][r][t];
-        v[r][t] = sum;
-      }
+          for (int p = 0; p < KS; ++p) sum += part_sums[warp + p][r][t];
+          v[r][t] = sum;
+        }
+    }
   }
-  epi(g, v, w.n, lane);
+  if constexpr (kBlockEpi<Epi>) {
+    __shared__ float block_sums[Epi::kBlockRows];
+    if (first_of_group)
+#pragma unroll
+      for (int r = 0; r < kR; ++r)
+        if (lane == r) block_sums[warp / KS * kR + r] = v[r][0];
+    __syncthreads();
+    if (warp == 0) epi.block(blockIdx.x, block_sums, lane, pre_x, pre_w);
+  } else {
+    if (first_of_group) epi(g, v, w.n, lane);
+  }
 }
 
 unsigned grid_for(const MmqMat& w, int ks) {
@@ -207,14 +288,19 @@ void with_k_split(const MmqMat& w, int64_t m, int k_split, bool at_least_2, Fn&&
 
 template <class F>
 void launch_m(const MmqMat& w, const int8_t* qx, const MmqActMeta* meta, int64_t m, float* y,
-              int64_t ldy, bool acc, int k_split, cudaStream_t s) {
+              int64_t ldy, bool acc, int k_split, const MmqRowNorm& norm, cudaStream_t s) {
   with_k_split(w, m, k_split, split_at_least_2<F>, [&](auto ks) {
     constexpr int KS = decltype(ks)::value;
+    if (norm.block_ss != nullptr) {  // one row (checked_norm)
+      launch_kernel(mmq_gemv_kernel<F, 1, KS, StoreRows, kWarps, true>, grid_for(w, KS), kThreads, 0, s, w, qx, meta,
+                    StoreRows{y, ldy, acc}, norm);
+      return;
+    }
     switch (m) {
 #define TESSERA_M(M)                                                                                     \
   case M:                                                                                                \
     launch_kernel(mmq_gemv_kernel<F, M, KS, StoreRows>, grid_for(w, KS), kThreads, 0, s, w, qx, meta, \
-                  StoreRows{y, ldy, acc});                                                               \
+                  StoreRows{y, ldy, acc}, norm);                                                         \
     return;
       TESSERA_M(1) TESSERA_M(2) TESSERA_M(3) TESSERA_M(4) TESSERA_M(5) TESSERA_M(6) TESSERA_M(7) TESSERA_M(8)
 #undef TESSERA_M
@@ -247,34 +333,73 @@ void with_format(DType t, Fn&& f) {
   }
 }
 
+std::atomic<uint64_t> g_residual_norm_calls{0};
+
+// A consumer's MmqRowNorm: one row of legacy activation blocks (the producer's rule), its
+// blocks' sums of squares and d = k.
+MmqRowNorm checked_norm(DType t, const MmqRowNorm* norm, int64_t m, int64_t k) {
+  if (norm == nullptr) return MmqRowNorm{};
+  TESSERA_CHECK_ARG(m == 1 && norm->block_ss != nullptr && norm->d == k && mmq_act_block(t) == 32,
+                    "mmq_gemv: a row norm needs one row of 32-element activation blocks, d = k and its block sums");
+  return *norm;
+}
+
 }  // namespace
 
 void mmq_gemv_qkv_rope(DType t, const void* packed, int64_t k, const int8_t* qx,
                        const MmqActMeta* meta, float* q, const QkvRope& r, cudaStream_t s,
-                       int k_split) {
+                       int k_split, const MmqRowNorm* norm) {
   TESSERA_CHECK_ARG(mmq_supported(t), "mmq_gemv_qkv_rope: weight type " + std::string(dtype_name(t)) + " unsupported");
   check_rope(r);
+  const MmqRowNorm nm = checked_norm(t, norm, 1, k);
   const int64_t n = r.q_rows + 2 * r.kv_rows;
   const MmqMat w{static_cast<const uint8_t*>(packed), gemv_quant_layout(t, n, k), n, k};
   with_format(t, [&](auto fmt) {
     with_k_split(w, 1, k_split, split_at_least_2<decltype(fmt)>, [&](auto ks) {
       constexpr int KS = decltype(ks)::value;
-      launch_kernel(mmq_gemv_kernel<decltype(fmt), 1, KS, QkvRopeRow>, grid_for(w, KS), kThreads, 0, s,
-                    w, qx, meta, QkvRopeRow{QkvRopeEpi<float>{q, r}});
+      const QkvRopeRow epi{QkvRopeEpi<float>{q, r}};
+      if (nm.block_ss != nullptr)
+        launch_kernel(mmq_gemv_kernel<decltype(fmt), 1, KS, QkvRopeRow, kWarps, true>, grid_for(w, KS), kThreads, 0, s,
+                      w, qx, meta, epi, nm);
+      else
+        launch_kernel(mmq_gemv_kernel<decltype(fmt), 1, KS, QkvRopeRow>, grid_for(w, KS), kThreads, 0, s, w, qx,
+                      meta, epi, nm);
     });
   });
 }
 
 void mmq_gemv(DType t, const void* packed, int64_t n, int64_t k, const int8_t* qx,
               const MmqActMeta* meta, int64_t m, float* y, int64_t ldy, bool accumulate,
-              cudaStream_t s, int k_split) {
+              cudaStream_t s, int k_split, const MmqRowNorm* norm) {
   TESSERA_CHECK_ARG(mmq_supported(t), "mmq_gemv: weight type " + std::string(dtype_name(t)) + " unsupported");
   TESSERA_CHECK_ARG(m >= 0 && m <= kMmqGemvMaxRows, "mmq_gemv: 0..8 rows");
   TESSERA_CHECK_ARG(ldy >= n, "mmq_gemv: ldy < n");
   TESSERA_CHECK_ARG(reinterpret_cast<uintptr_t>(qx) % 16 == 0, "mmq_gemv: qx must be 16-byte aligned");
   if (m == 0 || n == 0) return;
+  const MmqRowNorm nm = checked_norm(t, norm, m, k);
   const MmqMat w{static_cast<const uint8_t*>(packed), gemv_quant_layout(t, n, k), n, k};
-  with_format(t, [&](auto fmt) { launch_m<decltype(fmt)>(w, qx, meta, m, y, ldy, accumulate, k_split, s); });
+  with_format(t, [&](auto fmt) { launch_m<decltype(fmt)>(w, qx, meta, m, y, ldy, accumulate, k_split, nm, s); });
 }
+
+void mmq_gemv_residual_norm(DType t, const void* packed, int64_t n, int64_t k, const int8_t* qx,
+                            const MmqActMeta* meta, const MmqResidualNorm& out, cudaStream_t s, int k_split) {
+  TESSERA_CHECK_ARG(mmq_supported(t), "mmq_gemv_residual_norm: weight type " + std::string(dtype_name(t)) + " unsupported");
+  TESSERA_CHECK_ARG(n > 0 && n % ResidualNormRows::kBlockRows == 0, "mmq_gemv_residual_norm: n must be a multiple of 32");
+  TESSERA_CHECK_ARG(reinterpret_cast<uintptr_t>(qx) % 16 == 0, "mmq_gemv_residual_norm: qx must be 16-byte aligned");
+  TESSERA_CHECK_ARG(out.x && out.w && out.qx && out.meta && out.block_ss, "mmq_gemv_residual_norm: null output");
+  const MmqMat w{static_cast<const uint8_t*>(packed), gemv_quant_layout(t, n, k), n, k};
+  g_residual_norm_calls.fetch_add(1, std::memory_order_relaxed);
+  with_format(t, [&](auto fmt) {
+    with_k_split(w, 1, k_split, split_at_least_2<decltype(fmt)>, [&](auto ks) {
+      // 8 row groups per block; a k split of 4 (32 warps) would cap registers at 64: 2 instead.
+      constexpr int KS = decltype(ks)::value == 4 ? 2 : decltype(ks)::value, W = 8 * KS;
+      launch_kernel(mmq_gemv_kernel<decltype(fmt), 1, KS, ResidualNormRows, W>,
+                    static_cast<unsigned>(n / ResidualNormRows::kBlockRows), W * 32, 0, s, w, qx, meta,
+                    ResidualNormRows{out}, MmqRowNorm{});
+    });
+  });
+}
+
+uint64_t mmq_gemv_residual_norm_calls() { return g_residual_norm_calls.load(std::memory_order_relaxed); }
 
 }  // namespace tessera::cuda

@@ -241,6 +241,10 @@ class CudaLlama final : public CausalLm {
     b.attn = w_.any_quant ? attn_.get(n * qd) : nullptr;
     b.qx = w_.any_quant ? qx_.get(n * widest) : nullptr;
     b.meta = w_.any_quant ? meta_.get(n * widest / 32) : nullptr;
+    // The next RMSNorm's input formed by a one-row GEMV's epilogue (enqueue's fuse_norms).
+    b.qx2 = w_.any_quant ? qx2_.get(d) : nullptr;
+    b.meta2 = w_.any_quant ? meta2_.get(std::max<int64_t>(d / 32, 1)) : nullptr;
+    b.block_ss = w_.any_quant ? block_ss_.get(std::max<int64_t>(d / 32, 1)) : nullptr;
     // The bf16 weight slices, where a quantized projection of more than kMmqGemvMaxRows rows may
     // not take dequant_gemm (more rows than it takes, or a shape it cannot run).
     b.wdq = proj_.slices(n) ? wdq_.get(cuda_llama::Projections::kSliceElems) : nullptr;
@@ -342,6 +346,9 @@ class CudaLlama final : public CausalLm {
     bf16 *h, *gu;
     int8_t* qx;
     cuda::MmqActMeta* meta;
+    int8_t* qx2;  // one row: x * w of the next RMSNorm, quantized by the o / down GEMV (fuse_norms)
+    cuda::MmqActMeta* meta2;
+    double* block_ss;  // and its 32-element blocks' sums of squares
     bf16* wdq;  // a dequantized weight slice (quantized projections of many rows)
     int32_t *tokens, *pos, *tables, *logit_rows;
     int64_t* rows;
@@ -471,6 +478,18 @@ class CudaLlama final : public CausalLm {
     // or (one row) before the bf16 o GEMV a merge kernel. That takes the fence, count and merge
     // off the step's critical path (bf16 batch 1: 4.14 -> 4.06 ms, s26).
     const bool leave_partials = leave_partials_on_ && cuda_llama::Projections::quantized_input(n);
+    // One row: the o GEMV forms gate|up's input and the down GEMV the next layer's qkv input in
+    // their epilogues (x * w quantized without the norm's 1 / rms, which the consumer applies:
+    // cuda::MmqRowNorm), so no norm kernel runs between them. Through b.qx2 / meta2 / block_ss:
+    // b.qx holds the producer's own input.
+    const bool fuse_norms = n == 1 && fused_norm_on_ && w_.any_quant && d % 32 == 0;
+    const auto fusable = [&](const Proj& producer, const Proj& consumer) {
+      return fuse_norms && producer.quant() && producer.parts.size() == 1 && consumer.quant() &&
+             std::all_of(consumer.parts.begin(), consumer.parts.end(),
+                         [](const Proj::Part& part) { return cuda::mmq_act_block(part.type) == 32; });
+    };
+    const cuda::MmqRowNorm row_norm{b.block_ss, d, cfg_.norm_eps};
+    bool qkv_normed = false;  // the previous layer's down GEMV formed this layer's qkv input
     for (int64_t li = 0; li < cfg_.n_layers && !persistent; ++li) {
       const Layer& l = w_.layers[li];
       __half* kc = static_cast<__half*>(cache.k(li).raw_data());
@@ -487,10 +506,15 @@ class CudaLlama final : public CausalLm {
       if (l.qkv.quant()) {
         if (rope_in_qkv) {
           const Proj::Part& part = l.qkv.parts[0];
-          cuda::mmq_rms_norm_quantize_rows(part.type, x, l.attn_norm, cfg_.norm_eps, 1, d, b.qx, b.meta, s);
-          cuda::mmq_gemv_qkv_rope(part.type, part.packed, d, b.qx, b.meta, q, qkv_rope, s);
+          if (qkv_normed) {
+            cuda::mmq_gemv_qkv_rope(part.type, part.packed, d, b.qx2, b.meta2, q, qkv_rope, s, 0, &row_norm);
+          } else {
+            cuda::mmq_rms_norm_quantize_rows(part.type, x, l.attn_norm, cfg_.norm_eps, 1, d, b.qx, b.meta, s);
+            cuda::mmq_gemv_qkv_rope(part.type, part.packed, d, b.qx, b.meta, q, qkv_rope, s);
+          }
         } else {
-          project(l.qkv, In::norm(x, l.attn_norm), n, b, b.qkv, qkvd, false);
+          project(l.qkv, qkv_normed ? In::normed(b.qx2, b.meta2, row_norm) : In::norm(x, l.attn_norm), n, b, b.qkv,
+                  qkvd, false);
         }
       } else {
         cuda::rms_norm_rows_bf16(x, l.attn_norm, cfg_.norm_eps, n, d, h, s);
@@ -500,8 +524,9 @@ class CudaLlama final : public CausalLm {
         else
           matmul(h, l.qkv, n, b.qkv, false);
       }
-      prof_.mark(rope_in_qkv ? (l.qkv.quant() ? "norm + qkv + rope + kv write" : "qkv + rope + kv write")
-                             : (l.qkv.quant() ? "norm + qkv" : "qkv"),
+      const bool norm_in_qkv = l.qkv.quant() && !qkv_normed;  // else a kernel before, or the last down GEMV
+      prof_.mark(rope_in_qkv ? (norm_in_qkv ? "norm + qkv + rope + kv write" : "qkv + rope + kv write")
+                             : (norm_in_qkv ? "norm + qkv" : "qkv"),
                  proj_cost(l.qkv, n, l.qkv.quant() ? 4 : 2, 4));
       if (!rope_in_qkv) {
         if (cfg_.qkv_bias) cuda::add_bias_rows(b.qkv, l.bqkv, n, qkvd, s);
@@ -518,7 +543,9 @@ class CudaLlama final : public CausalLm {
             attn_q, d_pos, d_tiles, static_cast<int64_t>(plan_.tiles.size()), d_tables, plan_.table_stride,
             cache.block_size(), kc, vc, cfg_.n_heads, cfg_.n_kv_heads, hd, scale, b.attn, s, ws, attn_new_rows);
         prof_.mark("attention", attn_cost);
-        project(l.wo, left.o ? In::attention(left) : In::rows(b.attn), n, b, x, d, /*accumulate=*/true);
+        const cuda::MmqResidualNorm ffn_in{x, l.ffn_norm, b.qx2, b.meta2, b.block_ss};
+        project(l.wo, left.o ? In::attention(left) : In::rows(b.attn), n, b, x, d, /*accumulate=*/true,
+                fusable(l.wo, l.wgu) ? &ffn_in : nullptr);
       } else {  // attention writes bf16: it only feeds the output projection
         // Only before the one-row GEMV: at 4 / 8 rows (cuBLASLt, no PDL) the merge kernel cost
         // 1.5 % (gpu_runs/s26_bf16_left_partials.txt).
@@ -530,13 +557,15 @@ class CudaLlama final : public CausalLm {
         prof_.mark("attention", attn_cost);
         matmul(h, l.wo, n, x, /*accumulate=*/true);  // residual += attention out
       }
-      prof_.mark("o", proj_cost(l.wo, n, l.wo.quant() ? 4 : 2, 8));
+      const bool ffn_normed = l.wo.quant() && fusable(l.wo, l.wgu);
+      prof_.mark(ffn_normed ? "o + next norm" : "o", proj_cost(l.wo, n, l.wo.quant() ? 4 : 2, 8));
       // gate|up, bf16 when both it and down are bf16, else f32
       const bool f32_gu = l.wgu.quant() || l.wd.quant();
       const bf16* down_in = h;  // a bf16 down's input: the SwiGLU output
       if (l.wgu.quant()) {
-        project(l.wgu, In::norm(x, l.ffn_norm), n, b, b.guf, 2 * ff, false);
-        prof_.mark("norm + gate|up", proj_cost(l.wgu, n, 4, 4));
+        project(l.wgu, ffn_normed ? In::normed(b.qx2, b.meta2, row_norm) : In::norm(x, l.ffn_norm), n, b, b.guf,
+                2 * ff, false);
+        prof_.mark(ffn_normed ? "gate|up" : "norm + gate|up", proj_cost(l.wgu, n, 4, 4));
       } else {
         cuda::rms_norm_rows_bf16(x, l.ffn_norm, cfg_.norm_eps, n, d, h, s);
         prof_.mark("norm", norm_cost);
@@ -559,11 +588,15 @@ class CudaLlama final : public CausalLm {
         else cuda::swiglu_rows_bf16(gu, n, ff, h, s);
         prof_.mark("swiglu", {static_cast<double>(n) * ff * (f32_gu ? 10 : 6)});
       }
-      if (l.wd.quant())
-        project(l.wd, In::swiglu(b.guf), n, b, x, d, /*accumulate=*/true);
-      else
+      const Layer* next = li + 1 < cfg_.n_layers ? &w_.layers[li + 1] : nullptr;
+      qkv_normed = next != nullptr && fusable(l.wd, next->qkv);
+      if (l.wd.quant()) {
+        const cuda::MmqResidualNorm qkv_in{x, next ? next->attn_norm : nullptr, b.qx2, b.meta2, b.block_ss};
+        project(l.wd, In::swiglu(b.guf), n, b, x, d, /*accumulate=*/true, qkv_normed ? &qkv_in : nullptr);
+      } else {
         matmul(down_in, l.wd, n, x, /*accumulate=*/true);  // residual += MLP out
-      prof_.mark(l.wd.quant() ? "swiglu + down" : "down",
+      }
+      prof_.mark(l.wd.quant() ? (qkv_normed ? "swiglu + down + next norm" : "swiglu + down") : "down",
                  proj_cost(l.wd, n, l.wd.quant() ? 8 : 2, 8));
     }
     if (n_logits > 0) {  // a step of prefill chunks only has no logits to compute
@@ -603,8 +636,9 @@ class CudaLlama final : public CausalLm {
 
   // The projections (llama_cuda_project.h), on this call's scratch and stream.
   using In = cuda_llama::Projections::In;
-  void project(const Proj& p, const In& in, int64_t rows, const Bufs& b, float* y, int64_t ldy, bool accumulate) {
-    proj_.project(p, in, rows, {b.h, b.qx, b.meta, b.wdq, b.dg_ws}, y, ldy, accumulate, stream_);
+  void project(const Proj& p, const In& in, int64_t rows, const Bufs& b, float* y, int64_t ldy, bool accumulate,
+               const cuda::MmqResidualNorm* next_norm = nullptr) {
+    proj_.project(p, in, rows, {b.h, b.qx, b.meta, b.wdq, b.dg_ws}, y, ldy, accumulate, stream_, next_norm);
   }
   void matmul(const bf16* x, const Proj& p, int64_t rows, float* y, bool accumulate) {
     proj_.matmul(x, p, rows, y, accumulate, stream_);
@@ -660,10 +694,11 @@ class CudaLlama final : public CausalLm {
   cuda_llama::Projections proj_{cfg_, w_};  // after w_
   Grow<float> residual_, normed_, qkv_, q_, attn_, guf_, logits_, attn_ws_;
   Grow<bf16> h_, gu_;
-  Grow<int8_t> qx_;
+  Grow<int8_t> qx_, qx2_;
   Grow<bf16> wdq_;
   Grow<uint8_t> dg_ws_;
-  Grow<cuda::MmqActMeta> meta_;
+  Grow<cuda::MmqActMeta> meta_, meta2_;
+  Grow<double> block_ss_;
   Grow<int32_t> ids_;
   static constexpr int64_t kMaxGraphRows = 512;
   std::map<std::pair<int64_t, int64_t>, cudaGraphExec_t> graphs_;
@@ -702,6 +737,13 @@ class CudaLlama final : public CausalLm {
   // (TESSERA_ATTN_LEAVE_PARTIALS=0: attention merges).
   const bool leave_partials_on_ = [] {
     const char* v = std::getenv("TESSERA_ATTN_LEAVE_PARTIALS");
+    return !(v && std::strcmp(v, "0") == 0);
+  }();
+  // One-row steps: the o and down GEMVs form the next RMSNorm's quantized input in their
+  // epilogue (cuda::MmqResidualNorm) where the next projection's weights allow it
+  // (TESSERA_FUSED_NORM=0: the norm kernels, for A/B runs and tests).
+  const bool fused_norm_on_ = [] {
+    const char* v = std::getenv("TESSERA_FUSED_NORM");
     return !(v && std::strcmp(v, "0") == 0);
   }();
   // decode_persistent (one-row steps)

@@ -62,13 +62,26 @@ void Projections::matmul(const bf16* x, const Proj& p, int64_t rows, bf16* y, cu
 }
 
 void Projections::project(const Proj& p, const In& in, int64_t rows, const Scratch& b, float* y, int64_t ldy,
-                          bool accumulate, cudaStream_t s) {
+                          bool accumulate, cudaStream_t s, const cuda::MmqResidualNorm* next_norm) {
+  if (next_norm != nullptr)
+    TESSERA_CHECK_ARG(rows == 1 && p.parts.size() == 1 && accumulate && y == next_norm->x,
+                      "project: forming the next norm's input needs one row, one part, added to the residual");
+  if (in.kind == In::kNormed) {  // already quantized: the one-row GEMV scales by the row's 1 / rms
+    TESSERA_CHECK_ARG(rows == 1 && next_norm == nullptr, "project: a normed input is one row");
+    for (const Proj::Part& part : p.parts) {
+      TESSERA_CHECK_ARG(cuda::mmq_act_block(part.type) == 32, "project: a normed input needs 32-element blocks");
+      cuda::mmq_gemv(part.type, part.packed, part.n, p.k, in.qx, in.meta, 1, y + part.row0, ldy, accumulate, s, 0,
+                     &in.row_norm);
+    }
+    return;
+  }
   const bool dequant_gemm =
       dequant_gemm_rows(rows) && std::all_of(p.parts.begin(), p.parts.end(), [&](const Proj::Part& part) {
         return cuda::dequant_gemm_supported(part.type, p.k);
       });
   if (dequant_gemm || (rows > cuda::kMmqGemvMaxRows && b.wdq)) {
-    TESSERA_CHECK_ARG(in.kind != In::kAttention, "project: attention partials need a call of <= 8 rows");
+    TESSERA_CHECK_ARG(in.kind != In::kAttention && in.kind != In::kNormed && next_norm == nullptr,
+                      "project: attention partials and norm epilogues need a call of <= 8 rows");
     bf16* h = b.h;  // the bf16 input rows
     switch (in.kind) {
       case In::kNorm:
@@ -81,6 +94,7 @@ void Projections::project(const Proj& p, const In& in, int64_t rows, const Scrat
         cuda::swiglu_rows_f32_bf16(in.x, rows, p.k, h, s);
         break;
       case In::kAttention:
+      case In::kNormed:
         break;
     }
     if (dequant_gemm) {  // the quantized bytes straight into tensor cores (dequant_gemm.h)
@@ -115,10 +129,15 @@ void Projections::project(const Proj& p, const In& in, int64_t rows, const Scrat
         case In::kAttention:
           cuda::mmq_quantize_attention_rows(part.type, in.partials, rows, p.k, b.qx, b.meta, s);
           break;
+        case In::kNormed:  // returned above
+          break;
       }
       quantized_for = blk;
     }
-    cuda::mmq_matmul(part.type, part.packed, part.n, p.k, b.qx, b.meta, rows, y + part.row0, ldy, accumulate, s);
+    if (next_norm != nullptr)
+      cuda::mmq_gemv_residual_norm(part.type, part.packed, part.n, p.k, b.qx, b.meta, *next_norm, s);
+    else
+      cuda::mmq_matmul(part.type, part.packed, part.n, p.k, b.qx, b.meta, rows, y + part.row0, ldy, accumulate, s);
   }
 }
 

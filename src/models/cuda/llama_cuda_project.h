@@ -34,16 +34,24 @@ class Projections {
   // The input of a quantized projection: RMSNorm of f32 rows (x, norm weight), f32 rows,
   // SwiGLU of an f32 gate|up output, or the split partials a decode attention launch left
   // (only for calls of <= cuda::kMmqGemvMaxRows rows: quantized_input()); turned into what the
-  // chosen kernel reads (8-bit rows per part type family, or bf16 rows) just before it.
+  // chosen kernel reads (8-bit rows per part type family, or bf16 rows) just before it. Or
+  // (normed) one RMSNorm row already quantized without its 1 / rms by the previous projection's
+  // epilogue (cuda::MmqResidualNorm; one row, every part of 32-element activation blocks).
   struct In {
-    enum Kind { kNorm, kRows, kSwiglu, kAttention } kind;
+    enum Kind { kNorm, kRows, kSwiglu, kAttention, kNormed } kind;
     const float* x;
     const float* w;
     cuda::PagedAttentionPartials partials;
+    const int8_t* qx = nullptr;
+    const cuda::MmqActMeta* meta = nullptr;
+    cuda::MmqRowNorm row_norm{};
     static In norm(const float* x, const float* w) { return {kNorm, x, w, {}}; }
     static In rows(const float* x) { return {kRows, x, nullptr, {}}; }
     static In swiglu(const float* gu) { return {kSwiglu, gu, nullptr, {}}; }
     static In attention(const cuda::PagedAttentionPartials& p) { return {kAttention, nullptr, nullptr, p}; }
+    static In normed(const int8_t* qx, const cuda::MmqActMeta* meta, const cuda::MmqRowNorm& row_norm) {
+      return {kNormed, nullptr, nullptr, {}, qx, meta, row_norm};
+    }
   };
   // Scratch of one call (device): bf16 input rows, 8-bit rows and their scales, a dequantized
   // weight slice (null where slices() says none is needed), dequant_gemm's split sums.
@@ -65,9 +73,10 @@ class Projections {
   // Whether a call of `rows` rows through quantized weights reads 8-bit activation rows (the
   // integer-dot GEMVs), so its input may be In::attention.
   static bool quantized_input(int64_t rows) { return rows <= cuda::kMmqGemvMaxRows; }
-  // Quantized projection p (p.quant()).
+  // Quantized projection p (p.quant()). next_norm (one row, one part, y = next_norm->x,
+  // accumulate): the GEMV also forms the next RMSNorm's input (cuda::mmq_gemv_residual_norm).
   void project(const Proj& p, const In& in, int64_t rows, const Scratch& b, float* y, int64_t ldy,
-               bool accumulate, cudaStream_t s);
+               bool accumulate, cudaStream_t s, const cuda::MmqResidualNorm* next_norm = nullptr);
   // bf16 projection p: f32 out, written or added to; or rounded to bf16 (the gate|up output).
   void matmul(const bf16* x, const Proj& p, int64_t rows, float* y, bool accumulate, cudaStream_t s);
   void matmul(const bf16* x, const Proj& p, int64_t rows, bf16* y, cudaStream_t s);
