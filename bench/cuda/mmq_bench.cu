@@ -16,7 +16,9 @@
 // against cuBLASLt on bf16 weights; floor = max(bytes / copy, 2 n k m / cuBLASLt's 8192^3 rate).
 //
 // --k-split: instead of the table, the GEMV at 1, 2 and 4 rows with 1, 2 and 4 warps per row
-// group (mmq_gemv's k_split) and its default, to tune the default.
+// group (mmq_gemv's k_split) and its default, to tune the default; at one row also the GEMV that
+// adds to the residual and forms the next RMSNorm's quantized input (mmq_gemv_residual_norm, the
+// batch-1 o / down projection) and its % of the floor.
 //
 // --few-rows: 2..8 rows: the few-row tensor-core GEMV (mmq_tc_gemv) at its default k split and
 // at each forced one, the DP4A GEMV (<= 8 rows) and dequant_gemm on bf16 rows (the engine's path
@@ -308,8 +310,9 @@ int main(int argc, char** argv) {
   cuda::GemmBf16 gemm;
   std::map<std::pair<int64_t, int64_t>, float> bf16_us;  // (n * k + k, rows): type-independent
   if (k_split_table) {
-    std::printf("| type | shape | rows | floor us | k split 1 us | 2 us | 4 us | default us | %% of floor |\n");
-    std::printf("|---|---|---|---|---|---|---|---|---|\n");
+    std::printf("| type | shape | rows | floor us | k split 1 us | 2 us | 4 us | default us | %% of floor "
+                "| + next norm us | %% of floor |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
   } else {
     std::printf("| type | shape | rows | MB | floor us | mmq us | %% of floor | TOPS | bf16 cuBLASLt us | speed-up |\n");
     std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
@@ -337,9 +340,35 @@ int main(int argc, char** argv) {
             }, s, 20);
           }
           const double floor_us = bytes(m) / bw * 1e6;
-          std::printf("| %s | %s | %lld | %.2f | %.2f | %.2f | %.2f | %.2f | %.1f%% |\n", type.c_str(),
+          std::string norm_cols = "- | -";
+          if (m == 1) {  // x (+)= y, then x * w quantized and block sums: 12 + 1 bytes per output row more
+            float *x, *nw;
+            int8_t* q2;
+            cuda::MmqActMeta* m2;
+            double* ss;
+            TESSERA_CUDA_CHECK(cudaMalloc(&x, sh.n * 4));
+            TESSERA_CUDA_CHECK(cudaMalloc(&nw, sh.n * 4));
+            TESSERA_CUDA_CHECK(cudaMalloc(&q2, sh.n));
+            TESSERA_CUDA_CHECK(cudaMalloc(&m2, sh.n / 32 * sizeof(cuda::MmqActMeta)));
+            TESSERA_CUDA_CHECK(cudaMalloc(&ss, sh.n / 32 * sizeof(double)));
+            cuda::fill_uniform_f32(x, sh.n, -1.f, 1.f, 5, s);
+            cuda::fill_uniform_f32(nw, sh.n, 0.9f, 1.1f, 6, s);
+            const cuda::MmqResidualNorm out{x, nw, q2, m2, ss};
+            int it = 0;
+            const float nus = 1e3f * time_ms([&](cudaStream_t st) {
+              cuda::mmq_gemv_residual_norm(t, w[it++ % copies], sh.n, sh.k, qx, meta, out, st);
+            }, s, 20);
+            const double nfloor = (bytes(1) + 13.0 * sh.n) / bw * 1e6;
+            char buf[64];
+            std::snprintf(buf, sizeof buf, "%.2f | %.1f%%", nus, 100.0 * nfloor / nus);
+            norm_cols = buf;
+            for (void* p : {static_cast<void*>(x), static_cast<void*>(nw), static_cast<void*>(q2),
+                            static_cast<void*>(m2), static_cast<void*>(ss)})
+              cudaFree(p);
+          }
+          std::printf("| %s | %s | %lld | %.2f | %.2f | %.2f | %.2f | %.2f | %.1f%% | %s |\n", type.c_str(),
                       name().c_str(), static_cast<long long>(m), floor_us, us[0], us[1], us[2], us[3],
-                      100.0 * floor_us / us[3]);
+                      100.0 * floor_us / us[3], norm_cols.c_str());
           std::fflush(stdout);
         }
       } else {
