@@ -558,7 +558,40 @@ TEST(MmqMatmul, RowNormScalesTheProductsByTheRowsInverseRms) {
   EXPECT_THROW(cuda::mmq_gemv(DType::kQ4_K, nullptr, 4, k, nullptr, nullptr, 1, nullptr, 4, false, nullptr, 0, &norm),
                Error);
   const cuda::MmqResidualNorm out{nullptr, nullptr, nullptr, nullptr, nullptr};
-  EXPECT_THROW(cuda::mmq_gemv_residual_norm(DType::kQ4_0, nullptr, 48, 64, nullptr, nullptr, out, nullptr), Error);
+  EXPECT_THROW(cuda::mmq_gemv_residual_norm(DType::kQ4_0, nullptr, 48, 64, nullptr, nullptr, out, nullptr), Error);  // n % 32
+  const auto* q16 = reinterpret_cast<const int8_t*>(uintptr_t{256});
+  EXPECT_THROW(cuda::mmq_gemv_residual_norm(DType::kQ4_0, nullptr, 64, 64, q16, nullptr, out, nullptr), Error);  // null out
+}
+
+// The batch-1 chain under PDL: quantize a_i, the producer (mmq_gemv_residual_norm: x_i += ..., the
+// next norm's input into the shared qx2 / meta2 / block sums), the consumer (mmq_gemv with the
+// norm) -> y_i, on a non-blocking stream with every kernel overlapping its predecessor, must give
+// the same y_i bit for bit as each triple run alone without PDL: a producer writing qx2 before the
+// previous consumer finished reading it, or a consumer reading the sums early, changes them.
+TEST(MmqMatmul, ResidualNormChainUnderPdlEqualsItAlone) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  const int chain = 8;
+  const int64_t k = 4096, d = 4096, n = 6144;
+  for (auto [tp, tc] : {std::pair{DType::kQ4_0, DType::kQ4_0}, {DType::kQ8_0, DType::kQ8_0}, {DType::kQ4_K, DType::kQ4_1}}) {
+    test::DevBuf<uint8_t> wp(random_packed(tp, d, k, 61)), wc(random_packed(tc, n, d, 62));
+    test::DevBuf<float> a(random_rows(chain, k, 63)), x0(random_rows(1, d, 64)), nw(random_rows(1, d, 65));
+    test::DevBuf<float> xs(chain * d), chained(chain * n), alone(chain * n);
+    test::DevBuf<int8_t> qa(k), qx2(d);
+    test::DevBuf<cuda::MmqActMeta> ma(k / 32), meta2(d / 32);
+    test::DevBuf<double> ss(d / 32);
+    const cuda::MmqRowNorm norm{ss.get(), d, 1e-5f};
+    test::run_chained_then_alone(chain, chained.get(), alone.get(), [&](int i, float* y, cudaStream_t st) {
+      float* x = xs.get() + i * d;
+      TESSERA_CUDA_CHECK(cudaMemcpyAsync(x, x0.get(), d * 4, cudaMemcpyDeviceToDevice, st));
+      cuda::mmq_quantize_rows(tp, a.get() + i * k, k, 1, k, qa.get(), ma.get(), st);
+      cuda::mmq_gemv_residual_norm(tp, wp.get(), d, k, qa.get(), ma.get(), {x, nw.get(), qx2.get(), meta2.get(), ss.get()},
+                                   st);
+      cuda::mmq_gemv(tc, wc.get(), n, d, qx2.get(), meta2.get(), 1, y + i * n, n, false, st, 0, &norm);
+    });
+    const auto c = chained.download(), s1 = alone.download();
+    EXPECT_EQ(0, std::memcmp(c.data(), s1.data(), c.size() * 4)) << dtype_name(tp) << " -> " << dtype_name(tc);
+    EXPECT_TRUE(test::all_written(c));
+  }
 }
 
 // Under programmatic dependent launch a GEMV starts while the kernel producing its activations

@@ -88,8 +88,10 @@ void mmq_matmul(DType wtype, const void* packed, int64_t n, int64_t k, const int
 // and d * inv * sum to f16: block_q8_1's scales of the normed row. Against quantizing the normed
 // row (mmq_rms_norm_quantize_rows): amax / 127 * inv and x * w (one rounding instead of two,
 // (x * inv) * w) may differ in the last f32 bit, so a scale or quant may move where it sits on
-// a rounding edge; rare (Llama-shaped test models: the same logits bit for bit for Q4_0, Q4_1,
-// Q5_0; nMSE 6e-6 for Q8_0).
+// a rounding edge (rare), and the producer splits k in at most 2 (its blocks hold 8 row groups),
+// where the plain GEMV splits long rows in 4 (Q8_0's down at Llama-3-8B's 14336): another
+// summation order of the residual there. Test models: the same logits bit for bit for Q4_0,
+// Q4_1, Q5_0; nMSE 6e-6 for Q8_0, 4e-5 for Q5_1.
 struct MmqRowNorm {
   const double* block_ss = nullptr;  // d / 32 sums of squares; null: no norm
   int64_t d = 0;                     // the row's elements (the GEMV's k)

@@ -112,6 +112,9 @@ __device__ __forceinline__ float row_norm_inv(const MmqRowNorm& nm, int lane) {
 // compiler's choice.
 template <class F>
 constexpr bool five_bit = std::is_same_v<F, Q5_KG> || std::is_same_v<F, Q5_0G> || std::is_same_v<F, Q5_1G>;
+// K formats take 256-element activation blocks: no row norm (MmqRowNorm) for them.
+template <class F>
+constexpr bool k_format = std::is_same_v<F, Q4_KG> || std::is_same_v<F, Q5_KG> || std::is_same_v<F, Q6_KG>;
 // A row norm (kNorm: 1 / rms held through the loop) took Q8_0 from 128 to up to 144 registers (3
 // blocks per SM instead of 4): capped at 128 like the plain kernel's, without spills.
 template <class F, int M, int W, bool kNorm>
@@ -173,16 +176,24 @@ mmq_gemv_kernel(MmqMat w, const int8_t* qx, const MmqActMeta* meta, Epi epi, Mmq
     }
   };
   int64_t c0 = (warp % KS) * 32 + lane;  // this lane's first block
-  if (c0 < nb) {
+  if constexpr (kNorm || kBlockEpi<Epi>) {  // after_wait's warp-wide sum: one converged call
+    const bool first = c0 < nb;
+    typename F::W wv[kU][kR];
+    if (first) load(c0, wv);
+    pdl_wait();  // the activations (and y) come from earlier kernels
+    after_wait();
+    if (first) {
+      add(c0, wv);
+      c0 += step;
+    }
+  } else if (c0 < nb) {
     typename F::W wv[kU][kR];
     load(c0, wv);
     pdl_wait();  // the activations (and y) come from earlier kernels
-    after_wait();
     add(c0, wv);
     c0 += step;
   } else {
     pdl_wait();  // no block for this lane: still order after the predecessor
-    after_wait();
   }
   for (; c0 < nb; c0 += step) {
     typename F::W wv[kU][kR];
@@ -291,11 +302,10 @@ void launch_m(const MmqMat& w, const int8_t* qx, const MmqActMeta* meta, int64_t
               int64_t ldy, bool acc, int k_split, const MmqRowNorm& norm, cudaStream_t s) {
   with_k_split(w, m, k_split, split_at_least_2<F>, [&](auto ks) {
     constexpr int KS = decltype(ks)::value;
-    if (norm.block_ss != nullptr) {  // one row (checked_norm)
-      launch_kernel(mmq_gemv_kernel<F, 1, KS, StoreRows, kWarps, true>, grid_for(w, KS), kThreads, 0, s, w, qx, meta,
-                    StoreRows{y, ldy, acc}, norm);
-      return;
-    }
+    if constexpr (!k_format<F>)
+      if (norm.block_ss != nullptr)  // one row (checked_norm: never K formats)
+        return launch_kernel(mmq_gemv_kernel<F, 1, KS, StoreRows, kWarps, true>, grid_for(w, KS), kThreads, 0, s, w,
+                             qx, meta, StoreRows{y, ldy, acc}, norm);
     switch (m) {
 #define TESSERA_M(M)                                                                                     \
   case M:                                                                                                \
@@ -357,13 +367,13 @@ void mmq_gemv_qkv_rope(DType t, const void* packed, int64_t k, const int8_t* qx,
   with_format(t, [&](auto fmt) {
     with_k_split(w, 1, k_split, split_at_least_2<decltype(fmt)>, [&](auto ks) {
       constexpr int KS = decltype(ks)::value;
+      using F = decltype(fmt);
       const QkvRopeRow epi{QkvRopeEpi<float>{q, r}};
-      if (nm.block_ss != nullptr)
-        launch_kernel(mmq_gemv_kernel<decltype(fmt), 1, KS, QkvRopeRow, kWarps, true>, grid_for(w, KS), kThreads, 0, s,
-                      w, qx, meta, epi, nm);
-      else
-        launch_kernel(mmq_gemv_kernel<decltype(fmt), 1, KS, QkvRopeRow>, grid_for(w, KS), kThreads, 0, s, w, qx,
-                      meta, epi, nm);
+      if constexpr (!k_format<F>)
+        if (nm.block_ss != nullptr)
+          return launch_kernel(mmq_gemv_kernel<F, 1, KS, QkvRopeRow, kWarps, true>, grid_for(w, KS), kThreads, 0, s, w,
+                               qx, meta, epi, nm);
+      launch_kernel(mmq_gemv_kernel<F, 1, KS, QkvRopeRow>, grid_for(w, KS), kThreads, 0, s, w, qx, meta, epi, nm);
     });
   });
 }
