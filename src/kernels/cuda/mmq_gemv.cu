@@ -74,12 +74,11 @@ struct ResidualNormRows {
     o.x[i] = xn;
     const double ss = warp_sum(static_cast<double>(__fmul_rn(xn, xn)));
     const float p = __fmul_rn(xn, pw), amax = warp_max(fabsf(p));
-    const float d = __fdiv_rn(amax, 127.0f), id = amax != 0.f ? __fdiv_rn(127.0f, amax) : 0.f;
-    const int q = max(-127, min(127, __float2int_rn(__fmul_rn(p, id))));
+    const int q = legacy_quant(p, amax);
     const int sum = warp_sum(q);
     o.qx[i] = static_cast<int8_t>(q);
     if (lane == 0) {
-      o.meta[blk] = MmqActMeta{d, static_cast<float>(sum)};  // raw: the consumer scales, then rounds
+      o.meta[blk] = MmqActMeta{legacy_scale(amax), static_cast<float>(sum)};  // raw: the consumer scales, then rounds
       o.block_ss[blk] = ss;
     }
   }
@@ -93,8 +92,7 @@ constexpr bool kBlockEpi = Epi::kBlockRows > 0;
 __device__ __forceinline__ float row_norm_inv(const MmqRowNorm& nm, int lane) {
   double part = 0;
   for (int64_t b = lane; b < nm.d / 32; b += 32) part += nm.block_ss[b];
-  const float mean = static_cast<float>(warp_sum(part) / static_cast<double>(nm.d));
-  return 1.0f / sqrtf(mean + nm.eps);
+  return rms_inv(warp_sum(part), nm.d, nm.eps);
 }
 
 // A block of W warps (kWarps; 8 KS for a block epilogue's 32 rows) holds W / KS row groups of
@@ -165,10 +163,10 @@ mmq_gemv_kernel(MmqMat w, const int8_t* qx, const MmqActMeta* meta, Epi epi, Mmq
 #pragma unroll
       for (int t = 0; t < M; ++t) {
         XBlk x = load_xblk(qx + t * w.k, meta + t * nb, c);
-        if constexpr (kNorm) {  // the scale and d * sum as the quantizer rounds them (mmq_quant.cuh)
-          const float d = __fmul_rn(x.d, inv);
-          x.d = f16_round(d);
-          x.s = f16_round(__fmul_rn(d, x.s));
+        if constexpr (kNorm) {  // the scale and d * sum as the quantizer rounds them
+          const MmqActMeta m = legacy_meta(__fmul_rn(x.d, inv), x.s);
+          x.d = m.d;
+          x.s = m.s;
         }
 #pragma unroll
         for (int r = 0; r < kR; ++r) acc[r][t] += F::dot(wv[u][r], x);

@@ -41,6 +41,23 @@ struct PlainSrc {
   __device__ void value8(int64_t r, int64_t i, float (&v)[8]) const { load8(x + r * ldx + i, vec, v); }
 };
 
+__device__ __forceinline__ float f16_round(float v) { return __half2float(__float2half_rn(v)); }
+// RMSNorm's 1 / rms from the row's sum of squares (double), as the CPU rounds it: the mean
+// rounded to f32, then 1 / sqrt(mean + eps) in f32.
+__device__ __forceinline__ float rms_inv(double sum_sq, int64_t d, float eps) {
+  return 1.0f / sqrtf(static_cast<float>(sum_sq / static_cast<double>(d)) + eps);
+}
+// The legacy 8-bit rule for a 32-element block of largest magnitude amax: the scale d = amax /
+// 127, each value's quant, and the stored meta (block_q8_1's f16 d and f16 d * sum of quants).
+__device__ __forceinline__ float legacy_scale(float amax) { return __fdiv_rn(amax, 127.0f); }
+__device__ __forceinline__ int legacy_quant(float v, float amax) {
+  const float id = amax != 0.f ? __fdiv_rn(127.0f, amax) : 0.f;
+  return max(-127, min(127, __float2int_rn(__fmul_rn(v, id))));
+}
+__device__ __forceinline__ MmqActMeta legacy_meta(float d, float sum) {
+  return MmqActMeta{f16_round(d), f16_round(__fmul_rn(d, sum))};
+}
+
 // RMSNorm with the CPU's rounding steps (kernels/cpu/llm_ops.cpp): f32 squares summed in double,
 // mean rounded to f32, inv = 1 / sqrt(mean + eps) in f32, then (x * inv) * w. The thread's first
 // piece of x is loaded with the row's squares (one memory round trip before the first value8,
@@ -80,8 +97,7 @@ struct RmsSrc {
     __syncthreads();
     double total = 0;
     for (int i = 0; i < kQuantWarps; ++i) total += partial[i];
-    const float mean = static_cast<float>(total / static_cast<double>(d));
-    inv = 1.0f / sqrtf(mean + eps);
+    inv = rms_inv(total, d, eps);
   }
   __device__ void value8(int64_t r, int64_t i, float (&v)[8]) const {
     float g[8];
@@ -132,8 +148,6 @@ struct SplitsSrc {
   }
 };
 
-__device__ __forceinline__ float f16_round(float v) { return __half2float(__float2half_rn(v)); }
-
 // Quantizes elements [8 warp_t + 8 lane, ...) of row r of src (k elements) in steps of
 // 8 threads elements, called by whole warps; warp_t: the warp's first thread in the row's thread
 // numbering, threads: the threads that share the row. qx / meta: the row's own. src.prepare(r, first)
@@ -158,10 +172,9 @@ __device__ __forceinline__ void quantize_row_span(const Src& src, int64_t r, int
     if constexpr (!kK) {
       amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
       amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
-      d = __fdiv_rn(amax, 127.0f);
-      const float id = amax != 0.f ? __fdiv_rn(127.0f, amax) : 0.f;
+      d = legacy_scale(amax);
 #pragma unroll
-      for (int j = 0; j < 8; ++j) q[j] = max(-127, min(127, __float2int_rn(__fmul_rn(v[j], id))));
+      for (int j = 0; j < 8; ++j) q[j] = legacy_quant(v[j], amax);
     } else {
       amax = warp_max(amax);
       // The first element (lowest index) of largest magnitude sets the sign of the scale.
@@ -189,8 +202,7 @@ __device__ __forceinline__ void quantize_row_span(const Src& src, int64_t r, int
     sum += __shfl_xor_sync(0xffffffffu, sum, 2);
     if (!active) continue;
     if (lane % 4 == 0)
-      meta[e / 32] = kK ? MmqActMeta{d, static_cast<float>(sum)}
-                        : MmqActMeta{f16_round(d), f16_round(__fmul_rn(d, static_cast<float>(sum)))};
+      meta[e / 32] = kK ? MmqActMeta{d, static_cast<float>(sum)} : legacy_meta(d, static_cast<float>(sum));
     uint2 packed;
     packed.x = (q[0] & 0xFF) | (q[1] & 0xFF) << 8 | (q[2] & 0xFF) << 16 | static_cast<uint32_t>(q[3] & 0xFF) << 24;
     packed.y = (q[4] & 0xFF) | (q[5] & 0xFF) << 8 | (q[6] & 0xFF) << 16 | static_cast<uint32_t>(q[7] & 0xFF) << 24;

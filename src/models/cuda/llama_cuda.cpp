@@ -38,6 +38,12 @@
 namespace tessera::models {
 namespace {
 
+// Whether environment variable `name` is set to `value` (the engine's A/B switches).
+bool env_is(const char* name, const char* value) {
+  const char* v = std::getenv(name);
+  return v != nullptr && std::strcmp(v, value) == 0;
+}
+
 using cuda_llama::bf16;
 using cuda_llama::Grow;
 using cuda_llama::Layer;
@@ -428,7 +434,8 @@ class CudaLlama final : public CausalLm {
     cuda::embedding_gather<float>(w_.embd_type, w_.embd, V, d, d_tokens, n, x, s);
     prof_.mark("embedding", {static_cast<double>(n) * d * 6});
     const int64_t qkvd = qd + 2 * kvd;
-    const cuda::OpCost attn_cost = prof_.enabled() ? attention_cost() : cuda::OpCost{};
+    const cuda::OpCost attn_cost =
+        prof_.enabled() ? plan_.attention_cost(cfg_.n_heads, cfg_.n_kv_heads, cfg_.head_dim) : cuda::OpCost{};
     const cuda::OpCost norm_cost{static_cast<double>(n) * d * 6};  // f32 in, bf16 out
     const bool persistent = n == 1 && b.pws != nullptr;
     if (persistent) {  // one row: every layer in one persistent kernel
@@ -482,11 +489,9 @@ class CudaLlama final : public CausalLm {
     // their epilogues (x * w quantized without the norm's 1 / rms, which the consumer applies:
     // cuda::MmqRowNorm), so no norm kernel runs between them. Through b.qx2 / meta2 / block_ss:
     // b.qx holds the producer's own input.
-    const bool fuse_norms = n == 1 && fused_norm_on_ && w_.any_quant && d % 32 == 0;
+    const bool fuse_norms = n == 1 && fused_norm_on_ && w_.any_quant;
     const auto fusable = [&](const Proj& producer, const Proj& consumer) {
-      return fuse_norms && producer.quant() && producer.parts.size() == 1 && consumer.quant() &&
-             std::all_of(consumer.parts.begin(), consumer.parts.end(),
-                         [](const Proj::Part& part) { return cuda::mmq_act_block(part.type) == 32; });
+      return fuse_norms && cuda_llama::Projections::norm_fusable(producer, consumer);
     };
     const cuda::MmqRowNorm row_norm{b.block_ss, d, cfg_.norm_eps};
     bool qkv_normed = false;  // the previous layer's down GEMV formed this layer's qkv input
@@ -500,6 +505,7 @@ class CudaLlama final : public CausalLm {
           (l.qkv.quant() ? l.qkv.parts.size() == 1 : cuda::gemv_bf16_f32_supported(l.qkv.w, h, d));
       const cuda::QkvRope qkv_rope{qd, kvd, hd, cfg_.rope.n_rot, w_.rope_inv_freq, d_pos, d_rows, kc, vc};
       const bool rope_in_attention = !rope_in_qkv && rope_fits_attention;
+      const bool ffn_normed = fusable(l.wo, l.wgu);  // the o GEMV forms gate|up's input
       const cuda::PagedAttentionNewRows* attn_new_rows = rope_in_attention ? &new_rows : nullptr;
       const float* attn_q = rope_in_attention ? b.qkv : q;
       // q|k|v = norm(x) Wqkv^T (f32 rows of qkvd)
@@ -545,7 +551,7 @@ class CudaLlama final : public CausalLm {
         prof_.mark("attention", attn_cost);
         const cuda::MmqResidualNorm ffn_in{x, l.ffn_norm, b.qx2, b.meta2, b.block_ss};
         project(l.wo, left.o ? In::attention(left) : In::rows(b.attn), n, b, x, d, /*accumulate=*/true,
-                fusable(l.wo, l.wgu) ? &ffn_in : nullptr);
+                ffn_normed ? &ffn_in : nullptr);
       } else {  // attention writes bf16: it only feeds the output projection
         // Only before the one-row GEMV: at 4 / 8 rows (cuBLASLt, no PDL) the merge kernel cost
         // 1.5 % (gpu_runs/s26_bf16_left_partials.txt).
@@ -557,7 +563,6 @@ class CudaLlama final : public CausalLm {
         prof_.mark("attention", attn_cost);
         matmul(h, l.wo, n, x, /*accumulate=*/true);  // residual += attention out
       }
-      const bool ffn_normed = l.wo.quant() && fusable(l.wo, l.wgu);
       prof_.mark(ffn_normed ? "o + next norm" : "o", proj_cost(l.wo, n, l.wo.quant() ? 4 : 2, 8));
       // gate|up, bf16 when both it and down are bf16, else f32
       const bool f32_gu = l.wgu.quant() || l.wd.quant();
@@ -611,27 +616,8 @@ class CudaLlama final : public CausalLm {
     }
   }
 
-  // What an op must at least move and compute, for the profiler's floors: the weights once, rows
-  // of in / out bytes per element, 2 FLOPs per multiply-add.
   static cuda::OpCost proj_cost(const Proj& p, int64_t rows, double in_bytes, double out_bytes) {
-    double w = p.quant() ? 0.0 : 2.0 * static_cast<double>(p.n) * p.k;
-    for (const Proj::Part& part : p.parts) w += static_cast<double>(part.n) * *dtype_row_bytes(part.type, p.k);
-    return {w + static_cast<double>(rows) * (p.k * in_bytes + p.n * out_bytes), 2.0 * rows * p.n * p.k};
-  }
-  // Attention of one layer for this call: each sequence's K and V rows once (f16), 4 FLOPs per
-  // head dim, query head and visible key.
-  cuda::OpCost attention_cost() const {
-    const int64_t kvd = cfg_.n_kv_heads * cfg_.head_dim, qd = cfg_.n_heads * cfg_.head_dim;
-    std::map<int32_t, int64_t> ctx;  // sequence -> keys it reads
-    double flops = 0;
-    for (const cuda::PagedAttentionTile& t : plan_.tiles) {
-      const int64_t last = plan_.positions[t.row0 + t.n_rows - 1] + 1;
-      ctx[t.seq] = std::max(ctx[t.seq], last);
-      for (int32_t r = t.row0; r < t.row0 + t.n_rows; ++r) flops += 4.0 * (plan_.positions[r] + 1) * qd;
-    }
-    double bytes = 0;
-    for (const auto& [seq, keys] : ctx) bytes += 4.0 * keys * kvd;
-    return {bytes, flops};
+    return cuda_llama::Projections::cost(p, rows, in_bytes, out_bytes);
   }
 
   // The projections (llama_cuda_project.h), on this call's scratch and stream.
@@ -716,41 +702,24 @@ class CudaLlama final : public CausalLm {
   std::deque<Launch> launched_;  // launch_sample() calls not yet waited for, oldest first
   cudaEvent_t sampled_[2] = {};  // per pinned set: its launch's ids are on the host
   int64_t last_sampled_rows_ = -1;
-  const bool rope_in_attention_on_ = [] {  // TESSERA_ROPE_IN_ATTENTION=0: the RoPE kernel (A/B)
-    const char* v = std::getenv("TESSERA_ROPE_IN_ATTENTION");
-    return !(v && std::strcmp(v, "0") == 0);
-  }();
+  // TESSERA_ROPE_IN_ATTENTION=0: the RoPE kernel (A/B)
+  const bool rope_in_attention_on_ = !env_is("TESSERA_ROPE_IN_ATTENTION", "0");
   // TESSERA_GREEDY_ARGMAX=0: greedy rows take sample_rows too (A/B runs).
-  const bool greedy_argmax_on_ = [] {
-    const char* v = std::getenv("TESSERA_GREEDY_ARGMAX");
-    return !(v && std::strcmp(v, "0") == 0);
-  }();
+  const bool greedy_argmax_on_ = !env_is("TESSERA_GREEDY_ARGMAX", "0");
   Grow<uint64_t> greedy_ws_;
-  const bool launch_ahead_on_ = [] {
-    const char* v = std::getenv("TESSERA_LAUNCH_AHEAD");
-    return !(v && std::strcmp(v, "0") == 0);
-  }();
+  const bool launch_ahead_on_ = !env_is("TESSERA_LAUNCH_AHEAD", "0");
   cuda_llama::StepPlan plan_;  // this call's tables (run())
   size_t attn_ws_bytes_ = 0;  // this call's split-KV workspace need (run())
   // A decode-only call's split attention leaves its partials to the kernel after it: the
   // quantized o projection's input quantizer, or before a one-row bf16 o the merge kernel
   // (TESSERA_ATTN_LEAVE_PARTIALS=0: attention merges).
-  const bool leave_partials_on_ = [] {
-    const char* v = std::getenv("TESSERA_ATTN_LEAVE_PARTIALS");
-    return !(v && std::strcmp(v, "0") == 0);
-  }();
+  const bool leave_partials_on_ = !env_is("TESSERA_ATTN_LEAVE_PARTIALS", "0");
   // One-row steps: the o and down GEMVs form the next RMSNorm's quantized input in their
   // epilogue (cuda::MmqResidualNorm) where the next projection's weights allow it
   // (TESSERA_FUSED_NORM=0: the norm kernels, for A/B runs and tests).
-  const bool fused_norm_on_ = [] {
-    const char* v = std::getenv("TESSERA_FUSED_NORM");
-    return !(v && std::strcmp(v, "0") == 0);
-  }();
+  const bool fused_norm_on_ = !env_is("TESSERA_FUSED_NORM", "0");
   // decode_persistent (one-row steps)
-  const bool persistent_on_ = [] {
-    const char* v = std::getenv("TESSERA_PERSISTENT_DECODE");
-    return v && std::strcmp(v, "1") == 0;
-  }();
+  const bool persistent_on_ = env_is("TESSERA_PERSISTENT_DECODE", "1");
   std::optional<bool> persistent_ok_;
   bool persistent_norms_aligned_ = false;
   Grow<cuda::PersistentLayer> player_;

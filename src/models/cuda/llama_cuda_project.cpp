@@ -49,6 +49,18 @@ size_t Projections::plan_call(int64_t rows, int64_t logit_rows) {
   return dg_ws_bytes_;
 }
 
+bool Projections::norm_fusable(const Proj& producer, const Proj& consumer) {
+  return producer.quant() && producer.parts.size() == 1 && consumer.quant() &&
+         std::all_of(consumer.parts.begin(), consumer.parts.end(),
+                     [](const Proj::Part& part) { return cuda::mmq_act_block(part.type) == 32; });
+}
+
+cuda::OpCost Projections::cost(const Proj& p, int64_t rows, double in_bytes, double out_bytes) {
+  double w = p.quant() ? 0.0 : 2.0 * static_cast<double>(p.n) * p.k;
+  for (const Proj::Part& part : p.parts) w += static_cast<double>(part.n) * *dtype_row_bytes(part.type, p.k);
+  return {w + static_cast<double>(rows) * (p.k * in_bytes + p.n * out_bytes), 2.0 * rows * p.n * p.k};
+}
+
 void Projections::matmul(const bf16* x, const Proj& p, int64_t rows, float* y, bool accumulate, cudaStream_t s) {
   const auto* w = reinterpret_cast<const uint16_t*>(p.w);
   if (rows == 1 && cuda::gemv_bf16_f32_supported(w, x, p.k))

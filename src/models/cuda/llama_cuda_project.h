@@ -21,6 +21,7 @@
 #include <utility>
 
 #include "backend/cuda/gemm_bf16.h"
+#include "backend/cuda/op_profiler.h"
 #include "kernels/cuda/mmq.h"
 #include "models/causal_lm.h"
 #include "models/cuda/llama_cuda_weights.h"
@@ -73,6 +74,14 @@ class Projections {
   // Whether a call of `rows` rows through quantized weights reads 8-bit activation rows (the
   // integer-dot GEMVs), so its input may be In::attention.
   static bool quantized_input(int64_t rows) { return rows <= cuda::kMmqGemvMaxRows; }
+  // Whether one row's RMSNorm between producer and consumer can ride in the producer's epilogue
+  // (cuda::MmqResidualNorm): the producer quantized in one part, the consumer quantized with
+  // 32-element activation blocks in every part.
+  static bool norm_fusable(const Proj& producer, const Proj& consumer);
+  // What a call must at least move and compute, for the profiler's floors: the weights once,
+  // rows of in / out bytes per element, 2 FLOPs per multiply-add.
+  static cuda::OpCost cost(const Proj& p, int64_t rows, double in_bytes, double out_bytes);
+
   // Quantized projection p (p.quant()). next_norm (one row, one part, y = next_norm->x,
   // accumulate): the GEMV also forms the next RMSNorm's input (cuda::mmq_gemv_residual_norm).
   void project(const Proj& p, const In& in, int64_t rows, const Scratch& b, float* y, int64_t ldy,

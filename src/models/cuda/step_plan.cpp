@@ -1,6 +1,7 @@
 #include "models/cuda/step_plan.h"
 
 #include <algorithm>
+#include <map>
 
 #include "core/error.h"
 
@@ -60,6 +61,20 @@ int64_t StepPlan::build(std::span<const SeqChunk> chunks, const KvCache& cache, 
   tiles = cuda::paged_attention_tiles(pchunks, n_heads / n_kv_heads);
   if (decode_only) cuda::paged_attention_order_tiles(tiles, positions.data(), n_kv_heads);
   return static_cast<int64_t>(logit_rows.size());
+}
+
+cuda::OpCost StepPlan::attention_cost(int64_t n_heads, int64_t n_kv_heads, int64_t head_dim) const {
+  const int64_t kvd = n_kv_heads * head_dim, qd = n_heads * head_dim;
+  std::map<int32_t, int64_t> ctx;  // sequence -> keys it reads
+  double flops = 0;
+  for (const cuda::PagedAttentionTile& t : tiles) {
+    const int64_t last = positions[t.row0 + t.n_rows - 1] + 1;
+    ctx[t.seq] = std::max(ctx[t.seq], last);
+    for (int32_t r = t.row0; r < t.row0 + t.n_rows; ++r) flops += 4.0 * (positions[r] + 1) * qd;
+  }
+  double bytes = 0;
+  for (const auto& [seq, keys] : ctx) bytes += 4.0 * keys * kvd;
+  return {bytes, flops};
 }
 
 }  // namespace tessera::models::cuda_llama

@@ -7,6 +7,7 @@
 #include <span>
 #include <vector>
 
+#include "backend/cuda/op_profiler.h"
 #include "kernels/cuda/paged_attention.h"
 #include "models/causal_lm.h"
 
@@ -25,6 +26,9 @@ struct StepPlan {
   // of logits rows (every row with all_logits).
   int64_t build(std::span<const SeqChunk> chunks, const KvCache& cache, int64_t n, bool all_logits,
                 int64_t n_heads, int64_t n_kv_heads);
+  // Attention of one layer for these tables (the profiler's floor): each sequence's K and V rows
+  // once (f16), 4 FLOPs per head dim, query head and visible key.
+  cuda::OpCost attention_cost(int64_t n_heads, int64_t n_kv_heads, int64_t head_dim) const;
 };
 
 }  // namespace tessera::models::cuda_llama
