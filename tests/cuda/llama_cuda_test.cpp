@@ -546,7 +546,9 @@ TEST(LlamaCudaDummy, LeftAttentionPartialsMatchTheMergingAttention) {
 // unless TESSERA_FUSED_NORM=0 keeps the norm kernels. The consumer rounds each block's scale after
 // the norm's 1 / rms, as the norm kernel does: the same logits up to rare rounding-edge moves
 // (mmq.h; nMSE <= 1e-4, where other orders of the same sums give 7e-4 to 1e-3 on these models:
-// one-row steps vs one chunk). K weights (256-element blocks) keep the norm kernels: bit for bit.
+// one-row steps vs one chunk). K weights take the legacy 32-element blocks there (f32 scales)
+// where the norm kernel quantizes Q8_K: close, not bit for bit (mmq_cuda_test's
+// KWeightsOnNormedBlocks measures both against the exact product).
 // Eager one-row steps, then the same steps replayed from CUDA graphs.
 TEST(LlamaCudaDummy, FusedNormStepsMatchTheNormKernels) {
   TESSERA_SKIP_WITHOUT_GPU();
@@ -566,22 +568,21 @@ TEST(LlamaCudaDummy, FusedNormStepsMatchTheNormKernels) {
     auto ca = fused->make_kv_cache(3, 16), cb = kernels->make_kv_cache(3, 16);
     const uint64_t calls = cuda::mmq_gemv_residual_norm_calls();
     const auto a = run_alone(*fused, ca, ids, blocks, 1, pool);
-    EXPECT_EQ(cuda::mmq_gemv_residual_norm_calls() - calls, legacy ? n * (2 * cfg.n_layers - 1) : 0) << name;
+    EXPECT_EQ(cuda::mmq_gemv_residual_norm_calls() - calls, n * (2 * cfg.n_layers - 1)) << name;
     const auto b = run_alone(*kernels, cb, ids, blocks, 1, pool);
-    EXPECT_EQ(cuda::mmq_gemv_residual_norm_calls() - calls, legacy ? n * (2 * cfg.n_layers - 1) : 0)
+    EXPECT_EQ(cuda::mmq_gemv_residual_norm_calls() - calls, n * (2 * cfg.n_layers - 1))
         << name << ": TESSERA_FUSED_NORM=0 took the fused path";
     for (float v : a) ASSERT_TRUE(std::isfinite(v)) << name;
     const bool same = std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-    if (legacy) {
-      const Agreement ag = compare(b, a, V);
-      const double e = test::nmse(a, b);
-      std::printf("%s fused norms vs norm kernels:%s top-1 %.1f%%, mean KL %.2e, nMSE %.2e\n", name.c_str(),
-                  same ? " bit for bit," : "", 100 * ag.top1, ag.mean_kl, e);
-      EXPECT_LE(e, 1e-4) << name;
-      EXPECT_GE(ag.top1, 0.95) << name;
-    } else {
-      EXPECT_TRUE(same) << name << ": K weights keep the norm kernels";
-    }
+    const Agreement ag = compare(b, a, V);
+    const double e = test::nmse(a, b);
+    std::printf("%s fused norms vs norm kernels:%s top-1 %.1f%%, mean KL %.2e, nMSE %.2e\n", name.c_str(),
+                same ? " bit for bit," : "", 100 * ag.top1, ag.mean_kl, e);
+    // K weights: 32-element activation blocks against the norm kernel's Q8_K, another (finer)
+    // quantization of the qkv and gate|up inputs (H200: nMSE 7e-4 .. 1e-3, top-1 92-96 %), held
+    // to the bounds of the other tests that compare two quantizations (FewRowChunksMatchOneRowSteps).
+    EXPECT_LE(e, legacy ? 1e-4 : 1e-2) << name;
+    EXPECT_GE(ag.top1, legacy ? 0.95 : 0.85) << name;
     auto cg = fused->make_kv_cache(3, 16);
     std::vector<float> row(V);
     for (int32_t pos = 0; pos < n; ++pos) {  // from the second step on, replayed graphs
@@ -666,7 +667,11 @@ TEST(LlamaCudaDummy, PersistentDecodeMatchesTheKernelChain) {
       if (c.cfg) return models::cuda_llama_create_dummy(c.cfg(), c.type);
       return models::cuda_llama_create_dummy(c.name, std::string(c.name) == "llama3-8b" ? 32000 : 0, c.type);
     };
+    // The persistent step quantizes Q8_K for K weights: the chain too (no fused norms).
+    const bool k_weights = cuda::mmq_act_block(c.type) == 256;
+    if (k_weights) setenv("TESSERA_FUSED_NORM", "0", 1);
     auto [chain, persistent] = model_pair("TESSERA_PERSISTENT_DECODE", "1", create);  // off by default (still slower)
+    if (k_weights) unsetenv("TESSERA_FUSED_NORM");
     auto cache_a = chain->make_kv_cache(n_blocks, block_size);
     auto cache_b = persistent->make_kv_cache(n_blocks, block_size);
     const uint64_t launches = cuda::decode_persistent_launches();

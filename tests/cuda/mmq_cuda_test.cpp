@@ -485,8 +485,9 @@ TEST(MmqMatmul, ResidualNormEpilogueEqualsTheGemvAndTheQuantizer) {
 // A consumer given MmqRowNorm: the row's inv = 1 / sqrt(mean + eps) from the block sums (exact
 // in double here, so host and device agree bit for bit); its products equal the plain GEMV's on
 // the f16 scales the quantizer would store for the row scaled by inv: f16(d inv),
-// f16(d inv sum), from raw {d, sum}. mmq_gemv (plain and accumulating, every k split) and
-// mmq_gemv_qkv_rope. Legacy activation blocks only: K weights and bad norms throw.
+// f16(d inv sum), from raw {d, sum}; for K weights on the f32 {d inv, sum} (the same legacy
+// 32-element quants). mmq_gemv (plain and accumulating, every k split) and mmq_gemv_qkv_rope,
+// every type; bad norms throw.
 TEST(MmqMatmul, RowNormScalesTheProductsByTheRowsInverseRms) {
   TESSERA_SKIP_WITHOUT_GPU();
   const int64_t k = 4096, nb = k / 32;
@@ -500,15 +501,16 @@ TEST(MmqMatmul, RowNormScalesTheProductsByTheRowsInverseRms) {
   const float inv = 1.0f / std::sqrt(static_cast<float>(total / static_cast<double>(k)) + eps);
   const cuda::MmqRowNorm norm{dss.get(), k, eps};
   for (DType t : test::kQuantTypes) {
-    if (cuda::mmq_act_block(t) != 32) continue;  // K weights: rejected below
+    const bool kq = cuda::mmq_act_block(t) == 256;
     const std::string what(dtype_name(t));
     const int64_t n_heads = 8, n_kv = 2, hd = 64, qr = n_heads * hd, kvr = n_kv * hd, n = qr + 2 * kvr;
     test::DevBuf<uint8_t> dw(random_packed(t, n, k, 42));
     test::DevBuf<float> a(random_rows(1, k, 43)), y(n), yn(n);
     test::DevBuf<int8_t> qa(k);
     test::DevBuf<cuda::MmqActMeta> ma(k / 32);
-    cuda::mmq_quantize_rows(t, a.get(), k, 1, k, qa.get(), ma.get(), nullptr);
-    // raw metas {d, sum} and the f16 metas of the row scaled by inv
+    // the producer's legacy quants whatever the consumer's type
+    cuda::mmq_quantize_rows(kq ? DType::kQ8_0 : t, a.get(), k, 1, k, qa.get(), ma.get(), nullptr);
+    // raw metas {d, sum} and the metas of the row scaled by inv (legacy: f16, K: f32)
     const auto qh = qa.download();
     std::vector<cuda::MmqActMeta> raw(nb), scaled(nb);
     for (int64_t b = 0; b < nb; ++b) {
@@ -516,7 +518,8 @@ TEST(MmqMatmul, RowNormScalesTheProductsByTheRowsInverseRms) {
       for (int64_t i = 32 * b; i < 32 * b + 32; ++i) sum += qh[i];
       raw[b] = {0.01f + 0.001f * static_cast<float>(b % 7), static_cast<float>(sum)};
       const float d = raw[b].d * inv;
-      scaled[b] = {f16_to_f32(f32_to_f16(d)), f16_to_f32(f32_to_f16(d * static_cast<float>(sum)))};
+      scaled[b] = kq ? cuda::MmqActMeta{d, static_cast<float>(sum)}
+                     : cuda::MmqActMeta{f16_to_f32(f32_to_f16(d)), f16_to_f32(f32_to_f16(d * static_cast<float>(sum)))};
     }
     test::DevBuf<cuda::MmqActMeta> draw(raw), dscaled(scaled);
     for (int ks : {0, 1, 2, 4}) {
@@ -555,12 +558,70 @@ TEST(MmqMatmul, RowNormScalesTheProductsByTheRowsInverseRms) {
                Error);
   EXPECT_THROW(cuda::mmq_gemv(DType::kQ4_0, nullptr, 4, k, nullptr, nullptr, 2, nullptr, 4, false, nullptr, 0, &norm),
                Error);
-  EXPECT_THROW(cuda::mmq_gemv(DType::kQ4_K, nullptr, 4, k, nullptr, nullptr, 1, nullptr, 4, false, nullptr, 0, &norm),
-               Error);
   const cuda::MmqResidualNorm out{nullptr, nullptr, nullptr, nullptr, nullptr};
   EXPECT_THROW(cuda::mmq_gemv_residual_norm(DType::kQ4_0, nullptr, 48, 64, nullptr, nullptr, out, nullptr), Error);  // n % 32
   const auto* q16 = reinterpret_cast<const int8_t*>(uintptr_t{256});
   EXPECT_THROW(cuda::mmq_gemv_residual_norm(DType::kQ4_0, nullptr, 64, 64, q16, nullptr, out, nullptr), Error);  // null out
+}
+
+// K weights given a normed row (a one-row GEMV with MmqRowNorm) take the legacy 32-element
+// blocks with f32 scales d * inv where the norm kernel quantizes the normed row to Q8_K's
+// 256-element blocks. Against the exact product of the weights and the normed f32 row
+// (ref::matmul), the finer blocks must be at least as accurate. Rows shaped like a model's
+// activations: magnitudes spread over two decades, so a 256-block's scale, set by its largest
+// element, leaves its small ones fewer bits than a 32-block's does.
+TEST(MmqMatmul, KWeightsOnNormedBlocksAreNoLessAccurateThanQ8K) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  const int64_t n = 2048, k = 4096, nb = k / 32;
+  std::mt19937 rng(71);
+  std::normal_distribution<float> g(0.f, 1.f);
+  std::uniform_real_distribution<float> spread(-2.3f, 2.3f);
+  std::vector<float> x(k);
+  for (float& v : x) v = g(rng) * std::exp(spread(rng));
+  const float eps = 1e-5f;
+  std::vector<double> ss(nb, 0.0);
+  for (int64_t i = 0; i < k; ++i) ss[i / 32] += static_cast<double>(x[i] * x[i]);
+  test::DevBuf<double> dss(ss);
+  const cuda::MmqRowNorm norm{dss.get(), k, eps};
+  // The reference's normed row takes the host's inv, whose last bit may differ from the device's
+  // (another order of the same sum): a relative 6e-8 on both paths alike.
+  double sum_sq = 0;
+  for (double v : ss) sum_sq += v;
+  const float inv = 1.0f / std::sqrt(static_cast<float>(sum_sq / static_cast<double>(k)) + eps);
+  std::vector<float> xn(k);
+  for (int64_t i = 0; i < k; ++i) xn[i] = x[i] * inv;
+  // The producer's raw legacy blocks of x: quants, {amax / 127, sum}.
+  test::DevBuf<float> dx(x), dxn(xn);
+  test::DevBuf<int8_t> q32(k), q256(k);
+  test::DevBuf<cuda::MmqActMeta> m32(nb), m256(nb);
+  cuda::mmq_quantize_rows(DType::kQ8_0, dx.get(), k, 1, k, q32.get(), m32.get(), nullptr);
+  const auto qh = q32.download();
+  std::vector<cuda::MmqActMeta> raw(nb);
+  for (int64_t b = 0; b < nb; ++b) {
+    float amax = 0.f;
+    int sum = 0;
+    for (int64_t i = 32 * b; i < 32 * b + 32; ++i) amax = std::max(amax, std::fabs(x[i])), sum += qh[i];
+    raw[b] = {amax / 127.0f, static_cast<float>(sum)};
+  }
+  test::DevBuf<cuda::MmqActMeta> draw(raw);
+  for (DType t : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+    const std::string what(dtype_name(t));
+    const auto blocks = test::random_quant_blocks(t, n, k, 72);
+    std::vector<uint8_t> packed(cuda::gemv_quant_layout(t, n, k).bytes);
+    cuda::repack_quant(t, blocks.data(), n, k, packed.data());
+    test::DevBuf<uint8_t> dw(packed);
+    std::vector<float> want(n);
+    ref::matmul(t, blocks.data(), n, k, xn.data(), 1, want.data());
+    test::DevBuf<float> y32(n), y256(n);
+    cuda::mmq_gemv(t, dw.get(), n, k, q32.get(), draw.get(), 1, y32.get(), n, false, nullptr, 0, &norm);
+    cuda::mmq_quantize_rows(t, dxn.get(), k, 1, k, q256.get(), m256.get(), nullptr);  // the norm kernel's Q8_K
+    cuda::mmq_gemv(t, dw.get(), n, k, q256.get(), m256.get(), 1, y256.get(), n, false, nullptr);
+    test::check_launch();
+    const double e32 = test::nmse(y32.download(), want), e256 = test::nmse(y256.download(), want);
+    std::printf("%s against the exact product: 32-element blocks nMSE %.2e, Q8_K %.2e\n", what.c_str(), e32, e256);
+    EXPECT_LT(e32, 1e-3) << what;
+    EXPECT_LE(e32, e256) << what;
+  }
 }
 
 // The batch-1 chain under PDL: quantize a_i, the producer (mmq_gemv_residual_norm: x_i += ..., the
@@ -572,7 +633,8 @@ TEST(MmqMatmul, ResidualNormChainUnderPdlEqualsItAlone) {
   TESSERA_SKIP_WITHOUT_GPU();
   const int chain = 8;
   const int64_t k = 4096, d = 4096, n = 6144;
-  for (auto [tp, tc] : {std::pair{DType::kQ4_0, DType::kQ4_0}, {DType::kQ8_0, DType::kQ8_0}, {DType::kQ4_K, DType::kQ4_1}}) {
+  for (auto [tp, tc] : {std::pair{DType::kQ4_0, DType::kQ4_0}, {DType::kQ8_0, DType::kQ8_0}, {DType::kQ4_K, DType::kQ4_1},
+                         {DType::kQ4_0, DType::kQ6_K}}) {
     test::DevBuf<uint8_t> wp(random_packed(tp, d, k, 61)), wc(random_packed(tc, n, d, 62));
     test::DevBuf<float> a(random_rows(chain, k, 63)), x0(random_rows(1, d, 64)), nw(random_rows(1, d, 65));
     test::DevBuf<float> xs(chain * d), chained(chain * n), alone(chain * n);

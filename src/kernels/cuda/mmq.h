@@ -9,7 +9,9 @@
 //    j of largest |x|, q = min(127, rne(iscale * x)), d = 1 / iscale (f32, not rounded).
 //
 // Activation rows: qx int8 [m][k] row-major; meta MmqActMeta [m][k / 32], one per 32 elements:
-// legacy: {d (f16-rounded), s}; K: {d of the 256-block, float(sum of the 32 q)}.
+// legacy: {d (f16-rounded), s}; K: {d of the 256-block, float(sum of the 32 q)}. The K dot takes
+// any d per 32 elements: a one-row GEMV given an MmqRowNorm (below) feeds K weights the legacy
+// rule's 32-element blocks with f32 d (as llama.cpp's CUDA GEMV feeds them block_q8_1), not Q8_K.
 //
 // The products: per 32-element block an exact int32 dot, then f32 scaling per block (legacy:
 // dw * da * isum (+ m * s for Q4_1 / Q5_1)); K weights: sub-block scales applied in int32 per 256 and
@@ -77,15 +79,18 @@ void mmq_matmul(DType wtype, const void* packed, int64_t n, int64_t k, const int
                 const MmqActMeta* meta, int64_t m, float* y, int64_t ldy, bool accumulate,
                 cudaStream_t stream);
 
-// One row's RMSNorm split between two one-row GEMVs (batch-1 decode; the consumer's weights with
-// 32-element activation blocks), so no kernel forms the normed row between them. The producer,
+// One row's RMSNorm split between two one-row GEMVs (batch-1 decode; any consumer weight type),
+// so no kernel forms the normed row between them. The producer,
 // mmq_gemv_residual_norm, adds its products to the residual x and quantizes x * w (w: the next
 // RMSNorm's weights) by the legacy rule without the norm's 1 / rms, which scales every element
 // alike: the same quants. Its meta per block is raw: {amax / 127 unrounded, the integer sum of
 // the quants}. It also writes each block's sum of squares of the new x (f32 squares summed in
 // double). The consumer (mmq_gemv or mmq_gemv_qkv_rope given an MmqRowNorm) computes inv =
 // 1 / sqrt(mean + eps) from those sums as RMSNorm does, and as it loads a block rounds d * inv
-// and d * inv * sum to f16: block_q8_1's scales of the normed row. Against quantizing the normed
+// and d * inv * sum to f16: block_q8_1's scales of the normed row (legacy weights); K weights
+// take {d * inv in f32, the integer sum}: 32-element blocks where the norm kernel would quantize
+// Q8_K's 256, a finer rounding than the unfused path's (mmq_cuda_test measures both against the
+// exact product). Legacy weights, against quantizing the normed
 // row (mmq_rms_norm_quantize_rows): amax / 127 * inv and x * w (one rounding instead of two,
 // (x * inv) * w) may differ in the last f32 bit, so a scale or quant may move where it sits on
 // a rounding edge (rare), and the producer splits k in at most 2 (its blocks hold 8 row groups),
@@ -122,7 +127,7 @@ uint64_t mmq_gemv_residual_norm_calls();
 
 // The two kernels, forced (tests, benchmarks). gemv: m <= kMmqGemvMaxRows; mma: any m. The
 // GEMVs' k_split (1, 2 or 4 warps per row group; 0: chosen by shape) is for tests and benchmarks.
-// gemv's norm: m = 1, weights with 32-element activation blocks, meta raw (MmqRowNorm above).
+// gemv's norm: m = 1, legacy 32-element activation blocks with raw meta (MmqRowNorm above).
 void mmq_gemv(DType wtype, const void* packed, int64_t n, int64_t k, const int8_t* qx,
               const MmqActMeta* meta, int64_t m, float* y, int64_t ldy, bool accumulate,
               cudaStream_t stream, int k_split = 0, const MmqRowNorm* norm = nullptr);

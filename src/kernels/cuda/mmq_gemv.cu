@@ -110,16 +110,18 @@ __device__ __forceinline__ float row_norm_inv(const MmqRowNorm& nm, int lane) {
 // compiler's choice.
 template <class F>
 constexpr bool five_bit = std::is_same_v<F, Q5_KG> || std::is_same_v<F, Q5_0G> || std::is_same_v<F, Q5_1G>;
-// K formats take 256-element activation blocks: no row norm (MmqRowNorm) for them.
+// K formats: their dot takes the integer sum of a block's quants and an f32 scale (Q8_K's meta).
 template <class F>
 constexpr bool k_format = std::is_same_v<F, Q4_KG> || std::is_same_v<F, Q5_KG> || std::is_same_v<F, Q6_KG>;
 // A row norm (kNorm: 1 / rms held through the loop) took Q8_0 from 128 to up to 144 registers (3
-// blocks per SM instead of 4): capped at 128 like the plain kernel's, without spills.
+// blocks per SM instead of 4): capped at 128 like the plain kernel's, without spills. K formats
+// keep the compiler's choice (the cap spilled Q6_K's QKV GEMV; Q5_K is capped as five-bit).
 template <class F, int M, int W, bool kNorm>
-constexpr int kMinBlocks = (five_bit<F> || kNorm) && M == 1 && W == kWarps ? 4 : 1;
+constexpr int kMinBlocks = (five_bit<F> || (kNorm && !k_format<F>)) && M == 1 && W == kWarps ? 4 : 1;
 
-// kNorm: the activation row is an RMSNorm's without its 1 / rms (MmqRowNorm): each block's f16
-// scale (and d * sum) is formed from its raw scale times 1 / rms as the block is loaded.
+// kNorm: the activation row is an RMSNorm's without its 1 / rms (MmqRowNorm): each block's scale
+// is formed from its raw scale times 1 / rms as the block is loaded, rounded to f16 with d * sum
+// for legacy formats (block_q8_1's meta), kept in f32 with the integer sum for K formats.
 template <class F, int M, int KS, class Epi, int W = kWarps, bool kNorm = false>
 __global__ void __launch_bounds__(W * 32, (kMinBlocks<F, M, W, kNorm>))
 mmq_gemv_kernel(MmqMat w, const int8_t* qx, const MmqActMeta* meta, Epi epi, MmqRowNorm norm) {
@@ -163,7 +165,9 @@ mmq_gemv_kernel(MmqMat w, const int8_t* qx, const MmqActMeta* meta, Epi epi, Mmq
 #pragma unroll
       for (int t = 0; t < M; ++t) {
         XBlk x = load_xblk(qx + t * w.k, meta + t * nb, c);
-        if constexpr (kNorm) {  // the scale and d * sum as the quantizer rounds them
+        if constexpr (kNorm && k_format<F>) {
+          x.d = __fmul_rn(x.d, inv);  // K meta: {f32 d, integer sum}
+        } else if constexpr (kNorm) {  // the scale and d * sum as the quantizer rounds them
           const MmqActMeta m = legacy_meta(__fmul_rn(x.d, inv), x.s);
           x.d = m.d;
           x.s = m.s;
@@ -300,10 +304,9 @@ void launch_m(const MmqMat& w, const int8_t* qx, const MmqActMeta* meta, int64_t
               int64_t ldy, bool acc, int k_split, const MmqRowNorm& norm, cudaStream_t s) {
   with_k_split(w, m, k_split, split_at_least_2<F>, [&](auto ks) {
     constexpr int KS = decltype(ks)::value;
-    if constexpr (!k_format<F>)
-      if (norm.block_ss != nullptr)  // one row (checked_norm: never K formats)
-        return launch_kernel(mmq_gemv_kernel<F, 1, KS, StoreRows, kWarps, true>, grid_for(w, KS), kThreads, 0, s, w,
-                             qx, meta, StoreRows{y, ldy, acc}, norm);
+    if (norm.block_ss != nullptr)  // one row (checked_norm)
+      return launch_kernel(mmq_gemv_kernel<F, 1, KS, StoreRows, kWarps, true>, grid_for(w, KS), kThreads, 0, s, w,
+                           qx, meta, StoreRows{y, ldy, acc}, norm);
     switch (m) {
 #define TESSERA_M(M)                                                                                     \
   case M:                                                                                                \
@@ -343,12 +346,12 @@ void with_format(DType t, Fn&& f) {
 
 std::atomic<uint64_t> g_residual_norm_calls{0};
 
-// A consumer's MmqRowNorm: one row of legacy activation blocks (the producer's rule), its
-// blocks' sums of squares and d = k.
-MmqRowNorm checked_norm(DType t, const MmqRowNorm* norm, int64_t m, int64_t k) {
+// A consumer's MmqRowNorm: one row (of legacy 32-element activation blocks, the producer's rule,
+// whatever the weight type), its blocks' sums of squares and d = k.
+MmqRowNorm checked_norm(const MmqRowNorm* norm, int64_t m, int64_t k) {
   if (norm == nullptr) return MmqRowNorm{};
-  TESSERA_CHECK_ARG(m == 1 && norm->block_ss != nullptr && norm->d == k && mmq_act_block(t) == 32,
-                    "mmq_gemv: a row norm needs one row of 32-element activation blocks, d = k and its block sums");
+  TESSERA_CHECK_ARG(m == 1 && norm->block_ss != nullptr && norm->d == k,
+                    "mmq_gemv: a row norm needs one row, d = k and its block sums");
   return *norm;
 }
 
@@ -359,7 +362,7 @@ void mmq_gemv_qkv_rope(DType t, const void* packed, int64_t k, const int8_t* qx,
                        int k_split, const MmqRowNorm* norm) {
   TESSERA_CHECK_ARG(mmq_supported(t), "mmq_gemv_qkv_rope: weight type " + std::string(dtype_name(t)) + " unsupported");
   check_rope(r);
-  const MmqRowNorm nm = checked_norm(t, norm, 1, k);
+  const MmqRowNorm nm = checked_norm(norm, 1, k);
   const int64_t n = r.q_rows + 2 * r.kv_rows;
   const MmqMat w{static_cast<const uint8_t*>(packed), gemv_quant_layout(t, n, k), n, k};
   with_format(t, [&](auto fmt) {
@@ -367,10 +370,9 @@ void mmq_gemv_qkv_rope(DType t, const void* packed, int64_t k, const int8_t* qx,
       constexpr int KS = decltype(ks)::value;
       using F = decltype(fmt);
       const QkvRopeRow epi{QkvRopeEpi<float>{q, r}};
-      if constexpr (!k_format<F>)
-        if (nm.block_ss != nullptr)
-          return launch_kernel(mmq_gemv_kernel<F, 1, KS, QkvRopeRow, kWarps, true>, grid_for(w, KS), kThreads, 0, s, w,
-                               qx, meta, epi, nm);
+      if (nm.block_ss != nullptr)
+        return launch_kernel(mmq_gemv_kernel<F, 1, KS, QkvRopeRow, kWarps, true>, grid_for(w, KS), kThreads, 0, s, w,
+                             qx, meta, epi, nm);
       launch_kernel(mmq_gemv_kernel<F, 1, KS, QkvRopeRow>, grid_for(w, KS), kThreads, 0, s, w, qx, meta, epi, nm);
     });
   });
@@ -384,7 +386,7 @@ void mmq_gemv(DType t, const void* packed, int64_t n, int64_t k, const int8_t* q
   TESSERA_CHECK_ARG(ldy >= n, "mmq_gemv: ldy < n");
   TESSERA_CHECK_ARG(reinterpret_cast<uintptr_t>(qx) % 16 == 0, "mmq_gemv: qx must be 16-byte aligned");
   if (m == 0 || n == 0) return;
-  const MmqRowNorm nm = checked_norm(t, norm, m, k);
+  const MmqRowNorm nm = checked_norm(norm, m, k);
   const MmqMat w{static_cast<const uint8_t*>(packed), gemv_quant_layout(t, n, k), n, k};
   with_format(t, [&](auto fmt) { launch_m<decltype(fmt)>(w, qx, meta, m, y, ldy, accumulate, k_split, nm, s); });
 }

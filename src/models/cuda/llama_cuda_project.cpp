@@ -50,9 +50,7 @@ size_t Projections::plan_call(int64_t rows, int64_t logit_rows) {
 }
 
 bool Projections::norm_fusable(const Proj& producer, const Proj& consumer) {
-  return producer.quant() && producer.parts.size() == 1 && consumer.quant() &&
-         std::all_of(consumer.parts.begin(), consumer.parts.end(),
-                     [](const Proj::Part& part) { return cuda::mmq_act_block(part.type) == 32; });
+  return producer.quant() && producer.parts.size() == 1 && consumer.quant();
 }
 
 cuda::OpCost Projections::cost(const Proj& p, int64_t rows, double in_bytes, double out_bytes) {
@@ -80,11 +78,9 @@ void Projections::project(const Proj& p, const In& in, int64_t rows, const Scrat
                       "project: forming the next norm's input needs one row, one part, added to the residual");
   if (in.kind == In::kNormed) {  // already quantized: the one-row GEMV scales by the row's 1 / rms
     TESSERA_CHECK_ARG(rows == 1 && next_norm == nullptr, "project: a normed input is one row");
-    for (const Proj::Part& part : p.parts) {
-      TESSERA_CHECK_ARG(cuda::mmq_act_block(part.type) == 32, "project: a normed input needs 32-element blocks");
+    for (const Proj::Part& part : p.parts)  // every type takes the 32-element blocks (mmq.h)
       cuda::mmq_gemv(part.type, part.packed, part.n, p.k, in.qx, in.meta, 1, y + part.row0, ldy, accumulate, s, 0,
                      &in.row_norm);
-    }
     return;
   }
   const bool dequant_gemm =

@@ -75,8 +75,8 @@ class Projections {
   // integer-dot GEMVs), so its input may be In::attention.
   static bool quantized_input(int64_t rows) { return rows <= cuda::kMmqGemvMaxRows; }
   // Whether one row's RMSNorm between producer and consumer can ride in the producer's epilogue
-  // (cuda::MmqResidualNorm): the producer quantized in one part, the consumer quantized with
-  // 32-element activation blocks in every part.
+  // (cuda::MmqResidualNorm): the producer quantized in one part, the consumer quantized (K
+  // weights then take 32-element activation blocks instead of Q8_K's 256: mmq.h).
   static bool norm_fusable(const Proj& producer, const Proj& consumer);
   // What a call must at least move and compute, for the profiler's floors: the weights once,
   // rows of in / out bytes per element, 2 FLOPs per multiply-add.
