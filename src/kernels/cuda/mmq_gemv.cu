@@ -114,10 +114,20 @@ constexpr bool five_bit = std::is_same_v<F, Q5_KG> || std::is_same_v<F, Q5_0G> |
 template <class F>
 constexpr bool k_format = std::is_same_v<F, Q4_KG> || std::is_same_v<F, Q5_KG> || std::is_same_v<F, Q6_KG>;
 // A row norm (kNorm: 1 / rms held through the loop) took Q8_0 from 128 to up to 144 registers (3
-// blocks per SM instead of 4): capped at 128 like the plain kernel's, without spills. K formats
-// keep the compiler's choice (the cap spilled Q6_K's QKV GEMV; Q5_K is capped as five-bit).
+// blocks per SM instead of 4): capped at 128 like the plain kernel's, without spills; Q4_K's
+// (151-157 with the first activation blocks loaded early) too. Q6_K keeps the compiler's choice,
+// 3 blocks per SM as its plain kernel (capped, its QKV GEMV spilled).
 template <class F, int M, int W, bool kNorm>
-constexpr int kMinBlocks = (five_bit<F> || (kNorm && !k_format<F>)) && M == 1 && W == kWarps ? 4 : 1;
+constexpr int kMinBlocks =
+    (five_bit<F> || (kNorm && !std::is_same_v<F, Q6_KG>)) && M == 1 && W == kWarps ? 4 : 1;
+
+// A row norm's consumer loading its first activation blocks before it forms the 1 / rms (below):
+// H200, batch-1 decode of Llama-3-8B shapes, same call (gpu_runs/s33_row_norm_early_x_ab.txt),
+// Q8_0 2.41 -> 2.37 ms, Q4_K 1.71 -> 1.68, but Q4_0 1.64-1.65 -> 1.66 in both rounds (not
+// explained: its registers grew from ~102 to 114-122, 4 blocks per SM either way). Not for Q4_0 and
+// Q4_1 (the same dot shape; Q4_1 not measured apart).
+template <class F>
+constexpr bool early_x = !std::is_same_v<F, Q4_0G> && !std::is_same_v<F, Q4_1G>;
 
 // kNorm: the activation row is an RMSNorm's without its 1 / rms (MmqRowNorm): each block's scale
 // is formed from its raw scale times 1 / rms as the block is loaded, rounded to f16 with d * sum
@@ -128,6 +138,7 @@ mmq_gemv_kernel(MmqMat w, const int8_t* qx, const MmqActMeta* meta, Epi epi, Mmq
   static_assert(W % KS == 0, "whole row groups per block");
   static_assert(!kBlockEpi<Epi> || (M == 1 && W / KS * kR == Epi::kBlockRows), "a block epilogue's rows");
   static_assert(!kNorm || M == 1, "a row norm is one row's");
+  constexpr bool kEarlyX = kNorm && early_x<F>;
   pdl_trigger();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t g = static_cast<int64_t>(blockIdx.x) * (W / KS) + warp / KS;
@@ -157,14 +168,15 @@ mmq_gemv_kernel(MmqMat w, const int8_t* qx, const MmqActMeta* meta, Epi epi, Mmq
       }
   };
   float acc[kR][M] = {};
-  auto add = [&](int64_t c0, const typename F::W (&wv)[kU][kR]) {
+  // pre: the step's activation blocks already loaded (one row), else null.
+  auto add = [&](int64_t c0, const typename F::W (&wv)[kU][kR], const XBlk* pre = nullptr) {
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       const int64_t c = c0 + 32 * KS * u;
       if (c >= nb) break;
 #pragma unroll
       for (int t = 0; t < M; ++t) {
-        XBlk x = load_xblk(qx + t * w.k, meta + t * nb, c);
+        XBlk x = pre != nullptr ? pre[u] : load_xblk(qx + t * w.k, meta + t * nb, c);
         if constexpr (kNorm && k_format<F>) {
           x.d = __fmul_rn(x.d, inv);  // K meta: {f32 d, integer sum}
         } else if constexpr (kNorm) {  // the scale and d * sum as the quantizer rounds them
@@ -183,9 +195,18 @@ mmq_gemv_kernel(MmqMat w, const int8_t* qx, const MmqActMeta* meta, Epi epi, Mmq
     typename F::W wv[kU][kR];
     if (first) load(c0, wv);
     pdl_wait();  // the activations (and y) come from earlier kernels
+    // A row norm: the first step's activation blocks asked for before the 1 / rms's round trip
+    // for the block sums, not after it (both are L2 reads of the producer's output).
+    XBlk x0[kU];
+    if constexpr (kEarlyX)
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+        const int64_t c = c0 + 32 * KS * u;
+        if (c < nb) x0[u] = load_xblk(qx, meta, c);
+      }
     after_wait();
     if (first) {
-      add(c0, wv);
+      add(c0, wv, kEarlyX ? x0 : nullptr);
       c0 += step;
     }
   } else if (c0 < nb) {
