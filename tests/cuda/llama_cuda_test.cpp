@@ -546,9 +546,8 @@ TEST(LlamaCudaDummy, LeftAttentionPartialsMatchTheMergingAttention) {
 // unless TESSERA_FUSED_NORM=0 keeps the norm kernels. The consumer rounds each block's scale after
 // the norm's 1 / rms, as the norm kernel does: the same logits up to rare rounding-edge moves
 // (mmq.h; nMSE <= 1e-4, where other orders of the same sums give 7e-4 to 1e-3 on these models:
-// one-row steps vs one chunk). K weights take the legacy 32-element blocks there (f32 scales)
-// where the norm kernel quantizes Q8_K: close, not bit for bit (mmq_cuda_test's
-// KWeightsOnNormedBlocks measures both against the exact product).
+// one-row steps vs one chunk). K weights: every one-row input in the legacy 32-element blocks
+// with f32 scales (mmq.h, k32), fused or not, so the same bound holds.
 // Eager one-row steps, then the same steps replayed from CUDA graphs.
 TEST(LlamaCudaDummy, FusedNormStepsMatchTheNormKernels) {
   TESSERA_SKIP_WITHOUT_GPU();
@@ -564,7 +563,6 @@ TEST(LlamaCudaDummy, FusedNormStepsMatchTheNormKernels) {
     auto [fused, kernels] =
         model_pair("TESSERA_FUSED_NORM", "0", [&] { return models::cuda_llama_create_dummy(cfg, t); });
     const int64_t V = cfg.vocab;
-    const bool legacy = cuda::mmq_act_block(t) == 32;
     auto ca = fused->make_kv_cache(3, 16), cb = kernels->make_kv_cache(3, 16);
     const uint64_t calls = cuda::mmq_gemv_residual_norm_calls();
     const auto a = run_alone(*fused, ca, ids, blocks, 1, pool);
@@ -578,11 +576,8 @@ TEST(LlamaCudaDummy, FusedNormStepsMatchTheNormKernels) {
     const double e = test::nmse(a, b);
     std::printf("%s fused norms vs norm kernels:%s top-1 %.1f%%, mean KL %.2e, nMSE %.2e\n", name.c_str(),
                 same ? " bit for bit," : "", 100 * ag.top1, ag.mean_kl, e);
-    // K weights: 32-element activation blocks against the norm kernel's Q8_K, another (finer)
-    // quantization of the qkv and gate|up inputs (H200: nMSE 7e-4 .. 1e-3, top-1 92-96 %), held
-    // to the bounds of the other tests that compare two quantizations (FewRowChunksMatchOneRowSteps).
-    EXPECT_LE(e, legacy ? 1e-4 : 1e-2) << name;
-    EXPECT_GE(ag.top1, legacy ? 0.95 : 0.85) << name;
+    EXPECT_LE(e, 1e-4) << name;
+    EXPECT_GE(ag.top1, 0.95) << name;
     auto cg = fused->make_kv_cache(3, 16);
     std::vector<float> row(V);
     for (int32_t pos = 0; pos < n; ++pos) {  // from the second step on, replayed graphs
@@ -631,7 +626,7 @@ TEST(LlamaCudaDummy, DequantGemmHeadRowsDifferFromTheLayers) {
 // kernel chain (norm + quantize, GEMVs, paged attention, ...). Same random weights, teacher-forced
 // one-row steps: the logits must agree closely (they differ by attention's rounding, f32 here
 // vs f16 q and probabilities on tensor cores there, and the GEMVs' summation order).
-// smollm2-135m: head_dim 64, 3 query heads per kv head; llama3-8b-shaped Q4_K (Q8_K
+// smollm2-135m: head_dim 64, 3 query heads per kv head; llama3-8b-shaped Q4_K (32-element
 // activations): head_dim 128, group 4 (a 32000-token head to keep it light); group 1 (every
 // query head its own kv head); group 8 with 8 kv heads over enough positions that attention has
 // more items (chunks x kv heads) than the grid has blocks (2 per SM), so blocks take several.
@@ -667,11 +662,7 @@ TEST(LlamaCudaDummy, PersistentDecodeMatchesTheKernelChain) {
       if (c.cfg) return models::cuda_llama_create_dummy(c.cfg(), c.type);
       return models::cuda_llama_create_dummy(c.name, std::string(c.name) == "llama3-8b" ? 32000 : 0, c.type);
     };
-    // The persistent step quantizes Q8_K for K weights: the chain too (no fused norms).
-    const bool k_weights = cuda::mmq_act_block(c.type) == 256;
-    if (k_weights) setenv("TESSERA_FUSED_NORM", "0", 1);
     auto [chain, persistent] = model_pair("TESSERA_PERSISTENT_DECODE", "1", create);  // off by default (still slower)
-    if (k_weights) unsetenv("TESSERA_FUSED_NORM");
     auto cache_a = chain->make_kv_cache(n_blocks, block_size);
     auto cache_b = persistent->make_kv_cache(n_blocks, block_size);
     const uint64_t launches = cuda::decode_persistent_launches();

@@ -194,6 +194,46 @@ TEST(MmqQuant, FusedRmsNormAndSwigluMatchTheUnfusedCpuSteps) {
   }
 }
 
+// k32 (one-row inputs of K weights, mmq.h): the legacy rule's 32-element blocks with meta
+// {amax / 127 in f32, integer sum}. Against the legacy quantizer (checked against the CPU above)
+// on the same source: the same quants, a scale whose f16 rounding is the legacy one, and on plain
+// rows the host's amax / 127 exactly. Plain (1 and 3 rows), RMSNorm and SwiGLU sources.
+TEST(MmqQuant, K32RowsAreTheLegacyBlocksWithRawMeta) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  const int64_t k = 4096, nb = k / 32;
+  for (DType t : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K})
+    for (int src = 0; src < 4; ++src) {
+      const int64_t m = src == 1 ? 3 : 1;
+      const std::string what = std::string(dtype_name(t)) + " source " + std::to_string(src);
+      auto x = random_rows(m, 2 * k, 11 + src);  // SwiGLU reads gate | up
+      std::vector<float> w(k);
+      for (int64_t i = 0; i < k; ++i) w[i] = 0.5f + 0.001f * static_cast<float>(i % 700);
+      test::DevBuf<float> dx(x), dw(w);
+      test::DevBuf<int8_t> qa(m * k), qb(m * k);
+      test::DevBuf<cuda::MmqActMeta> ma(m * nb), mb(m * nb);
+      qb.poison(), mb.poison();
+      for (auto [type, q, meta, k32] : {std::tuple{DType::kQ8_0, qa.get(), ma.get(), false}, {t, qb.get(), mb.get(), true}}) {
+        if (src <= 1) cuda::mmq_quantize_rows(type, dx.get(), 2 * k, m, k, q, meta, nullptr, k32);
+        if (src == 2) cuda::mmq_rms_norm_quantize_rows(type, dx.get(), dw.get(), 1e-5f, m, k, q, meta, nullptr, k32);
+        if (src == 3) cuda::mmq_swiglu_quantize_rows(type, dx.get(), m, k, q, meta, nullptr, k32);
+      }
+      test::check_launch();
+      const auto q1 = qa.download(), q2 = qb.download();
+      const auto m1 = ma.download(), m2 = mb.download();
+      ASSERT_EQ(0, std::memcmp(q1.data(), q2.data(), m * k)) << what;
+      for (int64_t r = 0; r < m; ++r)
+        for (int64_t b = 0; b < nb; ++b) {
+          const int64_t i = r * nb + b;
+          int sum = 0;
+          float amax = 0.f;
+          for (int64_t e = 32 * b; e < 32 * b + 32; ++e) sum += q2[r * k + e], amax = std::max(amax, std::fabs(x[r * 2 * k + e]));
+          ASSERT_EQ(m2[i].s, static_cast<float>(sum)) << what << " block " << i;
+          ASSERT_EQ(f16_to_f32(f32_to_f16(m2[i].d)), m1[i].d) << what << " block " << i;
+          if (src <= 1) ASSERT_EQ(m2[i].d, amax / 127.0f) << what << " block " << i;
+        }
+    }
+}
+
 enum class Path { kAuto, kGemv, kMma, kTc };
 
 struct Case {

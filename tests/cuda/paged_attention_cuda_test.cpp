@@ -105,13 +105,13 @@ void check_left_partials(const cuda::PagedAttentionWorkspace& ws, int64_t rows, 
   }
   if constexpr (std::is_same_v<O, float>) {
     test::DevBuf<float> dmerged(merged);
-    for (DType t : {DType::kQ8_0, DType::kQ4_K}) {
-      if (k % cuda::mmq_act_block(t) != 0) continue;
+    for (auto [t, k32] : {std::pair{DType::kQ8_0, false}, {DType::kQ4_K, false}, {DType::kQ4_K, true}}) {
+      if (k % (k32 ? 32 : cuda::mmq_act_block(t)) != 0) continue;
       test::DevBuf<int8_t> qa(rows * k), qb(rows * k);
       test::DevBuf<cuda::MmqActMeta> ma(rows * k / 32), mb(rows * k / 32);
       qa.poison(), qb.poison(), ma.poison(), mb.poison();
-      cuda::mmq_quantize_rows(t, dmerged.get(), k, rows, k, qa.get(), ma.get(), nullptr);
-      cuda::mmq_quantize_attention_rows(t, partials, rows, k, qb.get(), mb.get(), nullptr);
+      cuda::mmq_quantize_rows(t, dmerged.get(), k, rows, k, qa.get(), ma.get(), nullptr, k32);
+      cuda::mmq_quantize_attention_rows(t, partials, rows, k, qb.get(), mb.get(), nullptr, k32);
       test::check_launch();
       const auto xa = qa.download(), xb = qb.download();
       const auto sa = ma.download(), sb = mb.download();

@@ -27,10 +27,15 @@ using namespace detail;
 using namespace persistent;
 
 // Quantizes one row of src into this block's shared memory (all threads of the block).
+// One row: K weights take the legacy 32-element blocks with f32 meta, as the chain's one-row
+// quantizers give them (mmq.h, k32).
+template <bool kK>
+constexpr ActRule kRowRule = kK ? ActRule::kRaw32 : ActRule::kLegacy;
+
 template <bool kK, class Src>
 __device__ __forceinline__ void form_row(Src src, int64_t k, int8_t* qx, MmqActMeta* meta) {
   src.prepare(0, 8 * threadIdx.x);
-  quantize_row_span<kK>(src, 0, k, qx, meta, threadIdx.x - threadIdx.x % 32, kThreads);
+  quantize_row_span<kRowRule<kK>>(src, 0, k, qx, meta, threadIdx.x - threadIdx.x % 32, kThreads);
   __syncthreads();
 }
 
@@ -240,7 +245,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) persistent_kernel(cons
     ring_gemv<F>(p, ring, wtab, slots, li, 2, qx_s, meta_s, StoreRow{p.gu, false});
     // 5. SwiGLU + quantize, spread over the grid
     grid_barrier(p.barrier, p.timing);
-    quantize_row_span<kK>(SwigluSrc{p.gu, p.ff, p.vec}, 0, p.ff, p.qx, p.meta,
+    quantize_row_span<kRowRule<kK>>(SwigluSrc{p.gu, p.ff, p.vec}, 0, p.ff, p.qx, p.meta,
                           int64_t{blockIdx.x} * kThreads + threadIdx.x - threadIdx.x % 32,
                           int64_t{gridDim.x} * kThreads);
     // 6. down, x += down (its row copied to shared memory once per block when it fits: the

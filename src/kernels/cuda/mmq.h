@@ -57,22 +57,27 @@ bool mmq_supported(DType wtype);
 // Elements per activation scale: 32 (legacy) or 256 (K).
 int64_t mmq_act_block(DType wtype);
 
-// Quantize m rows of k f32 values (row r at x + r * ldx) for weights of wtype.
+// Quantize m rows of k f32 values (row r at x + r * ldx) for weights of wtype. k32 (every
+// quantizer below): for K weights, the legacy rule's 32-element blocks with meta {d = amax / 127
+// in f32, integer sum} instead of Q8_K, the layout of the one-row GEMV's inputs (what
+// MmqResidualNorm forms; the K dot takes any scale per 32 elements, and the finer blocks round
+// less: mmq_cuda_test measures both against the exact product). Only the one-row GEMV reads it
+// (the tensor-core GEMV and GEMM take one scale per 256). Legacy weights ignore it.
 void mmq_quantize_rows(DType wtype, const float* x, int64_t ldx, int64_t m, int64_t k, int8_t* qx,
-                       MmqActMeta* meta, cudaStream_t stream);
+                       MmqActMeta* meta, cudaStream_t stream, bool k32 = false);
 // Fused producers: the row values are (x[i] * inv_rms) * w[i] (RMSNorm, f32 statistics) or
 // silu(gu[r][i]) * gu[r][ff + i] (SwiGLU of a fused gate|up output), computed exactly as the
 // unfused f32 kernels would, then quantized. d_model / ff: a multiple of the block. The RMSNorm
 // weights w are read before the PDL wait: the kernel just before must not write them.
 void mmq_rms_norm_quantize_rows(DType wtype, const float* x, const float* w, float eps, int64_t m,
-                                int64_t d, int8_t* qx, MmqActMeta* meta, cudaStream_t stream);
+                                int64_t d, int8_t* qx, MmqActMeta* meta, cudaStream_t stream, bool k32 = false);
 void mmq_swiglu_quantize_rows(DType wtype, const float* gu, int64_t m, int64_t ff, int8_t* qx,
-                              MmqActMeta* meta, cudaStream_t stream);
+                              MmqActMeta* meta, cudaStream_t stream, bool k32 = false);
 // The rows of a split attention launch that left its partials (paged_attention.h,
 // leave_partials): merged exactly as the attention kernel merges them, then quantized. k: the
 // row width (n_heads x head_dim).
 void mmq_quantize_attention_rows(DType wtype, const PagedAttentionPartials& partials, int64_t m, int64_t k,
-                                 int8_t* qx, MmqActMeta* meta, cudaStream_t stream);
+                                 int8_t* qx, MmqActMeta* meta, cudaStream_t stream, bool k32 = false);
 
 // y[r][j] (+)= sum_k x[r][k] W[j][k] for r < m, j < n; row r of y at y + r * ldy (ldy >= n).
 void mmq_matmul(DType wtype, const void* packed, int64_t n, int64_t k, const int8_t* qx,

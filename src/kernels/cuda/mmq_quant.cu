@@ -35,7 +35,7 @@ bool is_k(DType t) { return t == DType::kQ4_K || t == DType::kQ5_K || t == DType
 // Grid (row, part), blocks of kThreads threads (a source without a block statistic may take
 // fewer: any multiple of 32). Thread t of a row's gridDim.y * blockDim.x holds 8 consecutive
 // elements at 8 t, 8 (t + threads), ...; a warp's lanes loop together (quantize_row_span).
-template <bool kK, class Src>
+template <detail::ActRule kRule, class Src>
 __global__ void __launch_bounds__(kThreads) quant_kernel(Src src, int64_t k, int8_t* qx, MmqActMeta* meta) {
   const int64_t r = blockIdx.x, threads = blockDim.x;
   const int64_t warp_t = int64_t{blockIdx.y} * threads + threadIdx.x - threadIdx.x % 32;  // the warp's first thread
@@ -44,29 +44,33 @@ __global__ void __launch_bounds__(kThreads) quant_kernel(Src src, int64_t k, int
   detail::pdl_wait();  // inputs come from the previous kernel (PDL, launch.h)
   detail::pdl_trigger();
   src.prepare(r, first);
-  detail::quantize_row_span<kK>(src, r, k, qx + r * k, meta + r * (k / 32), warp_t, int64_t{gridDim.y} * threads);
+  detail::quantize_row_span<kRule>(src, r, k, qx + r * k, meta + r * (k / 32), warp_t, int64_t{gridDim.y} * threads);
 }
 
 // threads: per block (kThreads for sources with a block statistic). Up to one part per
 // 8 x threads elements (a decode row of 14336 SwiGLU values: 7 blocks, not 1).
 template <class Src>
-void launch(DType t, const Src& src, int64_t m, int64_t k, int8_t* qx, MmqActMeta* meta, cudaStream_t s,
+void launch(DType t, const Src& src, int64_t m, int64_t k, int8_t* qx, MmqActMeta* meta, bool k32, cudaStream_t s,
             int threads = kThreads) {
   if constexpr (std::is_same_v<Src, RmsSrc>)  // its prepare() reduces over exactly kThreads threads
     TESSERA_CHECK_ARG(threads == kThreads, "mmq quantize: RMSNorm rows need blocks of 256 threads");
   TESSERA_CHECK_ARG(threads > 0 && threads <= kThreads && threads % 32 == 0, "mmq quantize: bad block size");
   TESSERA_CHECK_ARG(mmq_supported(t), "mmq: weight type " + std::string(dtype_name(t)) + " unsupported");
-  TESSERA_CHECK_ARG(k > 0 && k % mmq_act_block(t) == 0,
-                    "mmq quantize: k must be a multiple of " + std::to_string(mmq_act_block(t)));
+  const bool raw32 = k32 && is_k(t);  // legacy formats take their own rule either way
+  const int64_t blk = raw32 ? 32 : mmq_act_block(t);
+  TESSERA_CHECK_ARG(k > 0 && k % blk == 0, "mmq quantize: k must be a multiple of " + std::to_string(blk));
   if (m <= 0) return;
   TESSERA_CHECK_ARG(m < (int64_t{1} << 31), "mmq quantize: too many rows");
   TESSERA_CHECK_ARG(reinterpret_cast<uintptr_t>(qx) % 16 == 0, "mmq quantize: qx must be 16-byte aligned");
   const int64_t parts = row_parts(m, std::min<int64_t>((k + 8 * threads - 1) / (8 * threads), 64));
   const dim3 grid(static_cast<unsigned>(m), static_cast<unsigned>(parts));
-  if (is_k(t))
-    detail::launch_kernel(quant_kernel<true, Src>, grid, threads, 0, s, src, k, qx, meta);
+  using detail::ActRule;
+  if (raw32)
+    detail::launch_kernel(quant_kernel<ActRule::kRaw32, Src>, grid, threads, 0, s, src, k, qx, meta);
+  else if (is_k(t))
+    detail::launch_kernel(quant_kernel<ActRule::kQ8K, Src>, grid, threads, 0, s, src, k, qx, meta);
   else
-    detail::launch_kernel(quant_kernel<false, Src>, grid, threads, 0, s, src, k, qx, meta);
+    detail::launch_kernel(quant_kernel<ActRule::kLegacy, Src>, grid, threads, 0, s, src, k, qx, meta);
 }
 
 }  // namespace
@@ -76,28 +80,28 @@ bool mmq_supported(DType t) { return gemv_quant_supported(t); }  // the same rep
 int64_t mmq_act_block(DType t) { return is_k(t) ? 256 : 32; }
 
 void mmq_quantize_rows(DType t, const float* x, int64_t ldx, int64_t m, int64_t k, int8_t* qx,
-                       MmqActMeta* meta, cudaStream_t s) {
-  launch(t, PlainSrc{x, ldx, rows_aligned(x, ldx)}, m, k, qx, meta, s);
+                       MmqActMeta* meta, cudaStream_t s, bool k32) {
+  launch(t, PlainSrc{x, ldx, rows_aligned(x, ldx)}, m, k, qx, meta, k32, s);
 }
 
 void mmq_rms_norm_quantize_rows(DType t, const float* x, const float* w, float eps, int64_t m,
-                                int64_t d, int8_t* qx, MmqActMeta* meta, cudaStream_t s) {
-  launch(t, RmsSrc{x, w, eps, d, rows_aligned(x, d) && rows_aligned(w, d), 0.f}, m, d, qx, meta, s);
+                                int64_t d, int8_t* qx, MmqActMeta* meta, cudaStream_t s, bool k32) {
+  launch(t, RmsSrc{x, w, eps, d, rows_aligned(x, d) && rows_aligned(w, d), 0.f}, m, d, qx, meta, k32, s);
 }
 
 void mmq_quantize_attention_rows(DType t, const PagedAttentionPartials& p, int64_t m, int64_t k, int8_t* qx,
-                                 MmqActMeta* meta, cudaStream_t s) {
+                                 MmqActMeta* meta, cudaStream_t s, bool k32) {
   TESSERA_CHECK_ARG(p.splits > 1 && p.o && p.ml && p.head_dim > 0 && p.head_dim % 8 == 0 &&
                         k == p.n_heads * p.head_dim && m <= p.rows && reinterpret_cast<uintptr_t>(p.o) % 16 == 0,
                     "mmq quantize: attention partials need splits > 1, head_dim a multiple of 8, k = n_heads x "
                     "head_dim, at most the workspace's rows, 16-byte aligned outputs");
   // Blocks of 2 warps: a 4096-wide row's ~130 KB of partials are read by 8 SMs, not 2.
-  launch(t, SplitsSrc{p.o, p.ml, p.splits, p.head_dim, k / p.head_dim}, m, k, qx, meta, s, 64);
+  launch(t, SplitsSrc{p.o, p.ml, p.splits, p.head_dim, k / p.head_dim}, m, k, qx, meta, k32, s, 64);
 }
 
 void mmq_swiglu_quantize_rows(DType t, const float* gu, int64_t m, int64_t ff, int8_t* qx,
-                              MmqActMeta* meta, cudaStream_t s) {
-  launch(t, SwigluSrc{gu, ff, rows_aligned(gu, ff)}, m, ff, qx, meta, s);
+                              MmqActMeta* meta, cudaStream_t s, bool k32) {
+  launch(t, SwigluSrc{gu, ff, rows_aligned(gu, ff)}, m, ff, qx, meta, k32, s);
 }
 
 }  // namespace tessera::cuda

@@ -148,14 +148,18 @@ struct SplitsSrc {
   }
 };
 
+// How a row is quantized (mmq.h): kLegacy, a 32-element block is 4 lanes, scale d = amax / 127
+// and the block sum's d * sum, both rounded to f16 as block_q8_1 stores them; kQ8K (k % 256 ==
+// 0), a 256-element block is one warp, scale from the first element of largest magnitude
+// (iscale = -127 / x), integer sums per 32; kRaw32, kLegacy's blocks and quants with the meta
+// unrounded: {d = amax / 127 in f32, integer sum} (one-row inputs of K weights).
+enum class ActRule { kLegacy, kQ8K, kRaw32 };
+
 // Quantizes elements [8 warp_t + 8 lane, ...) of row r of src (k elements) in steps of
 // 8 threads elements, called by whole warps; warp_t: the warp's first thread in the row's thread
 // numbering, threads: the threads that share the row. qx / meta: the row's own. src.prepare(r, first)
-// must have run. Legacy Q8 (kK false): a 32-element block is 4 lanes, scale d = amax / 127 and
-// the block sum's d * sum, both rounded to f16 as block_q8_1 stores them. Q8_K (kK true,
-// k % 256 == 0): a 256-element block is one warp, scale from the first element of largest
-// magnitude (iscale = -127 / x), integer sums per 32.
-template <bool kK, class Src>
+// must have run.
+template <ActRule kRule, class Src>
 __device__ __forceinline__ void quantize_row_span(const Src& src, int64_t r, int64_t k, int8_t* qx,
                                                   MmqActMeta* meta, int64_t warp_t, int64_t threads) {
   const int lane = threadIdx.x % 32;
@@ -169,7 +173,7 @@ __device__ __forceinline__ void quantize_row_span(const Src& src, int64_t r, int
     for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(v[j]));
     int q[8];
     float d;
-    if constexpr (!kK) {
+    if constexpr (kRule != ActRule::kQ8K) {
       amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
       amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
       d = legacy_scale(amax);
@@ -202,7 +206,8 @@ __device__ __forceinline__ void quantize_row_span(const Src& src, int64_t r, int
     sum += __shfl_xor_sync(0xffffffffu, sum, 2);
     if (!active) continue;
     if (lane % 4 == 0)
-      meta[e / 32] = kK ? MmqActMeta{d, static_cast<float>(sum)} : legacy_meta(d, static_cast<float>(sum));
+      meta[e / 32] = kRule == ActRule::kLegacy ? legacy_meta(d, static_cast<float>(sum))
+                                               : MmqActMeta{d, static_cast<float>(sum)};
     uint2 packed;
     packed.x = (q[0] & 0xFF) | (q[1] & 0xFF) << 8 | (q[2] & 0xFF) << 16 | static_cast<uint32_t>(q[3] & 0xFF) << 24;
     packed.y = (q[4] & 0xFF) | (q[5] & 0xFF) << 8 | (q[6] & 0xFF) << 16 | static_cast<uint32_t>(q[7] & 0xFF) << 24;

@@ -515,7 +515,8 @@ class CudaLlama final : public CausalLm {
           if (qkv_normed) {
             cuda::mmq_gemv_qkv_rope(part.type, part.packed, d, b.qx2, b.meta2, q, qkv_rope, s, 0, &row_norm);
           } else {
-            cuda::mmq_rms_norm_quantize_rows(part.type, x, l.attn_norm, cfg_.norm_eps, 1, d, b.qx, b.meta, s);
+            cuda::mmq_rms_norm_quantize_rows(part.type, x, l.attn_norm, cfg_.norm_eps, 1, d, b.qx, b.meta, s,
+                                             /*k32=*/true);
             cuda::mmq_gemv_qkv_rope(part.type, part.packed, d, b.qx, b.meta, q, qkv_rope, s);
           }
         } else {

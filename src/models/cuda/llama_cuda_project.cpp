@@ -120,27 +120,34 @@ void Projections::project(const Proj& p, const In& in, int64_t rows, const Scrat
       }
     return;
   }
-  int64_t quantized_for = 0;  // activation block (32 / 256) of the rows now in b.qx
+  // One row (the DP4A GEMV): K weights take 32-element blocks with f32 meta (mmq.h, k32); more
+  // rows: Q8_K's 256-element blocks. Legacy weights: their own rule either way.
+  const bool k32 = rows == 1;
+  enum class Rule { kNone, kLegacy, kQ8K, kRaw32 };
+  const auto rule_of = [&](DType t) {
+    return cuda::mmq_act_block(t) == 32 ? Rule::kLegacy : k32 ? Rule::kRaw32 : Rule::kQ8K;
+  };
+  Rule quantized_for = Rule::kNone;  // how the rows now in b.qx were quantized
   for (const Proj::Part& part : p.parts) {
-    const int64_t blk = cuda::mmq_act_block(part.type);
-    if (blk != quantized_for) {
+    const Rule rule = rule_of(part.type);
+    if (rule != quantized_for) {
       switch (in.kind) {
         case In::kNorm:
-          cuda::mmq_rms_norm_quantize_rows(part.type, in.x, in.w, cfg_.norm_eps, rows, p.k, b.qx, b.meta, s);
+          cuda::mmq_rms_norm_quantize_rows(part.type, in.x, in.w, cfg_.norm_eps, rows, p.k, b.qx, b.meta, s, k32);
           break;
         case In::kRows:
-          cuda::mmq_quantize_rows(part.type, in.x, p.k, rows, p.k, b.qx, b.meta, s);
+          cuda::mmq_quantize_rows(part.type, in.x, p.k, rows, p.k, b.qx, b.meta, s, k32);
           break;
         case In::kSwiglu:
-          cuda::mmq_swiglu_quantize_rows(part.type, in.x, rows, p.k, b.qx, b.meta, s);
+          cuda::mmq_swiglu_quantize_rows(part.type, in.x, rows, p.k, b.qx, b.meta, s, k32);
           break;
         case In::kAttention:
-          cuda::mmq_quantize_attention_rows(part.type, in.partials, rows, p.k, b.qx, b.meta, s);
+          cuda::mmq_quantize_attention_rows(part.type, in.partials, rows, p.k, b.qx, b.meta, s, k32);
           break;
         case In::kNormed:  // returned above
           break;
       }
-      quantized_for = blk;
+      quantized_for = rule;
     }
     if (next_norm != nullptr)
       cuda::mmq_gemv_residual_norm(part.type, part.packed, part.n, p.k, b.qx, b.meta, *next_norm, s);
