@@ -10,8 +10,9 @@
 //
 // Activation rows: qx int8 [m][k] row-major; meta MmqActMeta [m][k / 32], one per 32 elements:
 // legacy: {d (f16-rounded), s}; K: {d of the 256-block, float(sum of the 32 q)}. The K dot takes
-// any d per 32 elements: a one-row GEMV given an MmqRowNorm (below) feeds K weights the legacy
-// rule's 32-element blocks with f32 d (as llama.cpp's CUDA GEMV feeds them block_q8_1), not Q8_K.
+// any d per 32 elements: at one row the engine feeds K weights the legacy rule's 32-element
+// blocks with meta {f32 d, integer sum} instead (the quantizers' k32 and MmqRowNorm below; as
+// llama.cpp's CUDA GEMV feeds them block_q8_1), not Q8_K: the finer rounding.
 //
 // The products: per 32-element block an exact int32 dot, then f32 scaling per block (legacy:
 // dw * da * isum (+ m * s for Q4_1 / Q5_1)); K weights: sub-block scales applied in int32 per 256 and
@@ -93,15 +94,13 @@ void mmq_matmul(DType wtype, const void* packed, int64_t n, int64_t k, const int
 // double). The consumer (mmq_gemv or mmq_gemv_qkv_rope given an MmqRowNorm) computes inv =
 // 1 / sqrt(mean + eps) from those sums as RMSNorm does, and as it loads a block rounds d * inv
 // and d * inv * sum to f16: block_q8_1's scales of the normed row (legacy weights); K weights
-// take {d * inv in f32, the integer sum}: 32-element blocks where the norm kernel would quantize
-// Q8_K's 256, a finer rounding than the unfused path's (mmq_cuda_test measures both against the
-// exact product). Legacy weights, against quantizing the normed
+// take {d * inv in f32, the integer sum}, the k32 quantizers' layout. Against quantizing the normed
 // row (mmq_rms_norm_quantize_rows): amax / 127 * inv and x * w (one rounding instead of two,
 // (x * inv) * w) may differ in the last f32 bit, so a scale or quant may move where it sits on
 // a rounding edge (rare), and the producer splits k in at most 2 (its blocks hold 8 row groups),
 // where the plain GEMV splits long rows in 4 (Q8_0's down at Llama-3-8B's 14336): another
 // summation order of the residual there. Test models: the same logits bit for bit for Q4_0,
-// Q4_1, Q5_0; nMSE 6e-6 for Q8_0, 4e-5 for Q5_1.
+// Q4_1, Q5_0; nMSE 6e-6 for Q8_0, 4e-5 for Q5_1, 4e-5 .. 6e-5 for K weights.
 struct MmqRowNorm {
   const double* block_ss = nullptr;  // d / 32 sums of squares; null: no norm
   int64_t d = 0;                     // the row's elements (the GEMV's k)
