@@ -55,7 +55,8 @@ int64_t mmq_tc_min_rows(DType wtype);
 
 // Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K.
 bool mmq_supported(DType wtype);
-// Elements per activation scale: 32 (legacy) or 256 (K).
+// Elements per activation scale of the weights' own rule: 32 (legacy) or 256 (K; one-row inputs
+// take 32 with k32 below).
 int64_t mmq_act_block(DType wtype);
 
 // Quantize m rows of k f32 values (row r at x + r * ldx) for weights of wtype. k32 (every

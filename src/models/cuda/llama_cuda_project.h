@@ -37,7 +37,7 @@ class Projections {
   // (only for calls of <= cuda::kMmqGemvMaxRows rows: quantized_input()); turned into what the
   // chosen kernel reads (8-bit rows per part type family, or bf16 rows) just before it. Or
   // (normed) one RMSNorm row already quantized without its 1 / rms by the previous projection's
-  // epilogue (cuda::MmqResidualNorm; one row, every part of 32-element activation blocks).
+  // epilogue (cuda::MmqResidualNorm; one row, any quantized parts).
   struct In {
     enum Kind { kNorm, kRows, kSwiglu, kAttention, kNormed } kind;
     const float* x;
