@@ -51,6 +51,19 @@ std::vector<float> random_rows(int64_t m, int64_t k, uint32_t seed) {
   return x;
 }
 
+// The raw meta of a row's legacy 32-element blocks (MmqResidualNorm's, the k32 quantizers'):
+// {amax / 127 of x's block, the integer sum of its quants q}, from the host.
+std::vector<cuda::MmqActMeta> raw_legacy_meta(const float* x, const int8_t* q, int64_t k) {
+  std::vector<cuda::MmqActMeta> meta(k / 32);
+  for (int64_t b = 0; b < k / 32; ++b) {
+    float amax = 0.f;
+    int sum = 0;
+    for (int64_t i = 32 * b; i < 32 * b + 32; ++i) amax = std::max(amax, std::fabs(x[i])), sum += q[i];
+    meta[b] = {amax / 127.0f, static_cast<float>(sum)};
+  }
+  return meta;
+}
+
 // Random GGUF blocks of type t for an n x k weight (test::random_quant_blocks), repacked (gemv.h).
 std::vector<uint8_t> random_packed(DType t, int64_t n, int64_t k, uint32_t seed) {
   const auto blocks = test::random_quant_blocks(t, n, k, seed);
@@ -221,16 +234,15 @@ TEST(MmqQuant, K32RowsAreTheLegacyBlocksWithRawMeta) {
       const auto q1 = qa.download(), q2 = qb.download();
       const auto m1 = ma.download(), m2 = mb.download();
       ASSERT_EQ(0, std::memcmp(q1.data(), q2.data(), m * k)) << what;
-      for (int64_t r = 0; r < m; ++r)
+      for (int64_t r = 0; r < m; ++r) {
+        const auto want = raw_legacy_meta(x.data() + r * 2 * k, q2.data() + r * k, k);
         for (int64_t b = 0; b < nb; ++b) {
           const int64_t i = r * nb + b;
-          int sum = 0;
-          float amax = 0.f;
-          for (int64_t e = 32 * b; e < 32 * b + 32; ++e) sum += q2[r * k + e], amax = std::max(amax, std::fabs(x[r * 2 * k + e]));
-          ASSERT_EQ(m2[i].s, static_cast<float>(sum)) << what << " block " << i;
+          ASSERT_EQ(m2[i].s, want[b].s) << what << " block " << i;
           ASSERT_EQ(f16_to_f32(f32_to_f16(m2[i].d)), m1[i].d) << what << " block " << i;
-          if (src <= 1) ASSERT_EQ(m2[i].d, amax / 127.0f) << what << " block " << i;
+          if (src <= 1) ASSERT_EQ(m2[i].d, want[b].d) << what << " block " << i;
         }
+      }
     }
 }
 
@@ -504,12 +516,10 @@ TEST(MmqMatmul, ResidualNormEpilogueEqualsTheGemvAndTheQuantizer) {
         const auto q1 = qx.download(), q2 = qx_ref.download();
         EXPECT_EQ(0, std::memcmp(q1.data(), q2.data(), n)) << what;
         const auto m1 = meta.download(), m2 = meta_ref.download();
+        const auto raw = raw_legacy_meta(p.data(), q2.data(), n);
         for (int64_t b = 0; b < n / 32; ++b) {
-          float amax = 0.f;
-          int sum = 0;
-          for (int64_t i = 32 * b; i < 32 * b + 32; ++i) amax = std::max(amax, std::fabs(p[i])), sum += q2[i];
-          ASSERT_EQ(m1[b].d, amax / 127.0f) << what << " block " << b;
-          ASSERT_EQ(m1[b].s, static_cast<float>(sum)) << what << " block " << b;
+          ASSERT_EQ(m1[b].d, raw[b].d) << what << " block " << b;
+          ASSERT_EQ(m1[b].s, raw[b].s) << what << " block " << b;
           ASSERT_EQ(f16_to_f32(f32_to_f16(m1[b].d)), m2[b].d) << what << " block " << b;  // the quantizer's f16 scale
         }
         const auto got_ss = ss.download();
@@ -635,15 +645,7 @@ TEST(MmqMatmul, KWeightsOnNormedBlocksAreNoLessAccurateThanQ8K) {
   test::DevBuf<int8_t> q32(k), q256(k);
   test::DevBuf<cuda::MmqActMeta> m32(nb), m256(nb);
   cuda::mmq_quantize_rows(DType::kQ8_0, dx.get(), k, 1, k, q32.get(), m32.get(), nullptr);
-  const auto qh = q32.download();
-  std::vector<cuda::MmqActMeta> raw(nb);
-  for (int64_t b = 0; b < nb; ++b) {
-    float amax = 0.f;
-    int sum = 0;
-    for (int64_t i = 32 * b; i < 32 * b + 32; ++i) amax = std::max(amax, std::fabs(x[i])), sum += qh[i];
-    raw[b] = {amax / 127.0f, static_cast<float>(sum)};
-  }
-  test::DevBuf<cuda::MmqActMeta> draw(raw);
+  test::DevBuf<cuda::MmqActMeta> draw(raw_legacy_meta(x.data(), q32.download().data(), k));
   for (DType t : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
     const std::string what(dtype_name(t));
     const auto blocks = test::random_quant_blocks(t, n, k, 72);

@@ -59,6 +59,12 @@ bool mmq_supported(DType wtype);
 // take 32 with k32 below).
 int64_t mmq_act_block(DType wtype);
 
+// How the quantizers below lay out a row: kLegacy (legacy weights: 32-element blocks, f16 meta),
+// kQ8K (K weights: Q8_K's 256-element blocks), kRaw32 (K weights with k32: the legacy blocks,
+// meta {f32 d, integer sum}). mmq_act_rule: the quantizers' rule for weights of wtype.
+enum class MmqActRule { kLegacy, kQ8K, kRaw32 };
+MmqActRule mmq_act_rule(DType wtype, bool k32);
+
 // Quantize m rows of k f32 values (row r at x + r * ldx) for weights of wtype. k32 (every
 // quantizer below): for K weights, the legacy rule's 32-element blocks with meta {d = amax / 127
 // in f32, integer sum} instead of Q8_K, the layout of the one-row GEMV's inputs (what

@@ -35,7 +35,7 @@ bool is_k(DType t) { return t == DType::kQ4_K || t == DType::kQ5_K || t == DType
 // Grid (row, part), blocks of kThreads threads (a source without a block statistic may take
 // fewer: any multiple of 32). Thread t of a row's gridDim.y * blockDim.x holds 8 consecutive
 // elements at 8 t, 8 (t + threads), ...; a warp's lanes loop together (quantize_row_span).
-template <detail::ActRule kRule, class Src>
+template <MmqActRule kRule, class Src>
 __global__ void __launch_bounds__(kThreads) quant_kernel(Src src, int64_t k, int8_t* qx, MmqActMeta* meta) {
   const int64_t r = blockIdx.x, threads = blockDim.x;
   const int64_t warp_t = int64_t{blockIdx.y} * threads + threadIdx.x - threadIdx.x % 32;  // the warp's first thread
@@ -56,21 +56,22 @@ void launch(DType t, const Src& src, int64_t m, int64_t k, int8_t* qx, MmqActMet
     TESSERA_CHECK_ARG(threads == kThreads, "mmq quantize: RMSNorm rows need blocks of 256 threads");
   TESSERA_CHECK_ARG(threads > 0 && threads <= kThreads && threads % 32 == 0, "mmq quantize: bad block size");
   TESSERA_CHECK_ARG(mmq_supported(t), "mmq: weight type " + std::string(dtype_name(t)) + " unsupported");
-  const bool raw32 = k32 && is_k(t);  // legacy formats take their own rule either way
-  const int64_t blk = raw32 ? 32 : mmq_act_block(t);
+  const MmqActRule rule = mmq_act_rule(t, k32);
+  const int64_t blk = rule == MmqActRule::kQ8K ? 256 : 32;
   TESSERA_CHECK_ARG(k > 0 && k % blk == 0, "mmq quantize: k must be a multiple of " + std::to_string(blk));
   if (m <= 0) return;
   TESSERA_CHECK_ARG(m < (int64_t{1} << 31), "mmq quantize: too many rows");
   TESSERA_CHECK_ARG(reinterpret_cast<uintptr_t>(qx) % 16 == 0, "mmq quantize: qx must be 16-byte aligned");
   const int64_t parts = row_parts(m, std::min<int64_t>((k + 8 * threads - 1) / (8 * threads), 64));
   const dim3 grid(static_cast<unsigned>(m), static_cast<unsigned>(parts));
-  using detail::ActRule;
-  if (raw32)
-    detail::launch_kernel(quant_kernel<ActRule::kRaw32, Src>, grid, threads, 0, s, src, k, qx, meta);
-  else if (is_k(t))
-    detail::launch_kernel(quant_kernel<ActRule::kQ8K, Src>, grid, threads, 0, s, src, k, qx, meta);
-  else
-    detail::launch_kernel(quant_kernel<ActRule::kLegacy, Src>, grid, threads, 0, s, src, k, qx, meta);
+  switch (rule) {
+    case MmqActRule::kLegacy:
+      return detail::launch_kernel(quant_kernel<MmqActRule::kLegacy, Src>, grid, threads, 0, s, src, k, qx, meta);
+    case MmqActRule::kQ8K:
+      return detail::launch_kernel(quant_kernel<MmqActRule::kQ8K, Src>, grid, threads, 0, s, src, k, qx, meta);
+    case MmqActRule::kRaw32:
+      return detail::launch_kernel(quant_kernel<MmqActRule::kRaw32, Src>, grid, threads, 0, s, src, k, qx, meta);
+  }
 }
 
 }  // namespace
@@ -78,6 +79,10 @@ void launch(DType t, const Src& src, int64_t m, int64_t k, int8_t* qx, MmqActMet
 bool mmq_supported(DType t) { return gemv_quant_supported(t); }  // the same repacked layouts
 
 int64_t mmq_act_block(DType t) { return is_k(t) ? 256 : 32; }
+
+MmqActRule mmq_act_rule(DType t, bool k32) {
+  return !is_k(t) ? MmqActRule::kLegacy : k32 ? MmqActRule::kRaw32 : MmqActRule::kQ8K;
+}
 
 void mmq_quantize_rows(DType t, const float* x, int64_t ldx, int64_t m, int64_t k, int8_t* qx,
                        MmqActMeta* meta, cudaStream_t s, bool k32) {

@@ -148,12 +148,12 @@ struct SplitsSrc {
   }
 };
 
-// How a row is quantized (mmq.h): kLegacy, a 32-element block is 4 lanes, scale d = amax / 127
-// and the block sum's d * sum, both rounded to f16 as block_q8_1 stores them; kQ8K (k % 256 ==
-// 0), a 256-element block is one warp, scale from the first element of largest magnitude
-// (iscale = -127 / x), integer sums per 32; kRaw32, kLegacy's blocks and quants with the meta
-// unrounded: {d = amax / 127 in f32, integer sum} (one-row inputs of K weights).
-enum class ActRule { kLegacy, kQ8K, kRaw32 };
+// How a row is quantized (mmq.h's MmqActRule): kLegacy, a 32-element block is 4 lanes, scale d =
+// amax / 127 and the block sum's d * sum, both rounded to f16 as block_q8_1 stores them; kQ8K (k
+// % 256 == 0), a 256-element block is one warp, scale from the first element of largest
+// magnitude (iscale = -127 / x), integer sums per 32; kRaw32, kLegacy's blocks and quants with
+// the meta unrounded: {d = amax / 127 in f32, integer sum} (one-row inputs of K weights).
+using ActRule = MmqActRule;
 
 // Quantizes elements [8 warp_t + 8 lane, ...) of row r of src (k elements) in steps of
 // 8 threads elements, called by whole warps; warp_t: the warp's first thread in the row's thread

@@ -48,6 +48,7 @@ using cuda_llama::bf16;
 using cuda_llama::Grow;
 using cuda_llama::Layer;
 using cuda_llama::Proj;
+using cuda_llama::Projections;
 
 class CudaLlama final : public CausalLm {
  public:
@@ -253,7 +254,7 @@ class CudaLlama final : public CausalLm {
     b.block_ss = w_.any_quant ? block_ss_.get(std::max<int64_t>(d / 32, 1)) : nullptr;
     // The bf16 weight slices, where a quantized projection of more than kMmqGemvMaxRows rows may
     // not take dequant_gemm (more rows than it takes, or a shape it cannot run).
-    b.wdq = proj_.slices(n) ? wdq_.get(cuda_llama::Projections::kSliceElems) : nullptr;
+    b.wdq = proj_.slices(n) ? wdq_.get(Projections::kSliceElems) : nullptr;
     b.out = logits_.get(n_logits * V);
     b.tokens = d_tokens;
     b.pos = d_pos;
@@ -468,7 +469,7 @@ class CudaLlama final : public CausalLm {
       cuda::decode_persistent(p, s);
       if (prof_.enabled()) {
         double bytes = attn_cost.bytes * cfg_.n_layers;
-        w_.for_each_layer_proj([&](const Proj& pr) { bytes += proj_cost(pr, 1, 0, 0).bytes; });
+        w_.for_each_layer_proj([&](const Proj& pr) { bytes += Projections::cost(pr, 1, 0, 0).bytes; });
         prof_.mark("layers (persistent)", {bytes});
       }
     }
@@ -484,14 +485,14 @@ class CudaLlama final : public CausalLm {
     // merge to the next kernel (paged_attention.h): the quantized o projection's input quantizer,
     // or (one row) before the bf16 o GEMV a merge kernel. That takes the fence, count and merge
     // off the step's critical path (bf16 batch 1: 4.14 -> 4.06 ms, s26).
-    const bool leave_partials = leave_partials_on_ && cuda_llama::Projections::quantized_input(n);
+    const bool leave_partials = leave_partials_on_ && Projections::quantized_input(n);
     // One row: the o GEMV forms gate|up's input and the down GEMV the next layer's qkv input in
     // their epilogues (x * w quantized without the norm's 1 / rms, which the consumer applies:
     // cuda::MmqRowNorm), so no norm kernel runs between them. Through b.qx2 / meta2 / block_ss:
     // b.qx holds the producer's own input.
     const bool fuse_norms = n == 1 && fused_norm_on_ && w_.any_quant;
     const auto fusable = [&](const Proj& producer, const Proj& consumer) {
-      return fuse_norms && cuda_llama::Projections::norm_fusable(producer, consumer);
+      return fuse_norms && Projections::norm_fusable(producer, consumer);
     };
     const cuda::MmqRowNorm row_norm{b.block_ss, d, cfg_.norm_eps};
     bool qkv_normed = false;  // the previous layer's down GEMV formed this layer's qkv input
@@ -534,7 +535,7 @@ class CudaLlama final : public CausalLm {
       const bool norm_in_qkv = l.qkv.quant() && !qkv_normed;  // else a kernel before, or the last down GEMV
       prof_.mark(rope_in_qkv ? (norm_in_qkv ? "norm + qkv + rope + kv write" : "qkv + rope + kv write")
                              : (norm_in_qkv ? "norm + qkv" : "qkv"),
-                 proj_cost(l.qkv, n, l.qkv.quant() ? 4 : 2, 4));
+                 Projections::cost(l.qkv, n, l.qkv.quant() ? 4 : 2, 4));
       if (!rope_in_qkv) {
         if (cfg_.qkv_bias) cuda::add_bias_rows(b.qkv, l.bqkv, n, qkvd, s);
         if (!rope_in_attention)
@@ -564,14 +565,14 @@ class CudaLlama final : public CausalLm {
         prof_.mark("attention", attn_cost);
         matmul(h, l.wo, n, x, /*accumulate=*/true);  // residual += attention out
       }
-      prof_.mark(ffn_normed ? "o + next norm" : "o", proj_cost(l.wo, n, l.wo.quant() ? 4 : 2, 8));
+      prof_.mark(ffn_normed ? "o + next norm" : "o", Projections::cost(l.wo, n, l.wo.quant() ? 4 : 2, 8));
       // gate|up, bf16 when both it and down are bf16, else f32
       const bool f32_gu = l.wgu.quant() || l.wd.quant();
       const bf16* down_in = h;  // a bf16 down's input: the SwiGLU output
       if (l.wgu.quant()) {
         project(l.wgu, ffn_normed ? In::normed(b.qx2, b.meta2, row_norm) : In::norm(x, l.ffn_norm), n, b, b.guf,
                 2 * ff, false);
-        prof_.mark(ffn_normed ? "gate|up" : "norm + gate|up", proj_cost(l.wgu, n, 4, 4));
+        prof_.mark(ffn_normed ? "gate|up" : "norm + gate|up", Projections::cost(l.wgu, n, 4, 4));
       } else {
         cuda::rms_norm_rows_bf16(x, l.ffn_norm, cfg_.norm_eps, n, d, h, s);
         prof_.mark("norm", norm_cost);
@@ -587,7 +588,7 @@ class CudaLlama final : public CausalLm {
         }
         const bool fused = down_in == gu;
         const double out_bytes = fused ? 1 : f32_gu ? 4 : 2;  // per gate|up output
-        prof_.mark(fused ? "gate|up + swiglu" : "gate|up", proj_cost(l.wgu, n, 2, out_bytes));
+        prof_.mark(fused ? "gate|up + swiglu" : "gate|up", Projections::cost(l.wgu, n, 2, out_bytes));
       }
       if (!l.wd.quant() && down_in == h) {
         if (f32_gu) cuda::swiglu_rows_f32_bf16(b.guf, n, ff, h, s);
@@ -603,7 +604,7 @@ class CudaLlama final : public CausalLm {
         matmul(down_in, l.wd, n, x, /*accumulate=*/true);  // residual += MLP out
       }
       prof_.mark(l.wd.quant() ? (qkv_normed ? "swiglu + down + next norm" : "swiglu + down") : "down",
-                 proj_cost(l.wd, n, l.wd.quant() ? 8 : 2, 8));
+                 Projections::cost(l.wd, n, l.wd.quant() ? 8 : 2, 8));
     }
     if (n_logits > 0) {  // a step of prefill chunks only has no logits to compute
       cuda::gather_rows_f32(x, d_logit_rows, n_logits, d, normed, s);  // only rows that need logits
@@ -613,16 +614,12 @@ class CudaLlama final : public CausalLm {
         cuda::rms_norm_rows_bf16(normed, w_.out_norm, cfg_.norm_eps, n_logits, d, h, s);
         matmul(h, w_.output, n_logits, out, false);
       }
-      prof_.mark("output norm + head", proj_cost(w_.output, n_logits, 4, 4));
+      prof_.mark("output norm + head", Projections::cost(w_.output, n_logits, 4, 4));
     }
   }
 
-  static cuda::OpCost proj_cost(const Proj& p, int64_t rows, double in_bytes, double out_bytes) {
-    return cuda_llama::Projections::cost(p, rows, in_bytes, out_bytes);
-  }
-
   // The projections (llama_cuda_project.h), on this call's scratch and stream.
-  using In = cuda_llama::Projections::In;
+  using In = Projections::In;
   void project(const Proj& p, const In& in, int64_t rows, const Bufs& b, float* y, int64_t ldy, bool accumulate,
                const cuda::MmqResidualNorm* next_norm = nullptr) {
     proj_.project(p, in, rows, {b.h, b.qx, b.meta, b.wdq, b.dg_ws}, y, ldy, accumulate, stream_, next_norm);
@@ -678,7 +675,7 @@ class CudaLlama final : public CausalLm {
   cudaStream_t stream_ = nullptr;
   cuda::OpProfiler prof_;  // TESSERA_CUDA_PROFILE
   cuda_llama::Weights w_;  // holds a reference to cfg_: declared after it
-  cuda_llama::Projections proj_{cfg_, w_};  // after w_
+  Projections proj_{cfg_, w_};  // after w_
   Grow<float> residual_, normed_, qkv_, q_, attn_, guf_, logits_, attn_ws_;
   Grow<bf16> h_, gu_;
   Grow<int8_t> qx_, qx2_;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 
 #include "core/error.h"
 #include "kernels/cuda/dequant_gemm.h"
@@ -123,13 +124,9 @@ void Projections::project(const Proj& p, const In& in, int64_t rows, const Scrat
   // One row (the DP4A GEMV): K weights take 32-element blocks with f32 meta (mmq.h, k32); more
   // rows: Q8_K's 256-element blocks. Legacy weights: their own rule either way.
   const bool k32 = rows == 1;
-  enum class Rule { kNone, kLegacy, kQ8K, kRaw32 };
-  const auto rule_of = [&](DType t) {
-    return cuda::mmq_act_block(t) == 32 ? Rule::kLegacy : k32 ? Rule::kRaw32 : Rule::kQ8K;
-  };
-  Rule quantized_for = Rule::kNone;  // how the rows now in b.qx were quantized
+  std::optional<cuda::MmqActRule> quantized_for;  // how the rows now in b.qx were quantized
   for (const Proj::Part& part : p.parts) {
-    const Rule rule = rule_of(part.type);
+    const cuda::MmqActRule rule = cuda::mmq_act_rule(part.type, k32);
     if (rule != quantized_for) {
       switch (in.kind) {
         case In::kNorm:
