@@ -284,30 +284,26 @@ int k_split_override() {
 }
 
 // Calls f(KS) with the k split for m rows of w; 0 asks for the default. At one row, when the
-// row groups alone leave fewer than 12 warps per SM: 2 warps per group, 4 for rows of >= 12 KB.
-// Q4_K (heavier dot per byte; `at_least_2`) splits every one-row projection at least in 2:
-// H200, same call, q4_k batch-1 decode 2.00 / 2.00 -> 1.95 / 1.95 ms (gate|up and the head
-// split too); the same for q4_0 changed nothing (1.91 / 1.92 vs 1.91 / 1.89;
-// docs/design/gpu_runs/s8_mmq_k_split_at_one_row.txt).
+// row groups alone leave fewer than 12 warps per SM: 2 warps per group, 4 for rows of >= 12 KB;
+// every other one-row projection with rows of >= 128 blocks splits in 2 too (gate|up and the
+// head at Llama-3-8B's shapes). First for Q4_K (s8: batch-1 decode 2.00 -> 1.95 ms; Q4_0 then
+// unchanged, s8_mmq_k_split_at_one_row.txt), Q5_0 / Q5_1 (s23: 2.19 -> 2.14, 2.28 -> 2.23) and
+// Q5_K; since session 34 every format: H200, same binary, same call, three rounds
+// (gpu_runs/s34_k_split_2_at_one_row.txt), Q4_0 1.65 -> 1.63 ms, Q4_1 1.74 -> 1.70-1.71, Q8_0
+// 2.37-2.38 -> 2.36 (alone, s32's mmq_bench: Q4_0 gate|up 17.2 -> 16.0 us, Q4_1 19.0 -> 17.3).
 // H200, m = 1, in a graph, us for KS = 1 / 2 / 4 (docs/design/gpu_runs/s6_mmq_k_split_final.md):
 // 4096 x 14336 Q4_0 15.9 / 9.7 / 9.9, Q8_0 19.5 / 16.4 / 16.3; 4096 x 4096 Q4_0 5.5 / 3.8 / 4.2;
 // 6144 x 4096 (1536 groups: split too) Q4_0 6.1 / 5.1 / 5.8, Q8_0 8.2 / 8.2 / 8.1.
-// Formats whose one-row projections split k at least in 2 (with_k_split's at_least_2). Q5_K
-// shares Q4_K's dot plus the fifth bits; not measured apart. Q5_0 / Q5_1 (s23, H200, batch-1
-// decode of Llama-3-8B shapes with every projection forced to 2: 2.19 -> 2.14 ms, 2.28 -> 2.23).
-template <class F>
-constexpr bool split_at_least_2 = std::is_same_v<F, Q4_KG> || five_bit<F>;
-
 template <class Fn>
-void with_k_split(const MmqMat& w, int64_t m, int k_split, bool at_least_2, Fn&& f) {
+void with_k_split(const MmqMat& w, int64_t m, int k_split, Fn&& f) {
   TESSERA_CHECK_ARG(k_split >= 0, "mmq_gemv: k split must be 0 (default), 1, 2 or 4");
   if (k_split == 0) k_split = k_split_override();
   if (k_split == 0) {
     const int64_t groups = (w.n + kR - 1) / kR, nb = w.k / 32;
     const size_t row_bytes = w.L.bytes / static_cast<size_t>(w.n);
     k_split = 1;
-    if (m == 1 && groups < 12 * sm_count() && nb >= 32 * kU * 2) k_split = row_bytes >= 12288 && nb >= 32 * kU * 4 ? 4 : 2;
-    if (m == 1 && at_least_2 && k_split == 1 && nb >= 32 * kU * 2) k_split = 2;
+    if (m == 1 && nb >= 32 * kU * 2)
+      k_split = groups < 12 * sm_count() && row_bytes >= 12288 && nb >= 32 * kU * 4 ? 4 : 2;
   }
   switch (k_split) {
     case 1:
@@ -323,7 +319,7 @@ void with_k_split(const MmqMat& w, int64_t m, int k_split, bool at_least_2, Fn&&
 template <class F>
 void launch_m(const MmqMat& w, const int8_t* qx, const MmqActMeta* meta, int64_t m, float* y,
               int64_t ldy, bool acc, int k_split, const MmqRowNorm& norm, cudaStream_t s) {
-  with_k_split(w, m, k_split, split_at_least_2<F>, [&](auto ks) {
+  with_k_split(w, m, k_split, [&](auto ks) {
     constexpr int KS = decltype(ks)::value;
     if (norm.block_ss != nullptr)  // one row (checked_norm)
       return launch_kernel(mmq_gemv_kernel<F, 1, KS, StoreRows, kWarps, true>, grid_for(w, KS), kThreads, 0, s, w,
@@ -387,7 +383,7 @@ void mmq_gemv_qkv_rope(DType t, const void* packed, int64_t k, const int8_t* qx,
   const int64_t n = r.q_rows + 2 * r.kv_rows;
   const MmqMat w{static_cast<const uint8_t*>(packed), gemv_quant_layout(t, n, k), n, k};
   with_format(t, [&](auto fmt) {
-    with_k_split(w, 1, k_split, split_at_least_2<decltype(fmt)>, [&](auto ks) {
+    with_k_split(w, 1, k_split, [&](auto ks) {
       constexpr int KS = decltype(ks)::value;
       using F = decltype(fmt);
       const QkvRopeRow epi{QkvRopeEpi<float>{q, r}};
@@ -421,7 +417,7 @@ void mmq_gemv_residual_norm(DType t, const void* packed, int64_t n, int64_t k, c
   const MmqMat w{static_cast<const uint8_t*>(packed), gemv_quant_layout(t, n, k), n, k};
   g_residual_norm_calls.fetch_add(1, std::memory_order_relaxed);
   with_format(t, [&](auto fmt) {
-    with_k_split(w, 1, k_split, split_at_least_2<decltype(fmt)>, [&](auto ks) {
+    with_k_split(w, 1, k_split, [&](auto ks) {
       // 8 row groups per block; a k split of 4 (32 warps) would cap registers at 64: 2 instead.
       constexpr int KS = decltype(ks)::value == 4 ? 2 : decltype(ks)::value, W = 8 * KS;
       launch_kernel(mmq_gemv_kernel<decltype(fmt), 1, KS, ResidualNormRows, W>,
