@@ -39,7 +39,14 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   if ! .venv/bin/python -m pip install -q --retries 0 --timeout 15 \
       --index-url https://download.pytorch.org/whl/cpu "torch==${TORCH_VERSION}" >&2 2>/dev/null; then
     echo "[setup] PyTorch CPU index not reachable; installing torch from PyPI" >&2
-    .venv/bin/python -m pip install -q "torch==${TORCH_VERSION}" >&2
+    # The PyPI build and its CUDA libraries take ~6 GB installed (more while pip unpacks); say so
+    # plainly rather than fail half-way with ENOSPC. No wheel cache: it would double the footprint.
+    free_kb="$(df -Pk .venv | awk 'NR==2 {print $4}')"
+    if [ "${free_kb:-0}" -lt $((8 * 1024 * 1024)) ]; then
+      echo "[setup] error: PyTorch from PyPI needs ~8 GB free where .venv lives; $((free_kb / 1024)) MB free" >&2
+      exit 1
+    fi
+    .venv/bin/python -m pip install -q --no-cache-dir "torch==${TORCH_VERSION}" >&2
   fi
 fi
 if ! .venv/bin/python -c "import gguf, numpy, pytest, jinja2, sentencepiece, llama_cpp, tokenizers, safetensors, transformers" 2>/dev/null; then
