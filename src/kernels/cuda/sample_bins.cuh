@@ -166,7 +166,8 @@ struct Level {
   __device__ __forceinline__ int bin(u64 o, float v) const {
     return by_value ? bin_of_value(v) : static_cast<int>((o >> shift) - (lo >> shift));
   }
-  // The keys of bin j (a non-empty bin): [first, last] within [lo, hi].
+  // The keys of bin j (a non-empty bin): [first, last] within [lo, hi]. Called by every lane of
+  // a warp with the same j; all get the result.
   __device__ void keys_of(int j, u64& first, u64& last) const {
     if (!by_value) {
       const u64 edge = ((lo >> shift) + static_cast<u64>(j)) << shift;
@@ -177,13 +178,27 @@ struct Level {
     first = j == 0 ? lo : max(lo, u64{first_value_key(j)} << 32);
     last = j == nb - 1 ? hi : min(hi, (u64{first_value_key(j + 1)} << 32) - 1);
   }
-  // The smallest value key in the range whose value's bin is >= j (bisection, no data).
+  // The smallest value key in the range whose value's bin is >= j (the range's last value key
+  // when none is), no data, by a warp: each round the 32 lanes probe 32 points that split the
+  // remaining keys; the first probe whose bin is >= j bounds the answer from above, the probe
+  // before it from below (the bin is monotonic in the key). ~7 rounds where one thread's
+  // bisection took 32 dependent steps: the crossing bin's edges sit on a rank-select pass's
+  // critical path (the bisections and their barrier ~2.6-3.9 us per pass of the cluster
+  // sampler, H200, one 128K row, gpu_runs/s36_sampler_phase_stamps.txt).
   __device__ uint32_t first_value_key(int j) const {
+    const unsigned all = 0xffffffffu;
+    const int lane = threadIdx.x & 31;
     uint32_t k0 = static_cast<uint32_t>(lo >> 32), k1 = static_cast<uint32_t>(hi >> 32);
     while (k0 < k1) {
-      const uint32_t m = k0 + (k1 - k0) / 2;
-      if (bin_of_value(fval(m)) >= j) k1 = m;
-      else k0 = m + 1;
+      // Lane i probes k0 + floor(span (i + 1) / 32): nondecreasing, lane 31 at k1.
+      const uint32_t p = k0 + static_cast<uint32_t>(((u64{k1} - k0) * static_cast<u64>(lane + 1)) >> 5);
+      const uint32_t below = __shfl_up_sync(all, p, 1);
+      const unsigned yes = __ballot_sync(all, bin_of_value(fval(p)) >= j);
+      if (yes == 0) return k1;  // not even k1's bin
+      const int f = __ffs(yes) - 1;  // p_f passes and p_(f-1) < p_f does not
+      const uint32_t next_k0 = __shfl_sync(all, lane == 0 ? k0 : below + 1, f);
+      k1 = __shfl_sync(all, p, f);
+      k0 = next_k0;
     }
     return k0;
   }

@@ -43,9 +43,10 @@ struct Shared {
   u64 block_red[2][kRed];  // by reduction parity: a block one reduction ahead writes the other
   u64 total[kRed];
   Cum warp_sums[kWarps];
-  Cum slice_total;      // their total
-  Cum above;            // rank 0: a pass's choice (written by the block that found it)
+  Cum shares[16];       // every block's share total of a pass, by rank (each block writes its own into all)
+  Cum above;            // a pass's choice (written into every block by the thread that found it)
   u64 lo, hi, pick;
+  u64 chosen;  // a rank-select's answer, written into every block by rank 0 (pick is rank 0's own)
   uint32_t count;
   int n;
 };
@@ -162,13 +163,18 @@ __device__ void cluster_minmax(u64& lo, u64& hi, C& c) {
 // A pass: every block weighs its slice's candidates in the range's bins (Level), block r sums
 // bins [r S, (r + 1) S) over the cluster (S = kBins / kCluster), the blocks' totals give each
 // block the weight above its share, and the one thread whose bin crosses the target writes the
-// new range to rank 0, where every block reads it.
+// new range into every block. What crosses blocks is written into the readers' shared memory
+// (remote stores) before a barrier, so that past it every read is local: reading it remotely
+// after the barrier (16 share totals, then rank 0's choice, then one more barrier before the
+// next pass could overwrite it) took ~5.5 us of a ~15 us pass (H200, one 128K row,
+// gpu_runs/s36_sampler_phase_stamps.txt).
 template <class C>
 __device__ u64 rank_select(u64 lo, u64 hi, int64_t count, Weight w, double factor, bool relative,
                            bool strict, C& c) {
   constexpr int kCluster = C::kCluster, kCap = C::kCap, kThreads = C::kThreads;
   constexpr int kShare = kBins / kCluster;
   static_assert(kCap == kThreads && kShare <= kThreads, "one candidate / bin per thread");
+  static_assert(kCluster <= 16 && kCluster <= kThreads, "Shared::shares holds 16 ranks");
   auto& sh = c.sh;
   const int t = threadIdx.x;
   Target target(factor, relative, strict);
@@ -191,15 +197,13 @@ __device__ u64 rank_select(u64 lo, u64 hi, int64_t count, Weight w, double facto
     }
     Cum share;
     const Cum before_in_share = block_scan(v, share, sh.warp_sums);
-    if (t == 0) {
-      sh.slice_total = share;
-      if (c.rank == 0) sh.above = above, sh.lo = lo, sh.hi = hi, sh.count = 0;  // no choice: end (cannot happen)
-    }
-    c.cluster.sync();  // every block's share total is in place
+    if (t < kCluster) c.cluster.map_shared_rank(&sh, t)->shares[c.rank] = share;
+    if (t == 0) sh.above = above, sh.lo = lo, sh.hi = hi, sh.count = 0;  // no choice: end (cannot happen)
+    c.cluster.sync();  // every block's share total is in every block
     Cum total{{0, 0}, 0}, higher{{0, 0}, 0};  // the range's, and the shares above this block's
 #pragma unroll
     for (int r = kCluster - 1; r >= 0; --r) {
-      const Cum s = c.cluster.map_shared_rank(&sh, r)->slice_total;
+      const Cum s = sh.shares[r];
       if (r > static_cast<int>(c.rank)) higher = higher + s;
       total = total + s;
     }
@@ -215,20 +219,26 @@ __device__ u64 rank_select(u64 lo, u64 hi, int64_t count, Weight w, double facto
       }
     }
     const Cum before = above + higher + before_in_share, after = before + v;
-    // Exactly one thread of the cluster finds the crossing.
-    if (t < kShare && b < L.nb && target.reached(after.w) && !target.reached(before.w)) {
-      Shared<kThreads>& r0 = *c.cluster.map_shared_rank(&sh, 0);
-      L.keys_of(b, r0.lo, r0.hi);
-      r0.above = before;
-      r0.count = v.n;
+    // Exactly one thread of the cluster finds the crossing; its warp finds the bin's keys.
+    const bool crossing = t < kShare && b < L.nb && target.reached(after.w) && !target.reached(before.w);
+    if (const unsigned found = __ballot_sync(0xffffffffu, crossing)) {
+      const int src = __ffs(found) - 1;
+      u64 first_key, last_key;
+      L.keys_of(__shfl_sync(0xffffffffu, b, src), first_key, last_key);
+      if (crossing)
+#pragma unroll 1
+        for (int r = 0; r < kCluster; ++r) {
+          Shared<kThreads>& d = *c.cluster.map_shared_rank(&sh, r);
+          d.lo = first_key, d.hi = last_key, d.above = before, d.count = v.n;
+        }
     }
-    c.cluster.sync();  // the choice is in rank 0
-    const Shared<kThreads>& r0 = *c.cluster.map_shared_rank(&sh, 0);
-    above = r0.above;
-    lo = r0.lo;
-    hi = r0.hi;
-    count = r0.count;
-    c.cluster.sync();  // read everywhere before the next pass's choice overwrites it
+    c.cluster.sync();  // the choice is in every block
+    // Each block reads its own copy, which the next pass's choice overwrites only past that
+    // pass's first two barriers: no barrier here.
+    above = sh.above;
+    lo = sh.lo;
+    hi = sh.hi;
+    count = sh.count;
   }
   // At most kCap candidates left: each block lists its own, rank 0 collects the lists, ranks the
   // candidates by counting (keys are unique), prefix-sums their weights in order (exactly, each
@@ -276,11 +286,12 @@ __device__ u64 rank_select(u64 lo, u64 hi, int64_t count, Weight w, double facto
       if (target.reached(after) && (t == 0 || !target.reached(before))) sh.pick = sh.sorted[t];
     }
     if (!reached && t == 0) sh.pick = 0;
+    __syncthreads();  // the pick
+    if (t < kCluster) c.cluster.map_shared_rank(&sh, t)->chosen = sh.pick;
   }
-  c.cluster.sync();  // rank 0's pick is in place
-  const u64 r = c.cluster.map_shared_rank(&sh, 0)->pick;
-  c.cluster.sync();  // every block has it before rank 0 writes its shared memory again
-  return r;
+  c.cluster.sync();  // rank 0's pick is in every block
+  // Each block reads its own copy: rank 0 writes the next one only past further barriers.
+  return sh.chosen;
 }
 
 // The host sampler's truncations and draw over the candidates (`count` of them), first = hi,
