@@ -178,6 +178,16 @@ struct Level {
     first = j == 0 ? lo : max(lo, u64{first_value_key(j)} << 32);
     last = j == nb - 1 ? hi : min(hi, (u64{first_value_key(j + 1)} << 32) - 1);
   }
+  // For a warp of which at most one lane holds a bin (mine, its bin j): the bin's keys into that
+  // lane's first / last, every lane searching (keys_of); true on that lane.
+  __device__ bool keys_of_held_bin(bool mine, int j, u64& first, u64& last) const {
+    const unsigned held = __ballot_sync(0xffffffffu, mine);
+    if (held == 0) return false;
+    u64 f, l;
+    keys_of(__shfl_sync(0xffffffffu, j, __ffs(held) - 1), f, l);
+    if (mine) first = f, last = l;
+    return mine;
+  }
   // The smallest value key in the range whose value's bin is >= j (the range's last value key
   // when none is), no data, by a warp: each round the 32 lanes probe 32 points that split the
   // remaining keys; the first probe whose bin is >= j bounds the answer from above, the probe

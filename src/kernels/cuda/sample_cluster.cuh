@@ -25,6 +25,7 @@ namespace tessera::cuda::sample_detail::cluster {
 // latency-bound chains (a float exp and atomics per candidate): many warps per row pay, hence 512
 // threads and up to 16 blocks (beyond 8 a non-portable cluster size, which H100 / H200 hold).
 constexpr int kRed = 4;  // values per cluster reduction, at most
+constexpr int kMaxCluster = 16;  // blocks per row, at most
 // The largest slice of keys kept in shared memory (per block; 16 blocks: vocabularies up to
 // ~327K), next to the bins; larger rows are read from global memory on every pass.
 constexpr int64_t kMaxCacheBytes = 160 << 10;
@@ -43,7 +44,7 @@ struct Shared {
   u64 block_red[2][kRed];  // by reduction parity: a block one reduction ahead writes the other
   u64 total[kRed];
   Cum warp_sums[kWarps];
-  Cum shares[16];       // every block's share total of a pass, by rank (each block writes its own into all)
+  Cum shares[kMaxCluster];  // every block's share total of a pass, by rank (each block writes its own into all)
   Cum above;            // a pass's choice (written into every block by the thread that found it)
   u64 lo, hi, pick;
   u64 chosen;  // a rank-select's answer, written into every block by rank 0 (pick is rank 0's own)
@@ -174,7 +175,7 @@ __device__ u64 rank_select(u64 lo, u64 hi, int64_t count, Weight w, double facto
   constexpr int kCluster = C::kCluster, kCap = C::kCap, kThreads = C::kThreads;
   constexpr int kShare = kBins / kCluster;
   static_assert(kCap == kThreads && kShare <= kThreads, "one candidate / bin per thread");
-  static_assert(kCluster <= 16 && kCluster <= kThreads, "Shared::shares holds 16 ranks");
+  static_assert(kCluster <= kMaxCluster && kCluster <= kThreads, "Shared::shares holds kMaxCluster ranks");
   auto& sh = c.sh;
   const int t = threadIdx.x;
   Target target(factor, relative, strict);
@@ -221,17 +222,13 @@ __device__ u64 rank_select(u64 lo, u64 hi, int64_t count, Weight w, double facto
     const Cum before = above + higher + before_in_share, after = before + v;
     // Exactly one thread of the cluster finds the crossing; its warp finds the bin's keys.
     const bool crossing = t < kShare && b < L.nb && target.reached(after.w) && !target.reached(before.w);
-    if (const unsigned found = __ballot_sync(0xffffffffu, crossing)) {
-      const int src = __ffs(found) - 1;
-      u64 first_key, last_key;
-      L.keys_of(__shfl_sync(0xffffffffu, b, src), first_key, last_key);
-      if (crossing)
+    u64 first_key, last_key;
+    if (L.keys_of_held_bin(crossing, b, first_key, last_key))
 #pragma unroll 1
-        for (int r = 0; r < kCluster; ++r) {
-          Shared<kThreads>& d = *c.cluster.map_shared_rank(&sh, r);
-          d.lo = first_key, d.hi = last_key, d.above = before, d.count = v.n;
-        }
-    }
+      for (int r = 0; r < kCluster; ++r) {
+        Shared<kThreads>& d = *c.cluster.map_shared_rank(&sh, r);
+        d.lo = first_key, d.hi = last_key, d.above = before, d.count = v.n;
+      }
     c.cluster.sync();  // the choice is in every block
     // Each block reads its own copy, which the next pass's choice overwrites only past that
     // pass's first two barriers: no barrier here.

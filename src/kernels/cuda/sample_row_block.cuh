@@ -196,12 +196,8 @@ __device__ u64 rank_select(const float* x, int64_t vocab, u64 lo, u64 hi, Kept i
       b = b0, sh.above = before0, sh.count = v0.n;
     else if (b1 >= 0 && target.reached(after1.w) && !target.reached(after0.w))
       b = b1, sh.above = after0, sh.count = v1.n;
-    // Exactly one thread crosses; its warp finds the bin's keys (Level::keys_of).
-    if (const unsigned found = __ballot_sync(0xffffffffu, b >= 0)) {
-      u64 first_key, last_key;
-      L.keys_of(__shfl_sync(0xffffffffu, b, __ffs(found) - 1), first_key, last_key);
-      if (b >= 0) sh.lo = first_key, sh.hi = last_key;
-    }
+    // Exactly one thread crosses; its warp finds the bin's keys.
+    L.keys_of_held_bin(b >= 0, b, sh.lo, sh.hi);
     __syncthreads();  // exactly one thread found it: the sums are exact and ok is monotonic
     above = sh.above;
     lo = sh.lo;
