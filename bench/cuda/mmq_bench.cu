@@ -251,14 +251,14 @@ int main(int argc, char** argv) {
                 "dequant_gemm us |\n|---|---|---|---|---|---|---|---|---|\n");
     std::vector<int64_t> few_rows;
     for (int64_t m : dg_rows)
-      if (rows_given && m >= 2 && m <= cuda::kMmqTcMaxRows) few_rows.push_back(m);
+      if (rows_given && m >= 2 && m <= cuda::kMmqTcMaxStagedRows) few_rows.push_back(m);
     if (few_rows.empty()) few_rows = {2, 4, 8};
     for (DType t : types)
       for (const Shape& sh : kShapes) {
         if (!selected(dg_shapes, sh)) continue;
         const std::vector<uint8_t*> w = random_weight_copies(t, sh.n, sh.k, s);
         const int copies = static_cast<int>(w.size());
-        const int64_t mmax = cuda::kMmqTcMaxRows;
+        const int64_t mmax = cuda::kMmqTcMaxStagedRows;
         const QuantRows rows(t, sh, mmax, s);
         float* y = rows.y;
         __nv_bfloat16* xb;  // dequant_gemm's bf16 rows

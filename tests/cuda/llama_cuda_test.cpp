@@ -411,8 +411,15 @@ models::LlmConfig small_llama(int64_t d, int64_t heads, int64_t kv_heads, int64_
 struct DequantGemmPair {
   std::unique_ptr<models::CausalLm> tensor_cores, copies;
   DequantGemmPair(const models::LlmConfig& cfg, DType t) {
+    // Both on bf16 rows: 9..16 rows would otherwise take the two-tile tensor-core GEMV for most
+    // types (FewRowChunksMatchOneRowSteps covers that path).
+    const char* given = std::getenv("TESSERA_MMQ_TC_WIDE");
+    const std::string saved = given ? given : "";
+    setenv("TESSERA_MMQ_TC_WIDE", "0", 1);
     std::tie(tensor_cores, copies) =
         model_pair("TESSERA_DEQUANT_GEMM_MAX_ROWS", "0", [&] { return models::cuda_llama_create_dummy(cfg, t); });
+    if (given) setenv("TESSERA_MMQ_TC_WIDE", saved.c_str(), 1);
+    else unsetenv("TESSERA_MMQ_TC_WIDE");
   }
 };
 
@@ -452,10 +459,11 @@ TEST(LlamaCudaDummy, BatchedQuantizedProjectionsMatchTheBf16CopyPath) {
 }
 
 // Quantized projections of 2..8 rows (Q8_0: 3..8; mmq_tc_min_rows) take the few-row tensor-core
-// GEMV (mmq_tc_gemv), one row the DP4A GEMV: the same 8-bit activations and the same integer
+// GEMV (mmq_tc_gemv), and 9..16 rows its two tiles up to cuda::mmq_tc_wide_rows (past it, bf16
+// rows into dequant_gemm), one row the DP4A GEMV: the same 8-bit activations and the same integer
 // block sums, scaled in another f32 order (and attention over a chunk vs one row). Teacher-forced
 // through a 4-layer model (widths multiples of 256, so every projection takes the tensor-core
-// GEMV), chunks of 2, 3, 5 and 8 rows must give one-row steps' logits up to those rounding
+// GEMV), chunks of 2, 3, 5, 8, 12 and 16 rows must give one-row steps' logits up to those rounding
 // differences, which the 8-bit
 // requantization between layers amplifies. H200 (s24): nMSE 2.3e-4 .. 7.4e-4, top-1 90-100 %
 // (random weights: small margins); the DP4A GEMV in the same chunks (TESSERA_MMQ_TC=0) measured
@@ -476,7 +484,7 @@ TEST(LlamaCudaDummy, FewRowChunksMatchOneRowSteps) {
     auto m = models::cuda_llama_create_dummy(cfg, t);
     auto cache = m->make_kv_cache(4, 16);
     const auto rows = run_alone(*m, cache, ids, blocks, 1, pool);
-    for (int64_t chunk : {2, 3, 5, 8}) {  // 4 and 8 staged activation rows
+    for (int64_t chunk : {2, 3, 5, 8, 12, 16}) {  // 4, 8 and 16 staged activation rows
       const auto chunked = run_alone(*m, cache, ids, blocks, chunk, pool);
       for (float v : chunked) ASSERT_TRUE(std::isfinite(v));
       const Agreement a = compare(rows, chunked, cfg.vocab);

@@ -292,10 +292,10 @@ TEST(MmqMatmul, EveryKernelMatchesTheReferenceForEveryType) {
   const std::vector<Case> legacy = {{1, 32, 1},   {7, 96, 3},    {67, 576, 5},   {130, 576, 8},
                                     {2, 32, 17},  {64, 1536, 9}, {200, 576, 33}, {100, 4096, 64},
                                     {333, 1056, 100}, {960, 576, 130}, {33, 1024, 2}, {17, 256, 7},
-                                    {50, 4096, 4},  {19, 512, 3},  {40, 768, 6}};
+                                    {50, 4096, 4},  {19, 512, 3},  {40, 768, 6}, {96, 2048, 16}, {35, 768, 12}};
   const std::vector<Case> kq = {{1, 256, 1},    {7, 768, 3},    {67, 1536, 8},  {130, 256, 9},
                                 {200, 768, 33}, {100, 4096, 65}, {333, 512, 100}, {64, 256, 129},
-                                {33, 2304, 2},  {19, 512, 6},   {50, 4096, 4},  {21, 1024, 7}};
+                                {33, 2304, 2},  {19, 512, 6},   {50, 4096, 4},  {21, 1024, 7}, {48, 1024, 16}, {37, 512, 11}};
   ThreadPool pool(2);
   for (DType t : test::kQuantTypes)
     for (const Case& c : test::is_k_quant(t) ? kq : legacy) {
@@ -312,7 +312,8 @@ TEST(MmqMatmul, EveryKernelMatchesTheReferenceForEveryType) {
                                std::to_string(c.k) + " m " + std::to_string(c.m);
       std::vector<Path> paths = {Path::kAuto, Path::kMma};
       if (c.m <= cuda::kMmqGemvMaxRows) paths.push_back(Path::kGemv);
-      const bool tc = c.m <= cuda::kMmqTcMaxRows && cuda::mmq_tc_supported(t, c.k);
+      // The tensor-core GEMV called directly takes up to 16 rows (two tiles); mmq_matmul, 8.
+      const bool tc = c.m <= cuda::kMmqTcMaxStagedRows && cuda::mmq_tc_supported(t, c.k);
       if (tc) paths.push_back(Path::kTc);
       for (Path p : paths) {
         const auto got = run_gpu(t, blocks, x, c, p, false, {});

@@ -46,7 +46,8 @@ struct MmqActMeta {
 static_assert(sizeof(MmqActMeta) == 8);
 
 inline constexpr int64_t kMmqGemvMaxRows = 8;
-inline constexpr int64_t kMmqTcMaxRows = 8;  // mmq_tc_gemv's rows (one tile of 8)
+inline constexpr int64_t kMmqTcMaxRows = 8;  // mmq_matmul's rows for mmq_tc_gemv (one tile of 8)
+inline constexpr int64_t kMmqTcMaxStagedRows = 16;  // mmq_tc_gemv's rows when called directly (two tiles)
 // The fewest rows mmq_matmul gives the few-row tensor-core GEMV: 2, but 3 for Q8_0, whose DP4A
 // dot is the cheapest per byte (H200, Llama-3-8B shapes, 2 sequences, the DP4A GEMV -> the tc
 // GEMV at 2 rows: Q4_0 930 -> 978, Q4_K 876 -> 955, Q6_K 686 -> 748, Q8_0 728 -> 715 tokens/s;
@@ -145,8 +146,9 @@ void mmq_gemv(DType wtype, const void* packed, int64_t n, int64_t k, const int8_
 void mmq_mma(DType wtype, const void* packed, int64_t n, int64_t k, const int8_t* qx,
              const MmqActMeta* meta, int64_t m, float* y, int64_t ldy, bool accumulate,
              cudaStream_t stream);
-// The few-row tensor-core GEMV, any m <= kMmqTcMaxRows (mmq_matmul takes it from mmq_tc_min_rows),
-// for mmq_tc_supported(wtype, k) (k % 256 == 0); meta 8-byte aligned;
+// The few-row tensor-core GEMV, any m <= kMmqTcMaxStagedRows (9..16 rows: two n tiles;
+// mmq_matmul takes it from mmq_tc_min_rows to kMmqTcMaxRows), for mmq_tc_supported(wtype, k)
+// (k % 256 == 0); meta 8-byte aligned;
 // k_split: warps per 16-row group (1, 2, 4 or 8; 0: by shape). mmq_tc_enabled(): mmq_matmul takes it
 // where supported (TESSERA_MMQ_TC unset or not "0").
 bool mmq_tc_supported(DType wtype, int64_t k);
@@ -154,5 +156,10 @@ void mmq_tc_gemv(DType wtype, const void* packed, int64_t n, int64_t k, const in
                  const MmqActMeta* meta, int64_t m, float* y, int64_t ldy, bool accumulate,
                  cudaStream_t stream, int k_split = 0);
 bool mmq_tc_enabled();
+// The most rows (9..kMmqTcMaxStagedRows) at which the tensor-core GEMV's two tiles beat
+// dequant_gemm on bf16 rows for weights of wtype (Llama-3-8B shapes, H200; mmq_tc_gemv.cu), or
+// kMmqTcMaxRows where they never do. mmq_matmul stays on one tile: callers that take the two-tile
+// form quantize their rows and call mmq_tc_gemv themselves (the engine's Projections).
+int64_t mmq_tc_wide_rows(DType wtype);
 
 }  // namespace tessera::cuda

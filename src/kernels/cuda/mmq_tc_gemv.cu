@@ -1,4 +1,4 @@
-// Few-row tensor-core GEMV (mmq.h: mmq_tc_gemv) for 2..8 activation rows of quantized weights.
+// Few-row tensor-core GEMV (mmq.h: mmq_tc_gemv) for 2..16 activation rows of quantized weights.
 //
 // Why: the DP4A GEMV (mmq_gemv.cu) spends ~8 instructions per 32 weights and activation row, so
 // its cost grows with the rows: on the H200 a Llama-3-8B Q4_0 decode step took 1.87 ms at 1 row,
@@ -8,8 +8,12 @@
 // block the lane unpacks its 4-byte word of each of its two rows (the A fragment's bytes
 // 4t .. 4t + 3 are the word's low nibbles, 16 + 4t .. its high ones: GGUF's Q4_0 order, which
 // the repacked layout keeps), so the unpacking and the scales cost the same at 2 rows as at 8.
-// (Two tiles, 9..16 rows, measured slower than dequant_gemm at 16: Llama-3-8B gate|up Q4_0 51
-// vs 39 us, so the engine keeps dequant_gemm there.)
+// 9..16 rows take two tiles (the A fragments and their unpacking shared, the mmas and the f32
+// scaling per tile; 16 staged activation rows, two 4-warp blocks per SM). Against dequant_gemm on
+// bf16 rows (H200, Llama-3-8B's four projections at 16 rows, gpu_runs/s37_tc_two_tiles.txt) it
+// is 1.2-1.4x faster for Q8_0 and the K and 5-bit formats, and slower for Q4_0's gate|up (48 vs
+// 39 us: with the cheapest unpacking, the offset mma and per-block scaling dominate), so the
+// engine takes it per type up to mmq_tc_wide_rows.
 //
 // Arithmetic: the CPU's (and mmq_gemv's) integer block sums, exactly. The weights' offsets
 // (Q4_0 -8, Q5_0 -16, Q6_K -32) come from a first mma with A = the offset in every byte, whose
@@ -175,10 +179,14 @@ __device__ __forceinline__ void copy_acts(uint8_t* st, const int8_t* qx, const M
   }
 }
 
-// Accumulator element e: weight row g + 8 (e / 2), activation row 2t + e % 2.
+// n tiles of 8 activation rows for MP staged rows (16: two).
+template <int MP>
+constexpr int kTiles = MP > 8 ? MP / 8 : 1;
+// Accumulator element e of tile j: weight row g + 8 (e / 2), activation row 8 j + 2t + e % 2.
+template <int NT>
 struct Sums {
-  float acc[4];
-  int isum[4], imin[4];  // K formats: the run's integer sums
+  float acc[NT][4];
+  int isum[NT][4], imin[NT][4];  // K formats: the run's integer sums
 };
 
 template <class T>
@@ -187,12 +195,13 @@ __device__ __forceinline__ T lds(const uint8_t* p) { return *reinterpret_cast<co
 // One run (a stage) into s: kU blocks, two per ldmatrix.
 template <DType kType, int MP>
 __device__ __forceinline__ void run_sums(const uint8_t* st, const MmqMat& w, int64_t r0, int64_t c0, int lane,
-                                         Sums& s) {
+                                         Sums<kTiles<MP>>& s) {
   using F = Fmt<kType>;
   using S = Stage<kType, MP>;
+  constexpr int NT = kTiles<MP>;
   const int g = lane / 4, t = lane % 4, li = lane >> 3, lr = lane & 7;
   const int rows[2] = {g, g + 8};
-  MmqActMeta last[2];  // the last block's meta of activation rows 2t, 2t + 1
+  MmqActMeta last[NT][2];  // the last block's meta of activation rows 8 j + 2t, + 1
 #pragma unroll
   for (int u = 0; u < F::kU; u += 2) {
     uint32_t q4[4] = {};  // 4-bit formats: (g, u), (g + 8, u), (g, u + 1), (g + 8, u + 1)
@@ -200,10 +209,11 @@ __device__ __forceinline__ void run_sums(const uint8_t* st, const MmqMat& w, int
       const int row = lr + 8 * (li & 1), blk = u + (li >> 1);
       ldmatrix_x4(q4, swizzled(st + row * 128, blk, row));
     }
-    uint32_t bf[4];  // b0, b1 of block u, then of block u + 1 (the mma's columns past kMP: rows r % kMP)
-    {
-      const int row = lr % S::kMP, ch = 2 * (u + (li >> 1)) + (li & 1);
-      ldmatrix_x4(bf, swizzled(st + S::kAct + row * S::kActSpan, ch, row));
+    uint32_t bf[NT][4];  // per tile: b0, b1 of block u, then of block u + 1 (the mma's columns past kMP: rows r % kMP)
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      const int row = (8 * j + lr) % S::kMP, ch = 2 * (u + (li >> 1)) + (li & 1);
+      ldmatrix_x4(bf[j], swizzled(st + S::kAct + row * S::kActSpan, ch, row));
     }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -241,13 +251,14 @@ __device__ __forceinline__ void run_sums(const uint8_t* st, const MmqMat& w, int
       for (int i = 0; i < 2; ++i)
         sc[i] = F::kSCB == 4 ? lds<uint32_t>(st + S::kSc + rows[i] * S::kScSpan + ub * 4)
                              : uint32_t{lds<uint16_t>(st + S::kSc + rows[i] * S::kScSpan + ub * 2)};
-      {
-        const uint32_t b0 = bf[2 * h], b1 = bf[2 * h + 1];
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        const uint32_t b0 = bf[j][2 * h], b1 = bf[j][2 * h + 1];
         MmqActMeta xm[2];
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
-          xm[hh] = lds<MmqActMeta>(st + S::kMeta + (ub * S::kMP + min(2 * t + hh, S::kMP - 1)) * 8);
-          last[hh] = xm[hh];
+          xm[hh] = lds<MmqActMeta>(st + S::kMeta + (ub * S::kMP + min(8 * j + 2 * t + hh, S::kMP - 1)) * 8);
+          last[j][hh] = xm[hh];
         }
         if constexpr (F::kQ6) {  // two 16-element halves, each its scale; offset -32
           constexpr uint32_t kOff = 0xE0E0E0E0u;
@@ -260,7 +271,7 @@ __device__ __forceinline__ void run_sums(const uint8_t* st, const MmqMat& w, int
           mma_k16<true>(hi, a[2], a[3], b1);
 #pragma unroll
           for (int e = 0; e < 4; ++e)
-            s.isum[e] += static_cast<int8_t>(sc[e / 2] & 0xFF) * l[e] + static_cast<int8_t>(sc[e / 2] >> 8) * hi[e];
+            s.isum[j][e] += static_cast<int8_t>(sc[e / 2] & 0xFF) * l[e] + static_cast<int8_t>(sc[e / 2] >> 8) * hi[e];
         } else if constexpr (F::kK) {  // Q4_K / Q5_K: scale x sum q x, min x sum x
           const uint32_t ones[4] = {0x01010101u, 0x01010101u, 0x01010101u, 0x01010101u};
           int q[4], xs[4];
@@ -270,8 +281,8 @@ __device__ __forceinline__ void run_sums(const uint8_t* st, const MmqMat& w, int
           mma_k32<true>(xs, ones, b0, b1);
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            s.isum[e] += static_cast<int>(sc[e / 2] & 0xFF) * q[e];
-            s.imin[e] += static_cast<int>(sc[e / 2] >> 8) * xs[e];
+            s.isum[j][e] += static_cast<int>(sc[e / 2] & 0xFF) * q[e];
+            s.imin[j][e] += static_cast<int>(sc[e / 2] >> 8) * xs[e];
           }
         } else {  // legacy: f32 per block, mmq_gemv's order
           int c[4];
@@ -285,7 +296,7 @@ __device__ __forceinline__ void run_sums(const uint8_t* st, const MmqMat& w, int
           for (int e = 0; e < 4; ++e) {
             float v = mmq_f16(sc[e / 2]) * xm[e % 2].d * (__int_as_float(c[e]) - kMmqI2fBase);
             if constexpr (F::kMin) v += mmq_f16(sc[e / 2] >> 16) * xm[e % 2].s;
-            s.acc[e] += v;
+            s.acc[j][e] += v;
           }
         }
       }
@@ -306,12 +317,14 @@ __device__ __forceinline__ void run_sums(const uint8_t* st, const MmqMat& w, int
       }
     }
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      float v = d[e / 2] * __int2float_rn(s.isum[e]);
-      if constexpr (!F::kQ6) v -= dmin[e / 2] * __int2float_rn(s.imin[e]);
-      s.acc[e] += last[e % 2].d * v;
-      s.isum[e] = s.imin[e] = 0;
-    }
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float v = d[e / 2] * __int2float_rn(s.isum[j][e]);
+        if constexpr (!F::kQ6) v -= dmin[e / 2] * __int2float_rn(s.imin[j][e]);
+        s.acc[j][e] += last[j][e % 2].d * v;
+        s.isum[j][e] = s.imin[j][e] = 0;
+      }
   }
 }
 
@@ -322,8 +335,11 @@ constexpr int kBlockWarps = KS > kWarps ? KS : kWarps;
 
 // The kernel: KS warps per group of 16 weight rows (kBlockWarps / KS groups per block), each with
 // its own ring of kStages stages in shared memory (no block-wide barrier in the loop).
+// Two tiles (MP 16): the stages allow two 4-warp blocks per SM, so up to 255 registers (no spills).
+template <int MP, int KS>
+constexpr int kTcMinBlocks = MP > 8 ? (kBlockWarps<KS> > kWarps ? 1 : 2) : 16 / kBlockWarps<KS>;
 template <DType kType, int MP, int KS>
-__global__ void __launch_bounds__(32 * kBlockWarps<KS>, 16 / kBlockWarps<KS>)  // <= 128 registers (16 warps per SM where the stages fit)
+__global__ void __launch_bounds__(32 * kBlockWarps<KS>, (kTcMinBlocks<MP, KS>))  // <= 128 registers (16 warps per SM where the stages fit)
 tc_gemv_kernel(MmqMat w, const int8_t* qx, const MmqActMeta* meta, int m, float* y, int64_t ldy, bool accumulate) {
   using F = Fmt<kType>;
   using S = Stage<kType, MP>;
@@ -341,12 +357,15 @@ tc_gemv_kernel(MmqMat w, const int8_t* qx, const MmqActMeta* meta, int m, float*
   const int count = runs > first ? static_cast<int>((runs - first + KS - 1) / KS) : 0;
   uint8_t* ring = smem + warp * (kStages * S::kBytes);
   auto c0_of = [&](int i) { return (first + int64_t{i} * KS) * F::kU; };
-  Sums s;
+  constexpr int NT = kTiles<MP>;
+  Sums<NT> s;
 #pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    s.acc[e] = 0.f;
-    s.isum[e] = s.imin[e] = 0;
-  }
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      s.acc[j][e] = 0.f;
+      s.isum[j][e] = s.imin[j][e] = 0;
+    }
   // The first kStages - 1 runs: weights before the PDL wait (they never change), activations after.
 #pragma unroll
   for (int i = 0; i < kStages - 1; ++i)
@@ -375,26 +394,33 @@ tc_gemv_kernel(MmqMat w, const int8_t* qx, const MmqActMeta* meta, int m, float*
     // The partial sums through this warp's ring (done with it), added in warp order.
     float* part = reinterpret_cast<float*>(ring);
 #pragma unroll
-    for (int e = 0; e < 4; ++e) part[e * 32 + lane] = s.acc[e];
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) part[(4 * j + e) * 32 + lane] = s.acc[j][e];
     asm volatile("bar.sync %0, %1;" ::"r"(1 + warp / KS), "r"(KS * 32) : "memory");
     if (warp % KS != 0) return;
 #pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float v = 0.f;
+#pragma unroll
+        for (int p = 0; p < KS; ++p)
+          v += reinterpret_cast<const float*>(smem + (warp + p) * (kStages * S::kBytes))[(4 * j + e) * 32 + lane];
+        s.acc[j][e] = v;
+      }
+  }
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
     for (int e = 0; e < 4; ++e) {
-      float v = 0.f;
-#pragma unroll
-      for (int p = 0; p < KS; ++p) v += reinterpret_cast<const float*>(smem + (warp + p) * (kStages * S::kBytes))[e * 32 + lane];
-      s.acc[e] = v;
+      const int64_t row = r0 + g + 8 * (e / 2);
+      const int col = 8 * j + 2 * t + e % 2;
+      if (row < w.n && col < m) {
+        float* dst = y + col * ldy + row;
+        *dst = accumulate ? *dst + s.acc[j][e] : s.acc[j][e];
+      }
     }
-  }
-#pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    const int64_t row = r0 + g + 8 * (e / 2);
-    const int col = 2 * t + e % 2;
-    if (row < w.n && col < m) {
-      float* dst = y + col * ldy + row;
-      *dst = accumulate ? *dst + s.acc[e] : s.acc[e];
-    }
-  }
 }
 
 // Resident blocks per SM of a format's kernel with KS warps per group (registers and the
@@ -475,11 +501,25 @@ bool mmq_tc_enabled() {
 
 bool mmq_tc_supported(DType t, int64_t k) { return mmq_supported(t) && k > 0 && k % 256 == 0; }
 
+int64_t mmq_tc_wide_rows(DType t) {
+  // Llama-3-8B's layer (qkv + o + gate|up + down), H200, us, two tiles at the default k split /
+  // dequant_gemm (gpu_runs/s37_tc_two_tiles.txt), at 12 and 16 rows: Q8_0 - / 102 vs 141, Q4_K
+  // - / 86 vs 102, Q6_K - / 104 vs 138, Q5_K 90 / 101 vs 116 / 118, Q5_1 92 / 102 vs 115 / 116;
+  // Q4_1 91 / 102 vs 99 / 99, Q5_0 91 / 102 vs 99 / 101; Q4_0 83 / 90 vs 83 / 83 (its gate|up 48
+  // vs 39 at 16: the offset mma and the per-block f32 scaling of two tiles), and in the engine
+  // (same call) +5 % at 9 sequences, -4 % at 12, -10 % at 16.
+  switch (t) {
+    case DType::kQ4_0: return 9;
+    case DType::kQ4_1: case DType::kQ5_0: return 12;
+    default: return kMmqTcMaxStagedRows;
+  }
+}
+
 void mmq_tc_gemv(DType t, const void* packed, int64_t n, int64_t k, const int8_t* qx, const MmqActMeta* meta,
                  int64_t m, float* y, int64_t ldy, bool accumulate, cudaStream_t s, int k_split) {
   TESSERA_CHECK_ARG(mmq_tc_supported(t, k), "mmq_tc_gemv: weight type " + std::string(dtype_name(t)) +
                                                 " unsupported or k not a multiple of 256");
-  TESSERA_CHECK_ARG(m >= 0 && m <= kMmqTcMaxRows, "mmq_tc_gemv: 0..8 rows");
+  TESSERA_CHECK_ARG(m >= 0 && m <= kMmqTcMaxStagedRows, "mmq_tc_gemv: 0..16 rows");
   TESSERA_CHECK_ARG(ldy >= n, "mmq_tc_gemv: ldy < n");
   TESSERA_CHECK_ARG(reinterpret_cast<uintptr_t>(qx) % 16 == 0 && reinterpret_cast<uintptr_t>(packed) % 16 == 0 &&
                         reinterpret_cast<uintptr_t>(meta) % 8 == 0,
@@ -493,7 +533,8 @@ void mmq_tc_gemv(DType t, const void* packed, int64_t n, int64_t k, const int8_t
     constexpr DType kType = decltype(type_tag)::value;
     if (m <= 4)  // 4 staged activation rows: smaller stages, more resident warps
       return launch_staged<kType, 4>(k_split, w, qx, meta, mi, y, ldy, accumulate, s);
-    launch_staged<kType, 8>(k_split, w, qx, meta, mi, y, ldy, accumulate, s);
+    if (m <= 8) return launch_staged<kType, 8>(k_split, w, qx, meta, mi, y, ldy, accumulate, s);
+    launch_staged<kType, 16>(k_split, w, qx, meta, mi, y, ldy, accumulate, s);
   };
   switch (t) {
     case DType::kQ8_0: return go(std::integral_constant<DType, DType::kQ8_0>{});

@@ -18,6 +18,12 @@ int64_t dequant_gemm_max_rows_from_env() {
   const char* v = std::getenv("TESSERA_DEQUANT_GEMM_MAX_ROWS");
   return v ? std::atoll(v) : int64_t{128};
 }
+// TESSERA_MMQ_TC_WIDE: "0" keeps 9..16 rows off the two-tile tensor-core GEMV, "all" puts every
+// supported type on it; otherwise each type up to cuda::mmq_tc_wide_rows (A/B benchmarks, tests).
+int tc_wide_from_env() {
+  const char* v = std::getenv("TESSERA_MMQ_TC_WIDE");
+  return !v ? 1 : std::strcmp(v, "0") == 0 ? 0 : std::strcmp(v, "all") == 0 ? 2 : 1;
+}
 bool mmq_gemm_from_env() {
   const char* v = std::getenv("TESSERA_MMQ_GEMM");
   return v && std::strcmp(v, "1") == 0;
@@ -26,7 +32,11 @@ bool mmq_gemm_from_env() {
 }  // namespace
 
 Projections::Projections(const LlmConfig& cfg, const Weights& w)
-    : cfg_(cfg), w_(w), dequant_gemm_max_rows_(dequant_gemm_max_rows_from_env()), mmq_gemm_(mmq_gemm_from_env()) {}
+    : cfg_(cfg),
+      w_(w),
+      dequant_gemm_max_rows_(dequant_gemm_max_rows_from_env()),
+      mmq_gemm_(mmq_gemm_from_env()),
+      tc_wide_(tc_wide_from_env()) {}
 
 bool Projections::dequant_gemm_rows(int64_t rows) const {
   return w_.any_quant && !mmq_gemm_ && rows > cuda::kMmqGemvMaxRows && rows <= dequant_gemm_max_rows_;
@@ -48,6 +58,15 @@ size_t Projections::plan_call(int64_t rows, int64_t logit_rows) {
   dg_ws_bytes_ = std::max(dequant_gemm_rows(rows) ? dequant_gemm_ws_bytes(rows, false) : 0,
                           dequant_gemm_rows(logit_rows) ? dequant_gemm_ws_bytes(logit_rows, true) : 0);
   return dg_ws_bytes_;
+}
+
+bool Projections::tc_takes_rows(const Proj& p, int64_t rows) const {
+  if (rows <= cuda::kMmqTcMaxRows || rows > cuda::kMmqTcMaxStagedRows || tc_wide_ == 0 || !cuda::mmq_tc_enabled() ||
+      !p.quant())
+    return false;
+  return std::all_of(p.parts.begin(), p.parts.end(), [&](const Proj::Part& part) {
+    return cuda::mmq_tc_supported(part.type, p.k) && (tc_wide_ == 2 || rows <= cuda::mmq_tc_wide_rows(part.type));
+  });
 }
 
 bool Projections::norm_fusable(const Proj& producer, const Proj& consumer) {
@@ -84,11 +103,14 @@ void Projections::project(const Proj& p, const In& in, int64_t rows, const Scrat
                      &in.row_norm);
     return;
   }
+  // Above kMmqGemvMaxRows rows the integer-dot path only where the tensor-core GEMV takes every
+  // part at this row count (mmq_tc_takes_rows), else bf16 rows into dequant_gemm or the slices.
+  const bool tc_rows = tc_takes_rows(p, rows);
   const bool dequant_gemm =
-      dequant_gemm_rows(rows) && std::all_of(p.parts.begin(), p.parts.end(), [&](const Proj::Part& part) {
+      !tc_rows && dequant_gemm_rows(rows) && std::all_of(p.parts.begin(), p.parts.end(), [&](const Proj::Part& part) {
         return cuda::dequant_gemm_supported(part.type, p.k);
       });
-  if (dequant_gemm || (rows > cuda::kMmqGemvMaxRows && b.wdq)) {
+  if (dequant_gemm || (!tc_rows && rows > cuda::kMmqGemvMaxRows && b.wdq)) {
     TESSERA_CHECK_ARG(in.kind != In::kAttention && in.kind != In::kNormed && next_norm == nullptr,
                       "project: attention partials and norm epilogues need a call of <= 8 rows");
     bf16* h = b.h;  // the bf16 input rows
@@ -148,6 +170,8 @@ void Projections::project(const Proj& p, const In& in, int64_t rows, const Scrat
     }
     if (next_norm != nullptr)
       cuda::mmq_gemv_residual_norm(part.type, part.packed, part.n, p.k, b.qx, b.meta, *next_norm, s);
+    else if (tc_rows)
+      cuda::mmq_tc_gemv(part.type, part.packed, part.n, p.k, b.qx, b.meta, rows, y + part.row0, ldy, accumulate, s);
     else
       cuda::mmq_matmul(part.type, part.packed, part.n, p.k, b.qx, b.meta, rows, y + part.row0, ldy, accumulate, s);
   }

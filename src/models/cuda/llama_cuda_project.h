@@ -78,6 +78,9 @@ class Projections {
   // (cuda::MmqResidualNorm): the producer quantized in one part, the consumer quantized (K
   // weights then take 32-element activation blocks instead of Q8_K's 256: mmq.h).
   static bool norm_fusable(const Proj& producer, const Proj& consumer);
+  // Whether a call of 9..16 rows through p takes the tensor-core GEMV's two tiles on 8-bit rows
+  // (every part's type up to cuda::mmq_tc_wide_rows; TESSERA_MMQ_TC_WIDE) instead of bf16 rows.
+  bool tc_takes_rows(const Proj& p, int64_t rows) const;
   // What a call must at least move and compute, for the profiler's floors: the weights once,
   // rows of in / out bytes per element, 2 FLOPs per multiply-add.
   static cuda::OpCost cost(const Proj& p, int64_t rows, double in_bytes, double out_bytes);
@@ -101,6 +104,7 @@ class Projections {
   cuda::GemmBf16 gemm_;
   const int64_t dequant_gemm_max_rows_;
   const bool mmq_gemm_;
+  const int tc_wide_;  // tc_wide_from_env: 0 off, 1 per type, 2 every supported type
   std::map<std::pair<int64_t, bool>, size_t> dg_ws_need_;  // Weights' answer per (rows, head)
   size_t dg_ws_bytes_ = 0;                                   // this call's (plan_call)
 };
