@@ -501,17 +501,20 @@ TEST(LlamaCudaDummy, FewRowChunksMatchOneRowSteps) {
 // (PagedAttentionWorkspace::leave_partials) for the next kernel to merge: a quantized o's input
 // quantizer as it reads them, or (one row) before a bf16 o a merge kernel
 // (paged_attention_merge_partials);
-// TESSERA_ATTN_LEAVE_PARTIALS=0 has attention merge them. Two models of the same random weights,
-// one each way, bf16 and every quantized type: three sequences prefilled into
-// tables wide enough to split (16 blocks of 16: 4 splits), then decode steps of all three
-// (the few-row GEMV) and of one alone (the one-row GEMV), graph-replayed from the second: the
-// same logits, bit for bit.
+// TESSERA_ATTN_LEAVE_PARTIALS=0 has attention merge them. So do steps of 9..16 rows whose o
+// projection takes the two-tile tensor-core GEMV (Projections::tc_takes_rows). Two models of the
+// same random weights, one each way, bf16 and every quantized type: twelve sequences prefilled
+// into tables wide enough to split (16 blocks of 16: 4 splits), then decode steps of all twelve,
+// of the first three (the few-row GEMV) and of one alone (the one-row GEMV), graph-replayed from
+// the second: the same logits, bit for bit.
 TEST(LlamaCudaDummy, LeftAttentionPartialsMatchTheMergingAttention) {
   TESSERA_SKIP_WITHOUT_GPU();
   ThreadPool pool(1);
   models::LlmConfig cfg = small_llama(512, 8, 2, 1536);
-  ASSERT_GT(cuda::paged_attention_splits(3, cfg.n_kv_heads, 16, 16), 1);
-  ASSERT_GT(cuda::paged_attention_splits(1, cfg.n_kv_heads, 16, 16), 1);
+  constexpr int kSeqs = 12, kBlocks = 16;
+  ASSERT_GT(cuda::paged_attention_splits(kSeqs, cfg.n_kv_heads, kBlocks, 16), 1);
+  ASSERT_GT(cuda::paged_attention_splits(3, cfg.n_kv_heads, kBlocks, 16), 1);
+  ASSERT_GT(cuda::paged_attention_splits(1, cfg.n_kv_heads, kBlocks, 16), 1);
   std::vector<DType> types(std::begin(test::kQuantTypes), std::end(test::kQuantTypes));
   types.push_back(DType::kBF16);
   for (DType t : types) {
@@ -520,21 +523,23 @@ TEST(LlamaCudaDummy, LeftAttentionPartialsMatchTheMergingAttention) {
     auto [left, merging] =
         model_pair("TESSERA_ATTN_LEAVE_PARTIALS", "0", [&] { return models::cuda_llama_create_dummy(cfg, t); });
     const int64_t V = cfg.vocab;
-    auto cache_l = left->make_kv_cache(48, 16), cache_m = merging->make_kv_cache(48, 16);
-    std::vector<std::vector<int32_t>> blocks(3);
-    for (int s = 0; s < 3; ++s)
-      for (int b = 0; b < 16; ++b) blocks[s].push_back(47 - (s + 3 * b));  // interleaved, descending
-    const int32_t lens[3] = {20, 7, 33};
-    for (int s = 0; s < 3; ++s) {
-      std::vector<int32_t> ids(lens[s]);
-      for (int i = 0; i < lens[s]; ++i) ids[i] = (i * 7919 + 131 * s + 13) % 4000;
+    auto cache_l = left->make_kv_cache(kSeqs * kBlocks, 16), cache_m = merging->make_kv_cache(kSeqs * kBlocks, 16);
+    std::vector<std::vector<int32_t>> blocks(kSeqs);
+    for (int s = 0; s < kSeqs; ++s)
+      for (int b = 0; b < kBlocks; ++b)
+        blocks[s].push_back(kSeqs * kBlocks - 1 - (s + kSeqs * b));  // interleaved, descending
+    std::vector<int32_t> pos(kSeqs);
+    for (int s = 0; s < kSeqs; ++s) {
+      const int32_t len = 7 + (s * 13) % 29;
+      std::vector<int32_t> ids(len);
+      for (int i = 0; i < len; ++i) ids[i] = (i * 7919 + 131 * s + 13) % 4000;
       run_alone(*left, cache_l, ids, blocks[s], 64, pool);
       run_alone(*merging, cache_m, ids, blocks[s], 64, pool);
+      pos[s] = len;
     }
-    int32_t pos[3] = {lens[0], lens[1], lens[2]};
-    std::vector<float> a(3 * V), b(3 * V);
-    for (int step = 0; step < 8; ++step) {
-      const int seqs = step < 4 ? 3 : 1;  // three at once, then the first alone
+    std::vector<float> a(kSeqs * V), b(kSeqs * V);
+    for (int step = 0; step < 12; ++step) {
+      const int seqs = step < 4 ? kSeqs : step < 8 ? 3 : 1;  // twelve at once, then three, then one
       std::vector<int32_t> toks;
       std::vector<models::SeqChunk> chunks;
       for (int s = 0; s < seqs; ++s) {

@@ -449,19 +449,35 @@ int blocks_per_sm() {
 // / 26.9 / 16.4 / 14.2 -> 8; o (256, 16 runs) 7.9 / 7.5 / 5.2 / 4.8 -> 8, but at 8 rows (fewer
 // resident warps) 8.4 / 8.6 / 5.7 / 6.8 -> 4; qkv (384, 16 runs) 11.3 / 9.7 / 5.9 / 6.8 -> 4.
 // per_sm / per_sm_8: resident 4-warp blocks (k split <= 4) and 8-warp blocks (k split 8) per SM.
-int k_split_for(int64_t n, int64_t runs, int per_sm, int per_sm_8) {
+int forced_k_split() {
   static const int forced = [] {
     const char* e = std::getenv("TESSERA_MMQ_TC_K_SPLIT");
     const int v = e ? std::atoi(e) : 0;
     return v == 1 || v == 2 || v == 4 || v == 8 ? v : 0;
   }();
-  if (forced) return forced;
+  return forced;
+}
+int k_split_for(int64_t n, int64_t runs, int per_sm, int per_sm_8) {
+  if (const int forced = forced_k_split()) return forced;
   const int64_t groups = (n + 15) / 16, resident = int64_t{per_sm} * kWarps * sm_count();
   const int64_t resident_8 = int64_t{per_sm_8} * kBlockWarps<kMaxKSplit> * sm_count();
   const int most = runs >= 4 * kMaxKSplit || groups * kMaxKSplit <= resident_8 ? kMaxKSplit : kWarps;
   int ks = 1;
   while (ks < most && 2 * groups * ks < 3 * resident && runs / (2 * ks) >= 2) ks *= 2;
   return ks;
+}
+
+// Two tiles (9..16 rows; two 4-warp blocks per SM): 4 warps per group where the groups fill at
+// most two per SM (Llama-3-8B's o and down), else 2; twice that for Q8_0, whose runs hold half
+// the k (so the same runs per warp). k_split_for's rule, tuned at one tile, picked 1 for gate|up
+// and 8 for down here. H200, 16 rows, us, default -> this (gpu_runs/s37_tc_two_tiles.txt): Q6_K
+// gate|up 57.2 -> 51.7, down 31.3 -> 27.4, qkv 16.5 -> 15.5; Q4_K down 22.8 -> 20.9; Q8_0 qkv 16.2 ->
+// 14.9, gate|up 52.7 -> 50.7 (o, Q8_0's down unchanged).
+int wide_k_split(int64_t n, int64_t runs, int blocks_per_run) {
+  if (const int forced = forced_k_split()) return forced;
+  int ks = ((n + 15) / 16 <= 2 * sm_count() ? 4 : 2) * (blocks_per_run == 4 ? 2 : 1);
+  while (ks > 1 && runs / ks < 2) ks /= 2;
+  return std::min(ks, kMaxKSplit);
 }
 
 template <DType kType, int MP, int KS>
@@ -478,9 +494,10 @@ void launch(const MmqMat& w, const int8_t* qx, const MmqActMeta* meta, int m, fl
 template <DType kType, int MP>
 void launch_staged(int k_split, const MmqMat& w, const int8_t* qx, const MmqActMeta* meta, int m, float* y,
                    int64_t ldy, bool acc, cudaStream_t s) {
-  const int ks = k_split ? k_split
-                         : k_split_for(w.n, w.k / 32 / Fmt<kType>::kU, blocks_per_sm<kType, MP>(),
-                                       blocks_per_sm<kType, MP, kMaxKSplit>());
+  const int64_t runs = w.k / 32 / Fmt<kType>::kU;
+  const int ks = k_split  ? k_split
+                 : MP > 8 ? wide_k_split(w.n, runs, Fmt<kType>::kU)
+                          : k_split_for(w.n, runs, blocks_per_sm<kType, MP>(), blocks_per_sm<kType, MP, kMaxKSplit>());
   switch (ks) {
     case 1: return launch<kType, MP, 1>(w, qx, meta, m, y, ldy, acc, s);
     case 2: return launch<kType, MP, 2>(w, qx, meta, m, y, ldy, acc, s);

@@ -546,7 +546,9 @@ class CudaLlama final : public CausalLm {
                      {static_cast<double>(n) * (qkvd * 4 + qd * 4 + kvd * 4)});
       }
       if (l.wo.quant()) {  // attention in f32, quantized for the integer dots
-        const cuda::PagedAttentionWorkspace ws{b.attn_ws, attn_ws_bytes_, n, 0, leave_partials};
+        // 9..16 rows: the partials too where o takes the two-tile tensor-core GEMV (8-bit rows).
+        const bool leave = leave_partials || (leave_partials_on_ && proj_.tc_takes_rows(l.wo, n));
+        const cuda::PagedAttentionWorkspace ws{b.attn_ws, attn_ws_bytes_, n, 0, leave};
         const cuda::PagedAttentionPartials left = cuda::paged_attention<float, float>(
             attn_q, d_pos, d_tiles, static_cast<int64_t>(plan_.tiles.size()), d_tables, plan_.table_stride,
             cache.block_size(), kc, vc, cfg_.n_heads, cfg_.n_kv_heads, hd, scale, b.attn, s, ws, attn_new_rows);
