@@ -378,11 +378,11 @@ TEST(MmqMatmul, GemvKSplitsOfLongRowsMatchTheReference) {
 
 // The few-row tensor-core GEMV on long rows: every k split runs many runs per warp (more runs
 // than stages; k splits 4 and 8 leave some warps one run fewer), n not a multiple of the 16-row group,
-// 2 to 8 activation rows; and the shapes it does not take are refused.
+// 2 to 16 activation rows (one and two tiles); and the shapes and row counts it does not take are refused.
 TEST(MmqMatmul, TcGemvKSplitsOfLongRowsMatchTheReference) {
   TESSERA_SKIP_WITHOUT_GPU();
   for (DType t : test::kQuantTypes)
-    for (int64_t m : {2, 5, 8}) {
+    for (int64_t m : {2, 5, 8, 13, 16}) {  // one tile, then two
       const Case c{37, 16384 + 256 * 3, m};
       const auto blocks = test::random_quant_blocks(t, c.n, c.k, 80 + m);
       const auto x = random_rows(c.m, c.k, 81);
@@ -399,6 +399,9 @@ TEST(MmqMatmul, TcGemvKSplitsOfLongRowsMatchTheReference) {
   EXPECT_FALSE(cuda::mmq_tc_supported(DType::kQ4_0, 576));
   EXPECT_TRUE(cuda::mmq_tc_supported(DType::kQ4_0, 4096));
   EXPECT_THROW(cuda::mmq_tc_gemv(DType::kQ4_0, nullptr, 16, 576, nullptr, nullptr, 2, nullptr, 16, false, nullptr),
+               Error);
+  EXPECT_THROW(cuda::mmq_tc_gemv(DType::kQ4_0, nullptr, 16, 4096, nullptr, nullptr, cuda::kMmqTcMaxStagedRows + 1,
+                                 nullptr, 16, false, nullptr),
                Error);
 }
 

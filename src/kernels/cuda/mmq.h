@@ -136,6 +136,9 @@ void mmq_gemv_residual_norm(DType wtype, const void* packed, int64_t n, int64_t 
                             int k_split = 0);
 // Its calls so far in this process (tests check that a path took it).
 uint64_t mmq_gemv_residual_norm_calls();
+// Calls of mmq_quantize_attention_rows so far in this process with more than kMmqGemvMaxRows rows
+// (tests check that 9..16-row steps left attention's partials to it).
+uint64_t mmq_quantize_attention_wide_calls();
 
 // The two kernels, forced (tests, benchmarks). gemv: m <= kMmqGemvMaxRows; mma: any m. The
 // GEMVs' k_split (1, 2 or 4 warps per row group; 0: chosen by shape) is for tests and benchmarks.
@@ -157,8 +160,7 @@ void mmq_tc_gemv(DType wtype, const void* packed, int64_t n, int64_t k, const in
                  cudaStream_t stream, int k_split = 0);
 bool mmq_tc_enabled();
 // The most rows (9..kMmqTcMaxStagedRows) at which the tensor-core GEMV's two tiles beat
-// dequant_gemm on bf16 rows for weights of wtype (Llama-3-8B shapes, H200; mmq_tc_gemv.cu), or
-// kMmqTcMaxRows where they never do. mmq_matmul stays on one tile: callers that take the two-tile
+// dequant_gemm on bf16 rows for weights of wtype (Llama-3-8B shapes, H200; mmq_tc_gemv.cu). mmq_matmul stays on one tile: callers that take the two-tile
 // form quantize their rows and call mmq_tc_gemv themselves (the engine's Projections).
 int64_t mmq_tc_wide_rows(DType wtype);
 

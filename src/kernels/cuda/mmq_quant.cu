@@ -5,6 +5,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -94,12 +95,19 @@ void mmq_rms_norm_quantize_rows(DType t, const float* x, const float* w, float e
   launch(t, RmsSrc{x, w, eps, d, rows_aligned(x, d) && rows_aligned(w, d), 0.f}, m, d, qx, meta, k32, s);
 }
 
+namespace {
+std::atomic<uint64_t> g_attention_wide_calls{0};
+}  // namespace
+
+uint64_t mmq_quantize_attention_wide_calls() { return g_attention_wide_calls.load(std::memory_order_relaxed); }
+
 void mmq_quantize_attention_rows(DType t, const PagedAttentionPartials& p, int64_t m, int64_t k, int8_t* qx,
                                  MmqActMeta* meta, cudaStream_t s, bool k32) {
   TESSERA_CHECK_ARG(p.splits > 1 && p.o && p.ml && p.head_dim > 0 && p.head_dim % 8 == 0 &&
                         k == p.n_heads * p.head_dim && m <= p.rows && reinterpret_cast<uintptr_t>(p.o) % 16 == 0,
                     "mmq quantize: attention partials need splits > 1, head_dim a multiple of 8, k = n_heads x "
                     "head_dim, at most the workspace's rows, 16-byte aligned outputs");
+  if (m > kMmqGemvMaxRows) g_attention_wide_calls.fetch_add(1, std::memory_order_relaxed);
   // Blocks of 2 warps: a 4096-wide row's ~130 KB of partials are read by 8 SMs, not 2.
   launch(t, SplitsSrc{p.o, p.ml, p.splits, p.head_dim, k / p.head_dim}, m, k, qx, meta, k32, s, 64);
 }

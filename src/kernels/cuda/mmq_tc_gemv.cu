@@ -31,9 +31,10 @@
 // no bank conflicts; the qh words' 4- and 8-byte reads have 2-way ones). A first version loaded each lane's 4-byte words straight from global memory:
 // 8 cache lines per load instruction, and 2x slower than the DP4A GEMV at 2 rows. The activations
 // go through the L1 (the SM's warps on other rows read the same runs); 4 rows are staged for
-// m <= 4 (smaller stages: 4 blocks per SM instead of 3), else 8. No block-wide barrier: a warp
-// waits for its own copies (cp.async groups + __syncwarp). KS warps per row group split the runs
-// along k (k_split_for) and add their sums in shared memory in warp order (deterministic).
+// m <= 4 (smaller stages: 4 blocks per SM instead of 3), 8 for m <= 8, else 16 (two tiles). No
+// block-wide barrier: a warp waits for its own copies (cp.async groups + __syncwarp). KS warps per
+// row group split the runs along k (k_split_for; wide_k_split for two tiles) and add their sums in
+// shared memory in warp order (deterministic).
 // Launched with PDL: the first runs' weight copies are issued before pdl_wait(). Needs
 // k % 256 == 0 (whole runs); other shapes keep the DP4A GEMV (mmq_tc_supported).
 #include <algorithm>
@@ -93,7 +94,8 @@ struct Fmt {
 };
 
 // A warp's stage in shared memory: a run of kU blocks of its 16 weight rows and of the
-// activation rows (kMP = MP: 4 or 8 staged, the mma's 8 columns read rows r % kMP). Byte offsets:
+// activation rows (kMP = MP: 4, 8 or 16 staged; the mma's 8 columns of tile j read rows
+// (8 j + r) % kMP). Byte offsets:
 //   qs    16 rows x 128 B, 16-byte chunk c of row r at chunk c ^ (r % 8) (ldmatrix without conflicts)
 //   qh    16 rows x kU kQHB;  scales 16 rows x kU kSCB;  d 16 rows x 4 B (the aligned word holding it)
 //   acts  kMP rows x kU x 32 B, chunk c of row r at c ^ (r % 8) (rows >= m: stale, see copy_acts)
@@ -339,7 +341,7 @@ constexpr int kBlockWarps = KS > kWarps ? KS : kWarps;
 template <int MP, int KS>
 constexpr int kTcMinBlocks = MP > 8 ? (kBlockWarps<KS> > kWarps ? 1 : 2) : 16 / kBlockWarps<KS>;
 template <DType kType, int MP, int KS>
-__global__ void __launch_bounds__(32 * kBlockWarps<KS>, (kTcMinBlocks<MP, KS>))  // <= 128 registers (16 warps per SM where the stages fit)
+__global__ void __launch_bounds__(32 * kBlockWarps<KS>, (kTcMinBlocks<MP, KS>))  // one tile: <= 128 registers (16 warps per SM where the stages fit)
 tc_gemv_kernel(MmqMat w, const int8_t* qx, const MmqActMeta* meta, int m, float* y, int64_t ldy, bool accumulate) {
   using F = Fmt<kType>;
   using S = Stage<kType, MP>;

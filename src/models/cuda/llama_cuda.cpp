@@ -481,8 +481,9 @@ class CudaLlama final : public CausalLm {
                                      cfg_.n_heads / cfg_.n_kv_heads <= 16;
     const cuda::PagedAttentionNewRows new_rows{qkvd, d_rows, w_.rope_inv_freq,
                                                static_cast<int>(cfg_.rope.n_rot)};
-    // A split decode-only attention launch of <= 8 rows may stop at its partials and leave their
-    // merge to the next kernel (paged_attention.h): the quantized o projection's input quantizer,
+    // A split decode-only attention launch of <= 8 rows (9..16 where o takes the two-tile
+    // tensor-core GEMV: below) may stop at its partials and leave their merge to the next kernel
+    // (paged_attention.h): the quantized o projection's input quantizer,
     // or (one row) before the bf16 o GEMV a merge kernel. That takes the fence, count and merge
     // off the step's critical path (bf16 batch 1: 4.14 -> 4.06 ms, s26).
     const bool leave_partials = leave_partials_on_ && Projections::quantized_input(n);

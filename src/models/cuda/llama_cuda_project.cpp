@@ -104,7 +104,7 @@ void Projections::project(const Proj& p, const In& in, int64_t rows, const Scrat
     return;
   }
   // Above kMmqGemvMaxRows rows the integer-dot path only where the tensor-core GEMV takes every
-  // part at this row count (mmq_tc_takes_rows), else bf16 rows into dequant_gemm or the slices.
+  // part at this row count (tc_takes_rows), else bf16 rows into dequant_gemm or the slices.
   const bool tc_rows = tc_takes_rows(p, rows);
   const bool dequant_gemm =
       !tc_rows && dequant_gemm_rows(rows) && std::all_of(p.parts.begin(), p.parts.end(), [&](const Proj::Part& part) {
@@ -112,7 +112,7 @@ void Projections::project(const Proj& p, const In& in, int64_t rows, const Scrat
       });
   if (dequant_gemm || (!tc_rows && rows > cuda::kMmqGemvMaxRows && b.wdq)) {
     TESSERA_CHECK_ARG(in.kind != In::kAttention && in.kind != In::kNormed && next_norm == nullptr,
-                      "project: attention partials and norm epilogues need a call of <= 8 rows");
+                      "project: attention partials and norm epilogues need a call on 8-bit rows");
     bf16* h = b.h;  // the bf16 input rows
     switch (in.kind) {
       case In::kNorm:

@@ -34,7 +34,8 @@ class Projections {
 
   // The input of a quantized projection: RMSNorm of f32 rows (x, norm weight), f32 rows,
   // SwiGLU of an f32 gate|up output, or the split partials a decode attention launch left
-  // (only for calls of <= cuda::kMmqGemvMaxRows rows: quantized_input()); turned into what the
+  // (only for calls on 8-bit rows: <= cuda::kMmqGemvMaxRows rows (quantized_input()), or 9..16
+  // where tc_takes_rows()); turned into what the
   // chosen kernel reads (8-bit rows per part type family, or bf16 rows) just before it. Or
   // (normed) one RMSNorm row already quantized without its 1 / rms by the previous projection's
   // epilogue (cuda::MmqResidualNorm; one row, any quantized parts).
