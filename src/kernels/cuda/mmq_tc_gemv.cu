@@ -33,7 +33,7 @@
 // go through the L1 (the SM's warps on other rows read the same runs); 4 rows are staged for
 // m <= 4 (smaller stages: 4 blocks per SM instead of 3), 8 for m <= 8, else 16 (two tiles). No
 // block-wide barrier: a warp waits for its own copies (cp.async groups + __syncwarp). KS warps per
-// row group split the runs along k (k_split_for; wide_k_split for two tiles) and add their sums in
+// row group split the runs along k (k_split_for; wide_shape for two tiles) and add their sums in
 // shared memory in warp order (deterministic).
 // Launched with PDL: the first runs' weight copies are issued before pdl_wait(). Needs
 // k % 256 == 0 (whole runs); other shapes keep the DP4A GEMV (mmq_tc_supported).
@@ -337,11 +337,12 @@ constexpr int kBlockWarps = KS > kWarps ? KS : kWarps;
 
 // The kernel: KS warps per group of 16 weight rows (kBlockWarps / KS groups per block), each with
 // its own ring of kStages stages in shared memory (no block-wide barrier in the loop).
-// Two tiles (MP 16): the stages allow two 4-warp blocks per SM, so up to 255 registers (no spills).
-template <int MP, int KS>
-constexpr int kTcMinBlocks = MP > 8 ? (kBlockWarps<KS> > kWarps ? 1 : 2) : 16 / kBlockWarps<KS>;
-template <DType kType, int MP, int KS>
-__global__ void __launch_bounds__(32 * kBlockWarps<KS>, (kTcMinBlocks<MP, KS>))  // one tile: <= 128 registers (16 warps per SM where the stages fit)
+// Two tiles (MP 16): two 4-warp blocks per SM with 3 stages (up to 255 registers), three with 2
+// (up to 170).
+template <int MP, int KS, int ST>
+constexpr int kTcMinBlocks = MP > 8 ? (kBlockWarps<KS> > kWarps ? 1 : ST == 2 ? 3 : 2) : 16 / kBlockWarps<KS>;
+template <DType kType, int MP, int KS, int ST = kStages>
+__global__ void __launch_bounds__(32 * kBlockWarps<KS>, (kTcMinBlocks<MP, KS, ST>))  // one tile: <= 128 registers (16 warps per SM where the stages fit)
 tc_gemv_kernel(MmqMat w, const int8_t* qx, const MmqActMeta* meta, int m, float* y, int64_t ldy, bool accumulate) {
   using F = Fmt<kType>;
   using S = Stage<kType, MP>;
@@ -357,7 +358,7 @@ tc_gemv_kernel(MmqMat w, const int8_t* qx, const MmqActMeta* meta, int m, float*
   const int64_t r0 = group * 16, nb = w.k / 32, runs = nb / F::kU;
   const int first = warp % KS;
   const int count = runs > first ? static_cast<int>((runs - first + KS - 1) / KS) : 0;
-  uint8_t* ring = smem + warp * (kStages * S::kBytes);
+  uint8_t* ring = smem + warp * (ST * S::kBytes);
   auto c0_of = [&](int i) { return (first + int64_t{i} * KS) * F::kU; };
   constexpr int NT = kTiles<MP>;
   Sums<NT> s;
@@ -368,27 +369,27 @@ tc_gemv_kernel(MmqMat w, const int8_t* qx, const MmqActMeta* meta, int m, float*
       s.acc[j][e] = 0.f;
       s.isum[j][e] = s.imin[j][e] = 0;
     }
-  // The first kStages - 1 runs: weights before the PDL wait (they never change), activations after.
+  // The first ST - 1 runs: weights before the PDL wait (they never change), activations after.
 #pragma unroll
-  for (int i = 0; i < kStages - 1; ++i)
+  for (int i = 0; i < ST - 1; ++i)
     if (i < count) copy_weights<kType, MP>(ring + i * S::kBytes, w, r0, c0_of(i), lane);
   pdl_wait();
 #pragma unroll
-  for (int i = 0; i < kStages - 1; ++i) {
+  for (int i = 0; i < ST - 1; ++i) {
     if (i < count) copy_acts<kType, MP>(ring + i * S::kBytes, qx, meta, w.k, nb, m, c0_of(i), lane);
     cp_async_commit();
   }
   for (int i = 0; i < count; ++i) {
-    cp_async_wait<kStages - 2>();
+    cp_async_wait<ST - 2>();
     __syncwarp();  // every lane's copies of run i landed, and every lane is done with run i - 1
-    const int next = i + kStages - 1;
+    const int next = i + ST - 1;
     if (next < count) {
-      uint8_t* slot = ring + (next % kStages) * S::kBytes;
+      uint8_t* slot = ring + (next % ST) * S::kBytes;
       copy_weights<kType, MP>(slot, w, r0, c0_of(next), lane);
       copy_acts<kType, MP>(slot, qx, meta, w.k, nb, m, c0_of(next), lane);
     }
     cp_async_commit();
-    run_sums<kType, MP>(ring + (i % kStages) * S::kBytes, w, r0, c0_of(i), lane, s);
+    run_sums<kType, MP>(ring + (i % ST) * S::kBytes, w, r0, c0_of(i), lane, s);
   }
   cp_async_wait<0>();
   if constexpr (KS > 1) {
@@ -408,7 +409,7 @@ tc_gemv_kernel(MmqMat w, const int8_t* qx, const MmqActMeta* meta, int m, float*
         float v = 0.f;
 #pragma unroll
         for (int p = 0; p < KS; ++p)
-          v += reinterpret_cast<const float*>(smem + (warp + p) * (kStages * S::kBytes))[(4 * j + e) * 32 + lane];
+          v += reinterpret_cast<const float*>(smem + (warp + p) * (ST * S::kBytes))[(4 * j + e) * 32 + lane];
         s.acc[j][e] = v;
       }
   }
@@ -469,43 +470,69 @@ int k_split_for(int64_t n, int64_t runs, int per_sm, int per_sm_8) {
   return ks;
 }
 
-// Two tiles (9..16 rows; two 4-warp blocks per SM): 4 warps per group where the groups fill at
-// most two per SM (Llama-3-8B's o and down), else 2; twice that for Q8_0, whose runs hold half
-// the k (so the same runs per warp). k_split_for's rule, tuned at one tile, picked 1 for gate|up
-// and 8 for down here. H200, 16 rows, us, default -> this (gpu_runs/s37_tc_two_tiles.txt): Q6_K
-// gate|up 57.2 -> 51.7, down 31.3 -> 27.4, qkv 16.5 -> 15.5; Q4_K down 22.8 -> 20.9; Q8_0 qkv 16.2 ->
-// 14.9, gate|up 52.7 -> 50.7 (o, Q8_0's down unchanged).
-int wide_k_split(int64_t n, int64_t runs, int blocks_per_run) {
-  if (const int forced = forced_k_split()) return forced;
-  int ks = ((n + 15) / 16 <= 2 * sm_count() ? 4 : 2) * (blocks_per_run == 4 ? 2 : 1);
-  while (ks > 1 && runs / ks < 2) ks /= 2;
-  return std::min(ks, kMaxKSplit);
+// Two tiles (9..16 rows): the k split and the stages per warp (2: three 4-warp blocks per SM, 3:
+// two). Measured best at Llama-3-8B's shapes (H200, 16 rows, us, gpu_runs/s37_tc_two_tiles*.txt):
+// - groups filling more than two per SM (qkv, gate|up): 2 stages, 4 warps per group below four
+//   groups per SM (qkv), else 2: Q4_K qkv 13.3 -> 10.4, gate|up 44.6 -> 43.4; Q6_K 15.5 -> 12.0,
+//   51.1 -> 48.9 (against 3 stages at k_split_for's or this rule's split);
+// - fewer groups (o, down): 4 warps per group, twice that for Q8_0 (its runs hold half the k: the
+//   same runs per warp); 3 stages, but 2 for Q8_0 (o 9.3 -> 8.5, down 27.9 -> 24.2; Q4_K's down
+//   took 29.6 with 2 stages, its o 10.3 vs 7.8).
+// k_split_for's rule, tuned at one tile, picked 1 warp for gate|up and 8 for down here (Q6_K
+// gate|up 57.2, down 31.3 us). TESSERA_MMQ_TC_K_SPLIT / TESSERA_MMQ_TC16_STAGES force either.
+struct WideShape {
+  int k_split, stages;
+};
+WideShape wide_shape(int64_t n, int64_t runs, int blocks_per_run) {
+  static const int forced_stages = [] {
+    const char* e = std::getenv("TESSERA_MMQ_TC16_STAGES");
+    const int v = e ? std::atoi(e) : 0;
+    return v == 2 || v == 3 ? v : 0;
+  }();
+  const int64_t groups = (n + 15) / 16, sms = sm_count();
+  const bool q8 = blocks_per_run == 4;
+  WideShape w{groups > 4 * sms ? 2 : 4, 2};
+  if (groups <= 2 * sms) w = {q8 ? 8 : 4, q8 ? 2 : 3};
+  if (const int forced = forced_k_split()) w.k_split = forced;
+  if (forced_stages) w.stages = forced_stages;
+  while (w.k_split > 1 && runs / w.k_split < 2) w.k_split /= 2;
+  w.k_split = std::min(w.k_split, kMaxKSplit);
+  return w;
 }
 
-template <DType kType, int MP, int KS>
+template <DType kType, int MP, int KS, int ST = kStages>
 void launch(const MmqMat& w, const int8_t* qx, const MmqActMeta* meta, int m, float* y, int64_t ldy, bool acc,
             cudaStream_t s) {
-  constexpr auto kernel = tc_gemv_kernel<kType, MP, KS>;
-  constexpr int W = kBlockWarps<KS>, smem = W * kStages * Stage<kType, MP>::kBytes;
+  constexpr auto kernel = tc_gemv_kernel<kType, MP, KS, ST>;
+  constexpr int W = kBlockWarps<KS>, smem = W * ST * Stage<kType, MP>::kBytes;
   TESSERA_CUDA_CHECK((raise_func_attribute<kernel, cudaFuncAttributeMaxDynamicSharedMemorySize>(smem)));
   const int64_t groups = (w.n + 15) / 16, per_block = W / KS;
   launch_kernel(kernel, static_cast<unsigned>((groups + per_block - 1) / per_block), 32 * W, smem, s, w, qx,
                 meta, m, y, ldy, acc);
 }
-// With MP staged activation rows: the k split (k_split, or k_split_for's), then the launch.
+// With MP staged activation rows: the k split (k_split, or k_split_for's / wide_shape's) and the
+// stages, then the launch.
 template <DType kType, int MP>
 void launch_staged(int k_split, const MmqMat& w, const int8_t* qx, const MmqActMeta* meta, int m, float* y,
                    int64_t ldy, bool acc, cudaStream_t s) {
   const int64_t runs = w.k / 32 / Fmt<kType>::kU;
-  const int ks = k_split  ? k_split
-                 : MP > 8 ? wide_k_split(w.n, runs, Fmt<kType>::kU)
-                          : k_split_for(w.n, runs, blocks_per_sm<kType, MP>(), blocks_per_sm<kType, MP, kMaxKSplit>());
-  switch (ks) {
-    case 1: return launch<kType, MP, 1>(w, qx, meta, m, y, ldy, acc, s);
-    case 2: return launch<kType, MP, 2>(w, qx, meta, m, y, ldy, acc, s);
-    case 4: return launch<kType, MP, 4>(w, qx, meta, m, y, ldy, acc, s);
-    default: return launch<kType, MP, 8>(w, qx, meta, m, y, ldy, acc, s);
+  auto go = [&](int ks, auto stages) {
+    constexpr int ST = decltype(stages)::value;
+    switch (ks) {
+      case 1: return launch<kType, MP, 1, ST>(w, qx, meta, m, y, ldy, acc, s);
+      case 2: return launch<kType, MP, 2, ST>(w, qx, meta, m, y, ldy, acc, s);
+      case 4: return launch<kType, MP, 4, ST>(w, qx, meta, m, y, ldy, acc, s);
+      default: return launch<kType, MP, 8, ST>(w, qx, meta, m, y, ldy, acc, s);
+    }
+  };
+  if constexpr (MP > 8) {
+    const WideShape ws = wide_shape(w.n, runs, Fmt<kType>::kU);
+    const int ks = k_split ? k_split : ws.k_split;
+    return ws.stages == 2 ? go(ks, std::integral_constant<int, 2>{}) : go(ks, std::integral_constant<int, 3>{});
   }
+  go(k_split ? k_split
+             : k_split_for(w.n, runs, blocks_per_sm<kType, MP>(), blocks_per_sm<kType, MP, kMaxKSplit>()),
+     std::integral_constant<int, kStages>{});
 }
 
 }  // namespace
