@@ -548,17 +548,14 @@ bool mmq_tc_enabled() {
 bool mmq_tc_supported(DType t, int64_t k) { return mmq_supported(t) && k > 0 && k % 256 == 0; }
 
 int64_t mmq_tc_wide_rows(DType t) {
-  // Llama-3-8B's layer (qkv + o + gate|up + down), H200, us, two tiles at the default k split /
-  // dequant_gemm (gpu_runs/s37_tc_two_tiles.txt), at 12 and 16 rows: Q8_0 - / 102 vs 141, Q4_K
-  // - / 86 vs 102, Q6_K - / 104 vs 138, Q5_K 90 / 101 vs 116 / 118, Q5_1 92 / 102 vs 115 / 116;
-  // Q4_1 91 / 102 vs 99 / 99, Q5_0 91 / 102 vs 99 / 101; Q4_0 83 / 90 vs 83 / 83 (its gate|up 48
-  // vs 39 at 16: the offset mma and the per-block f32 scaling of two tiles), and in the engine
-  // (same call) +5 % at 9 sequences, -4 % at 12, -10 % at 16.
-  switch (t) {
-    case DType::kQ4_0: return 9;
-    case DType::kQ4_1: case DType::kQ5_0: return 12;
-    default: return kMmqTcMaxStagedRows;
-  }
+  // Decode of 10 / 12 / 14 / 16 sequences, Llama-3-8B shapes, H200, same call, two rounds,
+  // tokens/s, dequant_gemm -> two tiles (gpu_runs/s37_tc_two_tiles_wide_limits.txt, with
+  // wide_shape's stages): Q4_0 2,523-2,527 / 2,996-3,014 / 3,451-3,481 / 3,875-3,905 -> 2,809-2,835
+  // / 3,066-3,121 / 3,383-3,473 / 3,722-3,734 (its gate|up 48 vs 39 us at 16 rows: the offset
+  // mma and the per-block scaling of two tiles); Q5_0 at 14 / 16 3,082-3,085 / 3,466-3,477 ->
+  // 3,380-3,388 / 3,631-3,645; Q4_1 3,102-3,111 / 3,474-3,516 -> 3,228-3,254 / 3,496-3,516. The
+  // other types win at every count (Q8_0 +32 %, the K types +13-33 % at 16: cuda_engine.md).
+  return t == DType::kQ4_0 ? 12 : kMmqTcMaxStagedRows;
 }
 
 void mmq_tc_gemv(DType t, const void* packed, int64_t n, int64_t k, const int8_t* qx, const MmqActMeta* meta,
