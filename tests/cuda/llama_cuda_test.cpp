@@ -540,7 +540,7 @@ TEST(LlamaCudaDummy, LeftAttentionPartialsMatchTheMergingAttention) {
     std::vector<float> a(kSeqs * V), b(kSeqs * V);
     const uint64_t wide_before = cuda::mmq_quantize_attention_wide_calls();
     for (int step = 0; step < 12; ++step) {
-      if (step == 4 && t != DType::kBF16 && cuda::mmq_tc_wide_rows(t) >= kSeqs && cuda::mmq_tc_enabled()) {
+      if (step == 4 && t != DType::kBF16 && cuda::mmq_tc_wide_rows(t, cfg.d_model) >= kSeqs && cuda::mmq_tc_enabled()) {
         const char* wide = std::getenv("TESSERA_MMQ_TC_WIDE");
         if (!(wide && std::string(wide) == "0"))  // the twelve-row steps left their partials to o's quantizer
           EXPECT_GT(cuda::mmq_quantize_attention_wide_calls(), wide_before);

@@ -547,7 +547,7 @@ bool mmq_tc_enabled() {
 
 bool mmq_tc_supported(DType t, int64_t k) { return mmq_supported(t) && k > 0 && k % 256 == 0; }
 
-int64_t mmq_tc_wide_rows(DType t) {
+int64_t mmq_tc_wide_rows(DType t, int64_t n) {
   // Decode of 10 / 12 / 14 / 16 sequences, Llama-3-8B shapes, H200, same call, two rounds,
   // tokens/s, dequant_gemm -> two tiles (gpu_runs/s37_tc_two_tiles_wide_limits.txt, with
   // wide_shape's stages): Q4_0 2,523-2,527 / 2,996-3,014 / 3,451-3,481 / 3,875-3,905 -> 2,809-2,835
@@ -555,7 +555,10 @@ int64_t mmq_tc_wide_rows(DType t) {
   // mma and the per-block scaling of two tiles); Q5_0 at 14 / 16 3,082-3,085 / 3,466-3,477 ->
   // 3,380-3,388 / 3,631-3,645; Q4_1 3,102-3,111 / 3,474-3,516 -> 3,228-3,254 / 3,496-3,516. The
   // other types win at every count (Q8_0 +32 %, the K types +13-33 % at 16: cuda_engine.md).
-  return t == DType::kQ4_0 ? 12 : kMmqTcMaxStagedRows;
+  // Past 12 rows Q4_0 loses only on projections of many row groups (gate|up: 49.1 vs 38.7 us at
+  // 16 rows); qkv, o and down win there too (10.6 / 7.7 / 21.1 vs 13.3 / 9.6 / 21.9 us).
+  if (t != DType::kQ4_0) return kMmqTcMaxStagedRows;
+  return (n + 15) / 16 <= 4 * sm_count() ? kMmqTcMaxStagedRows : 12;
 }
 
 void mmq_tc_gemv(DType t, const void* packed, int64_t n, int64_t k, const int8_t* qx, const MmqActMeta* meta,
