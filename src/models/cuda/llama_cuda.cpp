@@ -481,12 +481,6 @@ class CudaLlama final : public CausalLm {
                                      cfg_.n_heads / cfg_.n_kv_heads <= 16;
     const cuda::PagedAttentionNewRows new_rows{qkvd, d_rows, w_.rope_inv_freq,
                                                static_cast<int>(cfg_.rope.n_rot)};
-    // A split decode-only attention launch of <= 8 rows (9..16 where o takes the two-tile
-    // tensor-core GEMV: below) may stop at its partials and leave their merge to the next kernel
-    // (paged_attention.h): the quantized o projection's input quantizer,
-    // or (one row) before the bf16 o GEMV a merge kernel. That takes the fence, count and merge
-    // off the step's critical path (bf16 batch 1: 4.14 -> 4.06 ms, s26).
-    const bool leave_partials = leave_partials_on_ && Projections::quantized_input(n);
     // One row: the o GEMV forms gate|up's input and the down GEMV the next layer's qkv input in
     // their epilogues (x * w quantized without the norm's 1 / rms, which the consumer applies:
     // cuda::MmqRowNorm), so no norm kernel runs between them. Through b.qx2 / meta2 / block_ss:
@@ -547,8 +541,10 @@ class CudaLlama final : public CausalLm {
                      {static_cast<double>(n) * (qkvd * 4 + qd * 4 + kvd * 4)});
       }
       if (l.wo.quant()) {  // attention in f32, quantized for the integer dots
-        // 9..16 rows: the partials too where o takes the two-tile tensor-core GEMV (8-bit rows).
-        const bool leave = leave_partials || (leave_partials_on_ && proj_.tc_takes_rows(l.wo, n));
+        // A split decode-only launch may stop at its partials and leave their merge to the next
+        // kernel (paged_attention.h): o's input quantizer, where o reads 8-bit rows. That takes the
+        // fence, count and merge off the step's critical path.
+        const bool leave = leave_partials_on_ && proj_.quantized_input(l.wo, n);
         const cuda::PagedAttentionWorkspace ws{b.attn_ws, attn_ws_bytes_, n, 0, leave};
         const cuda::PagedAttentionPartials left = cuda::paged_attention<float, float>(
             attn_q, d_pos, d_tiles, static_cast<int64_t>(plan_.tiles.size()), d_tables, plan_.table_stride,
@@ -558,9 +554,9 @@ class CudaLlama final : public CausalLm {
         project(l.wo, left.o ? In::attention(left) : In::rows(b.attn), n, b, x, d, /*accumulate=*/true,
                 ffn_normed ? &ffn_in : nullptr);
       } else {  // attention writes bf16: it only feeds the output projection
-        // Only before the one-row GEMV: at 4 / 8 rows (cuBLASLt, no PDL) the merge kernel cost
-        // 1.5 % (gpu_runs/s26_bf16_left_partials.txt).
-        const cuda::PagedAttentionWorkspace ws{b.attn_ws, attn_ws_bytes_, n, 0, leave_partials && n == 1};
+        // One row: the partials left to a merge kernel before the o GEMV (batch 1: 4.14 -> 4.06 ms,
+        // s26); at 4 / 8 rows (cuBLASLt, no PDL) that kernel cost 1.5 % (gpu_runs/s26_bf16_left_partials.txt).
+        const cuda::PagedAttentionWorkspace ws{b.attn_ws, attn_ws_bytes_, n, 0, leave_partials_on_ && n == 1};
         const cuda::PagedAttentionPartials left = cuda::paged_attention<float, bf16>(
             attn_q, d_pos, d_tiles, static_cast<int64_t>(plan_.tiles.size()), d_tables, plan_.table_stride,
             cache.block_size(), kc, vc, cfg_.n_heads, cfg_.n_kv_heads, hd, scale, h, s, ws, attn_new_rows);

@@ -107,10 +107,10 @@ void Projections::project(const Proj& p, const In& in, int64_t rows, const Scrat
   // part at this row count (tc_takes_rows), else bf16 rows into dequant_gemm or the slices.
   const bool tc_rows = tc_takes_rows(p, rows);
   const bool dequant_gemm =
-      !tc_rows && dequant_gemm_rows(rows) && std::all_of(p.parts.begin(), p.parts.end(), [&](const Proj::Part& part) {
+      dequant_gemm_rows(rows) && std::all_of(p.parts.begin(), p.parts.end(), [&](const Proj::Part& part) {
         return cuda::dequant_gemm_supported(part.type, p.k);
       });
-  if (dequant_gemm || (!tc_rows && rows > cuda::kMmqGemvMaxRows && b.wdq)) {
+  if (!tc_rows && (dequant_gemm || (rows > cuda::kMmqGemvMaxRows && b.wdq))) {
     TESSERA_CHECK_ARG(in.kind != In::kAttention && in.kind != In::kNormed && next_norm == nullptr,
                       "project: attention partials and norm epilogues need a call on 8-bit rows");
     bf16* h = b.h;  // the bf16 input rows

@@ -34,8 +34,7 @@ class Projections {
 
   // The input of a quantized projection: RMSNorm of f32 rows (x, norm weight), f32 rows,
   // SwiGLU of an f32 gate|up output, or the split partials a decode attention launch left
-  // (only for calls on 8-bit rows: <= cuda::kMmqGemvMaxRows rows (quantized_input()), or 9..16
-  // where tc_takes_rows()); turned into what the
+  // (only for calls on 8-bit rows: quantized_input()); turned into what the
   // chosen kernel reads (8-bit rows per part type family, or bf16 rows) just before it. Or
   // (normed) one RMSNorm row already quantized without its 1 / rms by the previous projection's
   // epilogue (cuda::MmqResidualNorm; one row, any quantized parts).
@@ -72,9 +71,12 @@ class Projections {
   // of dequant_gemm split sums it needs (Scratch::dg_ws; 0 when none).
   size_t plan_call(int64_t rows, int64_t logit_rows);
 
-  // Whether a call of `rows` rows through quantized weights reads 8-bit activation rows (the
-  // integer-dot GEMVs), so its input may be In::attention.
-  static bool quantized_input(int64_t rows) { return rows <= cuda::kMmqGemvMaxRows; }
+  // Whether a call of `rows` rows through p's quantized weights reads 8-bit activation rows (the
+  // integer-dot GEMVs: up to kMmqGemvMaxRows, and 9..16 where tc_takes_rows), so its input may be
+  // In::attention.
+  bool quantized_input(const Proj& p, int64_t rows) const {
+    return rows <= cuda::kMmqGemvMaxRows || tc_takes_rows(p, rows);
+  }
   // Whether one row's RMSNorm between producer and consumer can ride in the producer's epilogue
   // (cuda::MmqResidualNorm): the producer quantized in one part, the consumer quantized (K
   // weights then take 32-element activation blocks instead of Q8_K's 256: mmq.h).
