@@ -40,6 +40,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <initializer_list>
 #include <string>
 #include <type_traits>
 
@@ -452,17 +453,23 @@ int blocks_per_sm() {
 // / 26.9 / 16.4 / 14.2 -> 8; o (256, 16 runs) 7.9 / 7.5 / 5.2 / 4.8 -> 8, but at 8 rows (fewer
 // resident warps) 8.4 / 8.6 / 5.7 / 6.8 -> 4; qkv (384, 16 runs) 11.3 / 9.7 / 5.9 / 6.8 -> 4.
 // per_sm / per_sm_8: resident 4-warp blocks (k split <= 4) and 8-warp blocks (k split 8) per SM.
+// Environment variable `name` as one of `allowed`, else 0 (the A/B overrides below).
+int env_choice(const char* name, std::initializer_list<int> allowed) {
+  const char* e = std::getenv(name);
+  const int v = e ? std::atoi(e) : 0;
+  return std::find(allowed.begin(), allowed.end(), v) != allowed.end() ? v : 0;
+}
 int forced_k_split() {
-  static const int forced = [] {
-    const char* e = std::getenv("TESSERA_MMQ_TC_K_SPLIT");
-    const int v = e ? std::atoi(e) : 0;
-    return v == 1 || v == 2 || v == 4 || v == 8 ? v : 0;
-  }();
+  static const int forced = env_choice("TESSERA_MMQ_TC_K_SPLIT", {1, 2, 4, 8});
   return forced;
 }
+// Groups of 16 weight rows, and whether they fill more than four per SM (Llama-3-8B's gate|up
+// and head): the two tiles' stage rule and Q4_0's row limit split there.
+int64_t row_groups(int64_t n) { return (n + 15) / 16; }
+bool many_row_groups(int64_t n) { return row_groups(n) > 4 * int64_t{sm_count()}; }
 int k_split_for(int64_t n, int64_t runs, int per_sm, int per_sm_8) {
   if (const int forced = forced_k_split()) return forced;
-  const int64_t groups = (n + 15) / 16, resident = int64_t{per_sm} * kWarps * sm_count();
+  const int64_t groups = row_groups(n), resident = int64_t{per_sm} * kWarps * sm_count();
   const int64_t resident_8 = int64_t{per_sm_8} * kBlockWarps<kMaxKSplit> * sm_count();
   const int most = runs >= 4 * kMaxKSplit || groups * kMaxKSplit <= resident_8 ? kMaxKSplit : kWarps;
   int ks = 1;
@@ -484,15 +491,10 @@ struct WideShape {
   int k_split, stages;
 };
 WideShape wide_shape(int64_t n, int64_t runs, int blocks_per_run) {
-  static const int forced_stages = [] {
-    const char* e = std::getenv("TESSERA_MMQ_TC16_STAGES");
-    const int v = e ? std::atoi(e) : 0;
-    return v == 2 || v == 3 ? v : 0;
-  }();
-  const int64_t groups = (n + 15) / 16, sms = sm_count();
+  static const int forced_stages = env_choice("TESSERA_MMQ_TC16_STAGES", {2, 3});
   const bool q8 = blocks_per_run == 4;
-  WideShape w{groups > 4 * sms ? 2 : 4, 2};
-  if (groups <= 2 * sms) w = {q8 ? 8 : 4, q8 ? 2 : 3};
+  WideShape w{many_row_groups(n) ? 2 : 4, 2};
+  if (row_groups(n) <= 2 * int64_t{sm_count()}) w = {q8 ? 8 : 4, q8 ? 2 : 3};
   if (const int forced = forced_k_split()) w.k_split = forced;
   if (forced_stages) w.stages = forced_stages;
   while (w.k_split > 1 && runs / w.k_split < 2) w.k_split /= 2;
@@ -506,7 +508,7 @@ void launch(const MmqMat& w, const int8_t* qx, const MmqActMeta* meta, int m, fl
   constexpr auto kernel = tc_gemv_kernel<kType, MP, KS, ST>;
   constexpr int W = kBlockWarps<KS>, smem = W * ST * Stage<kType, MP>::kBytes;
   TESSERA_CUDA_CHECK((raise_func_attribute<kernel, cudaFuncAttributeMaxDynamicSharedMemorySize>(smem)));
-  const int64_t groups = (w.n + 15) / 16, per_block = W / KS;
+  const int64_t groups = row_groups(w.n), per_block = W / KS;
   launch_kernel(kernel, static_cast<unsigned>((groups + per_block - 1) / per_block), 32 * W, smem, s, w, qx,
                 meta, m, y, ldy, acc);
 }
@@ -558,7 +560,7 @@ int64_t mmq_tc_wide_rows(DType t, int64_t n) {
   // Past 12 rows Q4_0 loses only on projections of many row groups (gate|up: 49.1 vs 38.7 us at
   // 16 rows); qkv, o and down win there too (10.6 / 7.7 / 21.1 vs 13.3 / 9.6 / 21.9 us).
   if (t != DType::kQ4_0) return kMmqTcMaxStagedRows;
-  return (n + 15) / 16 <= 4 * sm_count() ? kMmqTcMaxStagedRows : 12;
+  return many_row_groups(n) ? 12 : kMmqTcMaxStagedRows;
 }
 
 void mmq_tc_gemv(DType t, const void* packed, int64_t n, int64_t k, const int8_t* qx, const MmqActMeta* meta,
