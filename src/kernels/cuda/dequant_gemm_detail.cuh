@@ -296,9 +296,13 @@ struct Params {
 
 // ---- The copy plan of a stage of kBN weight rows, for kThreads copying threads (tid <
 // kThreads): every thread has fixed rows and pieces, so a step's addresses are its k offset added
-// to pointers computed once. Weights: thread tid takes row tid % kBN and every (kThreads / kBN)-th
-// piece of it from tid / kBN (pieces: qs 16 bytes each, qh 16 (the 5-bit formats at 64-wide steps:
-// 8), the scales, d) into a region of kBN x kRaw bytes.
+// to pointers computed once.
+// Weights, qs (all but a few bytes of a stage): the kBN x kQsP 16-byte pieces go to consecutive
+// threads along each row, so a warp reads whole 32-byte sectors of a few rows. (Until session
+// 39 each thread took one row: the lanes of a warp read 16 bytes of 32 different rows, and the
+// other half of every sector came in by another warp's request.) The rest (qh, the scales, d: a
+// few pieces per row) by thread tid for row tid % kBN, every (kThreads / kBN)-th piece from tid /
+// kBN. A row's pieces land in a region of kBN x kRaw bytes.
 // Activations: a fixed 16-byte column piece of rows r0, r0 + kRowStep, ... into a 128-byte-
 // swizzled tile of kBK / 64 column blocks x kN rows x 128 bytes; kRowStep is a multiple of 8, so
 // the swizzle of every row is the same and the destinations are kRowStep * 128 bytes apart.
@@ -309,23 +313,33 @@ struct StageCopies {
   static constexpr int kScPiece = R::kSc < 16 ? R::kSc : 16, kQhPiece = R::kQh && R::kQh < 16 ? R::kQh : 16;
   static constexpr int kQsP = R::kQs / 16, kQhP = R::kQh / kQhPiece, kScP = R::kSc / kScPiece;
   static constexpr int kElemsPerQhByte = R::kQh ? kBK / R::kQh : 1;  // Q5_0 / Q5_1 / Q5_K 8, Q6_K 4
-  static constexpr int kWPieces = kQsP + kQhP + kScP + (R::kD ? 1 : 0), kHalves = kThreads / kBN;
+  static constexpr int kQsCopies = kBN * kQsP / kThreads, kQsRowStep = kThreads / kQsP;
+  static constexpr int kRestPieces = kQhP + kScP + (R::kD ? 1 : 0), kHalves = kThreads / kBN;
   static constexpr int kAPieces = kBK / 8, kRowStep = kThreads / kAPieces;  // 16-byte pieces per row
   static_assert(kThreads % kBN == 0, "whole rows per thread group");
+  static_assert(kQsCopies >= 1 && kBN * kQsP % kThreads == 0 && kThreads % kQsP == 0, "qs copy plan");
   static_assert(kThreads % kAPieces == 0 && kRowStep % 8 == 0 && kN % kRowStep == 0, "activation copy plan");
 
   int w_row, w_first, a_row0;
-  const uint8_t *qs_src, *qh_src, *sc_src, *d_src;
+  uint32_t qs_dst;  // this thread's first qs piece in the stage's weight region
+  const uint8_t* qs_src[kQsCopies];
+  const uint8_t *qh_src, *sc_src, *d_src;
   const __nv_bfloat16* a_src;
   const __nv_bfloat16* x;
   uint32_t a_dst;
   int64_t k, m_left;  // activation rows from a_row0 on that exist: p.rows - m0 - a_row0
 
   __device__ __forceinline__ StageCopies(const Params& p, int tid, int64_t n0, int64_t m0) {
+    const int q_row = tid / kQsP, q_piece = tid % kQsP;
+    qs_dst = q_row * R::kRaw + q_piece * 16;
+#pragma unroll
+    for (int j = 0; j < kQsCopies; ++j) {  // past n: a valid row, never stored
+      const int64_t grow = min(n0 + q_row + j * kQsRowStep, p.n - 1);
+      qs_src[j] = p.base + p.L.qs + grow * p.L.qs_row + q_piece * 16;
+    }
     w_row = tid % kBN;
     w_first = tid / kBN;
-    const int64_t grow = min(n0 + w_row, p.n - 1);  // past n: a valid row, never stored
-    qs_src = p.base + p.L.qs + grow * p.L.qs_row;
+    const int64_t grow = min(n0 + w_row, p.n - 1);
     qh_src = p.base + p.L.qh + grow * p.L.qh_row;
     sc_src = p.base + p.L.scales + grow * p.L.scales_row;
     d_src = p.base + p.L.d + grow * p.L.d_row;
@@ -339,18 +353,18 @@ struct StageCopies {
   }
   // The weight bytes of the step at k0 into raw (kBN x kRaw bytes).
   __device__ __forceinline__ void weights(int64_t k0, uint8_t* raw) const {
+    const int64_t qs_k = kType == DType::kQ8_0 ? k0 : k0 / 2;
+#pragma unroll
+    for (int j = 0; j < kQsCopies; ++j) cp_async<16>(raw + qs_dst + j * kQsRowStep * R::kRaw, qs_src[j] + qs_k);
     uint8_t* dst = raw + w_row * R::kRaw;
 #pragma unroll
-    for (int j = 0; j < (kWPieces + kHalves - 1) / kHalves; ++j) {
+    for (int j = 0; j < (kRestPieces + kHalves - 1) / kHalves; ++j) {
       const int piece = w_first + j * kHalves;
-      if (piece >= kWPieces) break;
-      if (piece < kQsP) {
-        cp_async<16>(dst + piece * 16, qs_src + (kType == DType::kQ8_0 ? k0 : k0 / 2) + piece * 16);
-      } else if (piece < kQsP + kQhP) {
-        const int q = piece - kQsP;
-        cp_async<kQhPiece>(dst + R::kQhOff + q * kQhPiece, qh_src + k0 / kElemsPerQhByte + q * kQhPiece);
-      } else if (piece < kQsP + kQhP + kScP) {
-        const int q = piece - kQsP - kQhP;
+      if (piece >= kRestPieces) break;
+      if (piece < kQhP) {
+        cp_async<kQhPiece>(dst + R::kQhOff + piece * kQhPiece, qh_src + k0 / kElemsPerQhByte + piece * kQhPiece);
+      } else if (piece < kQhP + kScP) {
+        const int q = piece - kQhP;
         const int64_t sc_k = kType == DType::kQ6_K ? k0 / 16 : k0 / 32 * (legacy_min(kType) ? 4 : 2);
         cp_async<kScPiece>(dst + R::kScOff + q * kScPiece, sc_src + sc_k + q * kScPiece);
       } else if constexpr (R::kD == 4) {
