@@ -464,7 +464,7 @@ int forced_k_split() {
   return forced;
 }
 // Groups of 16 weight rows, and whether they fill more than four per SM (Llama-3-8B's gate|up
-// and head): the two tiles' stage rule and Q4_0's row limit split there.
+// and head): the two tiles' stage rule splits there.
 int64_t row_groups(int64_t n) { return (n + 15) / 16; }
 bool many_row_groups(int64_t n) { return row_groups(n) > 4 * int64_t{sm_count()}; }
 int k_split_for(int64_t n, int64_t runs, int per_sm, int per_sm_8) {
@@ -549,18 +549,21 @@ bool mmq_tc_enabled() {
 
 bool mmq_tc_supported(DType t, int64_t k) { return mmq_supported(t) && k > 0 && k % 256 == 0; }
 
-int64_t mmq_tc_wide_rows(DType t, int64_t n) {
-  // Decode of 10 / 12 / 14 / 16 sequences, Llama-3-8B shapes, H200, same call, two rounds,
-  // tokens/s, dequant_gemm -> two tiles (gpu_runs/s37_tc_two_tiles_wide_limits.txt, with
-  // wide_shape's stages): Q4_0 2,523-2,527 / 2,996-3,014 / 3,451-3,481 / 3,875-3,905 -> 2,809-2,835
-  // / 3,066-3,121 / 3,383-3,473 / 3,722-3,734 (its gate|up 48 vs 39 us at 16 rows: the offset
-  // mma and the per-block scaling of two tiles); Q5_0 at 14 / 16 3,082-3,085 / 3,466-3,477 ->
-  // 3,380-3,388 / 3,631-3,645; Q4_1 3,102-3,111 / 3,474-3,516 -> 3,228-3,254 / 3,496-3,516. The
-  // other types win at every count (Q8_0 +32 %, the K types +13-33 % at 16: cuda_engine.md).
-  // Past 12 rows Q4_0 loses only on projections of many row groups (gate|up: 49.1 vs 38.7 us at
-  // 16 rows); qkv, o and down win there too (10.6 / 7.7 / 21.1 vs 13.3 / 9.6 / 21.9 us).
-  if (t != DType::kQ4_0) return kMmqTcMaxStagedRows;
-  return many_row_groups(n) ? 12 : kMmqTcMaxStagedRows;
+int64_t mmq_tc_wide_rows(DType t, int64_t /*n*/) {
+  // Decode of 10 / 12 / 14 / 16 sequences, Llama-3-8B shapes, H200, one call, tokens/s, the rule
+  // of session 37 -> dequant_gemm for every projection, after session 39 coalesced dequant_gemm's
+  // weight copies (gpu_runs/s39_wide_rows_retune.txt): Q4_0 2,668 / 2,977 / 3,863 / 3,930 ->
+  // 2,866 / 3,489 / 3,969 / 4,558 (gate|up at 16 rows 49.2 us on two tiles, 29.4 on dequant_gemm);
+  // Q4_1 2,482 / 2,834 / 3,066 / 3,402 -> 2,476 / 2,956 / 3,277 / 3,860; Q5_0 2,577 / 2,967 / 3,273
+  // / 3,501 -> 2,584 / 3,041 / 3,562 / 3,983. The two tiles still win for Q4_K (2,798 / 3,211 /
+  // 3,590 / 3,803 vs 2,474 / 2,964 / 3,402 / 3,795) and Q5_K (+8-23 %), and alone for Q6_K and Q8_0
+  // (gate|up at 16 rows 49.3 vs 63.5 us and 47.5 vs 53.0). Q5_1 (not remeasured) keeps 16.
+  switch (t) {
+    case DType::kQ4_0: return kMmqTcMaxRows;  // dequant_gemm from 9 rows
+    case DType::kQ4_1:
+    case DType::kQ5_0: return 10;
+    default: return kMmqTcMaxStagedRows;
+  }
 }
 
 void mmq_tc_gemv(DType t, const void* packed, int64_t n, int64_t k, const int8_t* qx, const MmqActMeta* meta,
