@@ -60,8 +60,10 @@ struct Tiling {
   static constexpr int kN = kN_, kBK = kBK_, kThreads = 256;
   static constexpr int kActBytes = kN * kBK * 2;  // the stage's activation tile comes first
   static constexpr size_t kStageBytes = stage_bytes<kType, kN, kBK>();
-  static constexpr int kStages = static_cast<int>(std::min<size_t>(4, (kBlockSmem - 1024) / kStageBytes));
-  static constexpr size_t kSmem = kStages * kStageBytes + 1024;  // + the alignment pad
+  static constexpr size_t kRingBytes = 2 * size_t{ScaleRing<kType, kBK>::kSlotBytes};  // after the stages
+  static constexpr int kStages =
+      static_cast<int>(std::min<size_t>(4, (kBlockSmem - 1024 - kRingBytes) / kStageBytes));
+  static constexpr size_t kSmem = kStages * kStageBytes + kRingBytes + 1024;  // + the alignment pad
   static_assert(kN % 8 == 0 && kN <= 128 && kBK % 64 == 0 && kStages >= 2, "wgmma tiles");
   static_assert(kBlocksPerSm * (kSmem + 1024) <= 228 * 1024, "two blocks per SM");
 };
@@ -72,25 +74,54 @@ struct Tiling {
 // blockIdx.z's.
 template <DType kType, class T>
 struct Pipeline {
+  using Ring = ScaleRing<kType, T::kBK>;
+  static_assert(!Ring::kOn || T::kStages - 1 <= Ring::kSteps, "a ring slot is refilled only after its steps");
+  const Params& p;
   uint8_t* smem;
   int64_t n0, m0, k_begin;
   int steps;
   StageCopies<kType, T::kN, T::kBK, T::kThreads> copies;
 
-  __device__ __forceinline__ Pipeline(const Params& p, uint8_t* smem_unaligned)
-      : smem(smem_unaligned + ((1024 - smem_addr(smem_unaligned) % 1024) % 1024)),
+  __device__ __forceinline__ Pipeline(const Params& params, uint8_t* smem_unaligned)
+      : p(params),
+        smem(smem_unaligned + ((1024 - smem_addr(smem_unaligned) % 1024) % 1024)),
         n0(int64_t{blockIdx.x} * kBN),
         m0(int64_t{blockIdx.y} * T::kN),
         k_begin(int64_t{blockIdx.z} * p.k_split),
         steps(static_cast<int>((min(p.k, k_begin + p.k_split) - k_begin) / T::kBK)),
         copies(p, static_cast<int>(threadIdx.x), n0, m0) {}
   __device__ __forceinline__ uint8_t* stage(int step) const { return smem + (step % T::kStages) * T::kStageBytes; }
+  // The ring slot of step `step`'s group (k_split is a multiple of the group, so groups start at
+  // step 0 of each split).
+  __device__ __forceinline__ uint8_t* ring_slot(int step) const {
+    return smem + T::kStages * T::kStageBytes + (step / Ring::kSteps % 2) * Ring::kSlotBytes;
+  }
+  // Step st's weight copies, with its group's scales when it opens one.
+  __device__ __forceinline__ void weights(int st) const {
+    copies.weights(k_begin + int64_t{st} * T::kBK, stage(st) + T::kActBytes);
+    if constexpr (Ring::kOn)
+      if (st % Ring::kSteps == 0)
+        copies.scales(p, static_cast<int>(threadIdx.x), n0, k_begin + int64_t{st} * T::kBK, ring_slot(st));
+  }
+  // Where weight row r (of the block's kBN) of step s lies, its stage at st_base.
+  __device__ __forceinline__ RowBytes row_bytes(int s, const uint8_t* st_base, int r) const {
+    using R = Raw<kType, T::kBK>;
+    const uint8_t* q = st_base + T::kActBytes + r * R::kRaw;
+    if constexpr (Ring::kOn) {
+      const uint8_t* g = ring_slot(s) + r * Ring::kStride;
+      const int in_group = s % Ring::kSteps;
+      const uint8_t* d = Ring::kDBytes > 0 ? g + Ring::kScBytes + in_group * T::kBK / 256 * 4 : q + R::kDOff;
+      return {q, g + in_group * Ring::kSc, d};  // (Q6_K's d stays in the row)
+    } else {
+      return {q, q + R::kScOff, q + R::kDOff};
+    }
+  }
   // The first kStages - 1 steps: weights before the PDL wait (they never change), activations
   // (and y) after it, since earlier kernels write them. One commit group per stage slot, empty
   // or not.
   __device__ __forceinline__ void prologue() const {
     for (int st = 0; st < T::kStages - 1; ++st)
-      if (st < steps) copies.weights(k_begin + int64_t{st} * T::kBK, stage(st) + T::kActBytes);
+      if (st < steps) weights(st);
     pdl_wait();
     for (int st = 0; st < T::kStages - 1; ++st) {
       if (st < steps) copies.acts(k_begin + int64_t{st} * T::kBK, stage(st));
@@ -107,7 +138,7 @@ struct Pipeline {
     __syncthreads();
     const int next = s + T::kStages - 1;
     if (next < steps) {
-      copies.weights(k_begin + int64_t{next} * T::kBK, stage(next) + T::kActBytes);
+      weights(next);
       copies.acts(k_begin + int64_t{next} * T::kBK, stage(next));
     }
     cp_async_commit();
@@ -133,13 +164,13 @@ __global__ void __launch_bounds__(T::kThreads, kBlocksPerSm) dequant_gemm_kernel
     // addresses stay below 2^18, so the sum never carries out of the field). Building each
     // slice's descriptor from its address instead cost ~5 uniform instructions per wgmma.
     const uint64_t act_desc = wgmma_desc_sw128(smem_addr(st_base));
-    const uint8_t* wrow = st_base + T::kActBytes + (row0 + g) * R::kRaw;
+    const RowBytes row_lo = pipe.row_bytes(s, st_base, row0 + g), row_hi = pipe.row_bytes(s, st_base, row0 + g + 8);
     wgmma_fence_operands(acc);
 #pragma unroll
     for (int chunk = 0; chunk < kBK / 32; ++chunk) {
       uint32_t lo[2][2], hi[2][2];  // rows g and g + 8: [slice][b0 / b1]
-      chunk_frags<kType, kBK>(wrow, chunk, t, p.x43, lo);
-      chunk_frags<kType, kBK>(wrow + 8 * R::kRaw, chunk, t, p.x43, hi);
+      chunk_frags<kType, kBK>(row_lo, chunk, t, p.x43, lo);
+      chunk_frags<kType, kBK>(row_hi, chunk, t, p.x43, hi);
       wgmma_fence();
 #pragma unroll
       for (int sl = 0; sl < 2; ++sl) {
@@ -213,13 +244,13 @@ __global__ void __launch_bounds__(T::kThreads, kBlocksPerSm) scaled_kernel(const
   pipe.prologue();
   for (int s = 0; s < pipe.steps; ++s) {
     const uint8_t* st_base = pipe.wait_step<false>(s);
-    const uint8_t* wrow = st_base + T::kActBytes + (row0 + g) * R::kRaw;
+    const RowBytes row_lo = pipe.row_bytes(s, st_base, row0 + g), row_hi = pipe.row_bytes(s, st_base, row0 + g + 8);
 #pragma unroll
     for (int chunk = 0; chunk < kBK / 32; ++chunk) {
       uint32_t lo[2][2], hi[2][2];  // rows g and g + 8: [slice][b0 / b1]
       ChunkScale s_lo, s_hi;
-      scaled_chunk<kType, kBK>(wrow, chunk, t, p.x43, lo, s_lo);
-      scaled_chunk<kType, kBK>(wrow + 8 * R::kRaw, chunk, t, p.x43, hi, s_hi);
+      scaled_chunk<kType, kBK>(row_lo, chunk, t, p.x43, lo, s_lo);
+      scaled_chunk<kType, kBK>(row_hi, chunk, t, p.x43, hi, s_hi);
       // The chunk's sums: per slice where the scale changes with it (Q6_K), and the activations'
       // own sums where the format adds a per-chunk offset (the mma with A = 1).
       float part[kSliceScales][kN / 8][4], xsum[kHasAdd ? kN / 8 : 1][4];
@@ -353,8 +384,9 @@ void launch(const Params& p, int splits, cudaStream_t s) {
   launch_kernel_of<dequant_gemm_kernel<kType, T>, T>(p, splits, s);
 }
 
-// Two blocks per SM bound registers at 128. None spills (ptxas -v:
-// keep it so; a spill of an in-flight A fragment's register would be a hazard). Three blocks per
+// Two blocks per SM bound registers at 128. Only Q4_K / Q5_K at 128 rows spill (16 / 8 bytes,
+// since the scale ring's pointers, s39; cuobjdump --dump-resource-usage): keep it so. ptxas
+// keeps the registers of in-flight wgmmas' A fragments; the tests cover those shapes. Three blocks per
 // SM at 16 rows (80 registers) measured no faster (s18).
 template <DType kType>
 void launch_type(const Params& p, const Config& c, int splits, cudaStream_t s) {
@@ -410,8 +442,8 @@ void dequant_gemm_bf16(DType type, const void* packed, int64_t n, int64_t k, con
   Params p{static_cast<const uint8_t*>(packed), gemv_quant_layout(type, n, k), n, k, x, rows, y, ldy,
            accumulate, static_cast<float*>(ws), 0, 0x43};
   const Config c = config_for(type, k, rows);
-  const int64_t steps = k / c.bk;
-  p.k_split = (steps + splits - 1) / splits * c.bk;
+  const int64_t steps = k / c.bk, group = std::max(1, scale_ring_steps(type, c.bk));
+  p.k_split = ((steps + splits - 1) / splits + group - 1) / group * group * c.bk;  // whole scale ring groups
   const int used = static_cast<int>((k + p.k_split - 1) / p.k_split);  // splits that hold steps
   switch (type) {
     case DType::kQ8_0: launch_type<DType::kQ8_0>(p, c, used, stream); break;

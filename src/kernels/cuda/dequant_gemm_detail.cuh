@@ -34,6 +34,38 @@ struct Raw {
   static constexpr int kUnits = (kDOff + kD + 15) / 16, kRaw = (kUnits | 1) * 16;
 };
 
+// ---- The scale ring: the chunk scales of kSteps consecutive k steps of each weight row (and the
+// Q4_K / Q5_K super-blocks' d) copied once per group of steps, 32 bytes of scales per row, into
+// one of two slots of kBN rows; the staged rows then hold the quants (the space for the scales
+// stays in Raw, under the odd-unit padding). Per step they would be 4-8 bytes per row, each read
+// as a 32-byte sector of its own: at 64-wide steps (128 rows) two of every three sectors a Q4_K
+// stage read (session 39: with the scale copies left out, Q4_K down at 128 rows took 46 us
+// instead of 63). Q6_K's 2-byte d stays in the rows.
+__host__ __device__ constexpr int scale_bytes_per_step(DType t, int bk) {
+  return t == DType::kQ6_K ? bk / 16 : bk / 32 * (legacy_min(t) ? 4 : 2);
+}
+// Steps per group: 32 bytes of scales per row (0: no ring where a step's scales are 16 bytes or
+// more, the 256-wide steps of the 4-bit types at 16 rows: there the ring's shared memory cost
+// Q4_K / Q5_K a stage, 7-14 % slower, s39_scale_ring.txt).
+__host__ __device__ constexpr int scale_ring_steps(DType t, int bk) {
+  const int sc = scale_bytes_per_step(t, bk);
+  return sc > 8 ? 0 : 32 / sc;
+}
+template <DType kType, int kBK>
+struct ScaleRing {
+  static constexpr int kSteps = scale_ring_steps(kType, kBK);
+  static constexpr bool kOn = kSteps > 0;
+  static constexpr int kSc = scale_bytes_per_step(kType, kBK), kScBytes = kSteps * kSc;
+  static constexpr bool kHasD = kType == DType::kQ4_K || kType == DType::kQ5_K;
+  static constexpr int kDBytes = kHasD && kOn ? kSteps * kBK / 256 * 4 : 0;
+  static constexpr int kRowBytes = kScBytes + kDBytes;
+  // Rows 2 words apart modulo 4 (10 words), so a warp's 8 rows g read 8 different banks.
+  static constexpr int kStride = (kRowBytes / 4) % 4 == 2 ? kRowBytes : kRowBytes + 8;
+  static constexpr int kSlotBytes = kOn ? kBN * kStride : 0;
+  static constexpr int kPieces = kScBytes / 8 + kDBytes / 4;  // per row: 8-byte scale pieces, 4-byte d
+  static_assert(!kOn || (kScBytes == 32 && kSteps * kBK >= 256), "scale ring groups");
+};
+
 // ---- MMA fragments straight from the staged quantized bytes. For k16 slice s of a 32-element
 // chunk (elements 16 s ..), lane (g, t) holds its row's elements 2t, 2t+1 (f0) and 2t+8, 2t+9
 // (f1), for the wgmma A fragment of rows g and g + 8 (as mma.m16n8k16's A). In the repacked
@@ -110,22 +142,29 @@ __device__ __forceinline__ void frag(uint32_t w, uint32_t (&b)[2], F f) {
   b[1] = bf16x2(f(w, 2), f(w, 3));
 }
 
+// Where a staged row's bytes of the step are: q its qs (and qh at R::kQhOff), sc the chunk
+// scales of the step (chunk c's at sc + c * bytes per chunk), d the super-block's d (K types). sc
+// and d lie in the row itself (R::kScOff, R::kDOff) or in the block's scale ring (ScaleRing).
+struct RowBytes {
+  const uint8_t *q, *sc, *d;
+};
+
 // Q4_K / Q5_K chunk `chunk` of a staged row: its scale d sc and min dmin mn, in f32.
 template <DType kType, int kBK>
-__device__ __forceinline__ float2 k4_scale_min(const uint8_t* row, int chunk) {
-  using R = Raw<kType, kBK>;
-  const uint32_t scmn = u16_at(row + R::kScOff + chunk * 2);
-  const uint32_t dd = *reinterpret_cast<const uint32_t*>(row + R::kDOff);
+__device__ __forceinline__ float2 k4_scale_min(const RowBytes& rb, int chunk) {
+  const uint32_t scmn = u16_at(rb.sc + chunk * 2);
+  const uint32_t dd = *reinterpret_cast<const uint32_t*>(rb.d);
   return {__fmul_rn(f16_bits(dd & 0xFFFF), static_cast<float>(scmn & 0xFF)),
           __fmul_rn(f16_bits(dd >> 16), static_cast<float>(scmn >> 8))};
 }
 
 // b[s] = {f0, f1} of slice s of chunk `chunk` of the staged row.
 template <DType kType, int kBK>
-__device__ __forceinline__ void chunk_frags(const uint8_t* row, int chunk, int t, uint32_t x43, uint32_t (&b)[2][2]) {
+__device__ __forceinline__ void chunk_frags(const RowBytes& rb, int chunk, int t, uint32_t x43, uint32_t (&b)[2][2]) {
   using R = Raw<kType, kBK>;
+  const uint8_t* row = rb.q;
   if constexpr (kType == DType::kQ8_0) {  // signed bytes, as unsigned + 128; slice s: bytes 16 s ..
-    const float d = f16_bits(u16_at(row + R::kScOff + chunk * 2)), nd = __fmul_rn(-32896.f, d);
+    const float d = f16_bits(u16_at(rb.sc + chunk * 2)), nd = __fmul_rn(-32896.f, d);
     const uint8_t* qs = row + chunk * 32;
     auto f = [&](uint32_t v, int j) { return __fmaf_rn(big_plus(v, j), d, nd); };
     frag(lane_bytes(qs, t) ^ 0x80808080u, b[0], f);
@@ -135,8 +174,8 @@ __device__ __forceinline__ void chunk_frags(const uint8_t* row, int chunk, int t
     const uint32_t w = lane_bytes(row + chunk * 16, t);
     const uint32_t lo = w & 0x0F0F0F0Fu, hi = (w >> 4) & 0x0F0F0F0Fu;
     const uint2 qh = *reinterpret_cast<const uint2*>(row + R::kQhOff + chunk * 8);
-    const auto* sc = reinterpret_cast<const int8_t*>(row + R::kScOff + chunk * 2);
-    const float d = f16_bits(u16_at(row + R::kDOff));
+    const auto* sc = reinterpret_cast<const int8_t*>(rb.sc + chunk * 2);
+    const float d = f16_bits(u16_at(rb.d));
     const float ds0 = __fmul_rn(d, static_cast<float>(sc[0])), ds1 = __fmul_rn(d, static_cast<float>(sc[1]));
     const float s0 = __fmul_rn(256.f, ds0), n0 = __fmul_rn(-160.f, ds0);
     const float s1 = __fmul_rn(256.f, ds1), n1 = __fmul_rn(-160.f, ds1);
@@ -163,7 +202,7 @@ __device__ __forceinline__ void chunk_frags(const uint8_t* row, int chunk, int t
       hi |= spread(h);
     }
     if constexpr (kType == DType::kQ4_0) {  // (q - 8) d, in packed bf16 (q4_0_pair)
-      const float d = f16_bits(u16_at(row + R::kScOff + chunk * 2));
+      const float d = f16_bits(u16_at(rb.sc + chunk * 2));
       const uint32_t d_hi = bf16x2(d, d);
       const float d_lo = __fsub_rn(d, __uint_as_float(d_hi << 16));
       const uint32_t d_lo2 = bf16x2(d_lo, d_lo);
@@ -172,13 +211,13 @@ __device__ __forceinline__ void chunk_frags(const uint8_t* row, int chunk, int t
       b[1][0] = q4_0_pair(bf16_128_plus_pair<0>(hi, x43), d_hi, d_lo2);
       b[1][1] = q4_0_pair(bf16_128_plus_pair<2>(hi, x43), d_hi, d_lo2);
     } else if constexpr (kType == DType::kQ5_0) {  // (q - 16) d
-      const float d = f16_bits(u16_at(row + R::kScOff + chunk * 2));
+      const float d = f16_bits(u16_at(rb.sc + chunk * 2));
       const float d256 = __fmul_rn(256.f, d), nd = __fmul_rn(-144.f, d);
       auto f = [&](uint32_t v, int j) { return __fmaf_rn(half_plus(v, j), d256, nd); };
       frag(lo, b[0], f);
       frag(hi, b[1], f);
     } else if constexpr (legacy_min(kType)) {  // Q4_1 / Q5_1: q d + m
-      const uint32_t dm = *reinterpret_cast<const uint32_t*>(row + R::kScOff + chunk * 4);
+      const uint32_t dm = *reinterpret_cast<const uint32_t*>(rb.sc + chunk * 4);
       const float d = f16_bits(dm & 0xFFFF), m = f16_bits(dm >> 16);
       const float d256 = __fmul_rn(256.f, d), nd = __fmul_rn(-128.f, d);
       auto f = [&](uint32_t v, int j) { return __fadd_rn(__fmaf_rn(half_plus(v, j), d256, nd), m); };
@@ -186,7 +225,7 @@ __device__ __forceinline__ void chunk_frags(const uint8_t* row, int chunk, int t
       frag(hi, b[1], f);
     } else {  // Q4_K / Q5_K: q (d sc) - dmin mn
       static_assert(kType == DType::kQ4_K || kType == DType::kQ5_K, "an unknown format");
-      const float2 dm = k4_scale_min<kType, kBK>(row, chunk);
+      const float2 dm = k4_scale_min<kType, kBK>(rb, chunk);
       const float d = dm.x, dmin = dm.y;
       const float d256 = __fmul_rn(256.f, d), nd = __fmul_rn(-128.f, d);
       auto f = [&](uint32_t v, int j) { return __fsub_rn(__fmaf_rn(half_plus(v, j), d256, nd), dmin); };
@@ -228,9 +267,10 @@ __device__ __forceinline__ void centered_pairs(uint32_t w, uint32_t x43, uint32_
   b[1] = bf16x2_sub(bf16_128_plus_pair<2>(w, x43), kSub);
 }
 template <DType kType, int kBK>
-__device__ __forceinline__ void scaled_chunk(const uint8_t* row, int chunk, int t, uint32_t x43, uint32_t (&b)[2][2],
+__device__ __forceinline__ void scaled_chunk(const RowBytes& rb, int chunk, int t, uint32_t x43, uint32_t (&b)[2][2],
                                              ChunkScale& s) {
   using R = Raw<kType, kBK>;
+  const uint8_t* row = rb.q;
   const uint8_t* qs = row + chunk * 16;
   const uint32_t w = scaled_contig<kType>() ? *reinterpret_cast<const uint32_t*>(qs + 4 * t) : lane_bytes(qs, t);
   uint32_t lo = w & 0x0F0F0F0Fu, hi = (w >> 4) & 0x0F0F0F0Fu;
@@ -242,18 +282,18 @@ __device__ __forceinline__ void scaled_chunk(const uint8_t* row, int chunk, int 
   }
   s.add = 0.f;
   if constexpr (kType == DType::kQ4_0 || kType == DType::kQ5_0) {
-    s.mul[0] = s.mul[1] = f16_bits(u16_at(row + R::kScOff + chunk * 2));
+    s.mul[0] = s.mul[1] = f16_bits(u16_at(rb.sc + chunk * 2));
     constexpr uint32_t kOff = kType == DType::kQ4_0 ? 8 : 16;
     centered_pairs<kOff>(lo, x43, b[0]);
     centered_pairs<kOff>(hi, x43, b[1]);
   } else if constexpr (legacy_min(kType)) {
-    const uint32_t dm = *reinterpret_cast<const uint32_t*>(row + R::kScOff + chunk * 4);
+    const uint32_t dm = *reinterpret_cast<const uint32_t*>(rb.sc + chunk * 4);
     s.mul[0] = s.mul[1] = f16_bits(dm & 0xFFFF);
     s.add = f16_bits(dm >> 16);
     centered_pairs<0>(lo, x43, b[0]);
     centered_pairs<0>(hi, x43, b[1]);
   } else if constexpr (kType == DType::kQ4_K || kType == DType::kQ5_K) {
-    const float2 dm = k4_scale_min<kType, kBK>(row, chunk);
+    const float2 dm = k4_scale_min<kType, kBK>(rb, chunk);
     s.mul[0] = s.mul[1] = dm.x;
     s.add = -dm.y;
     centered_pairs<0>(lo, x43, b[0]);
@@ -261,8 +301,8 @@ __device__ __forceinline__ void scaled_chunk(const uint8_t* row, int chunk, int 
   } else {  // Q6_K: element l's two high bits at bit 8 (l % 4) + 2 (l / 4) of qh word l / 16
     static_assert(kType == DType::kQ6_K, "Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K");
     const uint2 qh = *reinterpret_cast<const uint2*>(row + R::kQhOff + chunk * 8);
-    const auto* sc = reinterpret_cast<const int8_t*>(row + R::kScOff + chunk * 2);
-    const float d = f16_bits(u16_at(row + R::kDOff));
+    const auto* sc = reinterpret_cast<const int8_t*>(rb.sc + chunk * 2);
+    const float d = f16_bits(u16_at(rb.d));
     s.mul[0] = __fmul_rn(d, static_cast<float>(sc[0]));
     s.mul[1] = __fmul_rn(d, static_cast<float>(sc[1]));
     // the high bits of the lane's 4 elements 4t + e, one per byte: bits 8 e + 2 t
@@ -314,7 +354,10 @@ struct StageCopies {
   static constexpr int kQsP = R::kQs / 16, kQhP = R::kQh / kQhPiece, kScP = R::kSc / kScPiece;
   static constexpr int kElemsPerQhByte = R::kQh ? kBK / R::kQh : 1;  // Q5_0 / Q5_1 / Q5_K 8, Q6_K 4
   static constexpr int kQsCopies = kBN * kQsP / kThreads, kQsRowStep = kThreads / kQsP;
-  static constexpr int kRestPieces = kQhP + kScP + (R::kD ? 1 : 0), kHalves = kThreads / kBN;
+  static constexpr bool kRing = ScaleRing<kType, kBK>::kOn;  // the scales (K types: and d) in the ring
+  static constexpr int kRowScP = kRing ? 0 : kScP;
+  static constexpr bool kRowD = R::kD == 2 || (R::kD == 4 && !kRing);
+  static constexpr int kRestPieces = kQhP + kRowScP + (kRowD ? 1 : 0), kHalves = kThreads / kBN;
   static constexpr int kAPieces = kBK / 8, kRowStep = kThreads / kAPieces;  // 16-byte pieces per row
   static_assert(kThreads % kBN == 0, "whole rows per thread group");
   static_assert(kQsCopies >= 1 && kBN * kQsP % kThreads == 0 && kThreads % kQsP == 0, "qs copy plan");
@@ -363,14 +406,38 @@ struct StageCopies {
       if (piece >= kRestPieces) break;
       if (piece < kQhP) {
         cp_async<kQhPiece>(dst + R::kQhOff + piece * kQhPiece, qh_src + k0 / kElemsPerQhByte + piece * kQhPiece);
-      } else if (piece < kQhP + kScP) {
+      } else if (piece < kQhP + kRowScP) {
         const int q = piece - kQhP;
         const int64_t sc_k = kType == DType::kQ6_K ? k0 / 16 : k0 / 32 * (legacy_min(kType) ? 4 : 2);
         cp_async<kScPiece>(dst + R::kScOff + q * kScPiece, sc_src + sc_k + q * kScPiece);
-      } else if constexpr (R::kD == 4) {
+      } else if constexpr (R::kD == 4 && kRowD) {
         cp_async<4>(dst + R::kDOff, d_src + k0 / 256 * 4);
       } else if constexpr (R::kD == 2) {  // 2-byte aligned: a plain copy
         *reinterpret_cast<uint16_t*>(dst + R::kDOff) = *reinterpret_cast<const uint16_t*>(d_src + k0 / 256 * 2);
+      }
+    }
+  }
+  // The scale ring's group of steps from k0 (a multiple of kSteps * kBK) into slot, for thread tid
+  // of the block whose weight rows start at n0; pieces of elements at or past p.k are skipped
+  // (their steps do not exist).
+  __device__ __forceinline__ void scales(const Params& p, int tid, int64_t n0, int64_t k0, uint8_t* slot) const {
+    using G = ScaleRing<kType, kBK>;
+    constexpr int kScPieces = G::kScBytes / 8;
+    constexpr int kElemsPerScPiece = 8 * kBK / G::kSc;  // the elements 8 bytes of scales cover
+#pragma unroll
+    for (int j = 0; j < (kBN * G::kPieces + kThreads - 1) / kThreads; ++j) {
+      const int i = tid + j * kThreads;
+      if (kBN * G::kPieces % kThreads != 0 && i >= kBN * G::kPieces) break;
+      const int row = i / G::kPieces, pc = i % G::kPieces;
+      const int64_t grow = min(n0 + row, p.n - 1);
+      uint8_t* dst = slot + row * G::kStride;
+      if (pc < kScPieces) {
+        if (k0 + int64_t{pc} * kElemsPerScPiece < p.k)
+          cp_async<8>(dst + pc * 8, p.base + p.L.scales + grow * p.L.scales_row + k0 / kBK * G::kSc + pc * 8);
+      } else if constexpr (G::kDBytes > 0) {
+        const int sb = pc - kScPieces;
+        if (k0 + int64_t{sb} * 256 < p.k)
+          cp_async<4>(dst + G::kScBytes + sb * 4, p.base + p.L.d + grow * p.L.d_row + (k0 / 256 + sb) * 4);
       }
     }
   }
