@@ -81,6 +81,7 @@ TEST(DequantGemm, MatchesTheDequantizedProductInDouble) {
       {160, 4096, {16, 40, 100}, 1},  // unsplit: 16-64 steps wrap each block's 3-4 stage ring
       {200, 384, {16, 70}},           // k % 256 != 0 (the legacy formats): 128-wide steps at 16 rows
       {256, 14336, {100}},  // 224 64-wide steps in 8 splits of 28, rounded up to whole scale-ring groups: 7 used
+      {256, 1280, {40, 100}},  // splits of whole groups, the last group partial (K types: a d piece skipped)
   };
   for (DType t : test::kQuantTypes)
     for (const Shape& sh : shapes) {

@@ -463,7 +463,8 @@ TEST(LlamaCudaDummy, BatchedQuantizedProjectionsMatchTheBf16CopyPath) {
 // rows into dequant_gemm), one row the DP4A GEMV: the same 8-bit activations and the same integer
 // block sums, scaled in another f32 order (and attention over a chunk vs one row). Teacher-forced
 // through a 4-layer model (widths multiples of 256, so every projection takes the tensor-core
-// GEMV), chunks of 2, 3, 5, 8, 12 and 16 rows must give one-row steps' logits up to those rounding
+// GEMV, but at 12 and 16 rows for the types whose mmq_tc_wide_rows stops below: Q4_0, Q4_1,
+// Q5_0 take dequant_gemm there), chunks of 2, 3, 5, 8, 12 and 16 rows must give one-row steps' logits up to those rounding
 // differences, which the 8-bit
 // requantization between layers amplifies. H200 (s24): nMSE 2.3e-4 .. 7.4e-4, top-1 90-100 %
 // (random weights: small margins); the DP4A GEMV in the same chunks (TESSERA_MMQ_TC=0) measured

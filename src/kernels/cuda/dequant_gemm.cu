@@ -149,7 +149,6 @@ struct Pipeline {
 template <DType kType, class T>
 __global__ void __launch_bounds__(T::kThreads, kBlocksPerSm) dequant_gemm_kernel(const Params p) {
   constexpr int kN = T::kN, kBK = T::kBK;
-  using R = Raw<kType, kBK>;
   pdl_trigger();
   extern __shared__ __align__(16) uint8_t smem_unaligned[];
   const Pipeline<kType, T> pipe(p, smem_unaligned);
@@ -220,7 +219,6 @@ __global__ void __launch_bounds__(T::kThreads, kBlocksPerSm) scaled_kernel(const
   constexpr int kSliceScales = kType == DType::kQ6_K ? 2 : 1;  // scales per chunk
   constexpr bool kHasAdd = scaled_has_add<kType>(), kContig = scaled_contig<kType>();
   constexpr int kN = T::kN, kBK = T::kBK;
-  using R = Raw<kType, kBK>;
   pdl_trigger();
   extern __shared__ __align__(16) uint8_t smem_unaligned[];
   const Pipeline<kType, T> pipe(p, smem_unaligned);

@@ -21,7 +21,8 @@ constexpr int kBN = 128;  // weight rows (outputs) per block
 
 // A format's quantized bytes of one weight row for one k step, as staged in shared memory:
 // qs, then qh (Q5_0, Q5_1, Q5_K, Q6_K), the chunk scales, and the super-block's d (K types),
-// each at a fixed offset of a row of kRaw bytes.
+// each at a fixed offset of a row of kRaw bytes. Where the scale ring is on (ScaleRing), the
+// scales (and Q4_K / Q5_K's d) live there instead and their places in the row stay unwritten.
 template <DType kType, int kBK>
 struct Raw {
   static constexpr int kQs = kType == DType::kQ8_0 ? kBK : kBK / 2;
@@ -36,8 +37,9 @@ struct Raw {
 
 // ---- The scale ring: the chunk scales of kSteps consecutive k steps of each weight row (and the
 // Q4_K / Q5_K super-blocks' d) copied once per group of steps, 32 bytes of scales per row, into
-// one of two slots of kBN rows; the staged rows then hold the quants (the space for the scales
-// stays in Raw, under the odd-unit padding). Per step they would be 4-8 bytes per row, each read
+// one of two slots of kBN rows, after the stages; the staged rows then hold the quants (the space
+// for the scales stays in Raw, mostly under the odd-unit padding). Per step they would be 4-8
+// bytes per row, each read
 // as a 32-byte sector of its own: at 64-wide steps (128 rows) two of every three sectors a Q4_K
 // stage read (session 39: with the scale copies left out, Q4_K down at 128 rows took 46 us
 // instead of 63). Q6_K's 2-byte d stays in the rows.
@@ -45,8 +47,9 @@ __host__ __device__ constexpr int scale_bytes_per_step(DType t, int bk) {
   return t == DType::kQ6_K ? bk / 16 : bk / 32 * (legacy_min(t) ? 4 : 2);
 }
 // Steps per group: 32 bytes of scales per row (0: no ring where a step's scales are 16 bytes or
-// more, the 256-wide steps of the 4-bit types at 16 rows: there the ring's shared memory cost
-// Q4_K / Q5_K a stage, 7-14 % slower, s39_scale_ring.txt).
+// more: the 256-wide steps of the 4-bit types at 16 rows, where the ring's shared memory cost
+// Q4_K / Q5_K a stage, 7-14 % slower (s39_scale_ring_kernels.txt), and Q4_1 / Q5_1 at 128-wide
+// steps).
 __host__ __device__ constexpr int scale_ring_steps(DType t, int bk) {
   const int sc = scale_bytes_per_step(t, bk);
   return sc > 8 ? 0 : 32 / sc;
@@ -330,7 +333,7 @@ struct Params {
   int64_t ldy;
   bool accumulate;
   float* ws;         // [splits][rows][n] partial sums (splits > 1)
-  int64_t k_split;   // k per split (a multiple of the step)
+  int64_t k_split;   // k per split (a multiple of the step; with the scale ring, of its group)
   uint32_t x43 = 0x43;  // the high byte of bf16 128 (bf16_128_plus_pair), kept in a register
 };
 
@@ -340,9 +343,10 @@ struct Params {
 // Weights, qs (all but a few bytes of a stage): the kBN x kQsP 16-byte pieces go to consecutive
 // threads along each row, so a warp reads whole 32-byte sectors of a few rows. (Until session
 // 39 each thread took one row: the lanes of a warp read 16 bytes of 32 different rows, and the
-// other half of every sector came in by another warp's request.) The rest (qh, the scales, d: a
-// few pieces per row) by thread tid for row tid % kBN, every (kThreads / kBN)-th piece from tid /
-// kBN. A row's pieces land in a region of kBN x kRaw bytes.
+// other half of every sector came in by another warp's request.) The rest (qh, and the scales and
+// d where the scale ring is off: a few pieces per row) by thread tid for row tid % kBN, every
+// (kThreads / kBN)-th piece from tid / kBN. A row's pieces land in a region of kBN x kRaw bytes.
+// The ring's groups: scales().
 // Activations: a fixed 16-byte column piece of rows r0, r0 + kRowStep, ... into a 128-byte-
 // swizzled tile of kBK / 64 column blocks x kN rows x 128 bytes; kRowStep is a multiple of 8, so
 // the swizzle of every row is the same and the destinations are kRowStep * 128 bytes apart.

@@ -13,7 +13,8 @@
 // bf16 rows (H200, Llama-3-8B's four projections at 16 rows, gpu_runs/s37_tc_two_tiles.txt) it
 // is 1.2-1.4x faster for Q8_0 and the K and 5-bit formats, and slower for Q4_0's gate|up (48 vs
 // 39 us: with the cheapest unpacking, the offset mma and per-block scaling dominate), so the
-// engine takes it per type up to mmq_tc_wide_rows.
+// engine takes it per type up to mmq_tc_wide_rows (since session 39's faster dequant_gemm: never
+// for Q4_0, to 10 rows for Q4_1 / Q5_0).
 //
 // Arithmetic: the CPU's (and mmq_gemv's) integer block sums, exactly. The weights' offsets
 // (Q4_0 -8, Q5_0 -16, Q6_K -32) come from a first mma with A = the offset in every byte, whose
