@@ -463,9 +463,9 @@ TEST(LlamaCudaDummy, BatchedQuantizedProjectionsMatchTheBf16CopyPath) {
 // rows into dequant_gemm), one row the DP4A GEMV: the same 8-bit activations and the same integer
 // block sums, scaled in another f32 order (and attention over a chunk vs one row). Teacher-forced
 // through a 4-layer model (widths multiples of 256, so every projection takes the tensor-core
-// GEMV, but at 12 and 16 rows for the types whose mmq_tc_wide_rows stops below: Q4_0, Q4_1,
-// Q5_0 take dequant_gemm there), chunks of 2, 3, 5, 8, 12 and 16 rows must give one-row steps' logits up to those rounding
-// differences, which the 8-bit
+// GEMV, except where mmq_tc_wide_rows stops below 12 / 16 rows: Q4_0, Q4_1, Q5_0 take
+// dequant_gemm there), chunks of 2, 3, 5, 8, 12 and 16 rows must give one-row steps' logits up
+// to those rounding differences, which the 8-bit
 // requantization between layers amplifies. H200 (s24): nMSE 2.3e-4 .. 7.4e-4, top-1 90-100 %
 // (random weights: small margins); the DP4A GEMV in the same chunks (TESSERA_MMQ_TC=0) measured
 // 2.1e-4 .. 6.1e-4, top-1 92.5-100 %. Held to OneRowStepsMatchOneChunk's bounds for quantized
@@ -541,7 +541,7 @@ TEST(LlamaCudaDummy, LeftAttentionPartialsMatchTheMergingAttention) {
     std::vector<float> a(kSeqs * V), b(kSeqs * V);
     const uint64_t wide_before = cuda::mmq_quantize_attention_wide_calls();
     for (int step = 0; step < 12; ++step) {
-      if (step == 4 && t != DType::kBF16 && cuda::mmq_tc_wide_rows(t, cfg.d_model) >= kSeqs && cuda::mmq_tc_enabled()) {
+      if (step == 4 && t != DType::kBF16 && cuda::mmq_tc_wide_rows(t) >= kSeqs && cuda::mmq_tc_enabled()) {
         const char* wide = std::getenv("TESSERA_MMQ_TC_WIDE");
         if (!(wide && std::string(wide) == "0"))  // the twelve-row steps left their partials to o's quantizer
           EXPECT_GT(cuda::mmq_quantize_attention_wide_calls(), wide_before);

@@ -382,10 +382,10 @@ void launch(const Params& p, int splits, cudaStream_t s) {
   launch_kernel_of<dequant_gemm_kernel<kType, T>, T>(p, splits, s);
 }
 
-// Two blocks per SM bound registers at 128. Only Q4_K / Q5_K at 128 rows spill (16 / 8 bytes,
-// since the scale ring's pointers, s39; cuobjdump --dump-resource-usage): keep it so. ptxas
-// keeps the registers of in-flight wgmmas' A fragments; the tests cover those shapes. Three blocks per
-// SM at 16 rows (80 registers) measured no faster (s18).
+// Two blocks per SM bound registers at 128. Only Q4_K / Q5_K at 128 rows spill (12 / 4 bytes,
+// since the scale ring's pointers, s39; ptxas -v, which reports no wgmma serialization): keep
+// it so; the tests cover those shapes. Three blocks per SM at 16 rows (80 registers) measured no
+// faster (s18).
 template <DType kType>
 void launch_type(const Params& p, const Config& c, int splits, cudaStream_t s) {
   switch (c.rows) {

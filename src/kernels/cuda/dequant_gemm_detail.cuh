@@ -19,6 +19,12 @@ using namespace tessera::cuda::detail;
 
 constexpr int kBN = 128;  // weight rows (outputs) per block
 
+// A row's chunk-scale bytes per k step of bk elements (2 per 32 elements; Q4_1 / Q5_1 4 (d and
+// m); Q6_K 2 x int8 per 32).
+__host__ __device__ constexpr int scale_bytes_per_step(DType t, int bk) {
+  return t == DType::kQ6_K ? bk / 16 : bk / 32 * (legacy_min(t) ? 4 : 2);
+}
+
 // A format's quantized bytes of one weight row for one k step, as staged in shared memory:
 // qs, then qh (Q5_0, Q5_1, Q5_K, Q6_K), the chunk scales, and the super-block's d (K types),
 // each at a fixed offset of a row of kRaw bytes. Where the scale ring is on (ScaleRing), the
@@ -27,7 +33,7 @@ template <DType kType, int kBK>
 struct Raw {
   static constexpr int kQs = kType == DType::kQ8_0 ? kBK : kBK / 2;
   static constexpr int kQh = kType == DType::kQ6_K ? kBK / 4 : has_fifth_bits(kType) ? kBK / 8 : 0;
-  static constexpr int kSc = kBK / 32 * (legacy_min(kType) ? 4 : 2);  // per chunk; Q6_K 2 x int8
+  static constexpr int kSc = scale_bytes_per_step(kType, kBK);
   static constexpr int kD = kType == DType::kQ4_K || kType == DType::kQ5_K ? 4 : kType == DType::kQ6_K ? 2 : 0;
   static constexpr int kQhOff = kQs, kScOff = kQs + kQh, kDOff = kScOff + kSc;
   // An odd number of 16-byte units per row: the 8 rows g of a warp's fragment loads then start
@@ -39,13 +45,9 @@ struct Raw {
 // Q4_K / Q5_K super-blocks' d) copied once per group of steps, 32 bytes of scales per row, into
 // one of two slots of kBN rows, after the stages; the staged rows then hold the quants (the space
 // for the scales stays in Raw, mostly under the odd-unit padding). Per step they would be 4-8
-// bytes per row, each read
-// as a 32-byte sector of its own: at 64-wide steps (128 rows) two of every three sectors a Q4_K
-// stage read (session 39: with the scale copies left out, Q4_K down at 128 rows took 46 us
-// instead of 63). Q6_K's 2-byte d stays in the rows.
-__host__ __device__ constexpr int scale_bytes_per_step(DType t, int bk) {
-  return t == DType::kQ6_K ? bk / 16 : bk / 32 * (legacy_min(t) ? 4 : 2);
-}
+// bytes per row, each read as a 32-byte sector of its own: at 64-wide steps (128 rows) two of
+// every three sectors a Q4_K stage read (session 39: with the scale copies left out, Q4_K down
+// at 128 rows took 46 us instead of 63). Q6_K's 2-byte d stays in the rows.
 // Steps per group: 32 bytes of scales per row (0: no ring where a step's scales are 16 bytes or
 // more: the 256-wide steps of the 4-bit types at 16 rows, where the ring's shared memory cost
 // Q4_K / Q5_K a stage, 7-14 % slower (s39_scale_ring_kernels.txt), and Q4_1 / Q5_1 at 128-wide
@@ -58,7 +60,7 @@ template <DType kType, int kBK>
 struct ScaleRing {
   static constexpr int kSteps = scale_ring_steps(kType, kBK);
   static constexpr bool kOn = kSteps > 0;
-  static constexpr int kSc = scale_bytes_per_step(kType, kBK), kScBytes = kSteps * kSc;
+  static constexpr int kSc = Raw<kType, kBK>::kSc, kScBytes = kSteps * kSc;
   static constexpr bool kHasD = kType == DType::kQ4_K || kType == DType::kQ5_K;
   static constexpr int kDBytes = kHasD && kOn ? kSteps * kBK / 256 * 4 : 0;
   static constexpr int kRowBytes = kScBytes + kDBytes;
@@ -153,7 +155,6 @@ struct RowBytes {
 };
 
 // Q4_K / Q5_K chunk `chunk` of a staged row: its scale d sc and min dmin mn, in f32.
-template <DType kType, int kBK>
 __device__ __forceinline__ float2 k4_scale_min(const RowBytes& rb, int chunk) {
   const uint32_t scmn = u16_at(rb.sc + chunk * 2);
   const uint32_t dd = *reinterpret_cast<const uint32_t*>(rb.d);
@@ -228,7 +229,7 @@ __device__ __forceinline__ void chunk_frags(const RowBytes& rb, int chunk, int t
       frag(hi, b[1], f);
     } else {  // Q4_K / Q5_K: q (d sc) - dmin mn
       static_assert(kType == DType::kQ4_K || kType == DType::kQ5_K, "an unknown format");
-      const float2 dm = k4_scale_min<kType, kBK>(rb, chunk);
+      const float2 dm = k4_scale_min(rb, chunk);
       const float d = dm.x, dmin = dm.y;
       const float d256 = __fmul_rn(256.f, d), nd = __fmul_rn(-128.f, d);
       auto f = [&](uint32_t v, int j) { return __fsub_rn(__fmaf_rn(half_plus(v, j), d256, nd), dmin); };
@@ -296,7 +297,7 @@ __device__ __forceinline__ void scaled_chunk(const RowBytes& rb, int chunk, int 
     centered_pairs<0>(lo, x43, b[0]);
     centered_pairs<0>(hi, x43, b[1]);
   } else if constexpr (kType == DType::kQ4_K || kType == DType::kQ5_K) {
-    const float2 dm = k4_scale_min<kType, kBK>(rb, chunk);
+    const float2 dm = k4_scale_min(rb, chunk);
     s.mul[0] = s.mul[1] = dm.x;
     s.add = -dm.y;
     centered_pairs<0>(lo, x43, b[0]);

@@ -160,9 +160,9 @@ void mmq_tc_gemv(DType wtype, const void* packed, int64_t n, int64_t k, const in
                  cudaStream_t stream, int k_split = 0);
 bool mmq_tc_enabled();
 // The most rows (kMmqTcMaxRows..kMmqTcMaxStagedRows; kMmqTcMaxRows: never) at which the
-// tensor-core GEMV's two tiles beat dequant_gemm on bf16 rows for n rows of weights of wtype
-// (Llama-3-8B shapes, H200; mmq_tc_gemv.cu). mmq_matmul stays on one tile: callers that take the two-tile
+// tensor-core GEMV's two tiles beat dequant_gemm on bf16 rows for weights of wtype (Llama-3-8B
+// shapes, H200; mmq_tc_gemv.cu). mmq_matmul stays on one tile: callers that take the two-tile
 // form quantize their rows and call mmq_tc_gemv themselves (the engine's Projections).
-int64_t mmq_tc_wide_rows(DType wtype, int64_t n);
+int64_t mmq_tc_wide_rows(DType wtype);
 
 }  // namespace tessera::cuda

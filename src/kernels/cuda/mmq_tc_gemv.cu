@@ -550,7 +550,7 @@ bool mmq_tc_enabled() {
 
 bool mmq_tc_supported(DType t, int64_t k) { return mmq_supported(t) && k > 0 && k % 256 == 0; }
 
-int64_t mmq_tc_wide_rows(DType t, int64_t /*n*/) {
+int64_t mmq_tc_wide_rows(DType t) {
   // Decode of 10 / 12 / 14 / 16 sequences, Llama-3-8B shapes, H200, one call, tokens/s, the rule
   // of session 37 -> dequant_gemm for every projection, after session 39 coalesced dequant_gemm's
   // weight copies (gpu_runs/s39_wide_rows_retune.txt): Q4_0 2,668 / 2,977 / 3,863 / 3,930 ->

@@ -65,7 +65,7 @@ bool Projections::tc_takes_rows(const Proj& p, int64_t rows) const {
       !p.quant())
     return false;
   return std::all_of(p.parts.begin(), p.parts.end(), [&](const Proj::Part& part) {
-    return cuda::mmq_tc_supported(part.type, p.k) && (tc_wide_ == 2 || rows <= cuda::mmq_tc_wide_rows(part.type, part.n));
+    return cuda::mmq_tc_supported(part.type, p.k) && (tc_wide_ == 2 || rows <= cuda::mmq_tc_wide_rows(part.type));
   });
 }
 
