@@ -1,6 +1,7 @@
 // Hopper bulk copies from global to shared memory (cp.async.bulk) completing on shared-memory
 // mbarriers, for kernels that stream data through shared-memory slots: the persistent decode
-// step's weight ring (decode_persistent_ring.cuh) and bench/cuda/bulk_ring_bench.cu.
+// step's weight ring (decode_persistent_ring.cuh), bench/cuda/bulk_ring_bench.cu, and (tensor
+// copies) dequant_gemm's activation tiles.
 //
 //   mbar_init(&bar);                          // one thread; then fence_mbar_init() + __syncthreads()
 //   mbar_expect_tx(&bar, bytes);              // the copies' total, before or with them
@@ -49,6 +50,17 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t b
       "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(
           smem_addr(dst)),
       "l"(src), "r"(bytes), "r"(smem_addr(bar)), "l"(policy)
+      : "memory");
+}
+// A 2-d box of a tensor map (backend/cuda/tensor_map.h) whose first element is (c0, c1) (c0
+// the contiguous dimension) into dst, completing on bar: the box's whole size counts toward the
+// expect_tx, elements outside the tensor arriving as zeros. map: the address of a
+// `const __grid_constant__ CUtensorMap` kernel parameter.
+__device__ __forceinline__ void tensor_copy_2d(void* dst, const void* map, int c0, int c1, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(
+          smem_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(smem_addr(bar))
       : "memory");
 }
 // Data read once: first out of the L2.

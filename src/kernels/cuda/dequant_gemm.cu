@@ -5,7 +5,9 @@
 #include <string>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/tensor_map.h"
 #include "core/error.h"
+#include "kernels/cuda/bulk_copy.cuh"
 #include "kernels/cuda/dequant_gemm_detail.cuh"
 #include "kernels/cuda/launch.cuh"
 
@@ -61,9 +63,14 @@ struct Tiling {
   static constexpr int kActBytes = kN * kBK * 2;  // the stage's activation tile comes first
   static constexpr size_t kStageBytes = stage_bytes<kType, kN, kBK>();
   static constexpr size_t kRingBytes = 2 * size_t{ScaleRing<kType, kBK>::kSlotBytes};  // after the stages
+  // The stages' full barriers (8 bytes each): in the last stage's padding past its weights where
+  // it has room, else after the ring (Q8_0 at 64 rows has no shared memory to spare for them).
+  static constexpr size_t kStagePad = kStageBytes - (size_t{kActBytes} + size_t{kBN} * Raw<kType, kBK>::kRaw);
+  static constexpr size_t kBarsOutside = kStagePad >= 8 * 4 ? 0 : 8 * 4;
   static constexpr int kStages =
-      static_cast<int>(std::min<size_t>(4, (kBlockSmem - 1024 - kRingBytes) / kStageBytes));
-  static constexpr size_t kSmem = kStages * kStageBytes + kRingBytes + 1024;  // + the alignment pad
+      static_cast<int>(std::min<size_t>(4, (kBlockSmem - 1024 - kRingBytes - kBarsOutside) / kStageBytes));
+  static constexpr size_t kBarOff = kBarsOutside ? kStages * kStageBytes + kRingBytes : kStages * kStageBytes - 8 * kStages;
+  static constexpr size_t kSmem = kStages * kStageBytes + kRingBytes + kBarsOutside + 1024;  // + the alignment pad
   static_assert(kN % 8 == 0 && kN <= 128 && kBK % 64 == 0 && kStages >= 2, "wgmma tiles");
   static_assert(kBlocksPerSm * (kSmem + 1024) <= 228 * 1024, "two blocks per SM");
 };
@@ -71,25 +78,32 @@ struct Tiling {
 // A block's ring of stages, as both kernels run it: stage s % kStages holds k step s (its
 // activation tile, swizzled: kBK / 64 x kN x 128 bytes, then the weights: kBN x kRaw), 1024-aligned
 // in dynamic shared memory. The block's output tile is (n0.., m0..), its k range is split
-// blockIdx.z's.
+// blockIdx.z's. The weights (and the scale ring) come by cp.async from every thread; the
+// activation tile by tensor copies (TMA) that thread 0 issues, landing on the stage's full
+// barrier. (Until session 40 every thread copied 16-byte pieces of the tile too: ~75 of a warp's
+// ~235 instructions per step at 128 rows, on each step's critical path.)
 template <DType kType, class T>
 struct Pipeline {
   using Ring = ScaleRing<kType, T::kBK>;
   static_assert(!Ring::kOn || T::kStages - 1 <= Ring::kSteps, "a ring slot is refilled only after its steps");
   const Params& p;
+  const CUtensorMap* act_map;  // x as [rows][k], boxes of kN rows x 64 columns
   uint8_t* smem;
+  uint64_t* full;  // per stage: its activation tile landed (phase s / kStages of step s)
   int64_t n0, m0, k_begin;
   int steps;
-  StageCopies<kType, T::kN, T::kBK, T::kThreads> copies;
+  StageCopies<kType, T::kBK, T::kThreads> copies;
 
-  __device__ __forceinline__ Pipeline(const Params& params, uint8_t* smem_unaligned)
+  __device__ __forceinline__ Pipeline(const Params& params, const CUtensorMap* map, uint8_t* smem_unaligned)
       : p(params),
+        act_map(map),
         smem(smem_unaligned + ((1024 - smem_addr(smem_unaligned) % 1024) % 1024)),
+        full(reinterpret_cast<uint64_t*>(smem + T::kBarOff)),
         n0(int64_t{blockIdx.x} * kBN),
         m0(int64_t{blockIdx.y} * T::kN),
         k_begin(int64_t{blockIdx.z} * p.k_split),
         steps(static_cast<int>((min(p.k, k_begin + p.k_split) - k_begin) / T::kBK)),
-        copies(p, static_cast<int>(threadIdx.x), n0, m0) {}
+        copies(p, static_cast<int>(threadIdx.x), n0) {}
   __device__ __forceinline__ uint8_t* stage(int step) const { return smem + (step % T::kStages) * T::kStageBytes; }
   // The ring slot of step `step`'s group (k_split is a multiple of the group, so groups start at
   // step 0 of each split).
@@ -116,48 +130,65 @@ struct Pipeline {
       return {q, q + R::kScOff, q + R::kDOff};
     }
   }
+  // Step st's activation tile (thread 0): kBK / 64 boxes of kN rows x 64 columns; rows past
+  // p.rows arrive as zeros. The fence orders the block's earlier generic reads of the slot (the
+  // scaled kernel's ldmatrix) before the tensor copy's writes.
+  __device__ __forceinline__ void acts(int st) const {
+    fence_proxy_async();
+    uint64_t* bar = full + st % T::kStages;
+    mbar_expect_tx(bar, T::kActBytes);
+#pragma unroll
+    for (int j = 0; j < T::kBK / 64; ++j)
+      tensor_copy_2d(stage(st) + j * (T::kN * 128), act_map, static_cast<int>(k_begin + int64_t{st} * T::kBK + 64 * j),
+                     static_cast<int>(m0), bar);
+  }
   // The first kStages - 1 steps: weights before the PDL wait (they never change), activations
-  // (and y) after it, since earlier kernels write them. One commit group per stage slot, empty
-  // or not.
+  // (and y) after it, since earlier kernels write them. One cp.async commit group per stage
+  // slot, empty or not. Thread 0 sets up the full barriers first.
   __device__ __forceinline__ void prologue() const {
+    if (threadIdx.x == 0) {
+      for (int i = 0; i < T::kStages; ++i) mbar_init(full + i);
+      fence_mbar_init();
+    }
     for (int st = 0; st < T::kStages - 1; ++st)
       if (st < steps) weights(st);
+    __syncthreads();
     pdl_wait();
     for (int st = 0; st < T::kStages - 1; ++st) {
-      if (st < steps) copies.acts(k_begin + int64_t{st} * T::kBK, stage(st));
+      if (threadIdx.x == 0 && st < steps) acts(st);
       cp_async_commit();
     }
   }
-  // Step s's stage once it landed (this thread's copies, then everyone's: the barrier also means
-  // every warp is done with step s - 1), after issuing step s + kStages - 1 into the slot step
-  // s - 1 freed. kAsyncProxy: the tensor cores read the stage through the async proxy (wgmma).
-  template <bool kAsyncProxy>
+  // Step s's stage once it landed (this thread's weight copies, then everyone's: the barrier
+  // also means every warp is done with step s - 1; then the activation tile's full barrier),
+  // after issuing step s + kStages - 1 into the slot step s - 1 freed.
   __device__ __forceinline__ const uint8_t* wait_step(int s) const {
     cp_async_wait<T::kStages - 2>();
-    if constexpr (kAsyncProxy) fence_proxy_async_smem();
     __syncthreads();
     const int next = s + T::kStages - 1;
     if (next < steps) {
       weights(next);
-      copies.acts(k_begin + int64_t{next} * T::kBK, stage(next));
+      if (threadIdx.x == 0) acts(next);
     }
     cp_async_commit();
+    mbar_wait(full + s % T::kStages, (s / T::kStages) & 1);
     return stage(s);
   }
 };
 
 template <DType kType, class T>
-__global__ void __launch_bounds__(T::kThreads, kBlocksPerSm) dequant_gemm_kernel(const Params p) {
+__global__ void __launch_bounds__(T::kThreads, kBlocksPerSm)
+    dequant_gemm_kernel(const Params p, const __grid_constant__ CUtensorMap act_map) {
   constexpr int kN = T::kN, kBK = T::kBK;
   pdl_trigger();
   extern __shared__ __align__(16) uint8_t smem_unaligned[];
-  const Pipeline<kType, T> pipe(p, smem_unaligned);
+  const Pipeline<kType, T> pipe(p, &act_map, smem_unaligned);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int row0 = warp * 16;  // this warp's weight rows in the block: row0 + g and row0 + g + 8
   float acc[kN / 2];  // set by the first wgmma (scale_d = 0); every split has at least one step
   pipe.prologue();
   for (int s = 0; s < pipe.steps; ++s) {
-    const uint8_t* st_base = pipe.wait_step<true>(s);  // step s - 1's wgmmas were waited for
+    const uint8_t* st_base = pipe.wait_step(s);  // step s - 1's wgmmas were waited for
     // The stage's tile descriptor; k16 slice kk lies (kk / 4) 64-wide column blocks and (kk % 4)
     // 32-byte steps further, added to the descriptor's address field in 16-byte units (shared
     // addresses stay below 2^18, so the sum never carries out of the field). Building each
@@ -214,14 +245,15 @@ __global__ void __launch_bounds__(T::kThreads, kBlocksPerSm) dequant_gemm_kernel
 // Q6_K 87.0 -> 68.8; engine at 16 sequences Q4_0 +7 %, Q4_K +9 %. At 32 rows the doubled FMAs
 // and mmas made it 2-25 % slower than the rounded form, so 17+ rows keep that.
 template <DType kType, class T>
-__global__ void __launch_bounds__(T::kThreads, kBlocksPerSm) scaled_kernel(const Params p) {
+__global__ void __launch_bounds__(T::kThreads, kBlocksPerSm)
+    scaled_kernel(const Params p, const __grid_constant__ CUtensorMap act_map) {
   static_assert(kType != DType::kQ8_0, "the scaled form takes the 4- to 6-bit formats");
   constexpr int kSliceScales = kType == DType::kQ6_K ? 2 : 1;  // scales per chunk
   constexpr bool kHasAdd = scaled_has_add<kType>(), kContig = scaled_contig<kType>();
   constexpr int kN = T::kN, kBK = T::kBK;
   pdl_trigger();
   extern __shared__ __align__(16) uint8_t smem_unaligned[];
-  const Pipeline<kType, T> pipe(p, smem_unaligned);
+  const Pipeline<kType, T> pipe(p, &act_map, smem_unaligned);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
 
   // ldmatrix.x4 for the B fragments of two n tiles (16 activation rows) and one k16 slice: lanes
@@ -241,7 +273,7 @@ __global__ void __launch_bounds__(T::kThreads, kBlocksPerSm) scaled_kernel(const
   for (int i = 0; i < kN / 8; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
   pipe.prologue();
   for (int s = 0; s < pipe.steps; ++s) {
-    const uint8_t* st_base = pipe.wait_step<false>(s);
+    const uint8_t* st_base = pipe.wait_step(s);
     const RowBytes row_lo = pipe.row_bytes(s, st_base, row0 + g), row_hi = pipe.row_bytes(s, st_base, row0 + g + 8);
 #pragma unroll
     for (int chunk = 0; chunk < kBK / 32; ++chunk) {
@@ -365,6 +397,7 @@ size_t split_sums_bytes(int splits, int64_t rows, int64_t n) {
 
 template <auto kKernel, class T>
 void launch_kernel_of(const Params& p, int splits, cudaStream_t s) {
+  const CUtensorMap act_map = bf16_sw128_tensor_map(p.x, p.rows, p.k, p.k, T::kN);
   constexpr size_t smem = T::kSmem;
   TESSERA_CUDA_CHECK((raise_func_attribute<kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize>(static_cast<int>(smem))));
   // All of the SM's unified memory as shared memory, so that two blocks fit whatever the driver
@@ -372,7 +405,7 @@ void launch_kernel_of(const Params& p, int splits, cudaStream_t s) {
   TESSERA_CUDA_CHECK((raise_func_attribute<kKernel, cudaFuncAttributePreferredSharedMemoryCarveout>(100)));
   const dim3 grid(static_cast<unsigned>((p.n + kBN - 1) / kBN), static_cast<unsigned>((p.rows + T::kN - 1) / T::kN),
                   static_cast<unsigned>(splits));
-  launch_kernel(kKernel, grid, T::kThreads, smem, s, p);
+  launch_kernel(kKernel, grid, T::kThreads, smem, s, p, act_map);
 }
 template <DType kType, class T>
 void launch(const Params& p, int splits, cudaStream_t s) {

@@ -348,11 +348,8 @@ struct Params {
 // d where the scale ring is off: a few pieces per row) by thread tid for row tid % kBN, every
 // (kThreads / kBN)-th piece from tid / kBN. A row's pieces land in a region of kBN x kRaw bytes.
 // The ring's groups: scales().
-// Activations: a fixed 16-byte column piece of rows r0, r0 + kRowStep, ... into a 128-byte-
-// swizzled tile of kBK / 64 column blocks x kN rows x 128 bytes; kRowStep is a multiple of 8, so
-// the swizzle of every row is the same and the destinations are kRowStep * 128 bytes apart.
-// Activation rows past p.rows are zero-filled.
-template <DType kType, int kN, int kBK, int kThreads>
+// (The activation tiles come by tensor copies: dequant_gemm.cu's Pipeline.)
+template <DType kType, int kBK, int kThreads>
 struct StageCopies {
   using R = Raw<kType, kBK>;
   static constexpr int kScPiece = R::kSc < 16 ? R::kSc : 16, kQhPiece = R::kQh && R::kQh < 16 ? R::kQh : 16;
@@ -363,21 +360,15 @@ struct StageCopies {
   static constexpr int kRowScP = kRing ? 0 : kScP;
   static constexpr bool kRowD = R::kD == 2 || (R::kD == 4 && !kRing);
   static constexpr int kRestPieces = kQhP + kRowScP + (kRowD ? 1 : 0), kHalves = kThreads / kBN;
-  static constexpr int kAPieces = kBK / 8, kRowStep = kThreads / kAPieces;  // 16-byte pieces per row
   static_assert(kThreads % kBN == 0, "whole rows per thread group");
   static_assert(kQsCopies >= 1 && kBN * kQsP % kThreads == 0 && kThreads % kQsP == 0, "qs copy plan");
-  static_assert(kThreads % kAPieces == 0 && kRowStep % 8 == 0 && kN % kRowStep == 0, "activation copy plan");
 
-  int w_row, w_first, a_row0;
+  int w_row, w_first;
   uint32_t qs_dst;  // this thread's first qs piece in the stage's weight region
   const uint8_t* qs_src[kQsCopies];
   const uint8_t *qh_src, *sc_src, *d_src;
-  const __nv_bfloat16* a_src;
-  const __nv_bfloat16* x;
-  uint32_t a_dst;
-  int64_t k, m_left;  // activation rows from a_row0 on that exist: p.rows - m0 - a_row0
 
-  __device__ __forceinline__ StageCopies(const Params& p, int tid, int64_t n0, int64_t m0) {
+  __device__ __forceinline__ StageCopies(const Params& p, int tid, int64_t n0) {
     const int q_row = tid / kQsP, q_piece = tid % kQsP;
     qs_dst = q_row * R::kRaw + q_piece * 16;
 #pragma unroll
@@ -391,13 +382,6 @@ struct StageCopies {
     qh_src = p.base + p.L.qh + grow * p.L.qh_row;
     sc_src = p.base + p.L.scales + grow * p.L.scales_row;
     d_src = p.base + p.L.d + grow * p.L.d_row;
-    a_row0 = tid / kAPieces;
-    const int a_piece = tid % kAPieces;
-    a_src = p.x + (m0 + a_row0) * p.k + a_piece * 8;
-    a_dst = (a_piece / 8) * (kN * 128) + sw128_offset(a_row0, a_piece % 8);
-    x = p.x;
-    k = p.k;
-    m_left = p.rows - m0 - a_row0;
   }
   // The weight bytes of the step at k0 into raw (kBN x kRaw bytes).
   __device__ __forceinline__ void weights(int64_t k0, uint8_t* raw) const {
@@ -444,15 +428,6 @@ struct StageCopies {
         if (k0 + int64_t{sb} * 256 < p.k)
           cp_async<4>(dst + G::kScBytes + sb * 4, p.base + p.L.d + grow * p.L.d_row + (k0 / 256 + sb) * 4);
       }
-    }
-  }
-  // The activation columns k0 .. k0 + kBK of the block's rows into the swizzled tile at act.
-  __device__ __forceinline__ void acts(int64_t k0, uint8_t* act) const {
-    uint8_t* dst = act + a_dst;
-#pragma unroll
-    for (int j = 0; j < kN / kRowStep; ++j) {
-      const bool valid = j * kRowStep < m_left;
-      cp_async_or_zero<16>(dst + j * kRowStep * 128, valid ? a_src + j * kRowStep * k + k0 : x, valid);
     }
   }
 };
