@@ -87,12 +87,13 @@ struct Tiling {
   static constexpr int kActBytes = kN * kBK * 2;  // the stage's activation tile comes first
   static constexpr size_t kStageBytes = stage_bytes<kType, kN, kBK>();
   static constexpr size_t kRingBytes = 2 * size_t{ScaleRing<kType, kBK>::kSlotBytes};  // after the stages
+  static constexpr int kMaxStages = 4;
   // The stages' full barriers (8 bytes each): in the last stage's padding past its weights where
   // it has room, else after the ring (Q8_0 at 64 rows has no shared memory to spare for them).
   static constexpr size_t kStagePad = kStageBytes - (size_t{kActBytes} + size_t{kBN} * Raw<kType, kBK>::kRaw);
-  static constexpr size_t kBarsOutside = kStagePad >= 8 * 4 ? 0 : 8 * 4;
+  static constexpr size_t kBarsOutside = kStagePad >= 8 * kMaxStages ? 0 : 8 * kMaxStages;
   static constexpr int kStages =
-      static_cast<int>(std::min<size_t>(4, (kBlockSmem - 1024 - kRingBytes - kBarsOutside) / kStageBytes));
+      static_cast<int>(std::min<size_t>(kMaxStages, (kBlockSmem - 1024 - kRingBytes - kBarsOutside) / kStageBytes));
   static constexpr size_t kBarOff = kBarsOutside ? kStages * kStageBytes + kRingBytes : kStages * kStageBytes - 8 * kStages;
   static constexpr size_t kSmem = kStages * kStageBytes + kRingBytes + kBarsOutside + 1024;  // + the alignment pad
   static_assert(kN % 8 == 0 && kN <= 128 && kBK % 64 == 0 && kStages >= 2, "wgmma tiles");

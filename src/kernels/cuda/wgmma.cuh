@@ -33,9 +33,8 @@ __device__ __forceinline__ void wgmma_fence_operands(float (&d)[kN]) {
 #pragma unroll
   for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
-// Makes this thread's generic-proxy shared-memory writes (st.shared, cp.async) visible to the
-// async proxy that wgmma reads through (before the barrier that publishes them).
-__device__ __forceinline__ void fence_proxy_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// (Generic-proxy shared-memory writes that wgmma reads need bulk_copy.cuh's fence_proxy_async()
+// before the barrier that publishes them.)
 
 // wgmma with A (64 x 16, bf16) from registers, B (16 x N, bf16, K-major) from shared memory through
 // a descriptor, f32 accumulators d[N / 2] (per warp of the warpgroup: rows 16 w + g, + 8; columns
