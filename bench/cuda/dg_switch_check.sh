@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# One device call for dequant_gemm's measurement switches: from a carry directory of xz'd binaries
+# (BASE: the baseline's mmq_bench, CAND: the candidate's, TEST: the candidate's
+# dequant_gemm_cuda_test; names without .xz), run the test under every setting in TEST_ENVS
+# (";"-separated, each a space-separated list of NAME=VALUE, "-" for none), compute-sanitizer
+# memcheck under the last one, then dg_env_ab.sh over the baseline and the candidate under each
+# setting in AB (";"-separated label=NAME=VALUE,... ; label= alone for no variables). Results in
+# $OUT: dg_tests.txt, dg_memcheck.txt, dg_ab.txt / dg_ab.md.
+#   bash bench/cuda/dg_switch_check.sh build-carry-s41-c1
+set -u -o pipefail
+carry=${1:?usage: $0 CARRY_DIR}
+out=${OUT:-dg_switch_out}; mkdir -p "$out" /tmp/dgsw
+here=$(dirname "$0")
+BASE=${BASE:-mmq_bench_main} CAND=${CAND:-mmq_bench_sk} TEST=${TEST:-dgt_sk}
+TEST_ENVS=${TEST_ENVS:-"-;TESSERA_DG_PAIR=0;TESSERA_DG_PIPE=1;TESSERA_DG_PIPE=1 TESSERA_DG_PAIR=0;TESSERA_DG_SK=1;TESSERA_DG_SK=1 TESSERA_DG_SK_WORKERS=7"}
+AB=${AB:-"pair=;mbar=TESSERA_DG_PAIR=0;pipe=TESSERA_DG_PIPE=1;sk=TESSERA_DG_SK=1"}
+for b in "$BASE" "$CAND" "$TEST"; do
+  xz -dc "$carry/$b.xz" > "/tmp/dgsw/$b" && chmod +x "/tmp/dgsw/$b" || { echo "dg_switch_check: no $carry/$b.xz" >&2; exit 2; }
+done
+lt=$(find /usr/local /opt /usr/lib -name 'libcublasLt.so.13*' 2>/dev/null | head -1)
+[ -n "$lt" ] && export LD_LIBRARY_PATH=$(dirname "$lt"):${LD_LIBRARY_PATH:-}
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader > "$out/dg_tests.txt" 2>&1
+IFS=';' read -r -a envs <<< "$TEST_ENVS"
+last=()
+for e in "${envs[@]}"; do
+  [ "$e" = - ] && e=""
+  read -r -a vars <<< "$e"
+  echo "== test with: ${e:-(none)}" >> "$out/dg_tests.txt"
+  env "${vars[@]}" timeout 240 "/tmp/dgsw/$TEST" >> "$out/dg_tests.txt" 2>&1
+  echo "rc=$? (${e:-none})" | tee -a "$out/dg_tests.txt"
+  last=("${vars[@]}")
+done
+if command -v compute-sanitizer > /dev/null; then
+  env "${last[@]}" timeout 300 compute-sanitizer --tool memcheck "/tmp/dgsw/$TEST" \
+    --gtest_filter='*Matches*:*Pdl*' > "$out/dg_memcheck.txt" 2>&1
+  echo "memcheck rc=$? (${last[*]})" | tee -a "$out/dg_tests.txt"
+fi
+IFS=';' read -r -a abs <<< "$AB"
+variants=("base=/tmp/dgsw/$BASE")
+for a in "${abs[@]}"; do
+  label=${a%%=*} vars=${a#*=}
+  variants+=("$label=/tmp/dgsw/$CAND${vars:+,$vars}")
+done
+OUT=$out bash "$here/dg_env_ab.sh" "${variants[@]}"
