@@ -3,7 +3,7 @@
 # (BASE: the baseline's mmq_bench, CAND: the candidate's, TEST: the candidate's
 # dequant_gemm_cuda_test; names without .xz), run the test under every setting in TEST_ENVS
 # (";"-separated, each a space-separated list of NAME=VALUE, "-" for none), compute-sanitizer
-# memcheck under the last one, then dg_env_ab.sh over the baseline and the candidate under each
+# memcheck under the last one (the tests in MEMCHECK_FILTER, default the PDL chains), then dg_env_ab.sh over the baseline and the candidate under each
 # setting in AB (";"-separated label=NAME=VALUE,... ; label= alone for no variables). Results in
 # $OUT: dg_tests.txt, dg_memcheck.txt, dg_ab.txt / dg_ab.md.
 #   bash bench/cuda/dg_switch_check.sh build-carry-s41-c1
@@ -32,7 +32,7 @@ for e in "${envs[@]}"; do
 done
 if command -v compute-sanitizer > /dev/null; then
   env "${last[@]}" timeout 300 compute-sanitizer --tool memcheck "/tmp/dgsw/$TEST" \
-    --gtest_filter='*Matches*:*Pdl*' > "$out/dg_memcheck.txt" 2>&1
+    --gtest_filter="${MEMCHECK_FILTER:-*Pdl*}" > "$out/dg_memcheck.txt" 2>&1
   echo "memcheck rc=$? (${last[*]})" | tee -a "$out/dg_tests.txt"
 fi
 IFS=';' read -r -a abs <<< "$AB"
