@@ -15,7 +15,7 @@ BASE=${BASE:-mmq_bench_main} CAND=${CAND:-mmq_bench_sk} TEST=${TEST:-dgt_sk}
 TEST_ENVS=${TEST_ENVS:-"-;TESSERA_DG_PAIR=0;TESSERA_DG_PIPE=1;TESSERA_DG_PIPE=1 TESSERA_DG_PAIR=0;TESSERA_DG_SK=1;TESSERA_DG_SK=1 TESSERA_DG_SK_WORKERS=7"}
 AB=${AB:-"pair=;mbar=TESSERA_DG_PAIR=0;pipe=TESSERA_DG_PIPE=1;sk=TESSERA_DG_SK=1"}
 for b in "$BASE" "$CAND" "$TEST"; do
-  xz -dc "$carry/$b.xz" > "/tmp/dgsw/$b" && chmod +x "/tmp/dgsw/$b" || { echo "dg_switch_check: no $carry/$b.xz" >&2; exit 2; }
+  bash "$here/unxz.sh" "$carry/$b.xz" "/tmp/dgsw/$b" || { echo "dg_switch_check: no $carry/$b.xz" >&2; exit 2; }
 done
 lt=$(find /usr/local /opt /usr/lib -name 'libcublasLt.so.13*' 2>/dev/null | head -1)
 [ -n "$lt" ] && export LD_LIBRARY_PATH=$(dirname "$lt"):${LD_LIBRARY_PATH:-}
