@@ -9,6 +9,8 @@ import collections
 import re
 import sys
 
+from mmq_ab_table import print_ab_table  # (this script's directory is on sys.path)
+
 
 def parse(text):
     values = collections.defaultdict(lambda: collections.defaultdict(list))
@@ -33,14 +35,7 @@ def main():
     labels, values = parse(open(sys.argv[1]).read())
     if not labels:
         sys.exit("engine_ab_table: no runs found")
-    base = labels[0]
-    print("| type | result | " + " | ".join(labels) + " | " + " | ".join(f"{l} / {base}" for l in labels[1:]) + " |")
-    print("|---" * (2 + 2 * len(labels) - 1) + "|")
-    for (wtype, result), per in values.items():
-        means = [sum(per[l]) / len(per[l]) if per[l] else None for l in labels]
-        cells = ["-" if m is None else f"{m:,.0f}" if m >= 100 else f"{m:.3f}" for m in means]
-        ratios = [f"{m / means[0]:.3f}" if m is not None and means[0] else "-" for m in means[1:]]
-        print(f"| {wtype} | {result} | " + " | ".join(cells + ratios) + " |")
+    print_ab_table(["type", "result"], labels, values, lambda m: f"{m:,.0f}" if m >= 100 else f"{m:.3f}")
 
 
 if __name__ == "__main__":

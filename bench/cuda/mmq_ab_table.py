@@ -32,21 +32,27 @@ def parse(text):
     return labels, times
 
 
+def print_ab_table(key_names, labels, values, cell, label_suffix=""):
+    """One markdown row per key of values ({key tuple: {label: [numbers]}}): each label's mean
+    (cell(mean), "-" where it has none), then each later label's mean as a ratio to the first's."""
+    base = labels[0]
+    print("| " + " | ".join(key_names) + " | " + " | ".join(f"{l}{label_suffix}" for l in labels) + " | " +
+          " | ".join(f"{l} / {base}" for l in labels[1:]) + " |")
+    print("|---" * (len(key_names) + 2 * len(labels) - 1) + "|")
+    for key, per in values.items():
+        means = [sum(per[l]) / len(per[l]) if per[l] else None for l in labels]
+        cells = [cell(m) if m is not None else "-" for m in means]
+        ratios = [f"{m / means[0]:.3f}" if m is not None and means[0] else "-" for m in means[1:]]
+        print("| " + " | ".join(str(k) for k in key) + " | " + " | ".join(cells + ratios) + " |")
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit("usage: mmq_ab_table.py dg_ab.txt")
     labels, times = parse(open(sys.argv[1]).read())
     if not labels:
         sys.exit("mmq_ab_table: no runs found")
-    base = labels[0]
-    print("| type | shape | rows | " + " | ".join(f"{l} us" for l in labels) + " | " +
-          " | ".join(f"{l} / {base}" for l in labels[1:]) + " |")
-    print("|---" * (3 + 2 * len(labels) - 1) + "|")
-    for key, per in times.items():
-        means = [sum(per[l]) / len(per[l]) if per[l] else None for l in labels]
-        cells = [f"{m:.2f}" if m is not None else "-" for m in means]
-        ratios = [f"{m / means[0]:.3f}" if m is not None and means[0] else "-" for m in means[1:]]
-        print(f"| {key[0]} | {key[1]} | {key[2]} | " + " | ".join(cells + ratios) + " |")
+    print_ab_table(["type", "shape", "rows"], labels, times, lambda m: f"{m:.2f}", " us")
 
 
 if __name__ == "__main__":
