@@ -412,7 +412,7 @@ struct Config {
 Config config_for(DType type, int64_t k, int64_t rows) {
   if (rows <= 16) return {16, four_bit(type) && k % 256 == 0 ? 256 : 128, 4};
   if (rows <= 32) return {32, 128, 4};
-  if (rows <= 64) return {64, 128, 2};
+  if (rows <= 64) return {64, type == DType::kQ8_0 || type == DType::kQ6_K ? 64 : 128, 2};
   return {128, 64, 2};
 }
 
@@ -476,7 +476,9 @@ void launch_type(const Params& p, const Config& c, int splits, cudaStream_t s) {
         if (c.bk == 256) return launch<kType, Tiling<kType, 16, 256>>(p, splits, s);
       return launch<kType, Tiling<kType, 16, 128>>(p, splits, s);
     case 32: return launch<kType, Tiling<kType, 32, 128>>(p, splits, s);
-    case 64: return launch<kType, Tiling<kType, 64, 128>>(p, splits, s);
+    case 64:
+      if constexpr (kType == DType::kQ8_0 || kType == DType::kQ6_K) return launch<kType, Tiling<kType, 64, 64>>(p, splits, s);
+      return launch<kType, Tiling<kType, 64, 128>>(p, splits, s);
     default: return launch<kType, Tiling<kType, 128, 64>>(p, splits, s);
   }
 }
