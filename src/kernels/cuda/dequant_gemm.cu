@@ -88,13 +88,15 @@ struct Tiling {
   static constexpr size_t kStageBytes = stage_bytes<kType, kN, kBK>();
   static constexpr size_t kRingBytes = 2 * size_t{ScaleRing<kType, kBK>::kSlotBytes};  // after the stages
   static constexpr int kMaxStages = 4;
-  // The stages' full barriers (8 bytes each): in the last stage's padding past its weights where
-  // it has room, else after the ring (Q8_0 at 64 rows has no shared memory to spare for them).
+  // The stages' full and empty barriers (16 bytes per stage): in the last stage's padding past
+  // its weights where it has room, else after the ring (Q8_0 at 64 rows has no shared memory to
+  // spare for them).
   static constexpr size_t kStagePad = kStageBytes - (size_t{kActBytes} + size_t{kBN} * Raw<kType, kBK>::kRaw);
-  static constexpr size_t kBarsOutside = kStagePad >= 8 * kMaxStages ? 0 : 8 * kMaxStages;
+  static constexpr size_t kBarsOutside = kStagePad >= 16 * kMaxStages ? 0 : 16 * kMaxStages;
   static constexpr int kStages =
       static_cast<int>(std::min<size_t>(kMaxStages, (kBlockSmem - 1024 - kRingBytes - kBarsOutside) / kStageBytes));
-  static constexpr size_t kBarOff = kBarsOutside ? kStages * kStageBytes + kRingBytes : kStages * kStageBytes - 8 * kStages;
+  static constexpr size_t kBarOff =
+      kBarsOutside ? kStages * kStageBytes + kRingBytes : kStages * kStageBytes - 16 * kStages;
   static constexpr size_t kSmem = kStages * kStageBytes + kRingBytes + kBarsOutside + 1024;  // + the alignment pad
   static_assert(kN % 8 == 0 && kN <= 128 && kBK % 64 == 0 && kStages >= 2, "wgmma tiles");
   static_assert(kBlocksPerSm * (kSmem + 1024) <= 228 * 1024, "two blocks per SM");
@@ -104,17 +106,25 @@ struct Tiling {
 // activation tile, swizzled: kBK / 64 x kN x 128 bytes, then the weights: kBN x kRaw), 1024-aligned
 // in dynamic shared memory. The block's output tile is (n0.., m0..), its k range is split
 // blockIdx.z's. The weights (and the scale ring) come by cp.async from every thread; the
-// activation tile by tensor copies (TMA) that thread 0 issues, landing on the stage's full
-// barrier. (Until session 40 every thread copied 16-byte pieces of the tile too: ~75 of a warp's
-// ~235 instructions per step at 128 rows, on each step's critical path.)
+// activation tile by tensor copies (TMA) that thread 0 issues. (Until session 40 every thread
+// copied 16-byte pieces of the tile too: ~75 of a warp's ~235 instructions per step at 128 rows,
+// on each step's critical path.)
+// No block-wide barrier per step: a stage's full barrier completes when every thread's copies
+// into it landed (cp.async arrivals) and the tile's bytes with them; its empty barrier when every
+// warp is done reading it (release(s)). A stage is refilled (refill(s): step s + kStages - 1 into
+// step s - 1's slot) once step s - 1's empty barrier completed, so warps drift apart by up to a
+// step instead of meeting at each one.
 template <DType kType, class T>
 struct Pipeline {
   using Ring = ScaleRing<kType, T::kBK>;
+  static constexpr bool kPlainD = Raw<kType, T::kBK>::kD == 2;  // StageCopies stores Q6_K's d itself
+  static constexpr uint32_t kFullArrivals = T::kThreads * (kPlainD ? 2 : 1) + 1;  // + thread 0's expect_tx
   static_assert(!Ring::kOn || T::kStages - 1 <= Ring::kSteps, "a ring slot is refilled only after its steps");
   const Params& p;
   const CUtensorMap* act_map;  // x as [rows][k], boxes of kN rows x 64 columns
   uint8_t* smem;
-  uint64_t* full;  // per stage: its activation tile landed (phase s / kStages of step s)
+  uint64_t* full;   // per stage: its copies landed (phase s / kStages for step s)
+  uint64_t* empty;  // per stage: every warp done reading it (phase s / kStages after step s)
   int64_t n0, m0, k_begin;
   int steps;
   StageCopies<kType, T::kBK, T::kThreads> copies;
@@ -124,6 +134,7 @@ struct Pipeline {
         act_map(map),
         smem(smem_unaligned + ((1024 - smem_addr(smem_unaligned) % 1024) % 1024)),
         full(reinterpret_cast<uint64_t*>(smem + T::kBarOff)),
+        empty(full + T::kStages),
         n0(int64_t{blockIdx.x} * kBN),
         m0(int64_t{blockIdx.y} * T::kN),
         k_begin(int64_t{blockIdx.z} * p.k_split),
@@ -135,12 +146,15 @@ struct Pipeline {
   __device__ __forceinline__ uint8_t* ring_slot(int step) const {
     return smem + T::kStages * T::kStageBytes + (step / Ring::kSteps % 2) * Ring::kSlotBytes;
   }
-  // Step st's weight copies, with its group's scales when it opens one.
+  // Step st's weight copies, with its group's scales when it opens one, arriving on its full
+  // barrier as they land (Q6_K's plain d store with an arrival of its own).
   __device__ __forceinline__ void weights(int st) const {
     copies.weights(k_begin + int64_t{st} * T::kBK, stage(st) + T::kActBytes);
     if constexpr (Ring::kOn)
       if (st % Ring::kSteps == 0)
         copies.scales(p, static_cast<int>(threadIdx.x), n0, k_begin + int64_t{st} * T::kBK, ring_slot(st));
+    cp_async_mbar_arrive(full + st % T::kStages);
+    if constexpr (kPlainD) mbar_arrive(full + st % T::kStages);
   }
   // Where weight row r (of the block's kBN) of step s lies, its stage at st_base.
   __device__ __forceinline__ RowBytes row_bytes(int s, const uint8_t* st_base, int r) const {
@@ -168,36 +182,40 @@ struct Pipeline {
                      static_cast<int>(m0), bar);
   }
   // The first kStages - 1 steps: weights before the PDL wait (they never change), activations
-  // (and y) after it, since earlier kernels write them. One cp.async commit group per stage
-  // slot, empty or not. Thread 0 sets up the full barriers first.
+  // (and y) after it, since earlier kernels write them. Thread 0 sets up the barriers first.
   __device__ __forceinline__ void prologue() const {
     if (threadIdx.x == 0) {
-      for (int i = 0; i < T::kStages; ++i) mbar_init(full + i);
+      for (int i = 0; i < T::kStages; ++i) {
+        mbar_init(full + i, kFullArrivals);
+        mbar_init(empty + i, T::kThreads / 32);
+      }
       fence_mbar_init();
     }
+    __syncthreads();
     for (int st = 0; st < T::kStages - 1; ++st)
       if (st < steps) weights(st);
-    __syncthreads();
     pdl_wait();
-    for (int st = 0; st < T::kStages - 1; ++st) {
-      if (threadIdx.x == 0 && st < steps) acts(st);
-      cp_async_commit();
-    }
+    if (threadIdx.x == 0)
+      for (int st = 0; st < T::kStages - 1; ++st)
+        if (st < steps) acts(st);
   }
-  // Step s's stage once it landed (this thread's weight copies, then everyone's: the barrier
-  // also means every warp is done with step s - 1; then the activation tile's full barrier),
-  // after issuing step s + kStages - 1 into the slot step s - 1 freed.
-  __device__ __forceinline__ const uint8_t* wait_step(int s) const {
-    cp_async_wait<T::kStages - 2>();
-    __syncthreads();
-    const int next = s + T::kStages - 1;
-    if (next < steps) {
-      weights(next);
-      if (threadIdx.x == 0) acts(next);
-    }
-    cp_async_commit();
+  // Step s's stage, once its copies landed.
+  __device__ __forceinline__ const uint8_t* wait_full(int s) const {
     mbar_wait(full + s % T::kStages, (s / T::kStages) & 1);
     return stage(s);
+  }
+  // Step s + kStages - 1 into the slot of step s - 1, once every warp is done with that.
+  __device__ __forceinline__ void refill(int s) const {
+    const int next = s + T::kStages - 1;
+    if (next >= steps) return;
+    if (s > 0) mbar_wait(empty + (s - 1) % T::kStages, ((s - 1) / T::kStages) & 1);
+    weights(next);
+    if (threadIdx.x == 0) acts(next);
+  }
+  // This warp is done reading step s's stage (and its ring slot).
+  __device__ __forceinline__ void release(int s) const {
+    __syncwarp();
+    if (threadIdx.x % 32 == 0) mbar_arrive(empty + s % T::kStages);
   }
 };
 
@@ -213,7 +231,7 @@ __global__ void __launch_bounds__(T::kThreads, kBlocksPerSm)
   float acc[kN / 2];  // set by the first wgmma (scale_d = 0); every split has at least one step
   pipe.prologue();
   for (int s = 0; s < pipe.steps; ++s) {
-    const uint8_t* st_base = pipe.wait_step(s);  // step s - 1's wgmmas were waited for
+    const uint8_t* st_base = pipe.wait_full(s);  // step s - 1's wgmmas were waited for
     // The stage's tile descriptor; k16 slice kk lies (kk / 4) 64-wide column blocks and (kk % 4)
     // 32-byte steps further, added to the descriptor's address field in 16-byte units (shared
     // addresses stay below 2^18, so the sum never carries out of the field). Building each
@@ -235,15 +253,17 @@ __global__ void __launch_bounds__(T::kThreads, kBlocksPerSm)
       }
     }
     wgmma_commit();
+    // The next copies once this step's wgmmas are issued, while the tensor cores work. (Issuing
+    // them before the step's dequantization where the other warps were already done, s40: slower
+    // nearly everywhere; it delays the step's first wgmma.)
+    pipe.refill(s);
     // Every wgmma of the step done before the next writes A fragments or the ring reuses this
     // stage. (Waiting one step later instead let the next step's dequantization overwrite the
     // registers of A fragments still in flight: wrong sums under register pressure, s18.)
     wgmma_wait<0>();
     wgmma_fence_operands(acc);
+    pipe.release(s);
   }
-  wgmma_wait<0>();
-  wgmma_fence_operands(acc);
-  cp_async_wait<0>();
 
   const TileOut tile(p, pipe.m0, pipe.n0, kN, pipe.m0 + 2 * t, pipe.n0 + row0 + g);
   tile.store([&](auto emit) {
@@ -300,7 +320,8 @@ __global__ void __launch_bounds__(T::kThreads, kBlocksPerSm)
   for (int i = 0; i < kN / 8; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
   pipe.prologue();
   for (int s = 0; s < pipe.steps; ++s) {
-    const uint8_t* st_base = pipe.wait_step(s);
+    const uint8_t* st_base = pipe.wait_full(s);
+    pipe.refill(s);
     const RowBytes row_lo = pipe.row_bytes(s, st_base, row0 + g), row_hi = pipe.row_bytes(s, st_base, row0 + g + 8);
 #pragma unroll
     for (int chunk = 0; chunk < kBK / 32; ++chunk) {
@@ -354,8 +375,8 @@ __global__ void __launch_bounds__(T::kThreads, kBlocksPerSm)
           acc[i][e] = v;
         }
     }
+    pipe.release(s);
   }
-  cp_async_wait<0>();
   const TileOut tile(p, pipe.m0, pipe.n0, kN, pipe.m0 + 2 * t, pipe.n0 + row0 + g);
   tile.store([&](auto emit) {
 #pragma unroll
@@ -392,7 +413,7 @@ struct Config {
 Config config_for(DType type, int64_t k, int64_t rows) {
   if (rows <= 16) return {16, four_bit(type) && k % 256 == 0 ? 256 : 128, 4};
   if (rows <= 32) return {32, 128, 4};
-  if (rows <= 64) return {64, 128, 2};
+  if (rows <= 64) return {64, type == DType::kQ8_0 || type == DType::kQ6_K ? 64 : 128, 2};
   return {128, 64, 2};
 }
 
@@ -456,7 +477,9 @@ void launch_type(const Params& p, const Config& c, int splits, cudaStream_t s) {
         if (c.bk == 256) return launch<kType, Tiling<kType, 16, 256>>(p, splits, s);
       return launch<kType, Tiling<kType, 16, 128>>(p, splits, s);
     case 32: return launch<kType, Tiling<kType, 32, 128>>(p, splits, s);
-    case 64: return launch<kType, Tiling<kType, 64, 128>>(p, splits, s);
+    case 64:
+      if constexpr (kType == DType::kQ8_0 || kType == DType::kQ6_K) return launch<kType, Tiling<kType, 64, 64>>(p, splits, s);
+      return launch<kType, Tiling<kType, 64, 128>>(p, splits, s);
     default: return launch<kType, Tiling<kType, 128, 64>>(p, splits, s);
   }
 }
