@@ -98,6 +98,10 @@ struct Tiling {
   static constexpr size_t kBarOff =
       kBarsOutside ? kStages * kStageBytes + kRingBytes : kStages * kStageBytes - 16 * kStages;
   static constexpr size_t kSmem = kStages * kStageBytes + kRingBytes + kBarsOutside + 1024;  // + the alignment pad
+  // Which pipeline the stages run (Pipeline): barrier-free, or a block barrier per step for Q8_0
+  // and Q6_K at 33-64 rows, where the barrier-free one was 9-19 % slower in session 42 (with 64-
+  // or 128-wide k steps, 3 to 6 stages; it is 3-7 % faster on every other shape it was measured on).
+  static constexpr bool kBarrierFree = !(kN == 64 && (kType == DType::kQ8_0 || kType == DType::kQ6_K));
   static_assert(kN % 8 == 0 && kN <= 128 && kBK % 64 == 0 && kStages >= 2, "wgmma tiles");
   static_assert(kBlocksPerSm * (kSmem + 1024) <= 228 * 1024, "two blocks per SM");
 };
@@ -109,16 +113,21 @@ struct Tiling {
 // activation tile by tensor copies (TMA) that thread 0 issues. (Until session 40 every thread
 // copied 16-byte pieces of the tile too: ~75 of a warp's ~235 instructions per step at 128 rows,
 // on each step's critical path.)
-// No block-wide barrier per step: a stage's full barrier completes when every thread's copies
-// into it landed (cp.async arrivals) and the tile's bytes with them; its empty barrier when every
-// warp is done reading it (release(s)). A stage is refilled (refill(s): step s + kStages - 1 into
-// step s - 1's slot) once step s - 1's empty barrier completed, so warps drift apart by up to a
-// step instead of meeting at each one.
+// Barrier-free (T::kBarrierFree, since session 42): a stage's full barrier completes when every
+// thread's copies into it landed (cp.async arrivals) and the tile's bytes with them; its empty
+// barrier when every warp is done reading it (release(s)). A stage is refilled (refill(s): step
+// s + kStages - 1 into step s - 1's slot) once step s - 1's empty barrier completed, so warps drift
+// apart by up to a step instead of meeting at each one. Otherwise (the form before session 42) a
+// block barrier per step: wait_step(s) waits for this thread's copies, meets the block (every warp
+// then done with step s - 1), issues step s + kStages - 1 into that slot and waits for the tile's
+// full barrier; refill and release do nothing.
 template <DType kType, class T>
 struct Pipeline {
   using Ring = ScaleRing<kType, T::kBK>;
   static constexpr bool kPlainD = Raw<kType, T::kBK>::kD == 2;  // StageCopies stores Q6_K's d itself
-  static constexpr uint32_t kFullArrivals = T::kThreads * (kPlainD ? 2 : 1) + 1;  // + thread 0's expect_tx
+  static constexpr bool kFree = T::kBarrierFree;
+  // Barrier-free: every thread's copies (and Q6_K's d stores) + thread 0's expect_tx; else that alone.
+  static constexpr uint32_t kFullArrivals = kFree ? T::kThreads * (kPlainD ? 2 : 1) + 1 : 1;
   static_assert(!Ring::kOn || T::kStages - 1 <= Ring::kSteps, "a ring slot is refilled only after its steps");
   const Params& p;
   const CUtensorMap* act_map;  // x as [rows][k], boxes of kN rows x 64 columns
@@ -153,8 +162,10 @@ struct Pipeline {
     if constexpr (Ring::kOn)
       if (st % Ring::kSteps == 0)
         copies.scales(p, static_cast<int>(threadIdx.x), n0, k_begin + int64_t{st} * T::kBK, ring_slot(st));
-    cp_async_mbar_arrive(full + st % T::kStages);
-    if constexpr (kPlainD) mbar_arrive(full + st % T::kStages);
+    if constexpr (kFree) {
+      cp_async_mbar_arrive(full + st % T::kStages);
+      if constexpr (kPlainD) mbar_arrive(full + st % T::kStages);
+    }
   }
   // Where weight row r (of the block's kBN) of step s lies, its stage at st_base.
   __device__ __forceinline__ RowBytes row_bytes(int s, const uint8_t* st_base, int r) const {
@@ -183,39 +194,60 @@ struct Pipeline {
   }
   // The first kStages - 1 steps: weights before the PDL wait (they never change), activations
   // (and y) after it, since earlier kernels write them. Thread 0 sets up the barriers first.
+  // (Barrier path: one cp.async commit group per stage slot, empty or not.)
   __device__ __forceinline__ void prologue() const {
     if (threadIdx.x == 0) {
       for (int i = 0; i < T::kStages; ++i) {
         mbar_init(full + i, kFullArrivals);
-        mbar_init(empty + i, T::kThreads / 32);
+        if constexpr (kFree) mbar_init(empty + i, T::kThreads / 32);
       }
       fence_mbar_init();
     }
-    __syncthreads();
+    if constexpr (kFree) __syncthreads();
     for (int st = 0; st < T::kStages - 1; ++st)
       if (st < steps) weights(st);
+    if constexpr (!kFree) __syncthreads();
     pdl_wait();
-    if (threadIdx.x == 0)
-      for (int st = 0; st < T::kStages - 1; ++st)
-        if (st < steps) acts(st);
+    for (int st = 0; st < T::kStages - 1; ++st) {
+      if (threadIdx.x == 0 && st < steps) acts(st);
+      if constexpr (!kFree) cp_async_commit();
+    }
   }
   // Step s's stage, once its copies landed.
-  __device__ __forceinline__ const uint8_t* wait_full(int s) const {
+  __device__ __forceinline__ const uint8_t* wait_step(int s) const {
+    if constexpr (!kFree) {
+      cp_async_wait<T::kStages - 2>();
+      __syncthreads();
+      const int next = s + T::kStages - 1;
+      if (next < steps) {
+        weights(next);
+        if (threadIdx.x == 0) acts(next);
+      }
+      cp_async_commit();
+    }
     mbar_wait(full + s % T::kStages, (s / T::kStages) & 1);
     return stage(s);
   }
   // Step s + kStages - 1 into the slot of step s - 1, once every warp is done with that.
   __device__ __forceinline__ void refill(int s) const {
-    const int next = s + T::kStages - 1;
-    if (next >= steps) return;
-    if (s > 0) mbar_wait(empty + (s - 1) % T::kStages, ((s - 1) / T::kStages) & 1);
-    weights(next);
-    if (threadIdx.x == 0) acts(next);
+    if constexpr (kFree) {
+      const int next = s + T::kStages - 1;
+      if (next >= steps) return;
+      if (s > 0) mbar_wait(empty + (s - 1) % T::kStages, ((s - 1) / T::kStages) & 1);
+      weights(next);
+      if (threadIdx.x == 0) acts(next);
+    }
   }
   // This warp is done reading step s's stage (and its ring slot).
   __device__ __forceinline__ void release(int s) const {
-    __syncwarp();
-    if (threadIdx.x % 32 == 0) mbar_arrive(empty + s % T::kStages);
+    if constexpr (kFree) {
+      __syncwarp();
+      if (threadIdx.x % 32 == 0) mbar_arrive(empty + s % T::kStages);
+    }
+  }
+  // After the last step: the barrier path's trailing (empty) commit groups.
+  __device__ __forceinline__ void drain() const {
+    if constexpr (!kFree) cp_async_wait<0>();
   }
 };
 
@@ -231,7 +263,7 @@ __global__ void __launch_bounds__(T::kThreads, kBlocksPerSm)
   float acc[kN / 2];  // set by the first wgmma (scale_d = 0); every split has at least one step
   pipe.prologue();
   for (int s = 0; s < pipe.steps; ++s) {
-    const uint8_t* st_base = pipe.wait_full(s);  // step s - 1's wgmmas were waited for
+    const uint8_t* st_base = pipe.wait_step(s);  // step s - 1's wgmmas were waited for
     // The stage's tile descriptor; k16 slice kk lies (kk / 4) 64-wide column blocks and (kk % 4)
     // 32-byte steps further, added to the descriptor's address field in 16-byte units (shared
     // addresses stay below 2^18, so the sum never carries out of the field). Building each
@@ -264,6 +296,7 @@ __global__ void __launch_bounds__(T::kThreads, kBlocksPerSm)
     wgmma_fence_operands(acc);
     pipe.release(s);
   }
+  pipe.drain();
 
   const TileOut tile(p, pipe.m0, pipe.n0, kN, pipe.m0 + 2 * t, pipe.n0 + row0 + g);
   tile.store([&](auto emit) {
@@ -320,7 +353,7 @@ __global__ void __launch_bounds__(T::kThreads, kBlocksPerSm)
   for (int i = 0; i < kN / 8; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
   pipe.prologue();
   for (int s = 0; s < pipe.steps; ++s) {
-    const uint8_t* st_base = pipe.wait_full(s);
+    const uint8_t* st_base = pipe.wait_step(s);
     pipe.refill(s);
     const RowBytes row_lo = pipe.row_bytes(s, st_base, row0 + g), row_hi = pipe.row_bytes(s, st_base, row0 + g + 8);
 #pragma unroll
@@ -377,6 +410,7 @@ __global__ void __launch_bounds__(T::kThreads, kBlocksPerSm)
     }
     pipe.release(s);
   }
+  pipe.drain();
   const TileOut tile(p, pipe.m0, pipe.n0, kN, pipe.m0 + 2 * t, pipe.n0 + row0 + g);
   tile.store([&](auto emit) {
 #pragma unroll
@@ -413,7 +447,7 @@ struct Config {
 Config config_for(DType type, int64_t k, int64_t rows) {
   if (rows <= 16) return {16, four_bit(type) && k % 256 == 0 ? 256 : 128, 4};
   if (rows <= 32) return {32, 128, 4};
-  if (rows <= 64) return {64, type == DType::kQ8_0 || type == DType::kQ6_K ? 64 : 128, 2};
+  if (rows <= 64) return {64, 128, 2};
   return {128, 64, 2};
 }
 
@@ -477,9 +511,7 @@ void launch_type(const Params& p, const Config& c, int splits, cudaStream_t s) {
         if (c.bk == 256) return launch<kType, Tiling<kType, 16, 256>>(p, splits, s);
       return launch<kType, Tiling<kType, 16, 128>>(p, splits, s);
     case 32: return launch<kType, Tiling<kType, 32, 128>>(p, splits, s);
-    case 64:
-      if constexpr (kType == DType::kQ8_0 || kType == DType::kQ6_K) return launch<kType, Tiling<kType, 64, 64>>(p, splits, s);
-      return launch<kType, Tiling<kType, 64, 128>>(p, splits, s);
+    case 64: return launch<kType, Tiling<kType, 64, 128>>(p, splits, s);
     default: return launch<kType, Tiling<kType, 128, 64>>(p, splits, s);
   }
 }
