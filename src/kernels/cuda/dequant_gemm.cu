@@ -80,7 +80,7 @@ struct TileOut {
 // twice the rows, 1.1-1.2x slower at 64-128 rows: two independent blocks per SM keep the
 // tensor cores busier than one with half the activation traffic.)
 // Stages: 4, or as many as leave kBlocksPerSm blocks their shared memory (Tiling::kStages: e.g.
-// Q8_0, Q5_K and Q6_K at 64 rows, Q4_1, Q4_K and Q5_K at 16: 3).
+// Q5_K and Q6_K at 64 rows, Q4_1, Q4_K and Q5_K at 16: 3; Q8_0 at 64 rows: 2, 64 bytes short of 3).
 template <DType kType, int kN_, int kBK_>
 struct Tiling {
   static constexpr int kN = kN_, kBK = kBK_, kThreads = 256;
@@ -89,8 +89,8 @@ struct Tiling {
   static constexpr size_t kRingBytes = 2 * size_t{ScaleRing<kType, kBK>::kSlotBytes};  // after the stages
   static constexpr int kMaxStages = 4;
   // The stages' full and empty barriers (16 bytes per stage): in the last stage's padding past
-  // its weights where it has room, else after the ring (Q8_0 at 64 rows has no shared memory to
-  // spare for them).
+  // its weights where it has room, else after the ring (with kBN = 128 rows of an odd number of
+  // 16-byte units the weights end a stage exactly, so today always after the ring).
   static constexpr size_t kStagePad = kStageBytes - (size_t{kActBytes} + size_t{kBN} * Raw<kType, kBK>::kRaw);
   static constexpr size_t kBarsOutside = kStagePad >= 16 * kMaxStages ? 0 : 16 * kMaxStages;
   static constexpr int kStages =
