@@ -193,7 +193,9 @@ struct Pipeline {
                      static_cast<int>(m0), bar);
   }
   // The first kStages - 1 steps: weights before the PDL wait (they never change), activations
-  // (and y) after it, since earlier kernels write them. Thread 0 sets up the barriers first.
+  // (and y) after it, since earlier kernels write them. Thread 0 sets up the barriers first;
+  // barrier-free, the block meets before the first weights() since those arrive on the full
+  // barriers, while the barrier path's weights() never touch them and meet after issuing.
   // (Barrier path: one cp.async commit group per stage slot, empty or not.)
   __device__ __forceinline__ void prologue() const {
     if (threadIdx.x == 0) {
