@@ -4,12 +4,13 @@
 #   1. runs every label's *_test binaries (TEST_FILTER: a gtest filter; TESSERA_TEST_DUMMY etc.
 #      pass through) into $OUT/tests_<label>.txt, and with MEMCHECK=1 compute-sanitizer memcheck
 #      of the tests in MEMCHECK_FILTER under each variant (not main) into $OUT/memcheck_<label>.txt;
-#   2. dg_env_ab.sh over the labels' mmq_bench (ROWS, TYPES, ROUNDS as there; DG_AB=0 skips);
+#   2. dg_env_ab.sh over the labels' mmq_bench (ROWS, TYPES, ROUNDS as there);
 #   3. engine_env_ab.sh over the labels' tessera, if packed (ENGINE_LABELS: a space-separated
 #      subset, main first; DONOR: CARRY/tok_donor.gguf.xz when there; ENGINE_TYPES, BATCH,
 #      ENGINE_ROUNDS);
 # and writes $OUT/summary.md: each label's test verdicts, then the two tables. A label whose
-# tests fail still gets measured (the summary says it failed).
+# tests fail still gets measured (the summary says it failed). STEPS: which of "tests dg engine"
+# to run (default all; e.g. a second call on the warm machine with STEPS=engine ENGINE_LABELS=..).
 #   OUT=$OUT bash bench/cuda/variants_check.sh build-carry-variants
 set -u -o pipefail
 carry=${1:?usage: $0 CARRY_DIR}
@@ -39,7 +40,9 @@ count() {  # gtest's closing count of $1 (PASSED, FAILED, SKIPPED) in log $2, 0 
   n=$(grep -oE "^\[ +$1 +\] [0-9]+ tests?" "$2" | tail -1 | grep -oE '[0-9]+')
   echo "${n:-0}"
 }
+step() { case " ${STEPS:-tests dg engine} " in *" $1 "*) return 0 ;; esac; return 1; }
 for l in "${labels[@]}"; do
+  step tests || break
   for t in "$dir/$l"/*_test; do
     [ -x "$t" ] || continue
     one=$(mktemp)
@@ -64,12 +67,12 @@ specs() {  # label=binary for the labels (of $2, default all) that packed $1
   done
 }
 mapfile -t mb < <(specs mmq_bench)
-if [ "${DG_AB:-1}" != 0 ] && [ ${#mb[@]} -ge 2 ]; then
+if step dg && [ ${#mb[@]} -ge 2 ]; then
   OUT=$out bash "$here/dg_env_ab.sh" "${mb[@]}" > /dev/null
   { echo; echo "## dequant_gemm kernels (us; ratio to main)"; cat "$out/dg_ab.md"; } >> "$summary"
 fi
 mapfile -t te < <(specs tessera "${ENGINE_LABELS:-}")
-if [ ${#te[@]} -ge 2 ]; then
+if step engine && [ ${#te[@]} -ge 2 ]; then
   donor=${DONOR:-}
   if [ -z "$donor" ] && [ -f "$carry/tok_donor.gguf.xz" ]; then
     donor=/tmp/tok_donor.gguf

@@ -51,7 +51,7 @@ def test_tests_and_tables_per_variant(tmp_path):
     pack(carry / "bins.tar.xz", files)
     (carry / "base_commit").write_text("abc123\n")
     env = dict(os.environ, OUT=str(tmp_path / "out"), VARIANTS_DIR=str(tmp_path / "variants"), ROUNDS="1",
-               ROWS="64", TYPES="q8_0", ENGINE_TYPES="q8_0", DONOR="/nonexistent.gguf", MEMCHECK="0")
+               ROWS="64", TYPES="q8_0", ENGINE_TYPES="q8_0", DONOR="/nonexistent.gguf")
     r = subprocess.run(["bash", str(SCRIPT), str(carry)], capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 0, r.stderr
     summary = (tmp_path / "out" / "summary.md").read_text().splitlines()
@@ -67,16 +67,18 @@ def test_tests_and_tables_per_variant(tmp_path):
     assert "| q8_0 | decode, batch 64 (tokens/s) | 10,000 | 10,500 | 11,000 | 1.050 | 1.100 |" in engine
 
 
-def test_engine_labels_pick_a_subset(tmp_path):
+def test_steps_and_engine_labels_pick_a_subset(tmp_path):
     carry = tmp_path / "carry"
     carry.mkdir()
     files = {}
     for label, tps in (("main", "10000"), ("a", "11000"), ("b", "12000")):
         files[f"{label}/tessera"] = FAKE_TESSERA.replace("TPS", tps)
+        files[f"{label}/dequant_gemm_cuda_test"] = FAKE_TEST.replace("NPASS", "3").replace("NFAIL", "0")
     pack(carry / "bins.tar.xz", files)
     env = dict(os.environ, OUT=str(tmp_path / "out"), VARIANTS_DIR=str(tmp_path / "variants"), ENGINE_TYPES="q8_0",
-               DONOR="/nonexistent.gguf", ENGINE_LABELS="main b")
+               DONOR="/nonexistent.gguf", ENGINE_LABELS="main b", STEPS="engine")
     r = subprocess.run(["bash", str(SCRIPT), str(carry)], capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 0, r.stderr
     summary = (tmp_path / "out" / "summary.md").read_text().splitlines()
     assert "| q8_0 | decode, batch 64 (tokens/s) | 10,000 | 12,000 | 1.200 |" in summary
+    assert not any(l.startswith("| main |") for l in summary)  # STEPS=engine: no tests
