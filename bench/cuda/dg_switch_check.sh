@@ -6,14 +6,18 @@
 # memcheck under the last one (the tests in MEMCHECK_FILTER, default the PDL chains), then dg_env_ab.sh over the baseline and the candidate under each
 # setting in AB (";"-separated label=NAME=VALUE,... ; label= alone for no variables). Results in
 # $OUT: dg_tests.txt, dg_memcheck.txt, dg_ab.txt / dg_ab.md.
-#   bash bench/cuda/dg_switch_check.sh build-carry-s41-c1
+#   TEST_ENVS="-;TESSERA_DG_SCALED=0" AB="cand=;rounded=TESSERA_DG_SCALED=0" \
+#     bash bench/cuda/dg_switch_check.sh build-carry-dg
 set -u -o pipefail
 carry=${1:?usage: $0 CARRY_DIR}
 out=${OUT:-dg_switch_out}; mkdir -p "$out" /tmp/dgsw
 here=$(dirname "$0")
-BASE=${BASE:-mmq_bench_main} CAND=${CAND:-mmq_bench_sk} TEST=${TEST:-dgt_sk}
-TEST_ENVS=${TEST_ENVS:-"-;TESSERA_DG_PAIR=0;TESSERA_DG_PIPE=1;TESSERA_DG_PIPE=1 TESSERA_DG_PAIR=0;TESSERA_DG_SK=1;TESSERA_DG_SK=1 TESSERA_DG_SK_WORKERS=7"}
-AB=${AB:-"pair=;mbar=TESSERA_DG_PAIR=0;pipe=TESSERA_DG_PIPE=1;sk=TESSERA_DG_SK=1"}
+# (The defaults: the candidate as built, no switches. Session 41's switches, TESSERA_DG_PAIR /
+# _PIPE / _SK, lived on branches that did not land; patch variants without switches:
+# variants_pack.sh / variants_check.sh.)
+BASE=${BASE:-mmq_bench_main} CAND=${CAND:-mmq_bench_cand} TEST=${TEST:-dgt_cand}
+TEST_ENVS=${TEST_ENVS:-"-"}
+AB=${AB:-"cand="}
 for b in "$BASE" "$CAND" "$TEST"; do
   bash "$here/unxz.sh" "$carry/$b.xz" "/tmp/dgsw/$b" || { echo "dg_switch_check: no $carry/$b.xz" >&2; exit 2; }
 done

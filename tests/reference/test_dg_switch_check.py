@@ -28,8 +28,8 @@ def test_every_setting_and_variant(tmp_path):
     carry = tmp_path / "carry"
     carry.mkdir()
     xz(carry / "mmq_bench_main.xz", FAKE_BENCH.replace("us=40;", "us=50;"))
-    xz(carry / "mmq_bench_sk.xz", FAKE_BENCH)
-    xz(carry / "dgt_sk.xz", FAKE_TEST)
+    xz(carry / "mmq_bench_cand.xz", FAKE_BENCH)
+    xz(carry / "dgt_cand.xz", FAKE_TEST)
     env = dict(os.environ, OUT=str(tmp_path / "out"), ROUNDS="1", ROWS="128", TYPES="q4_0",
                TEST_ENVS="-;TESSERA_DG_PIPE=1 TESSERA_DG_PAIR=0", AB="pair=;sk=TESSERA_DG_SK=1;mbar=TESSERA_DG_PAIR=0")
     env.pop("TESSERA_DG_SK", None)
