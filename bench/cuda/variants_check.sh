@@ -3,7 +3,8 @@
 # (python's tarfile: the GPU machines have no xz), then
 #   1. runs every label's *_test binaries (TEST_FILTER: a gtest filter; TESSERA_TEST_DUMMY etc.
 #      pass through) into $OUT/tests_<label>.txt, and with MEMCHECK=1 compute-sanitizer memcheck
-#      of the tests in MEMCHECK_FILTER under each variant (not main) into $OUT/memcheck_<label>.txt;
+#      of the tests in MEMCHECK_FILTER under each variant (not main) into
+#      $OUT/memcheck_<label>_<test>.txt;
 #   2. dg_env_ab.sh over the labels' mmq_bench (ROWS, TYPES, ROUNDS as there);
 #   3. engine_env_ab.sh over the labels' tessera, if packed (ENGINE_LABELS: a space-separated
 #      subset, main first; DONOR: CARRY/tok_donor.gguf.xz when there; ENGINE_TYPES, BATCH,
@@ -41,25 +42,29 @@ count() {  # gtest's closing count of $1 (PASSED, FAILED, SKIPPED) in log $2, 0 
   echo "${n:-0}"
 }
 step() { case " ${STEPS:-tests dg engine} " in *" $1 "*) return 0 ;; esac; return 1; }
-for l in "${labels[@]}"; do
-  step tests || break
-  for t in "$dir/$l"/*_test; do
+run_tests() {  # label: its *_test binaries, one summary row each (and memcheck rows with MEMCHECK=1)
+  local t one rc passed verdict mc
+  for t in "$dir/$1"/*_test; do
     [ -x "$t" ] || continue
     one=$(mktemp)
     timeout "${TEST_TIMEOUT:-300}" "$t" ${TEST_FILTER:+--gtest_filter="$TEST_FILTER"} > "$one" 2>&1
     rc=$?
-    { echo "== $(basename "$t") (rc $rc)"; cat "$one"; } >> "$out/tests_$l.txt"
+    { echo "== $(basename "$t") (rc $rc)"; cat "$one"; } >> "$out/tests_$1.txt"
+    passed=$(count PASSED "$one")
     verdict="FAILED (rc $rc)"
-    if [ $rc = 0 ]; then verdict=pass; [ "$(count PASSED "$one")" = 0 ] && verdict="nothing ran"; fi
-    echo "| $l | $(basename "$t") | $verdict: $(count PASSED "$one") passed, $(count FAILED "$one") failed, $(count SKIPPED "$one") skipped |" >> "$summary"
+    if [ $rc = 0 ]; then verdict=pass; [ "$passed" = 0 ] && verdict="nothing ran"; fi
+    echo "| $1 | $(basename "$t") | $verdict: $passed passed, $(count FAILED "$one") failed, $(count SKIPPED "$one") skipped |" >> "$summary"
     rm -f "$one"
-    if [ "${MEMCHECK:-0}" = 1 ] && [ "$l" != main ] && command -v compute-sanitizer > /dev/null; then
-      timeout 300 compute-sanitizer --tool memcheck "$t" --gtest_filter="${MEMCHECK_FILTER:-*}" \
-        > "$out/memcheck_$l.txt" 2>&1
-      echo "| $l | memcheck $(basename "$t") | $(grep -m1 'ERROR SUMMARY' "$out/memcheck_$l.txt" || echo 'no summary') |" >> "$summary"
+    if [ "${MEMCHECK:-0}" = 1 ] && [ "$1" != main ] && command -v compute-sanitizer > /dev/null; then
+      mc=$out/memcheck_$1_$(basename "$t").txt
+      timeout 300 compute-sanitizer --tool memcheck "$t" --gtest_filter="${MEMCHECK_FILTER:-*}" > "$mc" 2>&1
+      echo "| $1 | memcheck $(basename "$t") | $(grep -m1 'ERROR SUMMARY' "$mc" || echo 'no summary') |" >> "$summary"
     fi
   done
-done
+}
+if step tests; then
+  for l in "${labels[@]}"; do run_tests "$l"; done
+fi
 specs() {  # label=binary for the labels (of $2, default all) that packed $1
   local l
   for l in "${labels[@]}"; do

@@ -2,7 +2,8 @@
 # Builds the baseline (HEAD) and patch variants of the CUDA target for one device call, and packs
 # them into one carry: CARRY/bins.tar.xz holds LABEL/<target> for "main" and every variant (xz
 # with a 192 MiB dictionary: the variants share most of their bytes, so main and three variants of
-# mmq_bench, dequant_gemm_cuda_test, llama_cuda_test and tessera take 26 MB, main's alone 24). variants_check.sh runs them on the device.
+# mmq_bench, dequant_gemm_cuda_test, llama_cuda_test and tessera take 26 MB, main's alone 24).
+# variants_check.sh runs them on the device.
 #   VARIANTS="planar=P1 nopad=P1+P2" TARGETS="mmq_bench dequant_gemm_cuda_test" \
 #     bash bench/cuda/variants_pack.sh build-carry-variants
 # Each variant is HEAD with its patches (paths relative to the repository root, "+"-joined)
