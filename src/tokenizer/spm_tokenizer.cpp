@@ -1,11 +1,14 @@
-// SentencePiece-style BPE (tokenizer.ggml.model "llama"): spaces become U+2581, then adjacent
-// pieces are merged greedily by vocabulary score (highest first), as llama.cpp's SPM tokenizer
-// does; characters left outside the vocabulary fall back to <0xNN> byte tokens.
+// SentencePiece-style BPE: spaces become U+2581, then adjacent pieces join, best pair first;
+// characters left outside the vocabulary fall back to <0xNN> byte tokens. Pairs rank by the
+// joined piece's vocabulary score (tokenizer.ggml.model "llama", as llama.cpp's SPM tokenizer
+// does) or, for Hugging Face tokenizer.json files (BPE with byte_fallback: Llama-2, Mistral),
+// by their position in the merge list, as the `tokenizers` package does.
 #include <array>
 #include <limits>
-#include <queue>
+#include <optional>
 #include <string>
 
+#include "tokenizer/bpe_merge.h"
 #include "tokenizer/tokenizer_impl.h"
 #include "tokenizer/unicode_utf8.h"
 
@@ -26,6 +29,12 @@ class SpmTokenizer final : public Tokenizer {
     scores_.resize(n, 0.0f);
     for (float& s : scores_)  // NaN would break the queue's ordering
       if (s != s) s = -std::numeric_limits<float>::infinity();
+    ranks_ = MergeRanks(cfg.merges);
+    cfg.merges.clear();
+    prefix_first_only_ = cfg.space_prefix_first_only;
+    prefix_unless_space_ = cfg.space_prefix_unless_space;
+    split_at_spaces_ = cfg.split_at_spaces;
+    fuse_unk_ = cfg.fuse_unk;
     add_bos_ = true;
     add_space_prefix_ = true;
     pre_name_ = "default";
@@ -58,85 +67,78 @@ class SpmTokenizer final : public Tokenizer {
     return out;
   }
 
-  void encode_fragment(std::string_view raw, bool after_special,
+  void encode_fragment(std::string_view raw, FragmentPlace place,
                        std::vector<int32_t>& out) const override {
-    // The space prefix goes before the first fragment and before each fragment that follows a
-    // special token, matching llama.cpp (and SentencePiece's add_dummy_prefix per segment).
     std::string text;
     text.reserve(raw.size() + 8);
-    if (add_space_prefix_ && after_special) text += kSpace;
     for (char c : raw) {
       if (c == ' ')
         text += kSpace;
       else
         text.push_back(c);
     }
+    if (wants_space_prefix(text, place)) text.insert(0, kSpace);
+    if (!split_at_spaces_) {
+      encode_word(text, out);
+      return;
+    }
+    // Metaspace split=true: a word starts at each U+2581 (the space joins the word after it).
+    const std::string_view all = text;
+    size_t begin = 0;
+    for (size_t at = all.find(kSpace, 1); at != std::string_view::npos; at = all.find(kSpace, at + 1)) {
+      encode_word(all.substr(begin, at - begin), out);
+      begin = at;
+    }
+    encode_word(all.substr(begin), out);
+  }
 
-    std::vector<Symbol> sym;
-    for (size_t off = 0; off < text.size();) {
-      const size_t len =
-          std::min(text.size() - off, utf8::lead_length(static_cast<uint8_t>(text[off])));
-      const int idx = static_cast<int>(sym.size());
-      sym.push_back({idx - 1, off + len == text.size() ? -1 : idx + 1, off, len});
-      off += len;
+ private:
+  // llama.cpp (and the legacy Prepend normalizer) prefix every fragment: the first one and each
+  // after a special token, which is every text fragment. Metaspace skips fragments that
+  // already start with a space and, with prepend_scheme "first", all but the text's start.
+  bool wants_space_prefix(std::string_view text, FragmentPlace place) const {
+    if (!add_space_prefix_ || text.empty()) return false;
+    if (prefix_first_only_ ? !place.at_text_start : !place.after_special) return false;
+    return !(prefix_unless_space_ && text.substr(0, kSpace.size()) == kSpace);
+  }
+
+  void encode_word(std::string_view word, std::vector<int32_t>& out) const {
+    if (word.empty()) return;
+    std::vector<MergedSpan> spans;
+    if (ranks_.empty()) {
+      // Any adjacent pair whose join is a vocabulary entry; the highest score first.
+      spans = bpe_merge(word, [&](std::string_view l, std::string_view r) -> std::optional<float> {
+        const int32_t id = find_token(std::string_view(l.data(), l.size() + r.size()));
+        return id < 0 ? std::nullopt : std::optional<float>(-scores_[id]);
+      });
+    } else {
+      std::string key;
+      spans = bpe_merge(word, [&](std::string_view l, std::string_view r) { return ranks_.rank(l, r, key); });
     }
-    std::priority_queue<Bigram, std::vector<Bigram>, Worse> queue;
-    auto try_add = [&](int l, int r) {
-      if (l < 0 || r < 0) return;
-      const size_t len = sym[l].len + sym[r].len;
-      const int32_t id = find_token(std::string_view(text).substr(sym[l].off, len));
-      if (id >= 0) queue.push({l, r, scores_[id], len});
-    };
-    for (int i = 1; i < static_cast<int>(sym.size()); ++i) try_add(i - 1, i);
-    while (!queue.empty()) {
-      const Bigram bg = queue.top();
-      queue.pop();
-      Symbol& l = sym[bg.left];
-      Symbol& r = sym[bg.right];
-      // Symbols only grow by absorbing their right neighbour, so an entry is stale exactly when
-      // one side is gone or has grown since it was queued.
-      if (l.len == 0 || r.len == 0 || l.len + r.len != bg.len) continue;
-      l.len += r.len;
-      r.len = 0;
-      l.next = r.next;
-      if (r.next >= 0) sym[r.next].prev = bg.left;
-      try_add(l.prev, bg.left);
-      try_add(bg.left, l.next);
-    }
-    for (int i = sym.empty() ? -1 : 0; i != -1; i = sym[i].next) {
-      const std::string_view s = std::string_view(text).substr(sym[i].off, sym[i].len);
+    bool last_unk = false;
+    for (const MergedSpan& m : spans) {
+      const std::string_view s = word.substr(m.off, m.len);
       if (int32_t id = find_token(s); id >= 0) {
         out.push_back(id);
+        last_unk = false;
         continue;
       }
-      // Every merged symbol is a vocabulary entry, so only single characters get here.
+      // Every joined symbol is a vocabulary entry, so only single characters get here.
       bool all_bytes = true;
       for (unsigned char c : s) all_bytes = all_bytes && byte_ids_[c] >= 0;
       if (all_bytes) {
         for (unsigned char c : s) out.push_back(byte_ids_[c]);
+        last_unk = false;
       } else if (unk_id_ >= 0) {
-        out.push_back(unk_id_);
+        if (!(fuse_unk_ && last_unk)) out.push_back(unk_id_);
+        last_unk = true;
       }
     }
   }
 
- private:
-  struct Symbol {
-    int prev, next;
-    size_t off, len;
-  };
-  struct Bigram {
-    int left, right;
-    float score;
-    size_t len;
-  };
-  struct Worse {  // highest score first, then leftmost
-    bool operator()(const Bigram& a, const Bigram& b) const {
-      return a.score < b.score || (a.score == b.score && a.left > b.left);
-    }
-  };
-
   std::vector<float> scores_;
+  MergeRanks ranks_;  // empty: join by score
+  bool prefix_first_only_ = false, prefix_unless_space_ = false, split_at_spaces_ = false, fuse_unk_ = false;
   std::array<int32_t, 256> byte_ids_{};
 };
 

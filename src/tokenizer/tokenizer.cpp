@@ -100,6 +100,7 @@ Status Tokenizer::init_common(TokenizerConfig& cfg) {
   if (cfg.add_bos) add_bos_ = *cfg.add_bos;  // the subclass set the model-type default
   add_eos_ = cfg.add_eos.value_or(false);
   if (cfg.add_space_prefix) add_space_prefix_ = *cfg.add_space_prefix;
+  strip_prefix_after_specials_ = cfg.strip_prefix_after_specials;
   if (add_bos_ && bos_id_ < 0)
     return Status(ErrorCode::kCorruptData, "add_bos_token is true but there is no BOS token");
   if (add_eos_ && eos_id_ < 0)
@@ -173,7 +174,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, const EncodeOption
       out.push_back(f.id);
       after_special = true;
     } else {
-      encode_fragment(text.substr(f.off, f.len), after_special, out);
+      encode_fragment(text.substr(f.off, f.len), {after_special, f.off == 0}, out);
       after_special = false;
     }
   }
@@ -209,7 +210,12 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool render_speci
   size_t strip_at = ids.size();
   if (kind() == TokenizerKind::kSentencePiece && add_space_prefix_) {
     strip_at = 0;
-    while (!render_special && strip_at < ids.size() && ids[strip_at] == bos_id_) ++strip_at;
+    auto skipped = [&](int32_t id) {
+      if (id == bos_id_) return true;
+      const int32_t t = in_range(id) ? token_types_[id] : kTokenUnused;
+      return strip_prefix_after_specials_ && (t == kTokenControl || t == kTokenUnknown);
+    };
+    while (!render_special && strip_at < ids.size() && skipped(ids[strip_at])) ++strip_at;
   }
   for (size_t i = 0; i < ids.size(); ++i) {
     std::string piece = token_bytes(ids[i], render_special);

@@ -1,5 +1,6 @@
-// Tokenizers built from GGUF metadata (tokenizer.ggml.*): byte-level BPE (GPT-2 family, with
-// the pre-tokenizer that tokenizer.ggml.pre names) and SentencePiece-style (Llama-2, Mistral).
+// Tokenizers built from GGUF metadata (tokenizer.ggml.*) or Hugging Face tokenizer.json files:
+// byte-level BPE (GPT-2 family, with the pre-tokenizer that tokenizer.ggml.pre names) and
+// SentencePiece-style (Llama-2, Mistral).
 // Token ids match llama.cpp's tokenizer for the same file (tests/reference checks this).
 //
 //   auto tok = Tokenizer::from_gguf(file);
@@ -49,6 +50,20 @@ struct TokenizerConfig {
   std::string pre;                   // tokenizer.ggml.pre (BPE only); "" -> "default"
   std::optional<int32_t> bos_id, eos_id, unk_id, eot_id, eom_id;
   std::optional<bool> add_bos, add_eos, add_space_prefix;
+  // SentencePiece-style Hugging Face tokenizer.json files (kind kSentencePiece with non-empty
+  // `merges`: pairs join by merge rank, not by score). Where the space prefix goes: llama.cpp
+  // and the legacy Prepend normalizer put it before every text fragment (the first one and
+  // each one after a special token); the Metaspace pre-tokenizer puts it only where the
+  // fragment does not already start with a space, and with prepend_scheme "first" only on the
+  // fragment at the start of the text.
+  bool space_prefix_first_only = false;
+  bool space_prefix_unless_space = false;
+  bool split_at_spaces = false;  // Metaspace split=true: merges stop at each word's leading space
+  bool fuse_unk = false;         // consecutive unknown characters become one <unk>
+  // decode() drops the space prefix from the first token after any leading tokens that render
+  // as nothing (HF's Strip / Metaspace decoders, which see the ids left after skipping special
+  // tokens), not only after leading BOS tokens (llama.cpp).
+  bool strip_prefix_after_specials = false;
   // Hugging Face tokenizer.json (BPE only): when non-empty, these regexes (in order) replace the
   // `pre` family's list and `pre` is only a display name; ignore_merges overrides the family's.
   std::vector<std::string> pre_regexes;
@@ -77,9 +92,10 @@ class Tokenizer {
   static Expected<std::unique_ptr<Tokenizer>> from_config(TokenizerConfig config);
   // The config from_gguf would build (exposed for tools and tests).
   static Expected<TokenizerConfig> config_from_gguf(const gguf::File& file);
-  // Hugging Face tokenizer.json (byte-level BPE: model.type "BPE" with a ByteLevel
-  // pre-tokenizer) and, optionally, tokenizer_config.json (add_bos_token/add_eos_token,
-  // bos_token/eos_token). Text in, so tests and fuzzers need no files. Unsupported pipeline
+  // Hugging Face tokenizer.json (model.type "BPE": byte-level with a ByteLevel pre-tokenizer,
+  // or SentencePiece-style with byte_fallback and a Metaspace pre-tokenizer or the legacy
+  // Prepend/Replace normalizer) and, optionally, tokenizer_config.json
+  // (add_bos_token/add_eos_token, bos_token/eos_token). Text in, so tests and fuzzers need no files. Unsupported pipeline
   // steps -> kUnsupported naming them.
   static Expected<TokenizerConfig> config_from_hf_json(std::string_view tokenizer_json,
                                                        std::string_view tokenizer_config_json = {});
@@ -97,7 +113,8 @@ class Tokenizer {
   std::string token_bytes(int32_t id, bool render_special = false) const;
   // Concatenated token_bytes. When the tokenizer inserts a leading space (SentencePiece
   // add_space_prefix), the space it put before the first text token (at the start, or right
-  // after a leading BOS) is removed, so decode(encode(s)) == s.
+  // after a leading BOS; for tokenizer.json files after any leading tokens that render as
+  // nothing) is removed, so decode(encode(s)) == s.
   std::string decode(const std::vector<int32_t>& ids, bool render_special = false) const;
 
   int32_t n_vocab() const { return static_cast<int32_t>(pieces_.size()); }
@@ -120,9 +137,14 @@ class Tokenizer {
   Tokenizer() = default;
   // Shared set-up from a validated config: vocabulary, types, special ids, EOG set.
   Status init_common(TokenizerConfig& config);
-  // Tokenizes one text fragment that contains no special tokens. `after_special` is true for
-  // the first fragment and for fragments that follow a special token.
-  virtual void encode_fragment(std::string_view text, bool after_special,
+  // Where a text fragment (text between special tokens) sits: `after_special` is true for the
+  // first fragment and for fragments that follow a special token; `at_text_start` for the
+  // fragment that begins the encoded text.
+  struct FragmentPlace {
+    bool after_special, at_text_start;
+  };
+  // Tokenizes one text fragment that contains no special tokens.
+  virtual void encode_fragment(std::string_view text, FragmentPlace place,
                                std::vector<int32_t>& out) const = 0;
   bool in_range(int32_t id) const { return id >= 0 && id < n_vocab(); }
   // Text of a normal (type 1) token: the only decoding that differs between tokenizer kinds.
@@ -136,6 +158,7 @@ class Tokenizer {
   std::vector<int32_t> eog_ids_;
   int32_t bos_id_ = -1, eos_id_ = -1, unk_id_ = -1;
   bool add_bos_ = false, add_eos_ = false, add_space_prefix_ = false;
+  bool strip_prefix_after_specials_ = false;
   std::string pre_name_;
 };
 

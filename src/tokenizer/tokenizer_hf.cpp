@@ -1,6 +1,7 @@
 // Extraction of a TokenizerConfig from a Hugging Face tokenizer.json (+ tokenizer_config.json).
 //
-// Supported pipeline (what Llama-3, Qwen2, GPT-2 and SmolLM tokenizer.json files use):
+// Supported pipelines:
+// * byte-level BPE (Llama-3, Qwen2, GPT-2, SmolLM):
 //   normalizer     null (NFC is accepted with a warning: input is not normalized, see
 //                  docs/design/hf_checkpoints.md)
 //   pre_tokenizer  ByteLevel, or Sequence of Split(Regex|String, behavior Isolated, invert false),
@@ -8,10 +9,17 @@
 //   model          BPE over byte-level pieces: vocab, merges ("a b" or ["a", "b"]),
 //                  ignore_merges; no dropout, unk/continuing-subword/end-of-word markers or
 //                  byte fallback
+// * SentencePiece-style BPE (Llama-2, Mistral, converted from SentencePiece models):
+//   normalizer     Prepend("\u2581") + Replace(" " -> "\u2581") (the legacy form), or
+//   pre_tokenizer  Metaspace("\u2581", prepend_scheme always | first | never, split)
+//   model          BPE with byte_fallback, unk_token, fuse_unk
+// and for both:
 //   added_tokens   special -> control tokens, others -> user-defined tokens
 //   post_processor TemplateProcessing (at most one special token before and one after $A),
 //                  ByteLevel or a Sequence of those: decides BOS/EOS
-// Everything else is kUnsupported naming the step. All sizes and ids are untrusted.
+// The decoder is implied by the model kind. Everything else is kUnsupported naming the step.
+// All sizes and ids are untrusted.
+#include <algorithm>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -22,6 +30,7 @@
 #include "formats/file_util.h"
 #include "tokenizer/pre_tokenizer.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer_impl.h"
 
 namespace tessera {
 namespace {
@@ -130,6 +139,82 @@ std::optional<std::string> special_text(const json& cfg, const char* key) {
   return std::nullopt;
 }
 
+constexpr std::string_view kMetaSpace = "\xE2\x96\x81";  // U+2581, SentencePiece's space
+
+// How a pipeline handles spaces: the SentencePiece style (spaces -> U+2581, a space prefix) from
+// the normalizer (legacy Prepend + Replace) or a Metaspace pre-tokenizer; else byte-level BPE.
+struct SpacePipeline {
+  bool spm = false;           // SentencePiece-style: the model's pieces hold U+2581
+  bool prefix = false;        // a U+2581 goes before the text
+  bool first_only = false;    // ... only before the text's first fragment (prepend_scheme first)
+  bool unless_space = false;  // ... unless it starts with one already (Metaspace)
+  bool split = false;         // Metaspace split: words start at each U+2581
+};
+
+SpacePipeline space_pipeline(const json& tj) {
+  SpacePipeline sp;
+  bool prepend = false, replace = false;
+  auto norm_step = [&](const json& step) {
+    const std::string t = type_of(step, "normalizer");
+    if (t == "NFC") {
+      log_warn(
+          "tokenizer.json: NFC normalizer not applied (text that is not already NFC may "
+          "tokenize differently from Hugging Face tokenizers)");
+    } else if (t == "Prepend") {
+      const json* p = member(step, "prepend");
+      if (!p || !p->is_string() || p->get<std::string>() != kMetaSpace)
+        unsupported("Prepend normalizer of anything but U+2581");
+      prepend = true;
+    } else if (t == "Replace") {
+      const json* pat = member(step, "pattern");
+      const json* str = pat ? member(*pat, "String") : nullptr;
+      const json* content = member(step, "content");
+      if (!str || !str->is_string() || str->get<std::string>() != " " || !content ||
+          !content->is_string() || content->get<std::string>() != kMetaSpace)
+        unsupported("Replace normalizer other than \" \" -> U+2581");
+      replace = true;
+    } else {
+      unsupported("normalizer '" + printable(t) + "' (supported: none, NFC, Prepend + Replace of U+2581)");
+    }
+  };
+  if (const json* norm = member(tj, "normalizer")) {
+    if (type_of(*norm, "normalizer") == "Sequence") {
+      const json* steps = member(*norm, "normalizers");
+      if (!steps || !steps->is_array()) corrupt("Sequence normalizer without a list");
+      for (const json& s : *steps) norm_step(s);
+    } else {
+      norm_step(*norm);
+    }
+  }
+  if (prepend && !replace) unsupported("Prepend normalizer without Replace(\" \" -> U+2581)");
+  const json* pre = member(tj, "pre_tokenizer");
+  const bool metaspace = pre && type_of(*pre, "pre_tokenizer") == "Metaspace";
+  if (replace) {
+    if (pre) unsupported("a pre_tokenizer after the Prepend/Replace normalizer");
+    sp.spm = true;
+    sp.prefix = prepend;
+  } else if (metaspace) {
+    const json* r = member(*pre, "replacement");
+    if (r && !(r->is_string() && r->get<std::string>() == kMetaSpace))
+      unsupported("Metaspace with a replacement other than U+2581");
+    std::string scheme = "always";
+    if (const json* ps = member(*pre, "prepend_scheme")) {
+      if (!ps->is_string()) corrupt("Metaspace prepend_scheme is not a string");
+      scheme = ps->get<std::string>();
+    } else if (!flag(*pre, "add_prefix_space", true)) {  // the field before prepend_scheme
+      scheme = "never";
+    }
+    if (scheme != "always" && scheme != "first" && scheme != "never")
+      unsupported("Metaspace prepend_scheme '" + printable(scheme) + "'");
+    sp.spm = true;
+    sp.prefix = scheme != "never";
+    sp.first_only = scheme == "first";
+    sp.unless_space = true;
+    sp.split = flag(*pre, "split", true);
+  }
+  return sp;
+}
+
 TokenizerConfig config_from_json(const json& tj, const json* tc) {
   TokenizerConfig cfg;
   cfg.kind = TokenizerKind::kBytePairBpe;
@@ -139,15 +224,36 @@ TokenizerConfig config_from_json(const json& tj, const json* tc) {
   if (!model || !model->is_object()) corrupt("missing 'model' object");
   const std::string mtype = member(*model, "type") ? type_of(*model, "model") : "BPE";
   if (mtype != "BPE")
-    unsupported("model type '" + printable(mtype) + "' (supported: BPE over byte-level pieces)");
-  if (flag(*model, "byte_fallback", false))
-    unsupported("BPE with byte_fallback (SentencePiece-style tokenizer.json)");
-  for (const char* k : {"unk_token", "continuing_subword_prefix", "end_of_word_suffix"})
+    unsupported("model type '" + printable(mtype) + "' (supported: BPE)");
+  const SpacePipeline sp = space_pipeline(tj);
+  const bool byte_fallback = flag(*model, "byte_fallback", false);
+  if (sp.spm && !byte_fallback)
+    unsupported("SentencePiece-style BPE without byte_fallback");
+  if (!sp.spm && byte_fallback)
+    unsupported("BPE with byte_fallback but no Metaspace pre-tokenizer or Prepend/Replace normalizer");
+  for (const char* k : {"continuing_subword_prefix", "end_of_word_suffix"})
     if (const json* v = member(*model, k); v && !(v->is_string() && v->get<std::string>().empty()))
       unsupported(std::string("BPE model with ") + k);
+  std::optional<std::string> unk;
+  if (const json* v = member(*model, "unk_token"); v && !(v->is_string() && v->get<std::string>().empty())) {
+    if (!sp.spm) unsupported("byte-level BPE model with unk_token");
+    if (!v->is_string()) corrupt("model.unk_token is not a string");
+    unk = v->get<std::string>();
+  }
   if (const json* d = member(*model, "dropout"); d && !(d->is_number() && d->get<double>() == 0))
     unsupported("BPE model with dropout");
   cfg.ignore_merges = flag(*model, "ignore_merges", false);
+  if (sp.spm) {
+    if (*cfg.ignore_merges) unsupported("SentencePiece-style BPE with ignore_merges");
+    cfg.kind = TokenizerKind::kSentencePiece;
+    cfg.ignore_merges.reset();
+    cfg.add_space_prefix = sp.prefix;
+    cfg.space_prefix_first_only = sp.first_only;
+    cfg.space_prefix_unless_space = sp.unless_space;
+    cfg.split_at_spaces = sp.split;
+    cfg.fuse_unk = flag(*model, "fuse_unk", false);
+    cfg.strip_prefix_after_specials = true;
+  }
 
   // Vocabulary: token -> id, then added tokens (which may extend it). Gaps become unused
   // placeholders, as llama.cpp's converter writes them.
@@ -187,8 +293,15 @@ TokenizerConfig config_from_json(const json& tj, const json* tc) {
   cfg.token_types.assign(n, kTokenUnused);
   for (int32_t i = 0; i < n; ++i) cfg.tokens[i] = "[PAD" + std::to_string(i) + "]";
   for (auto& [id, tt] : by_id) {
+    // byte_fallback's <0xNN> pieces decode to their byte (llama.cpp's byte token type)
+    if (sp.spm && tt.second == kTokenNormal && detail::byte_token_value(tt.first) >= 0) tt.second = kTokenByte;
     cfg.tokens[id] = std::move(tt.first);
     cfg.token_types[id] = tt.second;
+  }
+  if (unk) {
+    const auto it = std::find(cfg.tokens.begin(), cfg.tokens.end(), *unk);
+    if (it == cfg.tokens.end()) corrupt("model.unk_token '" + printable(*unk) + "' is not in the vocabulary");
+    cfg.unk_id = static_cast<int32_t>(it - cfg.tokens.begin());
   }
 
   const json* merges = member(*model, "merges");
@@ -206,33 +319,25 @@ TokenizerConfig config_from_json(const json& tj, const json* tc) {
     }
   }
 
-  // Normalizer.
-  if (const json* norm = member(tj, "normalizer")) {
-    const std::string t = type_of(*norm, "normalizer");
-    if (t == "NFC") {
-      log_warn(
-          "tokenizer.json: NFC normalizer not applied (text that is not already NFC may "
-          "tokenize differently from Hugging Face tokenizers)");
-    } else {
-      unsupported("normalizer '" + printable(t) + "' (supported: none, NFC)");
-    }
-  }
-
-  // Pre-tokenizer: the regex list; byte-level must be part of it.
-  bool byte_level = false;
-  const json* pre = member(tj, "pre_tokenizer");
-  if (!pre) unsupported("no pre_tokenizer (byte-level BPE needs a ByteLevel step)");
-  if (type_of(*pre, "pre_tokenizer") == "Sequence") {
-    const json* steps = member(*pre, "pretokenizers");
-    if (!steps || !steps->is_array()) corrupt("Sequence pre-tokenizer without a list");
-    for (const json& s : *steps) byte_level |= add_pre_step(s, cfg.pre_regexes);
+  if (sp.spm) {
+    cfg.pre = "tokenizer.json";
   } else {
-    byte_level = add_pre_step(*pre, cfg.pre_regexes);
+    // Pre-tokenizer: the regex list; byte-level must be part of it.
+    bool byte_level = false;
+    const json* pre = member(tj, "pre_tokenizer");
+    if (!pre) unsupported("no pre_tokenizer (byte-level BPE needs a ByteLevel step)");
+    if (type_of(*pre, "pre_tokenizer") == "Sequence") {
+      const json* steps = member(*pre, "pretokenizers");
+      if (!steps || !steps->is_array()) corrupt("Sequence pre-tokenizer without a list");
+      for (const json& s : *steps) byte_level |= add_pre_step(s, cfg.pre_regexes);
+    } else {
+      byte_level = add_pre_step(*pre, cfg.pre_regexes);
+    }
+    if (!byte_level) unsupported("pre-tokenizer without a ByteLevel step (not byte-level BPE)");
+    // Splitting nothing is a valid (if unusual) choice: one piece per fragment.
+    if (cfg.pre_regexes.empty()) cfg.pre_regexes.emplace_back(R"([\s\S]+)");
+    cfg.pre = "tokenizer.json";
   }
-  if (!byte_level) unsupported("pre-tokenizer without a ByteLevel step (not byte-level BPE)");
-  // Splitting nothing is a valid (if unusual) choice: one piece per fragment.
-  if (cfg.pre_regexes.empty()) cfg.pre_regexes.emplace_back(R"([\s\S]+)");
-  cfg.pre = "tokenizer.json";
 
   // BOS/EOS from the post-processor's single-sequence template.
   bool add_bos = false, add_eos = false;

@@ -177,7 +177,9 @@ def _valid(b):
 USER_DEFINED = ["<|user|>", "<tool>"]
 
 
-def write_spm_gguf(path, *, add_space_prefix=None, add_bos=None):
+def trained_spm():
+    """A SentencePiece BPE model trained on training_text() with byte fallback, the USER_DEFINED
+    symbols and one control symbol, <ctrl> (also the vocabulary of test_hf_spm_tokenizer.py)."""
     spm = need("sentencepiece")
     model = io.BytesIO()
     spm.SentencePieceTrainer.train(
@@ -186,7 +188,11 @@ def write_spm_gguf(path, *, add_space_prefix=None, add_bos=None):
         allow_whitespace_only_pieces=True, remove_extra_whitespaces=False,
         normalization_rule_name="identity", user_defined_symbols=USER_DEFINED,
         control_symbols=["<ctrl>"], max_sentence_length=100000, minloglevel=2)
-    sp = spm.SentencePieceProcessor(model_proto=model.getvalue())
+    return spm.SentencePieceProcessor(model_proto=model.getvalue())
+
+
+def write_spm_gguf(path, *, add_space_prefix=None, add_bos=None):
+    sp = trained_spm()
     tokens, scores, types = [], [], []
     for i in range(sp.get_piece_size()):
         piece = sp.id_to_piece(i)

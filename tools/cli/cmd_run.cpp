@@ -100,6 +100,11 @@ int cmd_run(int argc, char** argv) {
     }
     ids = std::move(*t);
   }
+  if (print_ids) {
+    std::fprintf(stderr, "prompt ids:");
+    for (int32_t id : ids) std::fprintf(stderr, " %d", id);
+    std::fprintf(stderr, "\n");
+  }
   const int64_t n_prompt = static_cast<int64_t>(ids.size());
   if (n_prompt > 512) {  // long prefills show progress on stderr
     p.on_prompt_progress = [n_prompt](int64_t done) {
