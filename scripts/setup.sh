@@ -72,3 +72,5 @@ cmake --build build -j"$(nproc)" >&2
 
 echo "[setup] fetching the default model" >&2
 .venv/bin/python scripts/fetch_model.py
+# Published chat templates (from the pinned llama-cpp-python source package) for the tests.
+.venv/bin/python scripts/fetch_templates.py >/dev/null

@@ -1,5 +1,8 @@
 #include "tokenizer/chat_template.h"
 
+#include <algorithm>
+#include <ctime>
+
 #include "core/log.h"
 #include "tokenizer/tokenizer.h"
 
@@ -89,6 +92,28 @@ bool contains(std::string_view s, std::string_view what) {
   return s.find(what) != std::string_view::npos;
 }
 
+// The string literal the template assigns last to `name` (`{% set name = "..." %}`), or "".
+std::string assigned_literal(std::string_view t, std::string_view name) {
+  const std::string key = "set " + std::string(name) + " = ";
+  std::string out;
+  for (size_t at = t.find(key); at != std::string_view::npos; at = t.find(key, at + 1)) {
+    const size_t q = at + key.size();
+    if (q >= t.size() || (t[q] != '"' && t[q] != '\'')) continue;
+    const size_t end = t.find(t[q], q + 1);
+    if (end != std::string_view::npos) out = std::string(t.substr(q + 1, end - q - 1));
+  }
+  return out;
+}
+
+// Today's date as the templates' strftime_now("%d %b %Y") gives it (local time, C locale).
+std::string today_dmy() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&now, &tm);
+  char buf[32];
+  return std::string(buf, std::strftime(buf, sizeof buf, "%d %b %Y", &tm));
+}
+
 }  // namespace
 
 std::string_view chat_family_name(ChatFamily f) {
@@ -116,16 +141,57 @@ Expected<ChatTemplate> ChatTemplate::from_template_text(std::optional<std::strin
   const std::string_view s = *text;
   t.emits_bos_ = contains(s, "bos_token");
   t.trims_content_ = contains(s, "| trim") || contains(s, "|trim") || contains(s, ".strip()");
+  if (contains(s, "enable_thinking"))
+    return Status(ErrorCode::kUnsupported,
+                  "chat template with an enable_thinking switch is not supported (its rendering "
+                  "depends on a flag the chat API does not have)");
+  const std::vector<std::string> constants = template_constants(s);
+  auto any_constant = [&](auto&& pred) {
+    return std::any_of(constants.begin(), constants.end(), pred);
+  };
   if (contains(s, "<|im_start|>")) {
     t.family_ = ChatFamily::kChatML;
     t.default_system_ = find_default_system(s, "<|im_start|>system\n", "<|im_end|>");
+    const bool think = any_constant([](const std::string& c) { return c == "<|im_start|>assistant\n<think>\n"; });
+    t.generation_prompt_ = think ? "<|im_start|>assistant\n<think>\n" : "<|im_start|>assistant\n";
+    t.strips_reasoning_ = contains(s, "split('</think>')");
   } else if (contains(s, "<|start_header_id|>")) {
     t.family_ = ChatFamily::kLlama3;
     t.default_system_ =
         find_default_system(s, "<|start_header_id|>system<|end_header_id|>\n\n", "<|eot_id|>");
+    for (const std::string& c : template_constants(s))
+      if (c.rfind("Cutting Knowledge Date:", 0) == 0) t.dated_head_ = c;
+    if (!t.dated_head_.empty()) {
+      t.date_today_ = contains(s, "strftime_now");
+      t.fixed_date_ = assigned_literal(s, "date_string");
+      if (!contains(s, "\"Today Date: \" + date_string") || (!t.date_today_ && t.fixed_date_.empty()))
+        return Status(ErrorCode::kUnsupported,
+                      "Llama-3 chat template with a knowledge-date system header of an unknown shape "
+                      "(supported: Llama-3.1 / 3.2 / 3.3's)");
+    }
   } else if (contains(s, "[INST]")) {
     t.family_ = ChatFamily::kLlama2;
     t.llama2_sys_ = contains(s, "<<SYS>>");
+    if (contains(s, "[SYSTEM_PROMPT]"))
+      return Status(ErrorCode::kUnsupported,
+                    "Mistral chat template with [SYSTEM_PROMPT] (Mistral Small 3.x / Devstral style) "
+                    "is not supported (supported [INST] templates: Llama-2, Mistral v0.1, Mistral Nemo)");
+    if (!t.llama2_sys_) {
+      auto ends = [&](std::string_view m) {
+        return any_constant([&](const std::string& c) { return c.size() >= m.size() && c.ends_with(m); });
+      };
+      auto starts = [&](std::string_view m) {
+        return any_constant([&](const std::string& c) { return c.starts_with(m); });
+      };
+      const bool open_spaced = ends("[INST] "), open_tight = ends("[INST]");
+      const bool close_spaced = starts(" [/INST]"), close_tight = starts("[/INST]");
+      if (open_spaced == open_tight || close_spaced == close_tight)
+        return Status(ErrorCode::kUnsupported,
+                      "[INST] chat template whose marker spacing cannot be read from its constants");
+      t.inst_open_ = open_spaced ? "[INST] " : "[INST]";
+      t.inst_close_ = close_spaced ? " [/INST]" : "[/INST]";
+      t.system_in_last_user_ = contains(s, "loop.last and system_message");
+    }
   } else {
     return Status(ErrorCode::kUnsupported,
                   "unrecognised chat template (supported families: ChatML '<|im_start|>', "
@@ -204,12 +270,22 @@ std::vector<ChatSegment> ChatTemplate::render_segments(const std::vector<ChatMes
   switch (family_) {
     case ChatFamily::kChatML:
       if (needs_default) w.tmpl("<|im_start|>system\n" + default_system_ + "<|im_end|>\n");
-      for (const ChatMessage& m : messages) {
+      for (size_t i = 0; i < messages.size(); ++i) {
+        const ChatMessage& m = messages[i];
         w.tmpl("<|im_start|>" + m.role + "\n");
-        content(m.content);
+        if (strips_reasoning_ && m.role == "assistant" && i + 1 < messages.size()) {
+          // content.split('</think>')[-1].lstrip('\n')
+          const size_t end = m.content.rfind("</think>");
+          std::string_view c = m.content;
+          if (end != std::string::npos) c.remove_prefix(end + 8);
+          while (!c.empty() && c.front() == '\n') c.remove_prefix(1);
+          content(std::string(c));
+        } else {
+          content(m.content);
+        }
         w.tmpl("<|im_end|>\n");
       }
-      if (add_generation_prompt) w.tmpl("<|im_start|>assistant\n");
+      if (add_generation_prompt) w.tmpl(generation_prompt_);
       break;
     case ChatFamily::kLlama3: {
       auto turn = [&](const std::string& role, auto&& write_content) {
@@ -218,8 +294,18 @@ std::vector<ChatSegment> ChatTemplate::render_segments(const std::vector<ChatMes
         w.tmpl("<|eot_id|>");
       };
       if (emits_bos_ && !messages.empty()) w.tmpl(bos_text_);
-      if (needs_default) turn("system", [&] { w.tmpl(default_system_); });
-      for (const ChatMessage& m : messages) turn(m.role, [&] { content(m.content); });
+      size_t first = 0;
+      if (!dated_head_.empty()) {  // Llama-3.1+: the system turn is always there
+        const bool has_system = !messages.empty() && messages[0].role == "system";
+        first = has_system ? 1 : 0;
+        w.tmpl("<|start_header_id|>system<|end_header_id|>\n\n" + dated_head_ + "Today Date: " +
+               (date_today_ ? today_dmy() : fixed_date_) + "\n\n");
+        if (has_system) w.content(strip(messages[0].content));
+        w.tmpl("<|eot_id|>");
+      } else if (needs_default) {
+        turn("system", [&] { w.tmpl(default_system_); });
+      }
+      for (size_t i = first; i < messages.size(); ++i) turn(messages[i].role, [&] { content(messages[i].content); });
       if (add_generation_prompt) w.tmpl("<|start_header_id|>assistant<|end_header_id|>\n\n");
       break;
     }
@@ -229,11 +315,16 @@ std::vector<ChatSegment> ChatTemplate::render_segments(const std::vector<ChatMes
       if (!messages.empty() && messages[0].role == "system")
         system = messages[0].content, first = 1;
       if (!llama2_sys_) w.tmpl(bos_text_);  // Mistral: one BOS for the whole conversation
+      // Nemo's template adds the system message to the last message only if a user wrote it.
+      size_t system_at = first;
+      if (system_in_last_user_)
+        system_at = !messages.empty() && messages.back().role == "user" ? messages.size() - 1
+                                                                         : std::string::npos;
       for (size_t i = first; i < messages.size(); ++i) {
         const ChatMessage& m = messages[i];
         // The turn text c = [system prefix] + content, written as segments.
         auto write_c = [&] {
-          if (i == first && !system.empty()) {
+          if (i == system_at && !system.empty()) {
             if (llama2_sys_) {
               w.tmpl("<<SYS>>\n");
               w.content(system);
@@ -263,9 +354,9 @@ std::vector<ChatSegment> ChatTemplate::render_segments(const std::vector<ChatMes
           }
         } else {
           if (m.role == "user") {
-            w.tmpl("[INST] ");
+            w.tmpl(inst_open_);
             write_c();
-            w.tmpl(" [/INST]");
+            w.tmpl(inst_close_);
           } else if (m.role == "assistant") {
             write_c();
             w.tmpl(eos_text_);

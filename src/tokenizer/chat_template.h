@@ -7,11 +7,19 @@
 // Families and the template shapes rendered exactly (checked against jinja2 in tests/reference):
 //   ChatML   <|im_start|>ROLE\nCONTENT<|im_end|>\n ..., optional constant default system block
 //            (SmolLM2, Qwen2.5 without tools)
-//   Llama-3  [bos]<|start_header_id|>ROLE<|end_header_id|>\n\nCONTENT<|eot_id|> ... (Llama-3.0)
-//   [INST]   Llama-2 (<<SYS>> block, BOS per user turn, stripped content) or Mistral v0.1 (one
-//            BOS, no system role: a system message is prepended to the first user turn where the
-//            template itself would raise an error)
-// Tool calls and the date-stamped Llama-3.1 system header are not modelled.
+//   Llama-3  [bos]<|start_header_id|>ROLE<|end_header_id|>\n\nCONTENT<|eot_id|> ... (Llama-3.0);
+//            Llama-3.1 / 3.2 / 3.3 always open with a system turn headed "Cutting Knowledge
+//            Date: ...\nToday Date: DATE\n\n" (DATE the template's constant, or today's date
+//            where the template asks strftime_now for it, as transformers renders it)
+//   [INST]   Llama-2 (<<SYS>> block, BOS per user turn, stripped content) or Mistral: one BOS,
+//            "[INST] ... [/INST]" (v0.1) or "[INST]...[/INST]" (Nemo), spaced as the template's
+//            constants are; a system message goes before the last user turn where the template
+//            says so (Nemo), else before the first (where v0.1's template would raise an error)
+//   ChatML also with a reasoning model's "<think>\n" generation prompt and the reasoning
+//   stripped from earlier assistant turns (QwQ).
+// Mistral's [SYSTEM_PROMPT] templates (Small 3.x, Devstral) and templates with an
+// enable_thinking switch are rejected, not approximated.
+// Tool calls are not modelled.
 #pragma once
 
 #include <optional>
@@ -62,6 +70,16 @@ class ChatTemplate {
   bool emits_bos_ = false;      // the template writes bos_token itself
   bool trims_content_ = false;  // message content passes through `| trim` / `.strip()`
   bool llama2_sys_ = false;     // [INST] family: Llama-2's <<SYS>> block and BOS per turn
+  // [INST] family without <<SYS>>: the markers as spaced in the template, and where a system
+  // message goes (the last user turn, else the first).
+  std::string inst_open_ = "[INST] ", inst_close_ = " [/INST]";
+  bool system_in_last_user_ = false;
+  std::string generation_prompt_ = "<|im_start|>assistant\n";  // ChatML (+ "<think>\n": QwQ)
+  bool strips_reasoning_ = false;  // ChatML: earlier assistant turns keep text after </think>
+  // Llama-3.1+: the system turn's head ("Cutting Knowledge Date: December 2023\n"; empty for
+  // Llama-3.0) and its date: a constant, or (date_today_) the day the conversation is rendered.
+  std::string dated_head_, fixed_date_;
+  bool date_today_ = false;
 };
 
 }  // namespace tessera

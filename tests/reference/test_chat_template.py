@@ -1,9 +1,13 @@
 """`tessera template` vs the chat templates themselves rendered by jinja2 (the way Hugging Face
-transformers renders them: sandboxed, trim_blocks, lstrip_blocks), byte for byte.
+transformers renders them: sandboxed, trim_blocks, lstrip_blocks, strftime_now), byte for byte.
 
 The default model's own template is used as stored in its GGUF; the other families are
-well-known public templates written into vocab-only GGUFs with the default model's vocabulary."""
+well-known public templates written into vocab-only GGUFs with the default model's vocabulary,
+some quoted here, the others as published with model releases (llama.cpp's models/templates, from
+the pinned llama-cpp-python source package: scripts/fetch_templates.py)."""
+import datetime
 import functools
+import os
 import subprocess
 
 import pytest
@@ -62,6 +66,7 @@ def jinja_render(template, messages, add_generation_prompt, bos, eos):
 
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
     env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = lambda fmt: datetime.datetime.now().strftime(fmt)  # as transformers
     return env.from_string(template).render(
         messages=[{"role": r, "content": c} for r, c in messages],
         add_generation_prompt=add_generation_prompt, bos_token=bos, eos_token=eos)
@@ -95,13 +100,17 @@ def family_models(model_path, tmp_path_factory):
     out = {}
     for name, text in [("llama3", LLAMA3), ("llama2", LLAMA2), ("mistral", MISTRAL),
                        ("qwen", QWEN), ("unknown", "{{ messages[0]['content'] }}")]:
-        path = tmp / f"{name}.gguf"
-        w = minimal_llama_writer(path)
-        copy_tokenizer_fields(model_path, w, pre="smollm", drop=("tokenizer.chat_template",))
-        w.add_string("tokenizer.chat_template", text)
-        finish(w)
-        out[name] = (str(path), text)
+        out[name] = (template_gguf(model_path, tmp / f"{name}.gguf", text), text)
     return out
+
+
+def template_gguf(model_path, path, template):
+    """A vocab-only GGUF with the default model's vocabulary and `template` as its chat template."""
+    w = minimal_llama_writer(path)
+    copy_tokenizer_fields(model_path, w, pre="smollm", drop=("tokenizer.chat_template",))
+    w.add_string("tokenizer.chat_template", template)
+    finish(w)
+    return str(path)
 
 
 @pytest.mark.parametrize("gen", [True, False])
@@ -133,3 +142,55 @@ def test_unknown_template_is_rejected(family_models, tessera_bin):
     assert proc.returncode != 0
     err = proc.stderr.decode()
     assert "ChatML" in err and "Llama-3" in err and "[INST]" in err, err
+
+
+# Published templates Tessera renders exactly, and those it must refuse rather than approximate.
+PUBLISHED_EXACT = ["meta-llama-Llama-3.1-8B-Instruct", "meta-llama-Llama-3.2-3B-Instruct",
+                   "meta-llama-Llama-3.3-70B-Instruct", "Qwen-Qwen2.5-7B-Instruct",
+                   "mistralai-Mistral-Nemo-Instruct-2407"]
+PUBLISHED_REFUSED = {"Mistral-Small-3.2-24B-Instruct-2506": "[SYSTEM_PROMPT]",
+                     "unsloth-mistral-Devstral-Small-2507": "[SYSTEM_PROMPT]",
+                     "Qwen-QwQ-32B": "enable_thinking"}
+
+
+@pytest.fixture(scope="module")
+def published(model_path, tmp_path_factory):
+    """name -> (vocab-only GGUF with the published template, template text)."""
+    need("gguf")
+    from conftest import _require
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    folder = os.path.join(base, "tessera", "chat_templates")
+    _require(os.path.isdir(folder), f"published templates not found in {folder} "
+             "(run scripts/fetch_templates.py)")
+    tmp = tmp_path_factory.mktemp("published")
+    out = {}
+    for name in PUBLISHED_EXACT + list(PUBLISHED_REFUSED):
+        with open(os.path.join(folder, name + ".jinja"), encoding="utf-8") as f:
+            text = f.read()
+        out[name] = (template_gguf(model_path, tmp / f"{name}.gguf", text), text)
+    return out
+
+
+@pytest.mark.parametrize("name", PUBLISHED_EXACT)
+def test_published_templates(name, published, model_path, tessera_bin):
+    jinja2 = need("jinja2")
+    path, template = published[name]
+    _, bos, eos = model_template(model_path)
+    compared = 0
+    for messages in CONVERSATIONS:
+        for gen in (True, False):
+            try:
+                want = jinja_render(template, messages, gen, bos, eos)
+            except jinja2.exceptions.TemplateError:
+                continue  # the template refuses this conversation (e.g. roles out of order)
+            assert tessera_render(tessera_bin, path, messages, gen) == want, (name, messages, gen)
+            compared += 1
+    assert compared >= 6, compared
+
+
+@pytest.mark.parametrize("name", list(PUBLISHED_REFUSED))
+def test_published_templates_it_cannot_render_are_refused(name, published, tessera_bin):
+    path, _ = published[name]
+    proc = subprocess.run([tessera_bin, "template", path, "--msg", "user=hi"], capture_output=True)
+    assert proc.returncode != 0
+    assert PUBLISHED_REFUSED[name] in proc.stderr.decode(), proc.stderr

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cctype>
+
 #include "tiny_vocab.h"
 
 namespace tessera {
@@ -81,6 +83,52 @@ TEST(ChatTemplate, Llama3) {
             "<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
 }
 
+// The parts of Llama-3.1's template that decide a conversation without tools.
+std::string llama31_template(const std::string& date_setting) {
+  return "{{- bos_token }}\n{%- if not date_string is defined %}\n" + date_setting +
+         "{%- endif %}\n{%- if messages[0]['role'] == 'system' %}\n    {%- set system_message = "
+         "messages[0]['content']|trim %}\n    {%- set messages = messages[1:] %}\n{%- else %}\n    "
+         "{%- set system_message = \"\" %}\n{%- endif %}\n{{- "
+         "\"<|start_header_id|>system<|end_header_id|>\\n\\n\" }}\n{{- \"Cutting Knowledge Date: "
+         "December 2023\\n\" }}\n{{- \"Today Date: \" + date_string + \"\\n\\n\" }}\n{{- "
+         "system_message }}\n{{- \"<|eot_id|>\" }}\n{%- for message in messages %}\n{{- "
+         "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ message['content'] | "
+         "trim + '<|eot_id|>' }}\n{%- endfor %}\n{%- if add_generation_prompt %}\n    {{- "
+         "'<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}\n{%- endif %}\n";
+}
+
+TEST(ChatTemplate, Llama31DatedSystemTurn) {
+  auto t = tok();
+  const ChatTemplate c = parse(llama31_template("    {%- set date_string = \"26 Jul 2024\" %}\n"), *t);
+  EXPECT_EQ(c.family(), ChatFamily::kLlama3);
+  const std::string head =
+      "<s><|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\n"
+      "Today Date: 26 Jul 2024\n\n";
+  // The system turn is written with or without a system message (its content trimmed).
+  EXPECT_EQ(c.render({{"user", " Hi "}}, true),
+            head + "<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+                   "<|start_header_id|>assistant<|end_header_id|>\n\n");
+  EXPECT_EQ(c.render({{"system", " Be brief.\n"}, {"user", "Hi"}}, false),
+            head + "Be brief.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>");
+  // Llama-3.2 asks strftime_now for the date: the day of rendering, "%d %b %Y".
+  const ChatTemplate today = parse(llama31_template(
+      "    {%- if strftime_now is defined %}\n        {%- set date_string = strftime_now(\"%d %b %Y\") "
+      "%}\n    {%- else %}\n        {%- set date_string = \"26 Jul 2024\" %}\n    {%- endif %}\n"), *t);
+  const std::string r = today.render({{"user", "Hi"}}, false);
+  const size_t at = r.find("Today Date: ");
+  ASSERT_NE(at, std::string::npos) << r;
+  const std::string date = r.substr(at + 12, r.find('\n', at) - at - 12);
+  ASSERT_EQ(date.size(), 11u) << date;  // e.g. "05 Dec 2026"
+  EXPECT_TRUE(std::isdigit(static_cast<unsigned char>(date[0])) && date[2] == ' ' && date[6] == ' ') << date;
+  EXPECT_NE(date, "26 Jul 2024");
+  // A knowledge-date header whose date this code cannot find is an error, not a guess.
+  auto odd = ChatTemplate::from_template_text(
+      "{{ '<|start_header_id|>system<|end_header_id|>\\n\\n' }}{{ 'Cutting Knowledge Date: x\\n' }}"
+      "{{ 'Today Date: ' + now }}", *t);
+  ASSERT_FALSE(odd.ok());
+  EXPECT_EQ(odd.status().code(), ErrorCode::kUnsupported);
+}
+
 TEST(ChatTemplate, Llama2AndMistral) {
   auto t = tok();
   const ChatTemplate l2 = parse(
@@ -100,6 +148,54 @@ TEST(ChatTemplate, Llama2AndMistral) {
   EXPECT_EQ(mi.family(), ChatFamily::kLlama2);
   EXPECT_EQ(mi.render({{"user", "Hi"}, {"assistant", "Yo"}, {"user", "Q"}}, true),
             "<s>[INST] Hi [/INST]Yo</s>[INST] Q [/INST]");
+}
+
+TEST(ChatTemplate, MistralNemoTightMarkersSystemInLastUserTurn) {
+  auto t = tok();
+  const ChatTemplate c = parse(
+      "{{- bos_token }}{%- for message in loop_messages %}{%- if message[\"role\"] == \"user\" %}"
+      "{%- if loop.last and system_message is defined %}{{- \"[INST]\" + system_message + \"\\n\\n\" + "
+      "message[\"content\"] + \"[/INST]\" }}{%- else %}{{- \"[INST]\" + message[\"content\"] + "
+      "\"[/INST]\" }}{%- endif %}{%- elif message[\"role\"] == \"assistant\" %}{{- message[\"content\"] "
+      "+ eos_token}}{%- endif %}{%- endfor %}",
+      *t);
+  EXPECT_EQ(c.family(), ChatFamily::kLlama2);
+  EXPECT_EQ(c.render({{"system", "S"}, {"user", "Hi"}, {"assistant", "Yo"}, {"user", "Q"}}, true),
+            "<s>[INST]Hi[/INST]Yo</s>[INST]S\n\nQ[/INST]");
+  // Ending with an assistant turn, the template has no place for the system message.
+  EXPECT_EQ(c.render({{"system", "S"}, {"user", "Hi"}, {"assistant", "Yo"}}, false), "<s>[INST]Hi[/INST]Yo</s>");
+}
+
+TEST(ChatTemplate, ReasoningModelGenerationPromptAndEarlierThoughts) {
+  auto t = tok();
+  const ChatTemplate c = parse(
+      "{%- for message in messages %}{%- if message.role == \"user\" %}{{- '<|im_start|>' + "
+      "message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}{%- elif message.role == "
+      "\"assistant\" %}{%- set content = message.content %}{%- if not loop.last %}{%- set content = "
+      "message.content.split('</think>')[-1].lstrip('\\n') %}{%- endif %}{{- '<|im_start|>' + "
+      "message.role + '\\n' + content + '<|im_end|>' + '\\n' }}{%- endif %}{%- endfor %}{%- if "
+      "add_generation_prompt %}{{- '<|im_start|>assistant\\n<think>\\n' }}{%- endif %}",
+      *t);
+  EXPECT_EQ(c.family(), ChatFamily::kChatML);
+  EXPECT_EQ(c.render({{"user", "Q"}, {"assistant", "<think>\nhmm\n</think>\n\nA"}, {"user", "R"}}, true),
+            "<|im_start|>user\nQ<|im_end|>\n<|im_start|>assistant\nA<|im_end|>\n<|im_start|>user\nR"
+            "<|im_end|>\n<|im_start|>assistant\n<think>\n");
+  EXPECT_EQ(c.render({{"user", "Q"}, {"assistant", "<think>x</think>A"}}, false),
+            "<|im_start|>user\nQ<|im_end|>\n<|im_start|>assistant\n<think>x</think>A<|im_end|>\n");
+}
+
+TEST(ChatTemplate, ShapesItCannotRenderExactlyAreErrors) {
+  auto t = tok();
+  for (const char* text :
+       {"{{ bos_token }}{{ '[SYSTEM_PROMPT]' + system_message + '[/SYSTEM_PROMPT]' }}{{ '[INST]' + "
+        "message['content'] + '[/INST]' }}",
+        "{{ '<|im_start|>assistant\\n' }}{%- if enable_thinking is defined and enable_thinking is false "
+        "%}{{ '<think>\\n\\n</think>\\n\\n' }}{%- endif %}",
+        "{{ '[INST]' + message['content'] + '[/INST]' }}{{ '[INST] ' + message['content'] + ' [/INST]' }}"}) {
+    auto r = ChatTemplate::from_template_text(text, *t);
+    ASSERT_FALSE(r.ok()) << text;
+    EXPECT_EQ(r.status().code(), ErrorCode::kUnsupported) << r.status().to_string();
+  }
 }
 
 TEST(ChatTemplate, UnknownTemplateIsAnErrorAbsentIsChatMl) {

@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+"""Fetches published chat templates for the reference tests: the llama-cpp-python source package
+pinned in requirements.txt carries llama.cpp's models/templates (the templates of real model
+releases). Downloads it once (SHA-256 checked), extracts the templates the tests use into the
+per-user cache and prints that folder."""
+import hashlib
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import tempfile
+
+SDIST_SHA256 = {"0.3.36": "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"}
+TEMPLATES = [
+    "meta-llama-Llama-3.1-8B-Instruct", "meta-llama-Llama-3.2-3B-Instruct",
+    "meta-llama-Llama-3.3-70B-Instruct", "Qwen-Qwen2.5-7B-Instruct",
+    "mistralai-Mistral-Nemo-Instruct-2407", "Mistral-Small-3.2-24B-Instruct-2506",
+    "unsloth-mistral-Devstral-Small-2507", "Qwen-QwQ-32B",
+]
+
+
+def cache_dir():
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "tessera", "chat_templates")
+
+
+def pinned_version():
+    req = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "requirements.txt")
+    with open(req) as f:
+        m = re.search(r"^llama-cpp-python==(\S+)$", f.read(), re.M)
+    return m.group(1)
+
+
+def main():
+    dest = cache_dir()
+    if all(os.path.exists(os.path.join(dest, n + ".jinja")) for n in TEMPLATES):
+        print(dest)
+        return 0
+    version = pinned_version()
+    if version not in SDIST_SHA256:
+        print(f"fetch_templates: no checksum for llama-cpp-python {version}", file=sys.stderr)
+        return 1
+    with tempfile.TemporaryDirectory() as tmp:
+        print(f"downloading the llama-cpp-python {version} source package ...", file=sys.stderr)
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary",
+                        ":all:", "-d", tmp, f"llama-cpp-python=={version}"], check=True,
+                       stdout=sys.stderr)
+        path = os.path.join(tmp, f"llama_cpp_python-{version}.tar.gz")
+        with open(path, "rb") as f:
+            got = hashlib.sha256(f.read()).hexdigest()
+        if got != SDIST_SHA256[version]:
+            print(f"fetch_templates: checksum mismatch for {path}: {got}", file=sys.stderr)
+            return 1
+        os.makedirs(dest, exist_ok=True)
+        prefix = f"llama_cpp_python-{version}/vendor/llama.cpp/models/templates/"
+        with tarfile.open(path) as tar:
+            for name in TEMPLATES:
+                data = tar.extractfile(prefix + name + ".jinja").read()
+                with open(os.path.join(dest, name + ".jinja"), "wb") as out:
+                    out.write(data)
+    print(dest)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
