@@ -479,7 +479,9 @@ Status place_model(Engine::Impl& im, api::LoadedModel& loaded, const EngineOptio
   if (opt.device != "cpu" && opt.device != "cuda")
     return Status(ErrorCode::kInvalidArgument, "unknown device '" + opt.device + "' (cpu, cuda)");
   if (!opt.dummy.empty() && opt.device != "cuda")
-    return Status(ErrorCode::kInvalidArgument, "dummy weights need the cuda device");
+    return Status(ErrorCode::kInvalidArgument,
+                  "dummy weights (" + opt.dummy + ") are made on the GPU: add --device cuda (a CUDA "
+                  "build on a GPU machine); the model file only lends its tokenizer");
   if (opt.device == "cpu") return Status();
   if (opt.kv_cache_f32)
     return Status(ErrorCode::kInvalidArgument, "the CUDA KV cache is f16 (drop --kv-f32)");

@@ -79,6 +79,12 @@ def test_missing_and_unsupported_models_give_clear_errors(tessera_bin):
         assert "falcon" in r.stderr and "llama" in r.stderr and "qwen2" in r.stderr, r.stderr
 
 
+def test_dummy_weights_off_the_gpu_say_how_to_get_them(tessera_bin, model_path):
+    r = run(tessera_bin, model_path, "--dummy", "llama3-8b", "hi", check=False)
+    assert r.returncode == 1
+    assert "llama3-8b" in r.stderr and "--device cuda" in r.stderr, r.stderr
+
+
 def test_rendered_bos_is_not_doubled(tessera_bin, model_path, llama_cpp):
     """A chat template that renders BOS (Llama-2/3, Mistral) must not get a second BOS when the
     model adds BOS itself. Uses a copy of the default model with add_bos_token = true (its BOS
