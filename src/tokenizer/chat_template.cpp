@@ -190,7 +190,14 @@ Expected<ChatTemplate> ChatTemplate::from_template_text(std::optional<std::strin
                       "[INST] chat template whose marker spacing cannot be read from its constants");
       t.inst_open_ = open_spaced ? "[INST] " : "[INST]";
       t.inst_close_ = close_spaced ? " [/INST]" : "[/INST]";
-      t.system_in_last_user_ = contains(s, "loop.last and system_message");
+      if (contains(s, "loop.last and system_message"))
+        t.system_at_ = SystemAt::kLastTurnIfUser;
+      else if (contains(s, "user_messages[-1]) and system_message") ||
+               contains(s, "last_user_message and system_message"))
+        t.system_at_ = SystemAt::kLastUserTurn;
+      if (contains(s, "\" \" + message[\"content\"] + eos_token") ||
+          contains(s, "' ' + message['content'] + eos_token"))
+        t.assistant_prefix_ = " ";
     }
   } else {
     return Status(ErrorCode::kUnsupported,
@@ -315,11 +322,17 @@ std::vector<ChatSegment> ChatTemplate::render_segments(const std::vector<ChatMes
       if (!messages.empty() && messages[0].role == "system")
         system = messages[0].content, first = 1;
       if (!llama2_sys_) w.tmpl(bos_text_);  // Mistral: one BOS for the whole conversation
-      // Nemo's template adds the system message to the last message only if a user wrote it.
+      // Mistral v0.3 / Nemo templates add the system message to the last message only if a user
+      // wrote it; others to the last user message wherever it is.
       size_t system_at = first;
-      if (system_in_last_user_)
+      if (system_at_ == SystemAt::kLastTurnIfUser) {
         system_at = !messages.empty() && messages.back().role == "user" ? messages.size() - 1
                                                                          : std::string::npos;
+      } else if (system_at_ == SystemAt::kLastUserTurn) {
+        system_at = std::string::npos;
+        for (size_t i = first; i < messages.size(); ++i)
+          if (messages[i].role == "user") system_at = i;
+      }
       for (size_t i = first; i < messages.size(); ++i) {
         const ChatMessage& m = messages[i];
         // The turn text c = [system prefix] + content, written as segments.
@@ -358,6 +371,7 @@ std::vector<ChatSegment> ChatTemplate::render_segments(const std::vector<ChatMes
             write_c();
             w.tmpl(inst_close_);
           } else if (m.role == "assistant") {
+            w.tmpl(assistant_prefix_);
             write_c();
             w.tmpl(eos_text_);
           }

@@ -12,9 +12,10 @@
 //            Date: ...\nToday Date: DATE\n\n" (DATE the template's constant, or today's date
 //            where the template asks strftime_now for it, as transformers renders it)
 //   [INST]   Llama-2 (<<SYS>> block, BOS per user turn, stripped content) or Mistral: one BOS,
-//            "[INST] ... [/INST]" (v0.1) or "[INST]...[/INST]" (Nemo), spaced as the template's
-//            constants are; a system message goes before the last user turn where the template
-//            says so (Nemo), else before the first (where v0.1's template would raise an error)
+//            "[INST] ... [/INST]" (v0.1), "[INST] ...[/INST] ..." (v0.3) or "[INST]...[/INST]"
+//            (Nemo), spaced as the template's constants are; a system message goes before the
+//            last user turn where the template says so (v0.3, Nemo), else before the first
+//            (where v0.1's template would raise an error)
 //   ChatML also with a reasoning model's "<think>\n" generation prompt and the reasoning
 //   stripped from earlier assistant turns (QwQ).
 // Mistral's [SYSTEM_PROMPT] templates (Small 3.x, Devstral) and templates with an
@@ -73,7 +74,8 @@ class ChatTemplate {
   // [INST] family without <<SYS>>: the markers as spaced in the template, and where a system
   // message goes (the last user turn, else the first).
   std::string inst_open_ = "[INST] ", inst_close_ = " [/INST]";
-  bool system_in_last_user_ = false;
+  std::string assistant_prefix_;  // " " before an assistant turn (Mistral v0.3)
+  enum class SystemAt { kFirstTurn, kLastTurnIfUser, kLastUserTurn } system_at_ = SystemAt::kFirstTurn;
   std::string generation_prompt_ = "<|im_start|>assistant\n";  // ChatML (+ "<think>\n": QwQ)
   bool strips_reasoning_ = false;  // ChatML: earlier assistant turns keep text after </think>
   // Llama-3.1+: the system turn's head ("Cutting Knowledge Date: December 2023\n"; empty for

@@ -166,6 +166,29 @@ TEST(ChatTemplate, MistralNemoTightMarkersSystemInLastUserTurn) {
   EXPECT_EQ(c.render({{"system", "S"}, {"user", "Hi"}, {"assistant", "Yo"}}, false), "<s>[INST]Hi[/INST]Yo</s>");
 }
 
+TEST(ChatTemplate, MistralV03SpacedOpenTightCloseSpacedAnswers) {
+  auto t = tok();
+  const std::string body =
+      "{{- bos_token }}{%- for message in loop_messages %}{%- if message[\"role\"] == \"user\" %}"
+      "{%- if SYSTEM_RULE and system_message is defined %}{{- \"[INST] \" + system_message + \"\\n\\n\" + "
+      "message[\"content\"] + \"[/INST]\" }}{%- else %}{{- \"[INST] \" + message[\"content\"] + "
+      "\"[/INST]\" }}{%- endif %}{%- elif message[\"role\"] == \"assistant\" %}{{- \" \" + "
+      "message[\"content\"] + eos_token }}{%- endif %}{%- endfor %}";
+  auto with_rule = [&](const std::string& rule) {
+    std::string b = body;
+    b.replace(b.find("SYSTEM_RULE"), 11, rule);
+    return parse(b, *t);
+  };
+  const ChatTemplate last = with_rule("loop.last");
+  EXPECT_EQ(last.render({{"system", "S"}, {"user", "Hi"}, {"assistant", "Yo"}, {"user", "Q"}}, true),
+            "<s>[INST] Hi[/INST] Yo</s>[INST] S\n\nQ[/INST]");
+  EXPECT_EQ(last.render({{"system", "S"}, {"user", "Hi"}, {"assistant", "Yo"}}, true), "<s>[INST] Hi[/INST] Yo</s>");
+  // The variant that keys on the last user message keeps the system message when an answer follows.
+  const ChatTemplate last_user = with_rule("(message == user_messages[-1])");
+  EXPECT_EQ(last_user.render({{"system", "S"}, {"user", "Hi"}, {"assistant", "Yo"}}, true),
+            "<s>[INST] S\n\nHi[/INST] Yo</s>");
+}
+
 TEST(ChatTemplate, ReasoningModelGenerationPromptAndEarlierThoughts) {
   auto t = tok();
   const ChatTemplate c = parse(
