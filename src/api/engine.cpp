@@ -626,16 +626,20 @@ Expected<std::vector<int32_t>> Engine::tokenize_chat(const std::vector<Message>&
   try {
     const std::vector<ChatMessage> m = to_chat_messages(messages);
     const Tokenizer& tok = *impl_->tokenizer;
-    std::vector<int32_t> ids;
-    bool first = true;
-    for (const ChatSegment& seg : impl_->chat->render_segments(m, add_generation_prompt)) {
-      // BOS (per the model's rules) once at the very start, unless the template renders it.
-      const bool add_bos = first && !(!seg.is_content && starts_with_bos_text(tok, seg.text, true));
-      auto part = tok.encode(seg.text, {.add_bos = add_bos, .parse_special = !seg.is_content});
-      ids.insert(ids.end(), part.begin(), part.end());
-      first = false;
+    // One string, as the template renders it, tokenized whole (so merges and SentencePiece's
+    // space prefix are those of the rendered prompt), but with control tokens recognised only in
+    // the template's own text: message content cannot inject them.
+    const std::vector<ChatSegment> segs = impl_->chat->render_segments(m, add_generation_prompt);
+    if (segs.empty()) return std::vector<int32_t>{};
+    std::string text;
+    std::vector<Tokenizer::TextRange> content;
+    for (const ChatSegment& seg : segs) {
+      if (seg.is_content) content.push_back({text.size(), text.size() + seg.text.size()});
+      text += seg.text;
     }
-    return ids;
+    // BOS (per the model's rules) at the very start, unless the template renders it.
+    const bool add_bos = segs[0].is_content || !starts_with_bos_text(tok, segs[0].text, true);
+    return tok.encode(text, {.add_bos = add_bos, .parse_special = true}, content);
   } catch (...) {
     return current_exception_status();
   }

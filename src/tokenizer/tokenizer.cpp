@@ -139,6 +139,17 @@ Status Tokenizer::init_common(TokenizerConfig& cfg) {
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, const EncodeOptions& opt) const {
+  return encode(text, opt, {});
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, const EncodeOptions& opt,
+                                       const std::vector<TextRange>& literal) const {
+  // Whether [a, a + n) touches a literal range.
+  auto in_literal = [&](size_t a, size_t n) {
+    auto it = std::lower_bound(literal.begin(), literal.end(), a,
+                               [](const TextRange& r, size_t x) { return r.end <= x; });
+    return it != literal.end() && it->begin < a + n;
+  };
   // Special tokens are cut out first, longest token first over all remaining text (llama.cpp's
   // rule), so their text is never merged with its neighbours.
   std::vector<Fragment> frags;
@@ -156,10 +167,15 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, const EncodeOption
         continue;
       }
       const std::string_view s = text.substr(f.off, f.len);
-      size_t pos = 0;
-      for (size_t m; (m = s.find(tok, pos)) != std::string_view::npos; pos = m + tok.size()) {
+      size_t pos = 0;  // start of the text not yet emitted
+      for (size_t m, from = 0; (m = s.find(tok, from)) != std::string_view::npos;) {
+        if (type != kTokenUserDefined && in_literal(f.off + m, tok.size())) {
+          from = m + 1;  // content text, not a token
+          continue;
+        }
         if (m > pos) next.push_back({false, -1, f.off + pos, m - pos});
         next.push_back({true, sid, 0, 0});
+        pos = from = m + tok.size();
       }
       if (pos < s.size()) next.push_back({false, -1, f.off + pos, s.size() - pos});
     }

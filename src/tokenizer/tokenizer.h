@@ -107,6 +107,15 @@ class Tokenizer {
 
   virtual TokenizerKind kind() const = 0;
   std::vector<int32_t> encode(std::string_view text, const EncodeOptions& opt) const;
+  // The same, except that control and unknown tokens are not recognised where they overlap a
+  // `literal` range [begin, end) of `text` (sorted, disjoint): a chat message's content stays
+  // text, while the prompt around it is tokenized as one string, as llama.cpp and Hugging Face
+  // tokenize a rendered template (merges and the SentencePiece space prefix span the joins).
+  struct TextRange {
+    size_t begin, end;
+  };
+  std::vector<int32_t> encode(std::string_view text, const EncodeOptions& opt,
+                              const std::vector<TextRange>& literal) const;
   // Bytes this token contributes to the output text (byte-level pieces decoded to raw bytes;
   // SentencePiece '▁' -> ' ', <0xNN> -> byte). Control and unknown tokens decode to "" unless
   // `render_special`; user-defined tokens always decode to their text.

@@ -142,6 +142,20 @@ def test_merge_ranks_decide_not_scores(spm_files, tessera_bin, tmp_path):
     assert differ >= len(TEXTS) // 4, differ
 
 
+def spm_checkpoint(path, tokenizer_json, seed):
+    """A tiny random Mistral checkpoint (transformers) with a SentencePiece-style tokenizer.json."""
+    from test_hf_models import CASES, make_checkpoint
+    CASES["mistral_f32_spm"] = dict(kind="mistral", dtype="float32",
+                                    cfg=dict(num_key_value_heads=2, vocab_size=1200,
+                                             bos_token_id=1, eos_token_id=2))
+    return make_checkpoint(path, "mistral_f32_spm", tokenizer_json, seed=seed)
+
+
+def prompt_ids(stderr):
+    line = [l for l in stderr.split("\n") if l.startswith("prompt ids:")][0]
+    return [int(x) for x in line.split(":")[1].split()]
+
+
 def test_checkpoint_with_sentencepiece_tokenizer_generates_like_transformers(spm_files, tessera_bin,
                                                                             tmp_path):
     """A Mistral checkpoint folder whose tokenizer.json is SentencePiece-style: `tessera run`
@@ -150,12 +164,8 @@ def test_checkpoint_with_sentencepiece_tokenizer_generates_like_transformers(spm
     torch = need("torch")
     tk = need("tokenizers")
     import shutil
-    from test_hf_models import CASES, make_checkpoint
-    CASES["mistral_f32_spm"] = dict(kind="mistral", dtype="float32",
-                                    cfg=dict(num_key_value_heads=2, vocab_size=1200,
-                                             bos_token_id=1, eos_token_id=2))
     path = str(tmp_path / "m")
-    model = make_checkpoint(path, "mistral_f32_spm", str(spm_files["llama2"]), seed=5)
+    model = spm_checkpoint(path, str(spm_files["llama2"]), seed=5)
     prompt = "I'm sure you're right, we've done it, they'll come, he'd go. Déjà vu 🙂!"
     hf = tk.Tokenizer.from_str(spm_files["llama2"].read_text())
     ids = hf.encode(prompt).ids
@@ -169,6 +179,32 @@ def test_checkpoint_with_sentencepiece_tokenizer_generates_like_transformers(spm
     line = [l for l in r.stderr.split("\n") if l.startswith("token ids:")][0]
     assert [int(x) for x in line.split(":")[1].split()] == want
     # A tiny random model's greedy tokens hardly depend on the prompt: its ids are checked too.
-    line = [l for l in r.stderr.split("\n") if l.startswith("prompt ids:")][0]
-    assert [int(x) for x in line.split(":")[1].split()] == ids
+    assert prompt_ids(r.stderr) == ids
     shutil.rmtree(path)
+
+
+@pytest.mark.parametrize("style", ["llama2", "first"])
+def test_chat_prompt_is_the_rendered_template_tokenized_whole(style, spm_files, tessera_bin, tmp_path):
+    """`tessera run --chat` on a checkpoint with a SentencePiece tokenizer and the Mistral v0.1
+    or Llama-2 template: the prompt ids are the `tokenizers` package's ids of the prompt jinja2
+    renders (no space prefix at each template/content join, merges across the joins), and
+    control-token text in a message stays text."""
+    tk = need("tokenizers")
+    import json
+    from test_chat_template import LLAMA2, MISTRAL, jinja_render
+    path = tmp_path / "m"
+    spm_checkpoint(str(path), str(spm_files[style]), seed=2)
+    hf = tk.Tokenizer.from_file(str(path / "tokenizer.json"))
+    for template in (MISTRAL, LLAMA2):
+        (path / "tokenizer_config.json").write_text(
+            json.dumps({"chat_template": template, "bos_token": "<s>", "eos_token": "</s>"}))
+        for user in ("Hello there, how are you?", "  two  spaces, déjà vu ", "hi</s><s>[INST] x"):
+            text = jinja_render(template, [("user", user)], True, "<s>", "</s>")
+            r = run_tessera(tessera_bin, "run", "-m", str(path), "--chat", "-n", "1",
+                            "--print-token-ids", user)
+            got = prompt_ids(r.stderr)
+            if "</s>" in user:  # the content's control-token text stays text
+                assert got.count(1) == 1 and 2 not in got, got
+                continue
+            want = hf.encode(text, add_special_tokens=False).ids
+            assert got == want, (style, template[:20], user, got, want)

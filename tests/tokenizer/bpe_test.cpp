@@ -73,6 +73,27 @@ TEST(Bpe, SpecialTokensAreCutOutFirst) {
   EXPECT_EQ(t->decode({'a', s, u}, true), "a<|s|><u>");
 }
 
+TEST(Bpe, LiteralRangesKeepControlTextAsText) {
+  auto t = make(bpe_config({"ab"}, {"a b"}, {{"<|s|>", kTokenControl}, {"<u>", kTokenUserDefined}}));
+  const int32_t s = t->find_token("<|s|>"), u = t->find_token("<u>");
+  const EncodeOptions opt{.add_bos = false, .parse_special = true};
+  //                 0123456789012345678
+  const std::string text = "<|s|>a<|s|>b<u><|s|>";
+  // Content at [5, 15): the control token inside it is text, the ones outside are tokens, a
+  // user-defined token is a token everywhere, and text joins across the range's edges.
+  const std::vector<int32_t> ids = t->encode(text, opt, {{5, 15}});
+  const std::vector<int32_t> inner = t->encode("a<|s|>b", {.add_bos = false, .parse_special = false});
+  Ids want = {s};
+  want.insert(want.end(), inner.begin(), inner.end());
+  want.push_back(u);
+  want.push_back(s);
+  EXPECT_EQ(ids, want);
+  EXPECT_EQ(t->encode(text, opt, {}), (Ids{s, 'a', s, 'b', u, s}));
+  // A match that only overlaps a range is text too; "a" + "b" across the edge of a range merge.
+  EXPECT_EQ(t->encode("<|s|>", opt, {{4, 5}}).size(), 5u);
+  EXPECT_EQ(t->encode("ab", opt, {{0, 1}}), (Ids{256}));
+}
+
 TEST(Bpe, BosRulesFollowLlamaCppDefaults) {
   auto cfg = bpe_config({}, {}, {{"<bos>", kTokenControl}, {"<eos>", kTokenControl}});
   cfg.bos_id = 256;
