@@ -22,8 +22,9 @@
 namespace tessera::detail {
 
 // A merge list's ranks: "left right" -> position in the list. The pair is split at the first
-// space after the first character, and the first occurrence of a pair wins (llama.cpp's and
-// Hugging Face's rules); entries without a space are ignored.
+// space after the first character, and the first occurrence of a pair wins (llama.cpp's rule;
+// Hugging Face's map keeps the last, but published files repeat no pair); entries without a
+// space are ignored.
 class MergeRanks {
  public:
   explicit MergeRanks(const std::vector<std::string>& merges) {

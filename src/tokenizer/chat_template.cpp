@@ -155,6 +155,7 @@ Expected<ChatTemplate> ChatTemplate::from_template_text(std::optional<std::strin
     const bool think = any_constant([](const std::string& c) { return c == "<|im_start|>assistant\n<think>\n"; });
     t.generation_prompt_ = think ? "<|im_start|>assistant\n<think>\n" : "<|im_start|>assistant\n";
     t.strips_reasoning_ = contains(s, "split('</think>')");
+    t.reasoning_kept_in_last_ = t.strips_reasoning_ && contains(s, "if not loop.last");
   } else if (contains(s, "<|start_header_id|>")) {
     t.family_ = ChatFamily::kLlama3;
     t.default_system_ =
@@ -183,6 +184,9 @@ Expected<ChatTemplate> ChatTemplate::from_template_text(std::optional<std::strin
       auto starts = [&](std::string_view m) {
         return any_constant([&](const std::string& c) { return c.starts_with(m); });
       };
+      if (ends(" [INST] ") || ends(" [INST]"))  // Mistral v0.2's ' [INST] ': not written here
+        return Status(ErrorCode::kUnsupported,
+                      "[INST] chat template with a space before [INST] (Mistral v0.2 style) is not supported");
       const bool open_spaced = ends("[INST] "), open_tight = ends("[INST]");
       const bool close_spaced = starts(" [/INST]"), close_tight = starts("[/INST]");
       if (open_spaced == open_tight || close_spaced == close_tight)
@@ -195,9 +199,22 @@ Expected<ChatTemplate> ChatTemplate::from_template_text(std::optional<std::strin
       else if (contains(s, "user_messages[-1]) and system_message") ||
                contains(s, "last_user_message and system_message"))
         t.system_at_ = SystemAt::kLastUserTurn;
-      if (contains(s, "\" \" + message[\"content\"] + eos_token") ||
-          contains(s, "' ' + message['content'] + eos_token"))
+      // The answer's shape: content + eos (v0.1, Nemo), " " + content + eos, or " " + trimmed
+      // content + eos (v0.3); most specific first, quotes and spaces around '|' normalised.
+      std::string norm;
+      for (size_t i = 0; i < s.size(); ++i) {
+        if (s[i] == ' ' && ((i + 1 < s.size() && s[i + 1] == '|') || (i > 0 && s[i - 1] == '|'))) continue;
+        norm.push_back(s[i] == '\'' ? '"' : s[i]);
+      }
+      if (contains(norm, "\" \" + message[\"content\"]|trim + eos_token")) {
         t.assistant_prefix_ = " ";
+        t.trims_answers_ = true;
+      } else if (contains(norm, "\" \" + message[\"content\"] + eos_token")) {
+        t.assistant_prefix_ = " ";
+      } else if (!contains(norm, "message[\"content\"] + eos_token")) {
+        return Status(ErrorCode::kUnsupported,
+                      "[INST] chat template whose assistant turn has a shape this renderer does not know");
+      }
     }
   } else {
     return Status(ErrorCode::kUnsupported,
@@ -280,7 +297,7 @@ std::vector<ChatSegment> ChatTemplate::render_segments(const std::vector<ChatMes
       for (size_t i = 0; i < messages.size(); ++i) {
         const ChatMessage& m = messages[i];
         w.tmpl("<|im_start|>" + m.role + "\n");
-        if (strips_reasoning_ && m.role == "assistant" && i + 1 < messages.size()) {
+        if (strips_reasoning_ && m.role == "assistant" && !(reasoning_kept_in_last_ && i + 1 == messages.size())) {
           // content.split('</think>')[-1].lstrip('\n')
           const size_t end = m.content.rfind("</think>");
           std::string_view c = m.content;
@@ -372,7 +389,10 @@ std::vector<ChatSegment> ChatTemplate::render_segments(const std::vector<ChatMes
             w.tmpl(inst_close_);
           } else if (m.role == "assistant") {
             w.tmpl(assistant_prefix_);
+            w.barrier();
+            const size_t from = w.mark();
             write_c();
+            if (trims_answers_) w.strip_since(from);
             w.tmpl(eos_text_);
           }
         }

@@ -75,9 +75,11 @@ class ChatTemplate {
   // message goes (the last user turn, else the first).
   std::string inst_open_ = "[INST] ", inst_close_ = " [/INST]";
   std::string assistant_prefix_;  // " " before an assistant turn (Mistral v0.3)
+  bool trims_answers_ = false;    // ... whose content is trimmed (v0.3's `|trim`)
   enum class SystemAt { kFirstTurn, kLastTurnIfUser, kLastUserTurn } system_at_ = SystemAt::kFirstTurn;
   std::string generation_prompt_ = "<|im_start|>assistant\n";  // ChatML (+ "<think>\n": QwQ)
-  bool strips_reasoning_ = false;  // ChatML: earlier assistant turns keep text after </think>
+  bool strips_reasoning_ = false;  // ChatML: assistant turns keep only the text after </think>
+  bool reasoning_kept_in_last_ = false;  // ... except the last turn (`if not loop.last`)
   // Llama-3.1+: the system turn's head ("Cutting Knowledge Date: December 2023\n"; empty for
   // Llama-3.0) and its date: a constant, or (date_today_) the day the conversation is rendered.
   std::string dated_head_, fixed_date_;

@@ -29,6 +29,7 @@ class SpmTokenizer final : public Tokenizer {
     scores_.resize(n, 0.0f);
     for (float& s : scores_)  // NaN would break the queue's ordering
       if (s != s) s = -std::numeric_limits<float>::infinity();
+    by_rank_ = cfg.merges_by_rank || !cfg.merges.empty();
     ranks_ = MergeRanks(cfg.merges);
     cfg.merges.clear();
     prefix_first_only_ = cfg.space_prefix_first_only;
@@ -105,7 +106,7 @@ class SpmTokenizer final : public Tokenizer {
   void encode_word(std::string_view word, std::vector<int32_t>& out) const {
     if (word.empty()) return;
     std::vector<MergedSpan> spans;
-    if (ranks_.empty()) {
+    if (!by_rank_) {
       // Any adjacent pair whose join is a vocabulary entry; the highest score first.
       spans = bpe_merge(word, [&](std::string_view l, std::string_view r) -> std::optional<float> {
         const int32_t id = find_token(std::string_view(l.data(), l.size() + r.size()));
@@ -137,7 +138,8 @@ class SpmTokenizer final : public Tokenizer {
   }
 
   std::vector<float> scores_;
-  MergeRanks ranks_;  // empty: join by score
+  bool by_rank_ = false;  // join by merge rank (Hugging Face files), else by score (GGUF)
+  MergeRanks ranks_;
   bool prefix_first_only_ = false, prefix_unless_space_ = false, split_at_spaces_ = false, fuse_unk_ = false;
   std::array<int32_t, 256> byte_ids_{};
 };

@@ -60,6 +60,7 @@ struct TokenizerConfig {
   bool space_prefix_unless_space = false;
   bool split_at_spaces = false;  // Metaspace split=true: merges stop at each word's leading space
   bool fuse_unk = false;         // consecutive unknown characters become one <unk>
+  bool merges_by_rank = false;   // join by `merges` rank even when it is empty (no joins then)
   // decode() drops the space prefix from the first token after any leading tokens that render
   // as nothing (HF's Strip / Metaspace decoders, which see the ids left after skipping special
   // tokens), not only after leading BOS tokens (llama.cpp).

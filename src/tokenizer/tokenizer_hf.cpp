@@ -253,6 +253,7 @@ TokenizerConfig config_from_json(const json& tj, const json* tc) {
     cfg.split_at_spaces = sp.split;
     cfg.fuse_unk = flag(*model, "fuse_unk", false);
     cfg.strip_prefix_after_specials = true;
+    cfg.merges_by_rank = true;
   }
 
   // Vocabulary: token -> id, then added tokens (which may extend it). Gaps become unused

@@ -173,15 +173,16 @@ TEST(ChatTemplate, MistralV03SpacedOpenTightCloseSpacedAnswers) {
       "{%- if SYSTEM_RULE and system_message is defined %}{{- \"[INST] \" + system_message + \"\\n\\n\" + "
       "message[\"content\"] + \"[/INST]\" }}{%- else %}{{- \"[INST] \" + message[\"content\"] + "
       "\"[/INST]\" }}{%- endif %}{%- elif message[\"role\"] == \"assistant\" %}{{- \" \" + "
-      "message[\"content\"] + eos_token }}{%- endif %}{%- endfor %}";
+      "message[\"content\"]|trim + eos_token}}{%- endif %}{%- endfor %}";
   auto with_rule = [&](const std::string& rule) {
     std::string b = body;
     b.replace(b.find("SYSTEM_RULE"), 11, rule);
     return parse(b, *t);
   };
   const ChatTemplate last = with_rule("loop.last");
-  EXPECT_EQ(last.render({{"system", "S"}, {"user", "Hi"}, {"assistant", "Yo"}, {"user", "Q"}}, true),
-            "<s>[INST] Hi[/INST] Yo</s>[INST] S\n\nQ[/INST]");
+  // Answers are trimmed and follow a space; user content is not trimmed.
+  EXPECT_EQ(last.render({{"system", "S"}, {"user", "Hi "}, {"assistant", " Yo \n"}, {"user", "Q"}}, true),
+            "<s>[INST] Hi [/INST] Yo</s>[INST] S\n\nQ[/INST]");
   EXPECT_EQ(last.render({{"system", "S"}, {"user", "Hi"}, {"assistant", "Yo"}}, true), "<s>[INST] Hi[/INST] Yo</s>");
   // The variant that keys on the last user message keeps the system message when an answer follows.
   const ChatTemplate last_user = with_rule("(message == user_messages[-1])");
@@ -205,6 +206,14 @@ TEST(ChatTemplate, ReasoningModelGenerationPromptAndEarlierThoughts) {
             "<|im_end|>\n<|im_start|>assistant\n<think>\n");
   EXPECT_EQ(c.render({{"user", "Q"}, {"assistant", "<think>x</think>A"}}, false),
             "<|im_start|>user\nQ<|im_end|>\n<|im_start|>assistant\n<think>x</think>A<|im_end|>\n");
+  // Without the `not loop.last` condition every answer loses its reasoning.
+  const ChatTemplate all = parse(
+      "{%- for message in messages %}{%- if message.role == \"assistant\" %}{%- set content = "
+      "message.content.split('</think>')[-1].lstrip('\\n') %}{{- '<|im_start|>' + message.role + '\\n' + "
+      "content + '<|im_end|>' + '\\n' }}{%- endif %}{%- endfor %}",
+      *t);
+  EXPECT_EQ(all.render({{"user", "Q"}, {"assistant", "<think>x</think>A"}}, false),
+            "<|im_start|>user\nQ<|im_end|>\n<|im_start|>assistant\nA<|im_end|>\n");
 }
 
 TEST(ChatTemplate, ShapesItCannotRenderExactlyAreErrors) {
@@ -214,7 +223,12 @@ TEST(ChatTemplate, ShapesItCannotRenderExactlyAreErrors) {
         "message['content'] + '[/INST]' }}",
         "{{ '<|im_start|>assistant\\n' }}{%- if enable_thinking is defined and enable_thinking is false "
         "%}{{ '<think>\\n\\n</think>\\n\\n' }}{%- endif %}",
-        "{{ '[INST]' + message['content'] + '[/INST]' }}{{ '[INST] ' + message['content'] + ' [/INST]' }}"}) {
+        "{{ '[INST]' + message['content'] + '[/INST]' }}{{ '[INST] ' + message['content'] + ' [/INST]' }}",
+        // Mistral v0.2: a space before [INST]
+        "{{ bos_token }}{{ ' [INST] ' + message['content'] + ' [/INST]' }}{{ message['content'] + eos_token }}",
+        // Mixtral-8x22B: a space after the answer too
+        "{{ bos_token }}{{ '[INST] ' + message['content'] + ' [/INST]' }}{{ ' ' + message['content'] + ' ' + "
+        "eos_token }}"}) {
     auto r = ChatTemplate::from_template_text(text, *t);
     ASSERT_FALSE(r.ok()) << text;
     EXPECT_EQ(r.status().code(), ErrorCode::kUnsupported) << r.status().to_string();

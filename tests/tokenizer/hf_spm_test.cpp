@@ -108,6 +108,14 @@ TEST(hf_spm_tokenizer, ByteFallbackUnknownAndDecode) {
   EXPECT_EQ(enc(*fused, "xay", false), (Ids{5, 0, 6, 0}));
 }
 
+TEST(hf_spm_tokenizer, AnEmptyMergeListJoinsNothing) {
+  std::string j = spm_json(kLegacyNorm, "null");
+  j.replace(j.find(R"("merges":[)"), std::string(R"("merges":["b c","b ▁","a b","▁ a","▁ ab"])").size(), R"("merges":[])");
+  auto t = load(j);
+  ASSERT_TRUE(t);
+  EXPECT_EQ(enc(*t, "ab", false), (Ids{5, 6, 7}));  // ▁ a b: pieces exist, but no merge joins them
+}
+
 void expect_error(const std::string& json, ErrorCode code, const std::string& substr) {
   auto c = Tokenizer::from_hf_json(json);
   ASSERT_FALSE(c.ok()) << "accepted: " << json;
