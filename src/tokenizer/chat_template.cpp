@@ -105,6 +105,14 @@ std::string assigned_literal(std::string_view t, std::string_view name) {
   return out;
 }
 
+// content.split('</think>')[-1].lstrip('\n'): an answer without its reasoning.
+std::string after_reasoning(std::string_view c) {
+  constexpr std::string_view kEnd = "</think>";
+  if (const size_t end = c.rfind(kEnd); end != std::string_view::npos) c.remove_prefix(end + kEnd.size());
+  while (!c.empty() && c.front() == '\n') c.remove_prefix(1);
+  return std::string(c);
+}
+
 // Today's date as the templates' strftime_now("%d %b %Y") gives it (local time, C locale).
 std::string today_dmy() {
   const std::time_t now = std::time(nullptr);
@@ -146,22 +154,19 @@ Expected<ChatTemplate> ChatTemplate::from_template_text(std::optional<std::strin
                   "chat template with an enable_thinking switch is not supported (its rendering "
                   "depends on a flag the chat API does not have)");
   const std::vector<std::string> constants = template_constants(s);
-  auto any_constant = [&](auto&& pred) {
-    return std::any_of(constants.begin(), constants.end(), pred);
-  };
   if (contains(s, "<|im_start|>")) {
     t.family_ = ChatFamily::kChatML;
     t.default_system_ = find_default_system(s, "<|im_start|>system\n", "<|im_end|>");
-    const bool think = any_constant([](const std::string& c) { return c == "<|im_start|>assistant\n<think>\n"; });
-    t.generation_prompt_ = think ? "<|im_start|>assistant\n<think>\n" : "<|im_start|>assistant\n";
+    constexpr std::string_view kThink = "<|im_start|>assistant\n<think>\n";
+    if (std::ranges::find(constants, kThink) != constants.end()) t.generation_prompt_ = kThink;
     t.strips_reasoning_ = contains(s, "split('</think>')");
     t.reasoning_kept_in_last_ = t.strips_reasoning_ && contains(s, "if not loop.last");
   } else if (contains(s, "<|start_header_id|>")) {
     t.family_ = ChatFamily::kLlama3;
     t.default_system_ =
         find_default_system(s, "<|start_header_id|>system<|end_header_id|>\n\n", "<|eot_id|>");
-    for (const std::string& c : template_constants(s))
-      if (c.rfind("Cutting Knowledge Date:", 0) == 0) t.dated_head_ = c;
+    for (const std::string& c : constants)
+      if (c.starts_with("Cutting Knowledge Date:")) t.dated_head_ = c;
     if (!t.dated_head_.empty()) {
       t.date_today_ = contains(s, "strftime_now");
       t.fixed_date_ = assigned_literal(s, "date_string");
@@ -176,45 +181,9 @@ Expected<ChatTemplate> ChatTemplate::from_template_text(std::optional<std::strin
     if (contains(s, "[SYSTEM_PROMPT]"))
       return Status(ErrorCode::kUnsupported,
                     "Mistral chat template with [SYSTEM_PROMPT] (Mistral Small 3.x / Devstral style) "
-                    "is not supported (supported [INST] templates: Llama-2, Mistral v0.1, Mistral Nemo)");
+                    "is not supported (supported [INST] templates: Llama-2, Mistral v0.1, v0.3, Nemo)");
     if (!t.llama2_sys_) {
-      auto ends = [&](std::string_view m) {
-        return any_constant([&](const std::string& c) { return c.size() >= m.size() && c.ends_with(m); });
-      };
-      auto starts = [&](std::string_view m) {
-        return any_constant([&](const std::string& c) { return c.starts_with(m); });
-      };
-      if (ends(" [INST] ") || ends(" [INST]"))  // Mistral v0.2's ' [INST] ': not written here
-        return Status(ErrorCode::kUnsupported,
-                      "[INST] chat template with a space before [INST] (Mistral v0.2 style) is not supported");
-      const bool open_spaced = ends("[INST] "), open_tight = ends("[INST]");
-      const bool close_spaced = starts(" [/INST]"), close_tight = starts("[/INST]");
-      if (open_spaced == open_tight || close_spaced == close_tight)
-        return Status(ErrorCode::kUnsupported,
-                      "[INST] chat template whose marker spacing cannot be read from its constants");
-      t.inst_open_ = open_spaced ? "[INST] " : "[INST]";
-      t.inst_close_ = close_spaced ? " [/INST]" : "[/INST]";
-      if (contains(s, "loop.last and system_message"))
-        t.system_at_ = SystemAt::kLastTurnIfUser;
-      else if (contains(s, "user_messages[-1]) and system_message") ||
-               contains(s, "last_user_message and system_message"))
-        t.system_at_ = SystemAt::kLastUserTurn;
-      // The answer's shape: content + eos (v0.1, Nemo), " " + content + eos, or " " + trimmed
-      // content + eos (v0.3); most specific first, quotes and spaces around '|' normalised.
-      std::string norm;
-      for (size_t i = 0; i < s.size(); ++i) {
-        if (s[i] == ' ' && ((i + 1 < s.size() && s[i + 1] == '|') || (i > 0 && s[i - 1] == '|'))) continue;
-        norm.push_back(s[i] == '\'' ? '"' : s[i]);
-      }
-      if (contains(norm, "\" \" + message[\"content\"]|trim + eos_token")) {
-        t.assistant_prefix_ = " ";
-        t.trims_answers_ = true;
-      } else if (contains(norm, "\" \" + message[\"content\"] + eos_token")) {
-        t.assistant_prefix_ = " ";
-      } else if (!contains(norm, "message[\"content\"] + eos_token")) {
-        return Status(ErrorCode::kUnsupported,
-                      "[INST] chat template whose assistant turn has a shape this renderer does not know");
-      }
+      if (Status st = t.read_mistral_shape(s, constants); !st.ok()) return st;
     }
   } else {
     return Status(ErrorCode::kUnsupported,
@@ -222,6 +191,45 @@ Expected<ChatTemplate> ChatTemplate::from_template_text(std::optional<std::strin
                   "Llama-3 '<|start_header_id|>', Llama-2/Mistral '[INST]')");
   }
   return t;
+}
+
+// A Mistral [INST] template's shape from its text: marker spacing, where the system message goes,
+// the answer's form. Shapes this renderer does not write are errors.
+Status ChatTemplate::read_mistral_shape(std::string_view s, const std::vector<std::string>& constants) {
+  auto any_constant = [&](auto&& pred) { return std::any_of(constants.begin(), constants.end(), pred); };
+  auto ends = [&](std::string_view m) { return any_constant([&](const std::string& c) { return c.ends_with(m); }); };
+  auto starts = [&](std::string_view m) { return any_constant([&](const std::string& c) { return c.starts_with(m); }); };
+  if (ends(" [INST] ") || ends(" [INST]"))  // Mistral v0.2's ' [INST] ': not written here
+    return Status(ErrorCode::kUnsupported,
+                  "[INST] chat template with a space before [INST] (Mistral v0.2 style) is not supported");
+  const bool open_spaced = ends("[INST] "), open_tight = ends("[INST]");
+  const bool close_spaced = starts(" [/INST]"), close_tight = starts("[/INST]");
+  if (open_spaced == open_tight || close_spaced == close_tight)
+    return Status(ErrorCode::kUnsupported,
+                  "[INST] chat template whose marker spacing cannot be read from its constants");
+  inst_open_ = open_spaced ? "[INST] " : "[INST]";
+  inst_close_ = close_spaced ? " [/INST]" : "[/INST]";
+  if (contains(s, "loop.last and system_message"))
+    system_at_ = SystemAt::kLastTurnIfUser;
+  else if (contains(s, "user_messages[-1]) and system_message") || contains(s, "last_user_message and system_message"))
+    system_at_ = SystemAt::kLastUserTurn;
+  // The answer: content + eos (v0.1, Nemo), " " + content + eos, or " " + trimmed content + eos
+  // (v0.3); most specific first, with quotes and the spaces around '|' normalised.
+  std::string norm;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == ' ' && ((i + 1 < s.size() && s[i + 1] == '|') || (i > 0 && s[i - 1] == '|'))) continue;
+    norm.push_back(s[i] == '\'' ? '"' : s[i]);
+  }
+  if (contains(norm, "\" \" + message[\"content\"]|trim + eos_token")) {
+    assistant_prefix_ = " ";
+    trims_answers_ = true;
+  } else if (contains(norm, "\" \" + message[\"content\"] + eos_token")) {
+    assistant_prefix_ = " ";
+  } else if (!contains(norm, "message[\"content\"] + eos_token")) {
+    return Status(ErrorCode::kUnsupported,
+                  "[INST] chat template whose assistant turn has a shape this renderer does not know");
+  }
+  return Status::ok_status();
 }
 
 namespace {
@@ -297,16 +305,9 @@ std::vector<ChatSegment> ChatTemplate::render_segments(const std::vector<ChatMes
       for (size_t i = 0; i < messages.size(); ++i) {
         const ChatMessage& m = messages[i];
         w.tmpl("<|im_start|>" + m.role + "\n");
-        if (strips_reasoning_ && m.role == "assistant" && !(reasoning_kept_in_last_ && i + 1 == messages.size())) {
-          // content.split('</think>')[-1].lstrip('\n')
-          const size_t end = m.content.rfind("</think>");
-          std::string_view c = m.content;
-          if (end != std::string::npos) c.remove_prefix(end + 8);
-          while (!c.empty() && c.front() == '\n') c.remove_prefix(1);
-          content(std::string(c));
-        } else {
-          content(m.content);
-        }
+        const bool cut = strips_reasoning_ && m.role == "assistant" &&
+                         !(reasoning_kept_in_last_ && i + 1 == messages.size());
+        content(cut ? after_reasoning(m.content) : m.content);
         w.tmpl("<|im_end|>\n");
       }
       if (add_generation_prompt) w.tmpl(generation_prompt_);

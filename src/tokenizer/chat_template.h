@@ -17,7 +17,7 @@
 //            last user turn where the template says so (v0.3, Nemo), else before the first
 //            (where v0.1's template would raise an error)
 //   ChatML also with a reasoning model's "<think>\n" generation prompt and the reasoning
-//   stripped from earlier assistant turns (QwQ).
+//   stripped from assistant turns (all, or all but the last where the template says so: QwQ).
 // Mistral's [SYSTEM_PROMPT] templates (Small 3.x, Devstral) and templates with an
 // enable_thinking switch are rejected, not approximated.
 // Tool calls are not modelled.
@@ -65,6 +65,8 @@ class ChatTemplate {
                                            bool add_generation_prompt) const;
 
  private:
+  Status read_mistral_shape(std::string_view text, const std::vector<std::string>& constants);
+
   ChatFamily family_ = ChatFamily::kChatML;
   std::string bos_text_, eos_text_;
   std::string default_system_;  // inserted when the first message is not a system message

@@ -29,7 +29,7 @@ class SpmTokenizer final : public Tokenizer {
     scores_.resize(n, 0.0f);
     for (float& s : scores_)  // NaN would break the queue's ordering
       if (s != s) s = -std::numeric_limits<float>::infinity();
-    by_rank_ = cfg.merges_by_rank || !cfg.merges.empty();
+    by_rank_ = cfg.hf_rules || !cfg.merges.empty();
     ranks_ = MergeRanks(cfg.merges);
     cfg.merges.clear();
     prefix_first_only_ = cfg.space_prefix_first_only;
@@ -68,7 +68,7 @@ class SpmTokenizer final : public Tokenizer {
     return out;
   }
 
-  void encode_fragment(std::string_view raw, FragmentPlace place,
+  void encode_fragment(std::string_view raw, bool at_text_start,
                        std::vector<int32_t>& out) const override {
     std::string text;
     text.reserve(raw.size() + 8);
@@ -78,7 +78,7 @@ class SpmTokenizer final : public Tokenizer {
       else
         text.push_back(c);
     }
-    if (wants_space_prefix(text, place)) text.insert(0, kSpace);
+    if (wants_space_prefix(text, at_text_start)) text.insert(0, kSpace);
     if (!split_at_spaces_) {
       encode_word(text, out);
       return;
@@ -94,12 +94,11 @@ class SpmTokenizer final : public Tokenizer {
   }
 
  private:
-  // llama.cpp (and the legacy Prepend normalizer) prefix every fragment: the first one and each
-  // after a special token, which is every text fragment. Metaspace skips fragments that
-  // already start with a space and, with prepend_scheme "first", all but the text's start.
-  bool wants_space_prefix(std::string_view text, FragmentPlace place) const {
-    if (!add_space_prefix_ || text.empty()) return false;
-    if (prefix_first_only_ ? !place.at_text_start : !place.after_special) return false;
+  // llama.cpp (and the legacy Prepend normalizer) prefix every fragment (SentencePiece's
+  // add_dummy_prefix per segment). Metaspace skips fragments that already start with a space
+  // and, with prepend_scheme "first", all but the text's start.
+  bool wants_space_prefix(std::string_view text, bool at_text_start) const {
+    if (!add_space_prefix_ || text.empty() || (prefix_first_only_ && !at_text_start)) return false;
     return !(prefix_unless_space_ && text.substr(0, kSpace.size()) == kSpace);
   }
 

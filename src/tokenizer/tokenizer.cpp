@@ -100,7 +100,7 @@ Status Tokenizer::init_common(TokenizerConfig& cfg) {
   if (cfg.add_bos) add_bos_ = *cfg.add_bos;  // the subclass set the model-type default
   add_eos_ = cfg.add_eos.value_or(false);
   if (cfg.add_space_prefix) add_space_prefix_ = *cfg.add_space_prefix;
-  strip_prefix_after_specials_ = cfg.strip_prefix_after_specials;
+  strip_prefix_after_specials_ = cfg.hf_rules;
   if (add_bos_ && bos_id_ < 0)
     return Status(ErrorCode::kCorruptData, "add_bos_token is true but there is no BOS token");
   if (add_eos_ && eos_id_ < 0)
@@ -184,15 +184,11 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, const EncodeOption
 
   std::vector<int32_t> out;
   if (opt.add_bos && add_bos_) out.push_back(bos_id_);
-  bool after_special = true;  // the first fragment counts as following a special token
   for (const Fragment& f : frags) {
-    if (f.special) {
+    if (f.special)
       out.push_back(f.id);
-      after_special = true;
-    } else {
-      encode_fragment(text.substr(f.off, f.len), {after_special, f.off == 0}, out);
-      after_special = false;
-    }
+    else
+      encode_fragment(text.substr(f.off, f.len), /*at_text_start=*/f.off == 0, out);
   }
   if (opt.add_bos && add_eos_) out.push_back(eos_id_);
   return out;

@@ -60,11 +60,11 @@ struct TokenizerConfig {
   bool space_prefix_unless_space = false;
   bool split_at_spaces = false;  // Metaspace split=true: merges stop at each word's leading space
   bool fuse_unk = false;         // consecutive unknown characters become one <unk>
-  bool merges_by_rank = false;   // join by `merges` rank even when it is empty (no joins then)
-  // decode() drops the space prefix from the first token after any leading tokens that render
-  // as nothing (HF's Strip / Metaspace decoders, which see the ids left after skipping special
-  // tokens), not only after leading BOS tokens (llama.cpp).
-  bool strip_prefix_after_specials = false;
+  // Hugging Face tokenizers' rules (tokenizer.json files) where they differ from llama.cpp's:
+  // pairs join by `merges` rank even when the list is empty (no joins then), and decode() drops
+  // the space prefix from the first token after any leading tokens that render as nothing (HF's
+  // decoders see the ids left after skipping special tokens), not only after leading BOS.
+  bool hf_rules = false;
   // Hugging Face tokenizer.json (BPE only): when non-empty, these regexes (in order) replace the
   // `pre` family's list and `pre` is only a display name; ignore_merges overrides the family's.
   std::vector<std::string> pre_regexes;
@@ -147,14 +147,9 @@ class Tokenizer {
   Tokenizer() = default;
   // Shared set-up from a validated config: vocabulary, types, special ids, EOG set.
   Status init_common(TokenizerConfig& config);
-  // Where a text fragment (text between special tokens) sits: `after_special` is true for the
-  // first fragment and for fragments that follow a special token; `at_text_start` for the
-  // fragment that begins the encoded text.
-  struct FragmentPlace {
-    bool after_special, at_text_start;
-  };
-  // Tokenizes one text fragment that contains no special tokens.
-  virtual void encode_fragment(std::string_view text, FragmentPlace place,
+  // Tokenizes one text fragment: text between special tokens (so every fragment starts the
+  // text or follows a special token); `at_text_start` for the one that begins the encoded text.
+  virtual void encode_fragment(std::string_view text, bool at_text_start,
                                std::vector<int32_t>& out) const = 0;
   bool in_range(int32_t id) const { return id >= 0 && id < n_vocab(); }
   // Text of a normal (type 1) token: the only decoding that differs between tokenizer kinds.

@@ -242,18 +242,18 @@ TokenizerConfig config_from_json(const json& tj, const json* tc) {
   }
   if (const json* d = member(*model, "dropout"); d && !(d->is_number() && d->get<double>() == 0))
     unsupported("BPE model with dropout");
-  cfg.ignore_merges = flag(*model, "ignore_merges", false);
-  if (sp.spm) {
-    if (*cfg.ignore_merges) unsupported("SentencePiece-style BPE with ignore_merges");
+  const bool ignore_merges = flag(*model, "ignore_merges", false);
+  if (!sp.spm) {
+    cfg.ignore_merges = ignore_merges;
+  } else {
+    if (ignore_merges) unsupported("SentencePiece-style BPE with ignore_merges");
     cfg.kind = TokenizerKind::kSentencePiece;
-    cfg.ignore_merges.reset();
     cfg.add_space_prefix = sp.prefix;
     cfg.space_prefix_first_only = sp.first_only;
     cfg.space_prefix_unless_space = sp.unless_space;
     cfg.split_at_spaces = sp.split;
     cfg.fuse_unk = flag(*model, "fuse_unk", false);
-    cfg.strip_prefix_after_specials = true;
-    cfg.merges_by_rank = true;
+    cfg.hf_rules = true;
   }
 
   // Vocabulary: token -> id, then added tokens (which may extend it). Gaps become unused
@@ -320,9 +320,8 @@ TokenizerConfig config_from_json(const json& tj, const json* tc) {
     }
   }
 
-  if (sp.spm) {
-    cfg.pre = "tokenizer.json";
-  } else {
+  cfg.pre = "tokenizer.json";
+  if (!sp.spm) {
     // Pre-tokenizer: the regex list; byte-level must be part of it.
     bool byte_level = false;
     const json* pre = member(tj, "pre_tokenizer");
@@ -337,7 +336,6 @@ TokenizerConfig config_from_json(const json& tj, const json* tc) {
     if (!byte_level) unsupported("pre-tokenizer without a ByteLevel step (not byte-level BPE)");
     // Splitting nothing is a valid (if unusual) choice: one piece per fragment.
     if (cfg.pre_regexes.empty()) cfg.pre_regexes.emplace_back(R"([\s\S]+)");
-    cfg.pre = "tokenizer.json";
   }
 
   // BOS/EOS from the post-processor's single-sequence template.

@@ -26,13 +26,25 @@ def tessera_bin():
     return path
 
 
+def _cache(*parts):
+    """A path in Tessera's per-user cache (where scripts/fetch_*.py put what they fetch)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "tessera", *parts)
+
+
 @pytest.fixture(scope="session")
 def model_path():
-    path = os.environ.get("TESSERA_MODEL")
-    if not path:
-        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        path = os.path.join(base, "tessera", "SmolLM2-135M-Instruct.Q4_1.gguf")
+    path = os.environ.get("TESSERA_MODEL") or _cache("SmolLM2-135M-Instruct.Q4_1.gguf")
     _require(os.path.exists(path), f"default model not found at {path} (run scripts/fetch_model.py)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def published_templates_dir():
+    """Published chat templates (scripts/fetch_templates.py)."""
+    path = _cache("chat_templates")
+    _require(os.path.isdir(path), f"published templates not found in {path} "
+             "(run scripts/fetch_templates.py)")
     return path
 
 

@@ -154,14 +154,10 @@ PUBLISHED_REFUSED = {"Mistral-Small-3.2-24B-Instruct-2506": "[SYSTEM_PROMPT]",
 
 
 @pytest.fixture(scope="module")
-def published(model_path, tmp_path_factory):
+def published(model_path, published_templates_dir, tmp_path_factory):
     """name -> (vocab-only GGUF with the published template, template text)."""
     need("gguf")
-    from conftest import _require
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    folder = os.path.join(base, "tessera", "chat_templates")
-    _require(os.path.isdir(folder), f"published templates not found in {folder} "
-             "(run scripts/fetch_templates.py)")
+    folder = published_templates_dir
     tmp = tmp_path_factory.mktemp("published")
     out = {}
     for name in PUBLISHED_EXACT + list(PUBLISHED_REFUSED):

@@ -20,18 +20,11 @@ import random
 
 import pytest
 
-from conftest import _require, run_tessera
-from test_hf_tokenizer import TEXTS
-from test_tokenizer import USER_DEFINED, tessera_batch, trained_spm
+from conftest import run_tessera
+from test_hf_tokenizer import TEXTS, hf_disagreements, need
+from test_tokenizer import USER_DEFINED, trained_spm
 
 SP = "\u2581"
-
-
-def need(module):
-    try:
-        return __import__(module)
-    except ImportError:
-        _require(False, f"python package {module} is not installed")
 
 
 def spm_vocab():
@@ -109,32 +102,15 @@ def spm_files(tmp_path_factory):
 
 @pytest.mark.parametrize("style", STYLES)
 def test_sentencepiece_tokenizer_json_matches_hf_tokenizers(style, spm_files, tessera_bin, tmp_path):
-    tk = need("tokenizers")
-    hf = tk.Tokenizer.from_str(spm_files[style].read_text())
-    texts = TEXTS + SPECIAL_FIRST
-    samples = [t.encode("utf-8") for t in texts]
-    failures, n = [], 0
-    for add_bos in (True, False):
-        for special in (True, False):
-            rows = tessera_batch(tessera_bin, str(spm_files[style]), samples, add_bos, special, tmp_path)
-            hf.encode_special_tokens = not special
-            for text, (ids, decoded, _) in zip(texts, rows):
-                n += 1
-                ref = hf.encode(text, add_special_tokens=add_bos).ids
-                where = f"{style} add_bos={add_bos} special={special} text={text!r}"
-                if ids != ref:
-                    failures.append(f"ids differ: {where}\n  tessera {ids}\n  hf      {ref}")
-                    continue
-                want = hf.decode(ids, skip_special_tokens=True).encode("utf-8")
-                if decoded != want:
-                    failures.append(f"decode differs: {where}\n  tessera {decoded!r}\n  hf {want!r}")
+    failures, n, _ = hf_disagreements(tessera_bin, spm_files[style], TEXTS + SPECIAL_FIRST, tmp_path)
     print(f"{style}: {n - len(failures)}/{n} (sample, mode) pairs agree")
     assert not failures, f"{len(failures)} of {n} disagree:\n" + "\n".join(failures[:15])
 
 
 def test_merge_ranks_decide_not_scores(spm_files, tessera_bin, tmp_path):
     """The shuffled merge list tokenizes differently from the score-ordered one (so the
-    ranks-shuffled case above tests something): the two oracles disagree on many samples (42 of 93 when written)."""
+    ranks-shuffled case above tests something): the two oracles disagree on many samples (42 of
+    93 when written)."""
     tk = need("tokenizers")
     a = tk.Tokenizer.from_str(spm_files["llama2"].read_text())
     b = tk.Tokenizer.from_str(spm_files["ranks-shuffled"].read_text())

@@ -17,6 +17,13 @@ const char* kUsage =
     "                   [--kv-f32] [--ignore-eos] [--no-bos] [--print-token-ids]\n"
     "                   [--device cpu|cuda] [--dummy ARCH] [--dummy-type TYPE] PROMPT\n";
 
+// "LABEL: 1 2 3" on stderr (--print-token-ids).
+void print_id_list(const char* label, const std::vector<int32_t>& ids) {
+  std::fprintf(stderr, "%s:", label);
+  for (int32_t id : ids) std::fprintf(stderr, " %d", id);
+  std::fprintf(stderr, "\n");
+}
+
 bool parse_number(const std::string& s, double* out) {
   char* end = nullptr;
   *out = std::strtod(s.c_str(), &end);
@@ -100,11 +107,7 @@ int cmd_run(int argc, char** argv) {
     }
     ids = std::move(*t);
   }
-  if (print_ids) {
-    std::fprintf(stderr, "prompt ids:");
-    for (int32_t id : ids) std::fprintf(stderr, " %d", id);
-    std::fprintf(stderr, "\n");
-  }
+  if (print_ids) print_id_list("prompt ids", ids);
   const int64_t n_prompt = static_cast<int64_t>(ids.size());
   if (n_prompt > 512) {  // long prefills show progress on stderr
     p.on_prompt_progress = [n_prompt](int64_t done) {
@@ -123,11 +126,7 @@ int cmd_run(int argc, char** argv) {
     std::fprintf(stderr, "tessera run: %s\n", r.status().to_string().c_str());
     return 1;
   }
-  if (print_ids) {
-    std::fprintf(stderr, "token ids:");
-    for (int32_t id : r->tokens) std::fprintf(stderr, " %d", id);
-    std::fprintf(stderr, "\n");
-  }
+  if (print_ids) print_id_list("token ids", r->tokens);
   const char* finish = r->finish_reason == FinishReason::kStop ? "stop" : "length";
   std::fprintf(stderr,
                "load: %.2f s | prompt: %d tokens, %.1f tokens/s | generation: %d tokens, %.1f "
