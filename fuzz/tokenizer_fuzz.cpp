@@ -123,6 +123,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::abort();
 
   auto tmpl = ChatTemplate::from_template_text(text, tok);
-  if (tmpl) (void)tmpl->render({{"system", "s"}, {"user", std::string(text)}}, true);
+  if (tmpl) (void)tmpl->try_render({{"system", "s"}, {"user", std::string(text)}}, true);
   return 0;
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Fetches published chat templates for the reference tests: the llama-cpp-python source package
 pinned in requirements.txt carries llama.cpp's models/templates (the templates of real model
-releases). Downloads it once (SHA-256 checked), extracts the templates the tests use into the
+releases). Downloads it once (SHA-256 checked), extracts every template of models/templates into the
 per-user cache and prints that folder."""
 import os
 import re
@@ -13,6 +13,7 @@ import tempfile
 from fetch_model import cache_root, sha256
 
 SDIST_SHA256 = {"0.3.36": "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"}
+# Templates the tests name one by one (all of models/templates is extracted).
 TEMPLATES = [
     "meta-llama-Llama-3.1-8B-Instruct", "meta-llama-Llama-3.2-3B-Instruct",
     "meta-llama-Llama-3.3-70B-Instruct", "Qwen-Qwen2.5-7B-Instruct",
@@ -34,7 +35,8 @@ def pinned_version():
 
 def main():
     dest = cache_dir()
-    if all(os.path.exists(os.path.join(dest, n + ".jinja")) for n in TEMPLATES):
+    done = os.path.join(dest, ".complete")  # written after a full extraction
+    if os.path.exists(done) and all(os.path.exists(os.path.join(dest, n + ".jinja")) for n in TEMPLATES):
         print(dest)
         return 0
     version = pinned_version()
@@ -54,10 +56,14 @@ def main():
         os.makedirs(dest, exist_ok=True)
         prefix = f"llama_cpp_python-{version}/vendor/llama.cpp/models/templates/"
         with tarfile.open(path) as tar:
-            for name in TEMPLATES:
-                data = tar.extractfile(prefix + name + ".jinja").read()
-                with open(os.path.join(dest, name + ".jinja"), "wb") as out:
-                    out.write(data)
+            for member in tar.getmembers():
+                name = member.name[len(prefix):] if member.name.startswith(prefix) else ""
+                if not member.isfile() or not name.endswith(".jinja") or "/" in name:
+                    continue
+                with open(os.path.join(dest, name), "wb") as out:
+                    out.write(tar.extractfile(member).read())
+        with open(done, "w") as f:
+            f.write(version + "\n")
     print(dest)
     return 0
 

@@ -617,7 +617,7 @@ Expected<std::string> Engine::render_chat(const std::vector<Message>& messages,
                                           bool add_generation_prompt) const {
   if (!impl_->chat) return impl_->chat_status;
   const std::vector<ChatMessage> m = to_chat_messages(messages);
-  return impl_->chat->render(m, add_generation_prompt);
+  return impl_->chat->try_render(m, add_generation_prompt);
 }
 
 Expected<std::vector<int32_t>> Engine::tokenize_chat(const std::vector<Message>& messages,
@@ -629,7 +629,9 @@ Expected<std::vector<int32_t>> Engine::tokenize_chat(const std::vector<Message>&
     // One string, as the template renders it, tokenized whole (so merges and SentencePiece's
     // space prefix are those of the rendered prompt), but with control tokens recognised only in
     // the template's own text: message content cannot inject them.
-    const std::vector<ChatSegment> segs = impl_->chat->render_segments(m, add_generation_prompt);
+    auto rendered = impl_->chat->try_render_segments(m, add_generation_prompt);
+    if (!rendered) return rendered.status();
+    const std::vector<ChatSegment>& segs = *rendered;
     if (segs.empty()) return std::vector<int32_t>{};
     std::string text;
     std::vector<Tokenizer::TextRange> content;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <ctime>
+#include <stdexcept>
 
 #include "core/log.h"
 #include "tokenizer/tokenizer.h"
@@ -132,12 +133,14 @@ std::string_view chat_family_name(ChatFamily f) {
       return "llama3";
     case ChatFamily::kLlama2:
       return "llama2";
+    case ChatFamily::kJinja:
+      return "jinja";
   }
   return "unknown";
 }
 
 Expected<ChatTemplate> ChatTemplate::from_template_text(std::optional<std::string_view> text,
-                                                        const Tokenizer& tok) {
+                                                        const Tokenizer& tok, bool use_interpreter) {
   ChatTemplate t;
   if (tok.bos_id() >= 0) t.bos_text_ = std::string(tok.piece(tok.bos_id()));
   if (tok.eos_id() >= 0) t.eos_text_ = std::string(tok.piece(tok.eos_id()));
@@ -146,7 +149,23 @@ Expected<ChatTemplate> ChatTemplate::from_template_text(std::optional<std::strin
     t.family_ = ChatFamily::kChatML;
     return t;
   }
-  const std::string_view s = *text;
+  if (!use_interpreter) {
+    if (Status st = t.recognise_family(*text); !st.ok()) return st;
+    return t;
+  }
+  auto parsed = jinja::Template::parse(*text);
+  if (parsed) t.jinja_ = std::make_shared<const jinja::Template>(std::move(*parsed));
+  // A hand-written family where the text is one and it renders as the template does; the
+  // interpreter for everything else.
+  const Status family = t.recognise_family(*text);
+  if (family.ok() && (!t.jinja_ || t.family_agrees_with_jinja())) return t;
+  if (!t.jinja_) return parsed.status();
+  t.family_ = ChatFamily::kJinja;
+  return t;
+}
+
+Status ChatTemplate::recognise_family(std::string_view s) {
+  ChatTemplate& t = *this;
   t.emits_bos_ = contains(s, "bos_token");
   t.trims_content_ = contains(s, "| trim") || contains(s, "|trim") || contains(s, ".strip()");
   if (contains(s, "enable_thinking"))
@@ -183,14 +202,14 @@ Expected<ChatTemplate> ChatTemplate::from_template_text(std::optional<std::strin
                     "Mistral chat template with [SYSTEM_PROMPT] (Mistral Small 3.x / Devstral style) "
                     "is not supported (supported [INST] templates: Llama-2, Mistral v0.1, v0.3, Nemo)");
     if (!t.llama2_sys_) {
-      if (Status st = t.read_mistral_shape(s, constants); !st.ok()) return st;
+      if (Status st = read_mistral_shape(s, constants); !st.ok()) return st;
     }
   } else {
     return Status(ErrorCode::kUnsupported,
                   "unrecognised chat template (supported families: ChatML '<|im_start|>', "
                   "Llama-3 '<|start_header_id|>', Llama-2/Mistral '[INST]')");
   }
-  return t;
+  return Status::ok_status();
 }
 
 // A Mistral [INST] template's shape from its text: marker spacing, where the system message goes,
@@ -286,15 +305,87 @@ class SegmentWriter {
 
 }  // namespace
 
-std::string ChatTemplate::render(const std::vector<ChatMessage>& messages,
-                                 bool add_generation_prompt) const {
+Expected<std::vector<ChatSegment>> ChatTemplate::try_render_segments(
+    const std::vector<ChatMessage>& messages, bool add_generation_prompt) const {
+  if (family_ == ChatFamily::kJinja) return render_jinja(messages, add_generation_prompt);
+  return render_family(messages, add_generation_prompt);
+}
+
+Expected<std::string> ChatTemplate::try_render(const std::vector<ChatMessage>& messages,
+                                               bool add_generation_prompt) const {
+  auto segs = try_render_segments(messages, add_generation_prompt);
+  if (!segs) return segs.status();
   std::string out;
-  for (const ChatSegment& s : render_segments(messages, add_generation_prompt)) out += s.text;
+  for (const ChatSegment& s : *segs) out += s.text;
   return out;
 }
 
 std::vector<ChatSegment> ChatTemplate::render_segments(const std::vector<ChatMessage>& messages,
                                                        bool add_generation_prompt) const {
+  auto segs = try_render_segments(messages, add_generation_prompt);
+  if (!segs) throw std::runtime_error(segs.status().message());
+  return std::move(*segs);
+}
+
+std::string ChatTemplate::render(const std::vector<ChatMessage>& messages,
+                                 bool add_generation_prompt) const {
+  auto out = try_render(messages, add_generation_prompt);
+  if (!out) throw std::runtime_error(out.status().message());
+  return std::move(*out);
+}
+
+Expected<std::vector<ChatSegment>> ChatTemplate::render_jinja(const std::vector<ChatMessage>& messages,
+                                                              bool add_generation_prompt) const {
+  // The variables transformers' apply_chat_template passes: the conversation (every string in
+  // it marked as content), the generation flag, the special tokens, and tools / documents as
+  // None (their default).
+  jinja::Value msgs = jinja::Value::list();
+  for (const ChatMessage& m : messages) {
+    jinja::Value d = jinja::Value::dict();
+    d.set("role", jinja::Value::string(m.role, /*content=*/true));
+    d.set("content", jinja::Value::string(m.content, /*content=*/true));
+    msgs.items().push_back(std::move(d));
+  }
+  jinja::Value ctx = jinja::Value::dict();
+  ctx.set("messages", std::move(msgs));
+  ctx.set("add_generation_prompt", jinja::Value::boolean(add_generation_prompt));
+  ctx.set("tools", jinja::Value::none());
+  ctx.set("documents", jinja::Value::none());
+  if (!bos_text_.empty()) ctx.set("bos_token", jinja::Value::string(bos_text_));
+  if (!eos_text_.empty()) ctx.set("eos_token", jinja::Value::string(eos_text_));
+  auto text = jinja_->render(ctx);
+  if (!text) return text.status();
+  std::vector<ChatSegment> out;
+  for (auto& [piece, is_content] : text->runs()) out.push_back({std::move(piece), is_content});
+  return out;
+}
+
+bool ChatTemplate::family_agrees_with_jinja() const {
+  using M = std::vector<ChatMessage>;
+  const M probes[] = {
+      {{"user", "Hi"}},
+      {{"system", "Be brief."}, {"user", " What is 2+2? "}},
+      {{"user", "  padded \n"}, {"assistant", " Four.\n\n"}, {"user", "Thanks!"}},
+      {{"system", "S\nrules"}, {"user", "u1"}, {"assistant", "<think>r</think>\n\na1"}, {"user", "u2"}},
+      {{"system", "S"}, {"user", "q"}, {"assistant", "a"}},
+  };
+  int compared = 0;
+  for (const M& m : probes)
+    for (bool gen : {true, false}) {
+      auto want = render_jinja(m, gen);
+      if (!want) continue;  // the template refuses this conversation
+      std::string a, b;
+      for (const ChatSegment& s : *want) a += s.text;
+      for (const ChatSegment& s : render_family(m, gen)) b += s.text;
+      if (a != b) return false;
+      ++compared;
+    }
+  // A template that refuses every probe (it needs tools, or is broken) is not that family.
+  return compared > 0;
+}
+
+std::vector<ChatSegment> ChatTemplate::render_family(const std::vector<ChatMessage>& messages,
+                                                     bool add_generation_prompt) const {
   SegmentWriter w;
   auto content = [&](const std::string& c) { w.content(trims_content_ ? strip(c) : c); };
   const bool needs_default =
@@ -400,6 +491,8 @@ std::vector<ChatSegment> ChatTemplate::render_segments(const std::vector<ChatMes
       }
       break;  // neither template writes a generation prompt
     }
+    case ChatFamily::kJinja:
+      break;
   }
   return w.take();
 }

@@ -29,12 +29,18 @@
 #include <vector>
 
 #include "tessera/status.h"
+#include "tokenizer/jinja.h"
 
 namespace tessera {
 
 class Tokenizer;
 
-enum class ChatFamily { kChatML, kLlama3, kLlama2 /* [INST] ... [/INST], Mistral too */ };
+enum class ChatFamily {
+  kChatML,
+  kLlama3,
+  kLlama2,  // [INST] ... [/INST], Mistral too
+  kJinja,   // any other template: rendered by the Jinja interpreter (jinja.h)
+};
 std::string_view chat_family_name(ChatFamily f);
 
 struct ChatMessage {
@@ -52,20 +58,40 @@ struct ChatSegment {
 
 class ChatTemplate {
  public:
-  // Unrecognised template text -> kUnsupported error naming the supported families. An absent
-  // template (nullopt) falls back to ChatML with a logged warning.
+  // A template the Jinja interpreter cannot parse and no hand-written family recognises ->
+  // kUnsupported naming the construct and its line and column. An absent template (nullopt)
+  // falls back to ChatML with a logged warning.
+  // use_interpreter = false: the hand-written families only, as recognised from the text, and
+  // the kUnsupported error of the old behaviour for anything else (tests of those renderers).
   static Expected<ChatTemplate> from_template_text(std::optional<std::string_view> text,
-                                                   const Tokenizer& tok);
+                                                   const Tokenizer& tok, bool use_interpreter = true);
   ChatFamily family() const { return family_; }
   // Renders exactly what the model's Jinja template would produce for these messages,
-  // including a default system prompt the template inserts by itself.
+  // including a default system prompt the template inserts by itself. An interpreted template
+  // can fail (raise_exception, a type error, a limit): kInvalidArgument with its message.
+  Expected<std::string> try_render(const std::vector<ChatMessage>& messages,
+                                   bool add_generation_prompt) const;
+  // The same text, split into template and content segments (concatenation == try_render()).
+  Expected<std::vector<ChatSegment>> try_render_segments(const std::vector<ChatMessage>& messages,
+                                                         bool add_generation_prompt) const;
+  // As try_render / try_render_segments; a render error throws std::runtime_error.
   std::string render(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const;
-  // The same text, split into template and content segments (concatenation == render()).
   std::vector<ChatSegment> render_segments(const std::vector<ChatMessage>& messages,
                                            bool add_generation_prompt) const;
 
  private:
+  Status recognise_family(std::string_view text);
   Status read_mistral_shape(std::string_view text, const std::vector<std::string>& constants);
+  // The hand-written renderer for families_ other than kJinja.
+  std::vector<ChatSegment> render_family(const std::vector<ChatMessage>& messages,
+                                         bool add_generation_prompt) const;
+  Expected<std::vector<ChatSegment>> render_jinja(const std::vector<ChatMessage>& messages,
+                                                  bool add_generation_prompt) const;
+  // Whether the hand-written family renders as the interpreted template does on probe
+  // conversations (those the template does not refuse).
+  bool family_agrees_with_jinja() const;
+
+  std::shared_ptr<const jinja::Template> jinja_;  // the parsed template, where it parses
 
   ChatFamily family_ = ChatFamily::kChatML;
   std::string bos_text_, eos_text_;

@@ -17,8 +17,9 @@ std::unique_ptr<Tokenizer> tok() {
   return test::make(c);
 }
 
+// The hand-written family renderers on their own (templates reduced to the text they read).
 ChatTemplate parse(std::string_view text, const Tokenizer& t) {
-  auto r = ChatTemplate::from_template_text(text, t);
+  auto r = ChatTemplate::from_template_text(text, t, /*use_interpreter=*/false);
   EXPECT_TRUE(r.ok()) << r.status().to_string();
   return r.ok() ? *r : ChatTemplate{};
 }
@@ -124,7 +125,7 @@ TEST(ChatTemplate, Llama31DatedSystemTurn) {
   // A knowledge-date header whose date this code cannot find is an error, not a guess.
   auto odd = ChatTemplate::from_template_text(
       "{{ '<|start_header_id|>system<|end_header_id|>\\n\\n' }}{{ 'Cutting Knowledge Date: x\\n' }}"
-      "{{ 'Today Date: ' + now }}", *t);
+      "{{ 'Today Date: ' + now }}", *t, /*use_interpreter=*/false);
   ASSERT_FALSE(odd.ok());
   EXPECT_EQ(odd.status().code(), ErrorCode::kUnsupported);
 }
@@ -229,7 +230,7 @@ TEST(ChatTemplate, ShapesItCannotRenderExactlyAreErrors) {
         // Mixtral-8x22B: a space after the answer too
         "{{ bos_token }}{{ '[INST] ' + message['content'] + ' [/INST]' }}{{ ' ' + message['content'] + ' ' + "
         "eos_token }}"}) {
-    auto r = ChatTemplate::from_template_text(text, *t);
+    auto r = ChatTemplate::from_template_text(text, *t, /*use_interpreter=*/false);
     ASSERT_FALSE(r.ok()) << text;
     EXPECT_EQ(r.status().code(), ErrorCode::kUnsupported) << r.status().to_string();
   }
@@ -237,7 +238,7 @@ TEST(ChatTemplate, ShapesItCannotRenderExactlyAreErrors) {
 
 TEST(ChatTemplate, UnknownTemplateIsAnErrorAbsentIsChatMl) {
   auto t = tok();
-  auto bad = ChatTemplate::from_template_text("{{ messages[0]['content'] }}", *t);
+  auto bad = ChatTemplate::from_template_text("{{ messages[0]['content'] }}", *t, false);
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), ErrorCode::kUnsupported);
   for (const char* f : {"ChatML", "Llama-3", "Llama-2/Mistral"})
@@ -248,6 +249,61 @@ TEST(ChatTemplate, UnknownTemplateIsAnErrorAbsentIsChatMl) {
   EXPECT_EQ(none->render({{"user", "Hi"}}, true),
             "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
   EXPECT_EQ(chat_family_name(ChatFamily::kLlama3), "llama3");
+}
+
+// Templates of no hand-written family, or of a shape the families refuse or render otherwise,
+// go to the Jinja interpreter (expected strings rendered by transformers' jinja2).
+TEST(ChatTemplate, InterpreterRendersWhatTheFamiliesDoNot) {
+  auto t = tok();
+  auto sp = ChatTemplate::from_template_text(
+      "{{ bos_token }}{% for m in messages %}{% if m.role == 'system' %}[SYSTEM_PROMPT]{{ m.content }}"
+      "[/SYSTEM_PROMPT]{% elif m.role == 'user' %}[INST]{{ m.content }}[/INST]{% else %}{{ m.content }}"
+      "{{ eos_token }}{% endif %}{% endfor %}",
+      *t);
+  ASSERT_TRUE(sp.ok()) << sp.status().to_string();
+  EXPECT_EQ(sp->family(), ChatFamily::kJinja);
+  auto segs = sp->try_render_segments({{"system", "S"}, {"user", "<s>x"}}, true);
+  ASSERT_TRUE(segs.ok()) << segs.status().to_string();
+  std::string text, content;
+  for (const ChatSegment& s : *segs) {
+    text += s.text;
+    if (s.is_content) content += s.text;
+  }
+  EXPECT_EQ(text, "<s>[SYSTEM_PROMPT]S[/SYSTEM_PROMPT][INST]<s>x[/INST]");
+  EXPECT_EQ(content, "S<s>x");  // the user's "<s>" is content: never parsed as a control token
+
+  // A ChatML template the ChatML renderer would get wrong (content upper-cased).
+  auto upper = ChatTemplate::from_template_text(
+      "{% for m in messages %}{{ '<|im_start|>' + m.role + '\\n' + m.content|upper + '<|im_end|>\\n' }}"
+      "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}",
+      *t);
+  ASSERT_TRUE(upper.ok());
+  EXPECT_EQ(upper->family(), ChatFamily::kJinja);
+  EXPECT_EQ(upper->render({{"user", "Hi"}}, true), "<|im_start|>user\nHI<|im_end|>\n<|im_start|>assistant\n");
+  // SmolLM2's template is ChatML exactly: the hand-written renderer stays.
+  auto smol = ChatTemplate::from_template_text(kSmolLm, *t);
+  ASSERT_TRUE(smol.ok());
+  EXPECT_EQ(smol->family(), ChatFamily::kChatML);
+}
+
+TEST(ChatTemplate, InterpreterErrors) {
+  auto t = tok();
+  auto bad = ChatTemplate::from_template_text("{% for m in messages %}\n{% include 'x' %}{% endfor %}", *t);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), ErrorCode::kUnsupported);
+  EXPECT_NE(bad.status().message().find("unsupported statement 'include' at line 2"), std::string::npos)
+      << bad.status().message();
+  auto raising = ChatTemplate::from_template_text(
+      "{% if messages[0].role == 'system' %}{{ raise_exception('no system messages') }}{% endif %}"
+      "{{ messages[0].content }}",
+      *t);
+  ASSERT_TRUE(raising.ok());
+  EXPECT_EQ(*raising->try_render({{"user", "u"}}, true), "u");
+  auto r = raising->try_render({{"system", "s"}, {"user", "u"}}, true);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("no system messages"), std::string::npos);
+  EXPECT_THROW(raising->render({{"system", "s"}}, true), std::runtime_error);
+  EXPECT_EQ(chat_family_name(ChatFamily::kJinja), "jinja");
 }
 
 }  // namespace

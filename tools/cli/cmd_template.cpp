@@ -1,7 +1,8 @@
 // `tessera template`: renders a conversation with the model's chat template.
 //
-//   tessera template [MODEL] [--no-generation-prompt] --msg ROLE=CONTENT [--msg ...]
-//     MODEL: a .gguf file or a Hugging Face checkpoint folder
+//   tessera template [MODEL] [--no-generation-prompt] [--chat-template FILE] --msg ROLE=CONTENT ...
+//     MODEL: a .gguf file or a Hugging Face checkpoint folder (its tokenizer gives bos/eos)
+//     --chat-template FILE: render FILE's template instead of the model's own
 //
 // Prints the prompt exactly as rendered (no newline added), so scripts can compare bytes.
 #include <cstdio>
@@ -19,6 +20,8 @@ namespace {
 int cmd_template(int argc, char** argv) {
   Args args(argc, argv);
   const bool no_gen = args.flag("no-generation-prompt");
+  std::string template_file;
+  const bool has_template_file = args.value("chat-template", &template_file);
   const std::vector<std::string> msgs = args.values("msg");
   std::string err;
   std::vector<std::string> pos = args.positionals(&err);
@@ -26,7 +29,8 @@ int cmd_template(int argc, char** argv) {
     if (!err.empty()) std::fprintf(stderr, "tessera template: %s\n", err.c_str());
     std::fprintf(
         stderr,
-        "usage: tessera template [MODEL] [--no-generation-prompt] --msg ROLE=CONTENT ...\n");
+        "usage: tessera template [MODEL] [--no-generation-prompt] [--chat-template FILE] "
+        "--msg ROLE=CONTENT ...\n");
     return 2;
   }
   std::vector<ChatMessage> messages;
@@ -48,7 +52,18 @@ int cmd_template(int argc, char** argv) {
   // The template text: GGUF metadata, or the checkpoint's chat_template.jinja /
   // tokenizer_config.json.
   std::optional<std::string> text;
-  if (hf::is_checkpoint_path(model)) {
+  if (has_template_file) {
+    std::FILE* f = std::fopen(template_file.c_str(), "rb");
+    if (!f) {
+      std::fprintf(stderr, "tessera template: cannot open %s\n", template_file.c_str());
+      return 1;
+    }
+    std::string t;
+    char buf[65536];
+    for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) t.append(buf, n);
+    std::fclose(f);
+    text = std::move(t);
+  } else if (hf::is_checkpoint_path(model)) {
     auto files = hf::locate(model, /*require_weights=*/false);
     auto t = files ? hf::read_chat_template(*files) : Expected<std::string>(files.status());
     if (!t) {
@@ -71,8 +86,12 @@ int cmd_template(int argc, char** argv) {
     std::fprintf(stderr, "tessera template: %s\n", tmpl.status().to_string().c_str());
     return 1;
   }
-  const std::string out = tmpl->render(messages, !no_gen);
-  std::fwrite(out.data(), 1, out.size(), stdout);
+  auto out = tmpl->try_render(messages, !no_gen);
+  if (!out) {
+    std::fprintf(stderr, "tessera template: %s\n", out.status().to_string().c_str());
+    return 1;
+  }
+  std::fwrite(out->data(), 1, out->size(), stdout);
   return 0;
 }
 

@@ -1,0 +1,987 @@
+// Jinja built-ins: the filters, tests, str/dict/list methods and globals chat templates use,
+// with jinja2's (filters, tests) and Python's (methods) behaviour. Text keeps its provenance
+// marks through every filter and method that keeps characters.
+#include <algorithm>
+#include <cmath>
+#include <ctime>
+
+#include "tokenizer/jinja_internal.h"
+
+namespace tessera::jinja {
+namespace {
+
+bool is_intlike_value(const Value& v) { return v.kind() == Kind::kInt || v.kind() == Kind::kBool; }
+
+bool py_space(unsigned char c) { return c == ' ' || (c >= '\t' && c <= '\r') || (c >= 0x1c && c <= 0x1f); }
+
+const Text& need_str(const Value& v, std::string_view what) {
+  if (!v.is_str()) fail(std::string(what) + " expects a string, got '" + type_name(v) + "'");
+  return v.as_text();
+}
+
+int64_t need_int(const Value& v, std::string_view what) {
+  if (v.kind() != Kind::kInt && v.kind() != Kind::kBool)
+    fail(std::string(what) + " expects an integer, got '" + type_name(v) + "'");
+  return v.as_int();
+}
+
+// Python's str.strip / lstrip / rstrip: whitespace, or any code point of `chars`.
+Text strip(const Text& t, const Value& chars, bool left, bool right) {
+  const std::string& s = t.str();
+  std::vector<size_t> off = code_point_offsets(s);
+  std::vector<std::string> set;
+  if (chars.is_str()) {
+    const std::vector<size_t> co = code_point_offsets(chars.as_str());
+    for (size_t i = 0; i + 1 < co.size(); ++i) set.push_back(chars.as_str().substr(co[i], co[i + 1] - co[i]));
+  }
+  auto strippable = [&](size_t k) {  // code point k
+    const std::string_view cp(s.data() + off[k], off[k + 1] - off[k]);
+    if (!chars.is_str()) return cp.size() == 1 && py_space(cp[0]);
+    return std::find(set.begin(), set.end(), cp) != set.end();
+  };
+  size_t b = 0, e = off.size() - 1;
+  if (left)
+    while (b < e && strippable(b)) ++b;
+  if (right)
+    while (e > b && strippable(e - 1)) --e;
+  return t.substr(off[b], off[e] - off[b]);
+}
+
+// Per-byte ASCII case mapping (marks kept): upper, lower, or title-like via `first`.
+Text map_ascii(const Text& t, int (*f)(int)) {
+  std::string s = t.str();
+  for (char& c : s) c = static_cast<char>(f(static_cast<unsigned char>(c)));
+  Text out;
+  for (size_t i = 0; i < s.size(); ++i) out.append(std::string_view(&s[i], 1), t.content_at(i));
+  return out;
+}
+
+Text capitalize(const Text& t) {
+  Text out = map_ascii(t, [](int c) { return std::tolower(c); });
+  if (out.empty()) return out;
+  Text first = map_ascii(out.substr(0, 1), [](int c) { return std::toupper(c); });
+  first.append(out.substr(1));
+  return first;
+}
+
+// jinja2's title filter: each word (split at whitespace and "-({[<") capitalised.
+Text title_filter(const Text& t) {
+  const std::string& s = t.str();
+  Text out;
+  size_t i = 0;
+  while (i < s.size()) {
+    size_t j = i;
+    auto sep = [&](char c) { return py_space(static_cast<unsigned char>(c)) || std::string_view("-({[<").find(c) != std::string_view::npos; };
+    if (sep(s[i])) {
+      while (j < s.size() && sep(s[j])) ++j;
+      out.append(t.substr(i, j - i));
+    } else {
+      while (j < s.size() && !sep(s[j])) ++j;
+      out.append(capitalize(t.substr(i, j - i)));
+    }
+    i = j;
+  }
+  return out;
+}
+
+// Python's str.title: upper after a non-letter, lower after a letter (ASCII letters).
+Text title_method(const Text& t) {
+  const std::string& s = t.str();
+  Text out;
+  bool prev_cased = false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const unsigned char c = s[i];
+    const bool alpha = std::isalpha(c);
+    char r = static_cast<char>(alpha ? (prev_cased ? std::tolower(c) : std::toupper(c)) : c);
+    out.append(std::string_view(&r, 1), t.content_at(i));
+    prev_cased = alpha;
+  }
+  return out;
+}
+
+Text replace(Env& env, const Text& t, const Text& old, const Text& with, int64_t count) {
+  const std::string& s = t.str();
+  Text out;
+  size_t pos = 0;
+  int64_t n = 0;
+  if (old.empty()) {  // Python inserts `with` around every code point
+    const std::vector<size_t> off = code_point_offsets(s);
+    for (size_t k = 0; k + 1 < off.size(); ++k) {
+      if (count < 0 || n < count) out.append(with), ++n;
+      out.append(t.substr(off[k], off[k + 1] - off[k]));
+      if (out.size() > env.limits().max_output) fail("string exceeds the output limit");
+    }
+    if (count < 0 || n < count) out.append(with);
+    return out;
+  }
+  while (count < 0 || n < count) {
+    const size_t f = s.find(old.str(), pos);
+    if (f == std::string::npos) break;
+    out.append(t.substr(pos, f - pos));
+    out.append(with);
+    if (out.size() > env.limits().max_output) fail("string exceeds the output limit");
+    pos = f + old.size();
+    ++n;
+    env.step();
+  }
+  out.append(t.substr(pos));
+  return out;
+}
+
+// Python's str.split(sep=None, maxsplit=-1) and rsplit.
+Value split(const Text& t, const Value& sep, int64_t maxsplit, bool from_right) {
+  const std::string& s = t.str();
+  std::vector<Value> parts;
+  if (sep.is_none() || sep.is_undefined()) {
+    std::vector<std::pair<size_t, size_t>> words;
+    size_t i = 0;
+    while (i < s.size()) {
+      while (i < s.size() && py_space(s[i])) ++i;
+      if (i >= s.size()) break;
+      size_t j = i;
+      while (j < s.size() && !py_space(s[j])) ++j;
+      words.emplace_back(i, j);
+      i = j;
+    }
+    if (maxsplit >= 0 && static_cast<int64_t>(words.size()) > maxsplit + 1) {
+      // The remainder keeps its inner whitespace (trailing whitespace dropped by rsplit only).
+      if (!from_right) {
+        const size_t start = words[maxsplit].first;
+        words.resize(maxsplit);
+        size_t end = s.size();
+        while (end > start && py_space(s[end - 1])) --end;
+        words.emplace_back(start, s.size());
+        (void)end;
+      } else {
+        const size_t keep_from = words.size() - maxsplit;
+        std::vector<std::pair<size_t, size_t>> w2{{words[0].first, words[keep_from - 1].second}};
+        w2.insert(w2.end(), words.begin() + keep_from, words.end());
+        words = std::move(w2);
+      }
+    }
+    for (auto [a, b] : words) parts.push_back(Value::text(t.substr(a, b - a)));
+    if (!from_right && maxsplit >= 0 && !parts.empty()) {
+      // Python keeps the rest of the string (from the last word's start) verbatim.
+      const size_t a = words.back().first;
+      parts.back() = Value::text(t.substr(a, s.size() - a));
+    }
+    return Value::list(std::move(parts));
+  }
+  const Text& sp = need_str(sep, "split");
+  if (sp.empty()) fail("empty separator");
+  std::vector<std::pair<size_t, size_t>> spans;
+  if (!from_right) {
+    size_t pos = 0;
+    while (maxsplit < 0 || static_cast<int64_t>(spans.size()) < maxsplit) {
+      const size_t f = s.find(sp.str(), pos);
+      if (f == std::string::npos) break;
+      spans.emplace_back(pos, f);
+      pos = f + sp.size();
+    }
+    spans.emplace_back(pos, s.size());
+  } else {
+    size_t end = s.size();
+    std::vector<std::pair<size_t, size_t>> rev;
+    while (maxsplit < 0 || static_cast<int64_t>(rev.size()) < maxsplit) {
+      if (end < sp.size()) break;
+      const size_t f = s.rfind(sp.str(), end - sp.size());
+      if (f == std::string::npos) break;
+      rev.emplace_back(f + sp.size(), end);
+      end = f;
+    }
+    rev.emplace_back(0, end);
+    spans.assign(rev.rbegin(), rev.rend());
+  }
+  if (spans.size() > kMaxItems) fail("list too long");
+  for (auto [a, b] : spans) parts.push_back(Value::text(t.substr(a, b - a)));
+  return Value::list(std::move(parts));
+}
+
+// Python's str.splitlines: \n, \r, \r\n, \v, \f, \x1c-\x1e, U+0085, U+2028, U+2029.
+std::vector<Text> splitlines(const Text& t, bool keepends) {
+  const std::string& s = t.str();
+  std::vector<Text> out;
+  size_t start = 0, i = 0;
+  while (i < s.size()) {
+    size_t brk = 0;
+    const unsigned char c = s[i];
+    if (c == '\r' && i + 1 < s.size() && s[i + 1] == '\n') brk = 2;
+    else if (c == '\n' || c == '\r' || c == '\v' || c == '\f' || (c >= 0x1c && c <= 0x1e)) brk = 1;
+    else if (c == 0xC2 && i + 1 < s.size() && static_cast<unsigned char>(s[i + 1]) == 0x85) brk = 2;
+    else if (c == 0xE2 && i + 2 < s.size() && static_cast<unsigned char>(s[i + 1]) == 0x80 &&
+             (static_cast<unsigned char>(s[i + 2]) == 0xA8 || static_cast<unsigned char>(s[i + 2]) == 0xA9))
+      brk = 3;
+    if (!brk) {
+      ++i;
+      continue;
+    }
+    out.push_back(t.substr(start, (keepends ? i + brk : i) - start));
+    i += brk;
+    start = i;
+  }
+  if (start < s.size()) out.push_back(t.substr(start));
+  return out;
+}
+
+// Python's str.format with {}, {0}, {name} and {{ }} (no format specs).
+Text format(const Text& t, const Args& args) {
+  const std::string& s = t.str();
+  Text out;
+  size_t auto_index = 0;
+  for (size_t i = 0; i < s.size();) {
+    const char c = s[i];
+    if ((c == '{' || c == '}') && i + 1 < s.size() && s[i + 1] == c) {
+      out.append(t.substr(i, 1));
+      i += 2;
+      continue;
+    }
+    if (c == '}') fail("Single '}' encountered in format string");
+    if (c != '{') {
+      out.append(t.substr(i, 1));
+      ++i;
+      continue;
+    }
+    const size_t e = s.find('}', i);
+    if (e == std::string::npos) fail("Single '{' encountered in format string");
+    const std::string field = s.substr(i + 1, e - i - 1);
+    if (field.find_first_of(":!.[") != std::string::npos) fail("unsupported format field '{" + field + "}'");
+    Value v;
+    if (field.empty()) {
+      v = auto_index < args.pos.size() ? args.pos[auto_index] : Value();
+      ++auto_index;
+    } else if (std::all_of(field.begin(), field.end(), [](char d) { return std::isdigit(static_cast<unsigned char>(d)); })) {
+      const size_t k = std::stoul(field.substr(0, 6));
+      v = k < args.pos.size() ? args.pos[k] : Value();
+    } else {
+      v = args.get(SIZE_MAX, field);
+    }
+    if (v.is_undefined()) fail("format: no argument for '{" + field + "}'");
+    out.append(to_text(v));
+    i = e + 1;
+  }
+  return out;
+}
+
+Value make_fn(std::string name, std::function<Value(Env&, Args&)> f) {
+  auto c = std::make_shared<Callable>();
+  c->name = std::move(name);
+  c->fn = std::move(f);
+  return Value::callable(std::move(c));
+}
+
+// Value of a dotted attribute path ("function.name", "0") of an item, as jinja2's
+// make_attrgetter: dict keys, then integer indexes.
+Value attr_path(const Value& item, const std::string& path) {
+  Value v = item;
+  size_t start = 0;
+  while (start <= path.size()) {
+    const size_t dot = path.find('.', start);
+    const std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    if (v.is_dict()) {
+      v = v.get(part);
+    } else if (v.is_list() && !part.empty() && std::all_of(part.begin(), part.end(), ::isdigit)) {
+      const size_t k = std::stoul(part.substr(0, 9));
+      v = k < v.items().size() ? v.items()[k] : Value();
+    } else {
+      v = Value::undefined(part);
+    }
+    if (dot == std::string::npos) break;
+    start = dot + 1;
+  }
+  return v;
+}
+
+Value lower_if_str(const Value& v, bool case_sensitive) {
+  if (case_sensitive || !v.is_str()) return v;
+  return Value::text(map_ascii(v.as_text(), [](int c) { return std::tolower(c); }));
+}
+
+std::vector<Value> sorted(Env& env, std::vector<Value> items, bool reverse, bool case_sensitive,
+                          const std::string& attribute) {
+  env.step(items.size() * 4);
+  auto key = [&](const Value& v) { return lower_if_str(attribute.empty() ? v : attr_path(v, attribute), case_sensitive); };
+  std::stable_sort(items.begin(), items.end(), [&](const Value& a, const Value& b) {
+    return reverse ? compare(key(b), key(a)) < 0 : compare(key(a), key(b)) < 0;
+  });
+  return items;
+}
+
+// select / reject / selectattr / rejectattr.
+Value select(Env& env, const Value& v, Args& args, bool by_attr, bool keep) {
+  size_t k = 0;
+  std::string attr;
+  if (by_attr) {
+    const Value a = args.get(0, "attribute");
+    attr = need_str(a, "selectattr").str();
+    k = 1;
+  }
+  std::string test;
+  Args targs;
+  if (k < args.pos.size()) {
+    test = need_str(args.pos[k], "select").str();
+    targs.pos.assign(args.pos.begin() + k + 1, args.pos.end());
+  }
+  std::vector<Value> out;
+  if (!v.truthy()) return Value::list();  // jinja2 selects nothing from a falsy value (None)
+  for (const Value& item : iterate(v)) {
+    const Value x = by_attr ? attr_path(item, attr) : item;
+    const bool pass = test.empty() ? x.truthy() : env.test(test, x, targs);
+    if (pass == keep) out.push_back(item);
+  }
+  return Value::list(std::move(out));
+}
+
+Value items_of(const Value& v) {
+  if (v.is_undefined()) return Value::list();
+  if (!v.is_dict() || v.is_namespace()) fail("can only get item pairs from a mapping");
+  std::vector<Value> out;
+  for (const auto& [k, x] : v.entries().items) out.push_back(Value::list({k, x}, true));
+  return Value::list(std::move(out));
+}
+
+int64_t length(const Value& v) {
+  switch (v.kind()) {
+    case Kind::kUndefined: return 0;
+    case Kind::kStr: return static_cast<int64_t>(code_point_count(v.as_str()));
+    case Kind::kList: return static_cast<int64_t>(v.items().size());
+    case Kind::kDict:
+      if (!v.is_namespace()) return static_cast<int64_t>(v.entries().items.size());
+      break;
+    default: break;
+  }
+  fail("object of type '" + type_name(v) + "' has no len()");
+}
+
+// Python's int(str) for a jinja2 int filter: optional sign, digits, underscores, whitespace.
+bool parse_int(const std::string& s, int64_t* out) {
+  size_t b = 0, e = s.size();
+  while (b < e && py_space(s[b])) ++b;
+  while (e > b && py_space(s[e - 1])) --e;
+  std::string d;
+  for (size_t i = b; i < e; ++i)
+    if (s[i] != '_') d.push_back(s[i]);
+  if (d.empty()) return false;
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(d.c_str(), &end, 10);
+  if (errno || *end) return false;
+  *out = v;
+  return true;
+}
+
+bool parse_float(const std::string& s, double* out) {
+  size_t b = 0, e = s.size();
+  while (b < e && py_space(s[b])) ++b;
+  while (e > b && py_space(s[e - 1])) --e;
+  if (b == e) return false;
+  const std::string d = s.substr(b, e - b);
+  char* end = nullptr;
+  *out = std::strtod(d.c_str(), &end);
+  return *end == 0;
+}
+
+Value indent(const Value& v, Args& args) {
+  const Value w = args.get(0, "width", Value::integer(4));
+  const bool first = args.get(1, "first", Value::boolean(false)).truthy();
+  const bool blank = args.get(2, "blank", Value::boolean(false)).truthy();
+  const std::string unit = w.is_str() ? w.as_str() : std::string(std::max<int64_t>(0, need_int(w, "indent")), ' ');
+  Text s = to_text(v);
+  s.append("\n");
+  std::vector<Text> lines = splitlines(s, false);
+  Text out;
+  if (blank) {
+    for (size_t i = 0; i < lines.size(); ++i) {
+      if (i) out.append("\n" + unit);
+      out.append(lines[i]);
+    }
+  } else if (!lines.empty()) {
+    out = lines[0];
+    for (size_t i = 1; i < lines.size(); ++i) {
+      out.append("\n");
+      if (!lines[i].empty()) out.append(unit);
+      out.append(lines[i]);
+    }
+  }
+  if (first) {
+    Text t(unit);
+    t.append(out);
+    return Value::text(std::move(t));
+  }
+  return Value::text(std::move(out));
+}
+
+using FilterFn = Value (*)(Env&, const Value&, Args&);
+
+struct FilterEntry {
+  const char* name;
+  FilterFn fn;
+};
+
+Value f_tojson(Env& env, const Value& v, Args& a) {
+  JsonOptions o;
+  o.ensure_ascii = a.get(0, "ensure_ascii", Value::boolean(false)).truthy();
+  const Value ind = a.get(1, "indent", Value::none());
+  if (!ind.is_none()) {
+    o.pretty = true;
+    o.indent_unit = ind.is_str() ? ind.as_str() : std::string(std::max<int64_t>(0, need_int(ind, "indent")), ' ');
+  }
+  const Value sep = a.get(2, "separators", Value::none());
+  if (sep.is_list() && sep.items().size() == 2 && sep.items()[0].is_str() && sep.items()[1].is_str()) {
+    o.item_sep = sep.items()[0].as_str();
+    o.key_sep = sep.items()[1].as_str();
+  }
+  o.sort_keys = a.get(3, "sort_keys", Value::boolean(false)).truthy();
+  return Value::text(to_json(v, o, env));
+}
+
+Value f_length(Env&, const Value& v, Args&) { return Value::integer(length(v)); }
+Value f_trim(Env&, const Value& v, Args& a) { return Value::text(strip(to_text(v), a.get(0, "chars", Value::none()), true, true)); }
+Value f_string(Env&, const Value& v, Args&) { return Value::text(to_text(v)); }
+Value f_default(Env&, const Value& v, Args& a) {
+  const bool boolean = a.get(1, "boolean", Value::boolean(false)).truthy();
+  if (v.is_undefined() || (boolean && !v.truthy())) return a.get(0, "default_value", Value::string(""));
+  return v;
+}
+Value f_join(Env& env, const Value& v, Args& a) {
+  const Value sep = a.get(0, "d", Value::string(""));
+  const std::string attr = a.has(1, "attribute") ? to_text(a.get(1, "attribute")).str() : "";
+  Text out;
+  bool first = true;
+  for (const Value& item : iterate(v)) {
+    if (!first) out.append(to_text(sep));
+    first = false;
+    out.append(to_text(attr.empty() ? item : attr_path(item, attr)));
+    if (out.size() > env.limits().max_output) fail("string exceeds the output limit");
+  }
+  return Value::text(std::move(out));
+}
+Value f_items(Env&, const Value& v, Args&) { return items_of(v); }
+Value f_lower(Env&, const Value& v, Args&) { return Value::text(map_ascii(to_text(v), [](int c) { return std::tolower(c); })); }
+Value f_upper(Env&, const Value& v, Args&) { return Value::text(map_ascii(to_text(v), [](int c) { return std::toupper(c); })); }
+Value f_title(Env&, const Value& v, Args&) { return Value::text(title_filter(to_text(v))); }
+Value f_capitalize(Env&, const Value& v, Args&) { return Value::text(capitalize(to_text(v))); }
+Value f_safe(Env&, const Value& v, Args&) { return v.is_str() ? v : Value::text(to_text(v)); }
+Value f_list(Env&, const Value& v, Args&) { return Value::list(iterate(v)); }
+Value f_replace(Env& env, const Value& v, Args& a) {
+  const Value count = a.get(2, "count", Value::none());
+  return Value::text(replace(env, to_text(v), to_text(a.get(0, "old")), to_text(a.get(1, "new")),
+                             count.is_none() ? -1 : need_int(count, "replace")));
+}
+Value f_dictsort(Env& env, const Value& v, Args& a) {
+  const bool cs = a.get(0, "case_sensitive", Value::boolean(false)).truthy();
+  const std::string by = to_text(a.get(1, "by", Value::string("key"))).str();
+  const bool rev = a.get(2, "reverse", Value::boolean(false)).truthy();
+  std::vector<Value> pairs = items_of(v).items();
+  const size_t k = by == "value" ? 1 : 0;
+  if (by != "key" && by != "value") fail("You can only sort by either 'key' or 'value'");
+  env.step(pairs.size() * 4);
+  std::stable_sort(pairs.begin(), pairs.end(), [&](const Value& x, const Value& y) {
+    const int c = compare(lower_if_str(x.items()[k], cs), lower_if_str(y.items()[k], cs));
+    return rev ? c > 0 : c < 0;
+  });
+  return Value::list(std::move(pairs));
+}
+Value f_select(Env& env, const Value& v, Args& a) { return select(env, v, a, false, true); }
+Value f_reject(Env& env, const Value& v, Args& a) { return select(env, v, a, false, false); }
+Value f_selectattr(Env& env, const Value& v, Args& a) { return select(env, v, a, true, true); }
+Value f_rejectattr(Env& env, const Value& v, Args& a) { return select(env, v, a, true, false); }
+Value f_indent(Env&, const Value& v, Args& a) { return indent(v, a); }
+Value f_map(Env& env, const Value& v, Args& a) {
+  std::vector<Value> out;
+  if (!v.truthy()) return Value::list();  // as jinja2: nothing from a falsy value (None)
+  const Value attr = a.get(SIZE_MAX, "attribute");
+  if (!attr.is_undefined()) {
+    const Value dflt = a.get(SIZE_MAX, "default");
+    const std::string path = to_text(attr).str();
+    for (const Value& item : iterate(v)) {
+      Value x = attr_path(item, path);
+      out.push_back(x.is_undefined() && !dflt.is_undefined() ? dflt : x);
+    }
+    return Value::list(std::move(out));
+  }
+  if (a.pos.empty()) return Value::list(iterate(v));
+  const std::string name = need_str(a.pos[0], "map").str();
+  Args rest;
+  rest.pos.assign(a.pos.begin() + 1, a.pos.end());
+  rest.kw = a.kw;
+  if (!filter_known(name)) fail("no filter named '" + name + "'");
+  for (const Value& item : iterate(v)) out.push_back(env.filter(name, item, rest));
+  return Value::list(std::move(out));
+}
+Value f_int(Env&, const Value& v, Args& a) {
+  const Value dflt = a.get(0, "default", Value::integer(0));
+  if (is_intlike_value(v)) return Value::integer(v.as_int());
+  if (v.kind() == Kind::kFloat) {
+    const double d = v.as_double();
+    if (!std::isfinite(d) || std::fabs(d) > 9.2e18) return dflt;
+    return Value::integer(static_cast<int64_t>(d));
+  }
+  if (v.is_str()) {
+    int64_t i;
+    if (parse_int(v.as_str(), &i)) return Value::integer(i);
+    double d;
+    if (parse_float(v.as_str(), &d) && std::isfinite(d) && std::fabs(d) < 9.2e18) return Value::integer(static_cast<int64_t>(d));
+  }
+  return dflt;
+}
+Value f_float(Env&, const Value& v, Args& a) {
+  const Value dflt = a.get(0, "default", Value::number(0));
+  if (v.is_number()) return Value::number(v.as_double());
+  double d;
+  if (v.is_str() && parse_float(v.as_str(), &d)) return Value::number(d);
+  return dflt;
+}
+Value f_unique(Env& env, const Value& v, Args& a) {
+  const bool cs = a.get(0, "case_sensitive", Value::boolean(false)).truthy();
+  const std::string attr = a.has(1, "attribute") ? to_text(a.get(1, "attribute")).str() : "";
+  std::vector<Value> out, seen;
+  for (const Value& item : iterate(v)) {
+    const Value key = lower_if_str(attr.empty() ? item : attr_path(item, attr), cs);
+    env.step(seen.size());
+    if (std::none_of(seen.begin(), seen.end(), [&](const Value& s) { return equals(s, key); })) {
+      seen.push_back(key);
+      out.push_back(item);
+    }
+  }
+  return Value::list(std::move(out));
+}
+Value f_sort(Env& env, const Value& v, Args& a) {
+  const bool rev = a.get(0, "reverse", Value::boolean(false)).truthy();
+  const bool cs = a.get(1, "case_sensitive", Value::boolean(false)).truthy();
+  const std::string attr = a.has(2, "attribute") ? to_text(a.get(2, "attribute")).str() : "";
+  return Value::list(sorted(env, iterate(v), rev, cs, attr));
+}
+Value min_max(Env& env, const Value& v, Args& a, bool max) {
+  const bool cs = a.get(0, "case_sensitive", Value::boolean(false)).truthy();
+  const std::string attr = a.has(1, "attribute") ? to_text(a.get(1, "attribute")).str() : "";
+  std::vector<Value> items = sorted(env, iterate(v), false, cs, attr);
+  if (items.empty()) return Value::undefined("min");
+  if (!max) return items.front();
+  // max: the first of the largest, as Python's max
+  size_t best = 0;
+  auto key = [&](const Value& x) { return lower_if_str(attr.empty() ? x : attr_path(x, attr), cs); };
+  const std::vector<Value> orig = iterate(v);
+  for (size_t i = 1; i < orig.size(); ++i)
+    if (compare(key(orig[i]), key(orig[best])) > 0) best = i;
+  return orig[best];
+}
+Value f_min(Env& env, const Value& v, Args& a) { return min_max(env, v, a, false); }
+Value f_max(Env& env, const Value& v, Args& a) { return min_max(env, v, a, true); }
+Value f_first(Env&, const Value& v, Args&) {
+  const std::vector<Value> items = iterate(v);
+  return items.empty() ? Value::undefined("first") : items.front();
+}
+Value f_last(Env&, const Value& v, Args&) {
+  const std::vector<Value> items = iterate(v);
+  return items.empty() ? Value::undefined("last") : items.back();
+}
+Value f_reverse(Env&, const Value& v, Args&) {
+  std::vector<Value> items = iterate(v);
+  std::reverse(items.begin(), items.end());
+  if (!v.is_str()) return Value::list(std::move(items));
+  Text out;
+  for (const Value& c : items) out.append(c.as_text());
+  return Value::text(std::move(out));
+}
+Value f_abs(Env&, const Value& v, Args&) {
+  if (v.kind() == Kind::kFloat) return Value::number(std::fabs(v.as_double()));
+  const int64_t i = need_int(v, "abs");
+  if (i == INT64_MIN) fail("integer overflow");
+  return Value::integer(i < 0 ? -i : i);
+}
+Value f_sum(Env&, const Value& v, Args& a) {
+  const std::string attr = a.has(0, "attribute") ? to_text(a.get(0, "attribute")).str() : "";
+  Value acc = a.get(1, "start", Value::integer(0));
+  for (const Value& item : iterate(v)) {
+    const Value x = attr.empty() ? item : attr_path(item, attr);
+    if (!x.is_number() || !acc.is_number()) fail("unsupported operand type(s) for +");
+    if (x.kind() == Kind::kFloat || acc.kind() == Kind::kFloat)
+      acc = Value::number(acc.as_double() + x.as_double());
+    else if (int64_t r; __builtin_add_overflow(acc.as_int(), x.as_int(), &r))
+      fail("integer overflow");
+    else
+      acc = Value::integer(r);
+  }
+  return acc;
+}
+Value f_escape(Env&, const Value& v, Args&) {
+  const Text t = to_text(v);
+  Text out;
+  for (size_t i = 0; i < t.size(); ++i) {
+    const char c = t.str()[i];
+    const char* r = c == '&' ? "&amp;" : c == '<' ? "&lt;" : c == '>' ? "&gt;" : c == '"' ? "&#34;" : c == '\'' ? "&#39;" : nullptr;
+    if (r) out.append(r, t.content_at(i));
+    else out.append(t.substr(i, 1));
+  }
+  return Value::text(std::move(out));
+}
+Value f_center(Env& env, const Value& v, Args& a) {
+  const Text t = to_text(v);
+  const int64_t width = need_int(a.get(0, "width", Value::integer(80)), "center");
+  const int64_t n = static_cast<int64_t>(code_point_count(t.str()));
+  if (width > static_cast<int64_t>(env.limits().max_output)) fail("string exceeds the output limit");
+  if (width <= n) return Value::text(t);
+  const int64_t pad = width - n, left = pad / 2 + (pad & width & 1);
+  Text out(std::string(left, ' '));
+  out.append(t);
+  out.append(std::string(pad - left, ' '));
+  return Value::text(std::move(out));
+}
+Value f_round(Env&, const Value& v, Args& a) {
+  const int64_t prec = need_int(a.get(0, "precision", Value::integer(0)), "round");
+  const std::string method = to_text(a.get(1, "method", Value::string("common"))).str();
+  if (!v.is_number()) fail("round expects a number");
+  const double scale = std::pow(10.0, static_cast<double>(std::clamp<int64_t>(prec, -300, 300)));
+  double x = v.as_double() * scale;
+  x = method == "ceil" ? std::ceil(x) : method == "floor" ? std::floor(x) : std::round(x);
+  return Value::number(x / scale);
+}
+Value f_attr(Env&, const Value& v, Args& a) {
+  const std::string name = to_text(a.get(0, "name")).str();
+  if (v.is_dict() && !v.is_namespace()) return Value::undefined(name);  // attributes, not keys
+  return bound_method(v, name);
+}
+Value f_batch(Env&, const Value& v, Args& a) {
+  const int64_t n = need_int(a.get(0, "linecount"), "batch");
+  if (n <= 0) fail("batch size must be positive");
+  const Value fill = a.get(1, "fill_with", Value::none());
+  std::vector<Value> out, cur;
+  for (const Value& item : iterate(v)) {
+    cur.push_back(item);
+    if (static_cast<int64_t>(cur.size()) == n) out.push_back(Value::list(std::move(cur))), cur.clear();
+  }
+  if (!cur.empty()) {
+    if (!fill.is_none())
+      while (static_cast<int64_t>(cur.size()) < n) cur.push_back(fill);
+    out.push_back(Value::list(std::move(cur)));
+  }
+  return Value::list(std::move(out));
+}
+
+const FilterEntry kFilters[] = {
+    {"tojson", f_tojson},       {"length", f_length},         {"count", f_length},
+    {"trim", f_trim},           {"string", f_string},         {"default", f_default},
+    {"d", f_default},           {"join", f_join},             {"items", f_items},
+    {"lower", f_lower},         {"upper", f_upper},           {"title", f_title},
+    {"capitalize", f_capitalize}, {"safe", f_safe},           {"list", f_list},
+    {"replace", f_replace},     {"dictsort", f_dictsort},     {"select", f_select},
+    {"reject", f_reject},       {"selectattr", f_selectattr}, {"rejectattr", f_rejectattr},
+    {"indent", f_indent},       {"map", f_map},               {"int", f_int},
+    {"float", f_float},         {"unique", f_unique},         {"sort", f_sort},
+    {"min", f_min},             {"max", f_max},               {"first", f_first},
+    {"last", f_last},           {"reverse", f_reverse},       {"abs", f_abs},
+    {"sum", f_sum},             {"escape", f_escape},         {"e", f_escape},
+    {"center", f_center},       {"round", f_round},           {"attr", f_attr},
+    {"batch", f_batch},
+};
+
+const FilterEntry* find_filter(std::string_view name) {
+  for (const FilterEntry& f : kFilters)
+    if (name == f.name) return &f;
+  return nullptr;
+}
+
+// ---- tests -----------------------------------------------------------------------------------
+
+bool all_cased(const std::string& s, int (*is)(int), int (*other)(int)) {
+  bool any = false;
+  for (unsigned char c : s) {
+    if (other(c)) return false;
+    any = any || is(c);
+  }
+  return any;
+}
+
+bool run_test(Env& env, std::string_view n, const Value& v, Args& a) {
+  const Kind k = v.kind();
+  if (n == "defined") return k != Kind::kUndefined;
+  if (n == "undefined") return k == Kind::kUndefined;
+  if (n == "none") return k == Kind::kNone;
+  if (n == "string") return k == Kind::kStr;
+  if (n == "mapping") return k == Kind::kDict && !v.is_namespace();
+  if (n == "iterable") return k == Kind::kUndefined || k == Kind::kStr || k == Kind::kList || (k == Kind::kDict && !v.is_namespace());
+  if (n == "sequence") return k == Kind::kUndefined || k == Kind::kStr || k == Kind::kList || (k == Kind::kDict && !v.is_namespace());
+  if (n == "number") return k == Kind::kInt || k == Kind::kFloat || k == Kind::kBool;
+  if (n == "integer") return k == Kind::kInt;
+  if (n == "float") return k == Kind::kFloat;
+  if (n == "boolean") return k == Kind::kBool;
+  if (n == "true") return k == Kind::kBool && v.as_bool();
+  if (n == "false") return k == Kind::kBool && !v.as_bool();
+  if (n == "callable") return k == Kind::kCallable || k == Kind::kUndefined;
+  if (n == "escaped") return false;
+  if (n == "odd" || n == "even") {
+    const int64_t i = need_int(v, n);
+    return (i % 2 != 0) == (n == "odd");
+  }
+  if (n == "divisibleby") {
+    const int64_t d = need_int(a.get(0, "num"), n);
+    if (d == 0) fail("integer division or modulo by zero");
+    return need_int(v, n) % d == 0;
+  }
+  if (n == "lower") return all_cased(to_text(v).str(), ::islower, ::isupper);
+  if (n == "upper") return all_cased(to_text(v).str(), ::isupper, ::islower);
+  if (n == "filter") return filter_known(to_text(v).str());
+  if (n == "test") return test_known(to_text(v).str());
+  const Value other = a.get(0, "other");
+  if (n == "eq" || n == "equalto" || n == "==") return equals(v, other);
+  if (n == "ne" || n == "!=") return !equals(v, other);
+  if (n == "sameas") return equals(v, other) && v.kind() == other.kind();
+  if (n == "in") {
+    const Value seq = a.get(0, "seq");
+    if (seq.is_str()) return v.is_str() && seq.as_str().find(v.as_str()) != std::string::npos;
+    for (const Value& x : iterate(seq))
+      if (equals(x, v)) return true;
+    return false;
+  }
+  if (v.is_undefined()) fail("'" + v.undefined_name() + "' is undefined");
+  const int c = compare(v, other);
+  if (n == "lt" || n == "<" || n == "lessthan") return c < 0;
+  if (n == "le" || n == "<=") return c <= 0;
+  if (n == "gt" || n == ">" || n == "greaterthan") return c > 0;
+  if (n == "ge" || n == ">=") return c >= 0;
+  (void)env;
+  fail("no test named '" + std::string(n) + "'");
+}
+
+constexpr const char* kTests[] = {
+    "defined", "undefined", "none", "string", "mapping", "iterable", "sequence", "number",
+    "integer", "float", "boolean", "true", "false", "callable", "escaped", "odd", "even",
+    "divisibleby", "lower", "upper", "filter", "test", "eq", "equalto", "==", "ne", "!=",
+    "sameas", "in", "lt", "<", "lessthan", "le", "<=", "gt", ">", "greaterthan", "ge", ">="};
+
+// ---- methods ---------------------------------------------------------------------------------
+
+Value str_method(Env& env, const Value& self, const std::string& m, Args& a) {
+  const Text& t = self.as_text();
+  const std::string& s = t.str();
+  if (m == "strip" || m == "lstrip" || m == "rstrip")
+    return Value::text(strip(t, a.get(0, "chars", Value::none()), m != "rstrip", m != "lstrip"));
+  if (m == "split" || m == "rsplit") {
+    const Value ms = a.get(1, "maxsplit", Value::integer(-1));
+    return split(t, a.get(0, "sep", Value::none()), need_int(ms, m), m == "rsplit");
+  }
+  if (m == "splitlines") {
+    std::vector<Value> out;
+    for (Text& l : splitlines(t, a.get(0, "keepends", Value::boolean(false)).truthy())) out.push_back(Value::text(std::move(l)));
+    return Value::list(std::move(out));
+  }
+  if (m == "startswith" || m == "endswith") {
+    const Value p = a.get(0, "prefix");
+    std::vector<Value> cands = p.is_tuple() ? p.items() : std::vector<Value>{p};
+    for (const Value& c : cands) {
+      const std::string& x = need_str(c, m).str();
+      if (m == "startswith" ? s.starts_with(x) : s.ends_with(x)) return Value::boolean(true);
+    }
+    return Value::boolean(false);
+  }
+  if (m == "replace") {
+    const Value count = a.get(2, "count", Value::integer(-1));
+    return Value::text(replace(env, t, need_str(a.get(0, "old"), m), need_str(a.get(1, "new"), m), need_int(count, m)));
+  }
+  if (m == "upper") return Value::text(map_ascii(t, [](int c) { return std::toupper(c); }));
+  if (m == "lower") return Value::text(map_ascii(t, [](int c) { return std::tolower(c); }));
+  if (m == "title") return Value::text(title_method(t));
+  if (m == "capitalize") return Value::text(capitalize(t));
+  if (m == "format") return Value::text(format(t, a));
+  if (m == "join") {
+    Text out;
+    bool first = true;
+    for (const Value& item : iterate(a.get(0, "iterable"))) {
+      if (!first) out.append(t);
+      first = false;
+      out.append(need_str(item, "join"));
+      if (out.size() > env.limits().max_output) fail("string exceeds the output limit");
+    }
+    return Value::text(std::move(out));
+  }
+  if (m == "find" || m == "rfind" || m == "index" || m == "rindex" || m == "count") {
+    const std::string& x = need_str(a.get(0, "sub"), m).str();
+    if (m == "count") {
+      if (x.empty()) return Value::integer(static_cast<int64_t>(code_point_count(s)) + 1);
+      int64_t n = 0;
+      for (size_t p = s.find(x); p != std::string::npos; p = s.find(x, p + x.size())) ++n;
+      return Value::integer(n);
+    }
+    const size_t p = m[0] == 'r' ? s.rfind(x) : s.find(x);
+    if (p == std::string::npos) {
+      if (m == "index" || m == "rindex") fail("substring not found");
+      return Value::integer(-1);
+    }
+    return Value::integer(static_cast<int64_t>(code_point_count(s.substr(0, p))));
+  }
+  if (m == "isdigit" || m == "isalpha" || m == "isalnum" || m == "isspace" || m == "isupper" || m == "islower") {
+    if (m == "isupper") return Value::boolean(all_cased(s, ::isupper, ::islower));
+    if (m == "islower") return Value::boolean(all_cased(s, ::islower, ::isupper));
+    if (s.empty()) return Value::boolean(false);
+    int (*f)(int) = m == "isdigit" ? ::isdigit : m == "isalpha" ? ::isalpha : m == "isalnum" ? ::isalnum : ::isspace;
+    return Value::boolean(std::all_of(s.begin(), s.end(), [&](char c) { return f(static_cast<unsigned char>(c)) != 0; }));
+  }
+  if (m == "removeprefix" || m == "removesuffix") {
+    const std::string& x = need_str(a.get(0, "prefix"), m).str();
+    if (m == "removeprefix" && s.starts_with(x)) return Value::text(t.substr(x.size()));
+    if (m == "removesuffix" && !x.empty() && s.ends_with(x)) return Value::text(t.substr(0, s.size() - x.size()));
+    return self;
+  }
+  fail("'str' object has no attribute '" + m + "'");
+}
+
+Value dict_method(const Value& self, const std::string& m, Args& a) {
+  if (m == "items") return items_of(self);
+  if (m == "keys") return Value::list(iterate(self));
+  if (m == "values") {
+    std::vector<Value> out;
+    for (const auto& [k, x] : self.entries().items) out.push_back(x);
+    return Value::list(std::move(out));
+  }
+  if (m == "get") {
+    const int i = self.entries().find(a.get(0, "key"));
+    return i >= 0 ? self.entries().items[i].second : a.get(1, "default", Value::none());
+  }
+  if (m == "copy") {
+    Value d = Value::dict();
+    d.entries().items = self.entries().items;
+    return d;
+  }
+  fail("'dict' object has no attribute '" + m + "'");
+}
+
+Value list_method(const Value& self, const std::string& m, Args& a) {
+  if (m == "index" || m == "count") {
+    const Value x = a.get(0, "value");
+    int64_t n = 0;
+    for (size_t i = 0; i < self.items().size(); ++i)
+      if (equals(self.items()[i], x)) {
+        if (m == "index") return Value::integer(static_cast<int64_t>(i));
+        ++n;
+      }
+    if (m == "index") fail("value is not in list");
+    return Value::integer(n);
+  }
+  if (m == "copy") return Value::list(self.items());
+  fail("'list' object has no attribute '" + m + "'");
+}
+
+const char* const kStrMethods[] = {"strip", "lstrip", "rstrip", "split", "rsplit", "splitlines",
+                                   "startswith", "endswith", "replace", "upper", "lower", "title",
+                                   "capitalize", "format", "join", "find", "rfind", "index",
+                                   "rindex", "count", "isdigit", "isalpha", "isalnum", "isspace",
+                                   "isupper", "islower", "removeprefix", "removesuffix"};
+const char* const kDictMethods[] = {"items", "keys", "values", "get", "copy"};
+const char* const kDictUnsafe[] = {"pop", "popitem", "update", "setdefault", "clear"};
+const char* const kListMethods[] = {"index", "count", "copy"};
+const char* const kListUnsafe[] = {"append", "pop", "extend", "insert", "remove", "clear", "sort", "reverse"};
+
+template <size_t N>
+bool in(const char* const (&names)[N], std::string_view n) {
+  return std::any_of(std::begin(names), std::end(names), [&](const char* x) { return n == x; });
+}
+
+std::string strftime_now(const std::string& fmt) {
+  if (fmt.size() > 256) fail("strftime_now: format too long");
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&now, &tm);
+  char buf[1024];
+  const size_t n = std::strftime(buf, sizeof buf, fmt.c_str(), &tm);
+  if (n == 0 && !fmt.empty()) return {};
+  return std::string(buf, n);
+}
+
+}  // namespace
+
+bool filter_known(std::string_view name) { return find_filter(name) != nullptr; }
+
+Value apply_filter(Env& env, std::string_view name, const Value& v, Args& args) {
+  const FilterEntry* f = find_filter(name);
+  if (!f) fail("no filter named '" + std::string(name) + "'");
+  // Most filters read undefined as "" or as empty; these would raise in jinja2.
+  if (v.is_undefined() && (name == "abs" || name == "round" || name == "attr"))
+    fail("'" + v.undefined_name() + "' is undefined");
+  return f->fn(env, v, args);
+}
+
+bool test_known(std::string_view name) { return in(kTests, name); }
+
+bool apply_test(Env& env, std::string_view name, const Value& v, Args& args) {
+  return run_test(env, name, v, args);
+}
+
+Value bound_method(const Value& obj, std::string_view name) {
+  const std::string m(name);
+  auto bind = [&](auto f) {
+    return make_fn(m, [obj, m, f](Env& env, Args& a) { return f(env, obj, m, a); });
+  };
+  auto unsafe = [&](const char* type) {
+    return make_fn(m, [m, type](Env&, Args&) -> Value {
+      fail("access to attribute '" + m + "' of '" + type + "' object is unsafe.");
+    });
+  };
+  if (obj.is_str() && in(kStrMethods, name)) return bind(str_method);
+  if (obj.is_dict() && !obj.is_namespace()) {
+    if (in(kDictMethods, name)) return bind([](Env&, const Value& o, const std::string& n, Args& a) { return dict_method(o, n, a); });
+    if (in(kDictUnsafe, name)) return unsafe("dict");
+  }
+  if (obj.is_list() && !obj.is_tuple()) {
+    if (in(kListMethods, name)) return bind([](Env&, const Value& o, const std::string& n, Args& a) { return list_method(o, n, a); });
+    if (in(kListUnsafe, name)) return unsafe("list");
+  }
+  if (obj.is_tuple() && (name == "index" || name == "count"))
+    return bind([](Env&, const Value& o, const std::string& n, Args& a) { return list_method(o, n, a); });
+  return Value();
+}
+
+void add_globals(Value& g) {
+  g.set("range", make_fn("range", [](Env& env, Args& a) {
+          int64_t start = 0, stop, stp = 1;
+          if (a.pos.size() == 1) {
+            stop = need_int(a.pos[0], "range");
+          } else if (a.pos.size() >= 2) {
+            start = need_int(a.pos[0], "range");
+            stop = need_int(a.pos[1], "range");
+            if (a.pos.size() > 2) stp = need_int(a.pos[2], "range");
+          } else {
+            fail("range expected at least 1 argument, got 0");
+          }
+          if (stp == 0) fail("range() arg 3 must not be zero");
+          std::vector<Value> out;
+          for (int64_t i = start; stp > 0 ? i < stop : i > stop; i += stp) {
+            if (out.size() >= 100000)
+              fail("Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
+            out.push_back(Value::integer(i));
+            if (__builtin_add_overflow(i, stp, &i)) break;
+            i -= stp;
+          }
+          env.step(out.size());
+          return Value::list(std::move(out));
+        }));
+  g.set("namespace", make_fn("namespace", [](Env& env, Args& a) {
+          Value ns = Value::namespace_();
+          for (const Value& p : a.pos) {
+            if (!p.is_dict()) fail("namespace() expects a mapping");
+            for (const auto& [k, v] : p.entries().items) ns.set(k, v);
+          }
+          for (const auto& [k, v] : a.kw) ns.set(k, v);
+          for (const auto& [k, v] : ns.entries().items)
+            if (k.is_str() && !k.as_str().empty() && k.as_str()[0] == '_')
+              fail("cannot store underscore-prefixed attributes on a namespace");
+          env.namespaces.push_back(ns);
+          return ns;
+        }));
+  g.set("dict", make_fn("dict", [](Env&, Args& a) {
+          Value d = Value::dict();
+          for (const Value& p : a.pos) {
+            if (!p.is_dict()) fail("dict() expects a mapping");
+            for (const auto& [k, v] : p.entries().items) d.set(k, v);
+          }
+          for (const auto& [k, v] : a.kw) d.set(k, v);
+          return d;
+        }));
+  g.set("raise_exception", make_fn("raise_exception", [](Env&, Args& a) -> Value {
+          fail(to_text(a.get(0, "message")).str());
+        }));
+  g.set("strftime_now", make_fn("strftime_now", [](Env&, Args& a) {
+          return Value::string(strftime_now(to_text(a.get(0, "format")).str()));
+        }));
+}
+
+}  // namespace tessera::jinja

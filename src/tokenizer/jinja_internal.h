@@ -1,0 +1,147 @@
+// Internals of the Jinja interpreter (jinja.h): the syntax tree, errors, and the value helpers
+// shared by the parser (jinja_parse.cpp), the evaluator (jinja_eval.cpp) and the built-in
+// filters, tests and methods (jinja_builtins.cpp, jinja_value.cpp).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tokenizer/jinja.h"
+
+namespace tessera::jinja {
+
+enum class NodeKind {
+  // Expressions.
+  kConst,    // value
+  kName,     // name
+  kAttr,     // a.name
+  kItem,     // a[b]
+  kSlice,    // a[b:c:d], absent parts null
+  kCall,     // a(list...), keyword arguments as kKwarg
+  kKwarg,    // name=a
+  kFilter,   // a|name(list...); a is null in a filter block
+  kTest,     // a is [not] name(list...)
+  kNot,      // not a
+  kNeg,      // -a
+  kPos,      // +a
+  kBinary,   // a name b, name one of + - * / // % ** ~
+  kAnd,      // a and b
+  kOr,       // a or b
+  kCompare,  // a names[0] list[0] names[1] list[1] ... (==, !=, <, <=, >, >=, in, notin)
+  kCond,     // b if a else c (c may be null: undefined)
+  kListLit,  // [list...]
+  kTupleLit,  // (list...)
+  kDictLit,  // {list[0]: list[1], ...}
+  // Statements.
+  kBody,         // list...
+  kText,         // value (a template string)
+  kOutput,       // {{ a }}
+  kIf,           // if a: b else c
+  kFor,          // for names in a [if b]: c else d
+  kSet,          // a = b (a: kName, kAttr on a name, or kTupleLit of names)
+  kSetBlock,     // {% set a %}c{% endset %} with filters in list (kFilter chain, a null)
+  kMacro,        // macro name(names, defaults in list: null where none): c
+  kFilterBlock,  // {% filter list %}c{% endfilter %}
+  kBreak,
+  kContinue,
+  kGeneration,  // {% generation %}c{% endgeneration %}: c (transformers' assistant tracker)
+};
+
+struct Node {
+  NodeKind kind;
+  uint32_t pos = 0;  // byte offset in the (newline-normalised) source
+  std::string name;
+  Value value;
+  bool negate = false;  // kTest: `is not`
+  int height = 1;       // of the expression tree below (bounded: evaluation recurses on it)
+  std::unique_ptr<Node> a, b, c, d;
+  std::vector<std::unique_ptr<Node>> list;
+  std::vector<std::string> names;
+};
+
+struct ParseError {
+  std::string message;
+  size_t pos;
+};
+
+// An error while rendering (jinja2 would raise): the message is jinja2's where it has one.
+struct RenderError {
+  std::string message;
+};
+
+[[noreturn]] void fail(std::string message);
+
+// The source after jinja2's newline normalisation (\r\n and \r -> \n) and with one trailing
+// newline dropped (keep_trailing_newline = False).
+std::string normalize_source(std::string_view source);
+std::unique_ptr<Node> parse_template(const std::string& source);
+
+// Arguments of a call: positional, then keyword.
+struct Args {
+  std::vector<Value> pos;
+  std::vector<std::pair<std::string, Value>> kw;
+  // Argument `i` or keyword `name`, else `fallback`.
+  Value get(size_t i, std::string_view name, Value fallback = Value()) const;
+  bool has(size_t i, std::string_view name) const;
+};
+
+// What built-ins need from the evaluator.
+class Env {
+ public:
+  virtual ~Env() = default;
+  virtual void step(uint64_t n = 1) = 0;     // counts work against Limits::max_steps
+  virtual const Limits& limits() const = 0;
+  virtual Value call(const Value& fn, Args args) = 0;
+  virtual Value filter(std::string_view name, const Value& v, Args args) = 0;
+  virtual bool test(std::string_view name, const Value& v, Args args) = 0;
+  // Namespaces made during this render: emptied when it ends, which breaks reference cycles
+  // (a namespace may hold itself).
+  std::vector<Value> namespaces;
+};
+
+struct Callable {
+  std::string name;
+  std::function<Value(Env&, Args&)> fn;
+};
+
+// Value helpers (jinja_value.cpp), with Python's semantics.
+std::string type_name(const Value& v);  // Python's type name: str, int, list, dict, NoneType...
+Text to_text(const Value& v);           // str(v) ("" for undefined)
+Text repr(const Value& v);              // repr(v)
+std::string float_repr(double d);
+struct JsonOptions {
+  bool pretty = false;      // json.dumps' indent given: one item a line, indent_unit per level
+  std::string indent_unit;
+  bool ensure_ascii = false;
+  bool sort_keys = false;
+  std::string item_sep, key_sep;  // empty: json.dumps' defaults for the indent
+};
+Text to_json(const Value& v, const JsonOptions& opt, Env& env);
+bool equals(const Value& a, const Value& b);
+int compare(const Value& a, const Value& b);  // <0, 0, >0; RenderError where Python has none
+
+// UTF-8 code point offsets of s (size = code points + 1, last = s.size()).
+std::vector<size_t> code_point_offsets(const std::string& s);
+size_t code_point_count(const std::string& s);
+
+// Built-ins (jinja_builtins.cpp).
+bool filter_known(std::string_view name);
+Value apply_filter(Env& env, std::string_view name, const Value& v, Args& args);
+bool test_known(std::string_view name);
+bool apply_test(Env& env, std::string_view name, const Value& v, Args& args);
+// A method of a str, list or dict value (`s.strip`), or undefined if it has none by that name.
+Value bound_method(const Value& obj, std::string_view name);
+// Globals every render sees: range, namespace, dict, raise_exception, strftime_now, ...
+void add_globals(Value& globals);
+
+// Items longer lists may not have (list +, *, range, ...); strings are bounded by max_output.
+constexpr size_t kMaxItems = size_t{1} << 18;
+
+// Sequence views used by filters and loops: the items of a list, the keys of a dict, the
+// characters of a string; RenderError otherwise.
+std::vector<Value> iterate(const Value& v);
+
+}  // namespace tessera::jinja
