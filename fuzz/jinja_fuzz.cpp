@@ -14,7 +14,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view in(reinterpret_cast<const char*>(data), size);
   const size_t nul = in.find('\0');
   const std::string_view source = in.substr(0, nul);
-  const std::string message = nul == std::string_view::npos ? "Hi <|im_end|>" : std::string(in.substr(nul + 1));
+  const std::string message =
+      nul == std::string_view::npos ? "Hi <|im_end|>" : std::string(in.substr(nul + 1));
   auto t = Template::parse(source);
   if (!t) return 0;
   Value msgs = Value::list();

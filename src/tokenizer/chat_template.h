@@ -1,26 +1,24 @@
-// Chat templates: recognise the family of the model's own `tokenizer.chat_template` (by its
-// text, not the model's name) and render conversations in that family's format.
+// Chat templates: render conversations in the format of the model's own
+// `tokenizer.chat_template`, byte-identical to transformers' apply_chat_template.
 //
 //   auto tmpl = ChatTemplate::from_template_text(file.get_string("tokenizer.chat_template"), tok);
-//   std::string prompt = tmpl->render({{"user", "Hi"}}, /*add_generation_prompt=*/true);
+//   auto prompt = tmpl->try_render({{"user", "Hi"}}, /*add_generation_prompt=*/true);
 //
-// Families and the template shapes rendered exactly (checked against jinja2 in tests/reference):
+// Every template is rendered by a Jinja2 interpreter (jinja.h; family kJinja), except where the
+// text is one of three hand-written families and that renderer gives the interpreter's text on
+// probe conversations (all of llama.cpp's published templates are checked against transformers'
+// jinja2 in tests/reference/test_jinja_templates.py). The hand-written families:
 //   ChatML   <|im_start|>ROLE\nCONTENT<|im_end|>\n ..., optional constant default system block
-//            (SmolLM2, Qwen2.5 without tools)
+//            (SmolLM2, Qwen2.5 without tools), optionally a reasoning model's "<think>\n"
+//            generation prompt with reasoning stripped from assistant turns (QwQ)
 //   Llama-3  [bos]<|start_header_id|>ROLE<|end_header_id|>\n\nCONTENT<|eot_id|> ... (Llama-3.0);
-//            Llama-3.1 / 3.2 / 3.3 always open with a system turn headed "Cutting Knowledge
-//            Date: ...\nToday Date: DATE\n\n" (DATE the template's constant, or today's date
-//            where the template asks strftime_now for it, as transformers renders it)
-//   [INST]   Llama-2 (<<SYS>> block, BOS per user turn, stripped content) or Mistral: one BOS,
-//            "[INST] ... [/INST]" (v0.1), "[INST] ...[/INST] ..." (v0.3) or "[INST]...[/INST]"
-//            (Nemo), spaced as the template's constants are; a system message goes before the
-//            last user turn where the template says so (v0.3, Nemo), else before the first
-//            (where v0.1's template would raise an error)
-//   ChatML also with a reasoning model's "<think>\n" generation prompt and the reasoning
-//   stripped from assistant turns (all, or all but the last where the template says so: QwQ).
-// Mistral's [SYSTEM_PROMPT] templates (Small 3.x, Devstral) and templates with an
-// enable_thinking switch are rejected, not approximated.
-// Tool calls are not modelled.
+//            Llama-3.1 / 3.2 / 3.3's dated system turn ("Cutting Knowledge Date: ...")
+//   [INST]   Llama-2 (<<SYS>> block, BOS per user turn) or Mistral v0.1 / v0.3 / Nemo
+// Message content stays content through the interpreter (ChatSegment::is_content), so a user
+// cannot inject control tokens. A template the interpreter cannot parse (include, call blocks,
+// ...) is refused with kUnsupported naming the construct and position; a template that raises
+// (raise_exception) or exceeds the interpreter's limits makes try_render fail.
+// Tools, documents and images are not modelled (the template sees tools=None, documents=None).
 #pragma once
 
 #include <optional>

@@ -5,9 +5,9 @@
 //
 //   auto t = jinja::Template::parse(source);                  // kUnsupported: construct + line
 //   jinja::Value ctx = jinja::Value::dict();
-//   ctx.set("messages", ...);                                 // strings from Value::string(s, true)
-//   auto text = t->render(ctx);                               // kInvalidArgument: raised / failed
-//   for (auto& [piece, is_content] : text->runs()) ...
+//   ctx.set("messages", ...);                                 // strings from Value::string(s,
+//   true) auto text = t->render(ctx);                               // kInvalidArgument: raised /
+//   failed for (auto& [piece, is_content] : text->runs()) ...
 //
 // Provenance: every character of a string knows whether it came from a string the caller marked
 // as content (message text) or from the template; filters, methods, slicing and concatenation
@@ -80,13 +80,15 @@ class Value {
   bool is_str() const { return kind_ == Kind::kStr; }
   bool is_list() const { return kind_ == Kind::kList; }
   bool is_dict() const { return kind_ == Kind::kDict; }
-  bool is_number() const { return kind_ == Kind::kInt || kind_ == Kind::kFloat || kind_ == Kind::kBool; }
+  bool is_number() const {
+    return kind_ == Kind::kInt || kind_ == Kind::kFloat || kind_ == Kind::kBool;
+  }
   bool is_tuple() const;
   bool is_namespace() const;
   bool as_bool() const { return b_; }
   int64_t as_int() const { return i_; }
   double as_double() const { return kind_ == Kind::kFloat ? d_ : double(i_); }
-  const Text& as_text() const;               // kStr
+  const Text& as_text() const;  // kStr
   const std::string& as_str() const { return as_text().str(); }
   const std::string& undefined_name() const;  // kUndefined: the name looked up, or ""
   std::vector<Value>& items() const;          // kList

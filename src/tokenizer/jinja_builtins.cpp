@@ -10,258 +10,6 @@
 namespace tessera::jinja {
 namespace {
 
-bool is_intlike_value(const Value& v) { return v.kind() == Kind::kInt || v.kind() == Kind::kBool; }
-
-bool py_space(unsigned char c) { return c == ' ' || (c >= '\t' && c <= '\r') || (c >= 0x1c && c <= 0x1f); }
-
-const Text& need_str(const Value& v, std::string_view what) {
-  if (!v.is_str()) fail(std::string(what) + " expects a string, got '" + type_name(v) + "'");
-  return v.as_text();
-}
-
-int64_t need_int(const Value& v, std::string_view what) {
-  if (v.kind() != Kind::kInt && v.kind() != Kind::kBool)
-    fail(std::string(what) + " expects an integer, got '" + type_name(v) + "'");
-  return v.as_int();
-}
-
-// Python's str.strip / lstrip / rstrip: whitespace, or any code point of `chars`.
-Text strip(const Text& t, const Value& chars, bool left, bool right) {
-  const std::string& s = t.str();
-  std::vector<size_t> off = code_point_offsets(s);
-  std::vector<std::string> set;
-  if (chars.is_str()) {
-    const std::vector<size_t> co = code_point_offsets(chars.as_str());
-    for (size_t i = 0; i + 1 < co.size(); ++i) set.push_back(chars.as_str().substr(co[i], co[i + 1] - co[i]));
-  }
-  auto strippable = [&](size_t k) {  // code point k
-    const std::string_view cp(s.data() + off[k], off[k + 1] - off[k]);
-    if (!chars.is_str()) return cp.size() == 1 && py_space(cp[0]);
-    return std::find(set.begin(), set.end(), cp) != set.end();
-  };
-  size_t b = 0, e = off.size() - 1;
-  if (left)
-    while (b < e && strippable(b)) ++b;
-  if (right)
-    while (e > b && strippable(e - 1)) --e;
-  return t.substr(off[b], off[e] - off[b]);
-}
-
-// Per-byte ASCII case mapping (marks kept): upper, lower, or title-like via `first`.
-Text map_ascii(const Text& t, int (*f)(int)) {
-  std::string s = t.str();
-  for (char& c : s) c = static_cast<char>(f(static_cast<unsigned char>(c)));
-  Text out;
-  for (size_t i = 0; i < s.size(); ++i) out.append(std::string_view(&s[i], 1), t.content_at(i));
-  return out;
-}
-
-Text capitalize(const Text& t) {
-  Text out = map_ascii(t, [](int c) { return std::tolower(c); });
-  if (out.empty()) return out;
-  Text first = map_ascii(out.substr(0, 1), [](int c) { return std::toupper(c); });
-  first.append(out.substr(1));
-  return first;
-}
-
-// jinja2's title filter: each word (split at whitespace and "-({[<") capitalised.
-Text title_filter(const Text& t) {
-  const std::string& s = t.str();
-  Text out;
-  size_t i = 0;
-  while (i < s.size()) {
-    size_t j = i;
-    auto sep = [&](char c) { return py_space(static_cast<unsigned char>(c)) || std::string_view("-({[<").find(c) != std::string_view::npos; };
-    if (sep(s[i])) {
-      while (j < s.size() && sep(s[j])) ++j;
-      out.append(t.substr(i, j - i));
-    } else {
-      while (j < s.size() && !sep(s[j])) ++j;
-      out.append(capitalize(t.substr(i, j - i)));
-    }
-    i = j;
-  }
-  return out;
-}
-
-// Python's str.title: upper after a non-letter, lower after a letter (ASCII letters).
-Text title_method(const Text& t) {
-  const std::string& s = t.str();
-  Text out;
-  bool prev_cased = false;
-  for (size_t i = 0; i < s.size(); ++i) {
-    const unsigned char c = s[i];
-    const bool alpha = std::isalpha(c);
-    char r = static_cast<char>(alpha ? (prev_cased ? std::tolower(c) : std::toupper(c)) : c);
-    out.append(std::string_view(&r, 1), t.content_at(i));
-    prev_cased = alpha;
-  }
-  return out;
-}
-
-Text replace(Env& env, const Text& t, const Text& old, const Text& with, int64_t count) {
-  const std::string& s = t.str();
-  Text out;
-  size_t pos = 0;
-  int64_t n = 0;
-  if (old.empty()) {  // Python inserts `with` around every code point
-    const std::vector<size_t> off = code_point_offsets(s);
-    for (size_t k = 0; k + 1 < off.size(); ++k) {
-      if (count < 0 || n < count) out.append(with), ++n;
-      out.append(t.substr(off[k], off[k + 1] - off[k]));
-      if (out.size() > env.limits().max_output) fail("string exceeds the output limit");
-    }
-    if (count < 0 || n < count) out.append(with);
-    return out;
-  }
-  while (count < 0 || n < count) {
-    const size_t f = s.find(old.str(), pos);
-    if (f == std::string::npos) break;
-    out.append(t.substr(pos, f - pos));
-    out.append(with);
-    if (out.size() > env.limits().max_output) fail("string exceeds the output limit");
-    pos = f + old.size();
-    ++n;
-    env.step();
-  }
-  out.append(t.substr(pos));
-  return out;
-}
-
-// Python's str.split(sep=None, maxsplit=-1) and rsplit.
-Value split(const Text& t, const Value& sep, int64_t maxsplit, bool from_right) {
-  const std::string& s = t.str();
-  std::vector<Value> parts;
-  if (sep.is_none() || sep.is_undefined()) {
-    std::vector<std::pair<size_t, size_t>> words;
-    size_t i = 0;
-    while (i < s.size()) {
-      while (i < s.size() && py_space(s[i])) ++i;
-      if (i >= s.size()) break;
-      size_t j = i;
-      while (j < s.size() && !py_space(s[j])) ++j;
-      words.emplace_back(i, j);
-      i = j;
-    }
-    if (maxsplit >= 0 && static_cast<int64_t>(words.size()) > maxsplit + 1) {
-      // The remainder keeps its inner whitespace (trailing whitespace dropped by rsplit only).
-      if (!from_right) {
-        const size_t start = words[maxsplit].first;
-        words.resize(maxsplit);
-        size_t end = s.size();
-        while (end > start && py_space(s[end - 1])) --end;
-        words.emplace_back(start, s.size());
-        (void)end;
-      } else {
-        const size_t keep_from = words.size() - maxsplit;
-        std::vector<std::pair<size_t, size_t>> w2{{words[0].first, words[keep_from - 1].second}};
-        w2.insert(w2.end(), words.begin() + keep_from, words.end());
-        words = std::move(w2);
-      }
-    }
-    for (auto [a, b] : words) parts.push_back(Value::text(t.substr(a, b - a)));
-    if (!from_right && maxsplit >= 0 && !parts.empty()) {
-      // Python keeps the rest of the string (from the last word's start) verbatim.
-      const size_t a = words.back().first;
-      parts.back() = Value::text(t.substr(a, s.size() - a));
-    }
-    return Value::list(std::move(parts));
-  }
-  const Text& sp = need_str(sep, "split");
-  if (sp.empty()) fail("empty separator");
-  std::vector<std::pair<size_t, size_t>> spans;
-  if (!from_right) {
-    size_t pos = 0;
-    while (maxsplit < 0 || static_cast<int64_t>(spans.size()) < maxsplit) {
-      const size_t f = s.find(sp.str(), pos);
-      if (f == std::string::npos) break;
-      spans.emplace_back(pos, f);
-      pos = f + sp.size();
-    }
-    spans.emplace_back(pos, s.size());
-  } else {
-    size_t end = s.size();
-    std::vector<std::pair<size_t, size_t>> rev;
-    while (maxsplit < 0 || static_cast<int64_t>(rev.size()) < maxsplit) {
-      if (end < sp.size()) break;
-      const size_t f = s.rfind(sp.str(), end - sp.size());
-      if (f == std::string::npos) break;
-      rev.emplace_back(f + sp.size(), end);
-      end = f;
-    }
-    rev.emplace_back(0, end);
-    spans.assign(rev.rbegin(), rev.rend());
-  }
-  if (spans.size() > kMaxItems) fail("list too long");
-  for (auto [a, b] : spans) parts.push_back(Value::text(t.substr(a, b - a)));
-  return Value::list(std::move(parts));
-}
-
-// Python's str.splitlines: \n, \r, \r\n, \v, \f, \x1c-\x1e, U+0085, U+2028, U+2029.
-std::vector<Text> splitlines(const Text& t, bool keepends) {
-  const std::string& s = t.str();
-  std::vector<Text> out;
-  size_t start = 0, i = 0;
-  while (i < s.size()) {
-    size_t brk = 0;
-    const unsigned char c = s[i];
-    if (c == '\r' && i + 1 < s.size() && s[i + 1] == '\n') brk = 2;
-    else if (c == '\n' || c == '\r' || c == '\v' || c == '\f' || (c >= 0x1c && c <= 0x1e)) brk = 1;
-    else if (c == 0xC2 && i + 1 < s.size() && static_cast<unsigned char>(s[i + 1]) == 0x85) brk = 2;
-    else if (c == 0xE2 && i + 2 < s.size() && static_cast<unsigned char>(s[i + 1]) == 0x80 &&
-             (static_cast<unsigned char>(s[i + 2]) == 0xA8 || static_cast<unsigned char>(s[i + 2]) == 0xA9))
-      brk = 3;
-    if (!brk) {
-      ++i;
-      continue;
-    }
-    out.push_back(t.substr(start, (keepends ? i + brk : i) - start));
-    i += brk;
-    start = i;
-  }
-  if (start < s.size()) out.push_back(t.substr(start));
-  return out;
-}
-
-// Python's str.format with {}, {0}, {name} and {{ }} (no format specs).
-Text format(const Text& t, const Args& args) {
-  const std::string& s = t.str();
-  Text out;
-  size_t auto_index = 0;
-  for (size_t i = 0; i < s.size();) {
-    const char c = s[i];
-    if ((c == '{' || c == '}') && i + 1 < s.size() && s[i + 1] == c) {
-      out.append(t.substr(i, 1));
-      i += 2;
-      continue;
-    }
-    if (c == '}') fail("Single '}' encountered in format string");
-    if (c != '{') {
-      out.append(t.substr(i, 1));
-      ++i;
-      continue;
-    }
-    const size_t e = s.find('}', i);
-    if (e == std::string::npos) fail("Single '{' encountered in format string");
-    const std::string field = s.substr(i + 1, e - i - 1);
-    if (field.find_first_of(":!.[") != std::string::npos) fail("unsupported format field '{" + field + "}'");
-    Value v;
-    if (field.empty()) {
-      v = auto_index < args.pos.size() ? args.pos[auto_index] : Value();
-      ++auto_index;
-    } else if (std::all_of(field.begin(), field.end(), [](char d) { return std::isdigit(static_cast<unsigned char>(d)); })) {
-      const size_t k = std::stoul(field.substr(0, 6));
-      v = k < args.pos.size() ? args.pos[k] : Value();
-    } else {
-      v = args.get(SIZE_MAX, field);
-    }
-    if (v.is_undefined()) fail("format: no argument for '{" + field + "}'");
-    out.append(to_text(v));
-    i = e + 1;
-  }
-  return out;
-}
-
 Value make_fn(std::string name, std::function<Value(Env&, Args&)> f) {
   auto c = std::make_shared<Callable>();
   c->name = std::move(name);
@@ -276,7 +24,8 @@ Value attr_path(const Value& item, const std::string& path) {
   size_t start = 0;
   while (start <= path.size()) {
     const size_t dot = path.find('.', start);
-    const std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    const std::string part =
+        path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
     if (v.is_dict()) {
       v = v.get(part);
     } else if (v.is_list() && !part.empty() && std::all_of(part.begin(), part.end(), ::isdigit)) {
@@ -299,7 +48,9 @@ Value lower_if_str(const Value& v, bool case_sensitive) {
 std::vector<Value> sorted(Env& env, std::vector<Value> items, bool reverse, bool case_sensitive,
                           const std::string& attribute) {
   env.step(items.size() * 4);
-  auto key = [&](const Value& v) { return lower_if_str(attribute.empty() ? v : attr_path(v, attribute), case_sensitive); };
+  auto key = [&](const Value& v) {
+    return lower_if_str(attribute.empty() ? v : attr_path(v, attribute), case_sensitive);
+  };
   std::stable_sort(items.begin(), items.end(), [&](const Value& a, const Value& b) {
     return reverse ? compare(key(b), key(a)) < 0 : compare(key(a), key(b)) < 0;
   });
@@ -341,13 +92,17 @@ Value items_of(const Value& v) {
 
 int64_t length(const Value& v) {
   switch (v.kind()) {
-    case Kind::kUndefined: return 0;
-    case Kind::kStr: return static_cast<int64_t>(code_point_count(v.as_str()));
-    case Kind::kList: return static_cast<int64_t>(v.items().size());
+    case Kind::kUndefined:
+      return 0;
+    case Kind::kStr:
+      return static_cast<int64_t>(code_point_count(v.as_str()));
+    case Kind::kList:
+      return static_cast<int64_t>(v.items().size());
     case Kind::kDict:
       if (!v.is_namespace()) return static_cast<int64_t>(v.entries().items.size());
       break;
-    default: break;
+    default:
+      break;
   }
   fail("object of type '" + type_name(v) + "' has no len()");
 }
@@ -384,7 +139,8 @@ Value indent(const Value& v, Args& args) {
   const Value w = args.get(0, "width", Value::integer(4));
   const bool first = args.get(1, "first", Value::boolean(false)).truthy();
   const bool blank = args.get(2, "blank", Value::boolean(false)).truthy();
-  const std::string unit = w.is_str() ? w.as_str() : std::string(std::max<int64_t>(0, need_int(w, "indent")), ' ');
+  const std::string unit =
+      w.is_str() ? w.as_str() : std::string(std::max<int64_t>(0, need_int(w, "indent")), ' ');
   Text s = to_text(v);
   s.append("\n");
   std::vector<Text> lines = splitlines(s, false);
@@ -423,10 +179,12 @@ Value f_tojson(Env& env, const Value& v, Args& a) {
   const Value ind = a.get(1, "indent", Value::none());
   if (!ind.is_none()) {
     o.pretty = true;
-    o.indent_unit = ind.is_str() ? ind.as_str() : std::string(std::max<int64_t>(0, need_int(ind, "indent")), ' ');
+    o.indent_unit = ind.is_str() ? ind.as_str()
+                                 : std::string(std::max<int64_t>(0, need_int(ind, "indent")), ' ');
   }
   const Value sep = a.get(2, "separators", Value::none());
-  if (sep.is_list() && sep.items().size() == 2 && sep.items()[0].is_str() && sep.items()[1].is_str()) {
+  if (sep.is_list() && sep.items().size() == 2 && sep.items()[0].is_str() &&
+      sep.items()[1].is_str()) {
     o.item_sep = sep.items()[0].as_str();
     o.key_sep = sep.items()[1].as_str();
   }
@@ -435,11 +193,14 @@ Value f_tojson(Env& env, const Value& v, Args& a) {
 }
 
 Value f_length(Env&, const Value& v, Args&) { return Value::integer(length(v)); }
-Value f_trim(Env&, const Value& v, Args& a) { return Value::text(strip(to_text(v), a.get(0, "chars", Value::none()), true, true)); }
+Value f_trim(Env&, const Value& v, Args& a) {
+  return Value::text(strip(to_text(v), a.get(0, "chars", Value::none()), true, true));
+}
 Value f_string(Env&, const Value& v, Args&) { return Value::text(to_text(v)); }
 Value f_default(Env&, const Value& v, Args& a) {
   const bool boolean = a.get(1, "boolean", Value::boolean(false)).truthy();
-  if (v.is_undefined() || (boolean && !v.truthy())) return a.get(0, "default_value", Value::string(""));
+  if (v.is_undefined() || (boolean && !v.truthy()))
+    return a.get(0, "default_value", Value::string(""));
   return v;
 }
 Value f_join(Env& env, const Value& v, Args& a) {
@@ -456,8 +217,12 @@ Value f_join(Env& env, const Value& v, Args& a) {
   return Value::text(std::move(out));
 }
 Value f_items(Env&, const Value& v, Args&) { return items_of(v); }
-Value f_lower(Env&, const Value& v, Args&) { return Value::text(map_ascii(to_text(v), [](int c) { return std::tolower(c); })); }
-Value f_upper(Env&, const Value& v, Args&) { return Value::text(map_ascii(to_text(v), [](int c) { return std::toupper(c); })); }
+Value f_lower(Env&, const Value& v, Args&) {
+  return Value::text(map_ascii(to_text(v), [](int c) { return std::tolower(c); }));
+}
+Value f_upper(Env&, const Value& v, Args&) {
+  return Value::text(map_ascii(to_text(v), [](int c) { return std::toupper(c); }));
+}
 Value f_title(Env&, const Value& v, Args&) { return Value::text(title_filter(to_text(v))); }
 Value f_capitalize(Env&, const Value& v, Args&) { return Value::text(capitalize(to_text(v))); }
 Value f_safe(Env&, const Value& v, Args&) { return v.is_str() ? v : Value::text(to_text(v)); }
@@ -520,7 +285,8 @@ Value f_int(Env&, const Value& v, Args& a) {
     int64_t i;
     if (parse_int(v.as_str(), &i)) return Value::integer(i);
     double d;
-    if (parse_float(v.as_str(), &d) && std::isfinite(d) && std::fabs(d) < 9.2e18) return Value::integer(static_cast<int64_t>(d));
+    if (parse_float(v.as_str(), &d) && std::isfinite(d) && std::fabs(d) < 9.2e18)
+      return Value::integer(static_cast<int64_t>(d));
   }
   return dflt;
 }
@@ -559,7 +325,9 @@ Value min_max(Env& env, const Value& v, Args& a, bool max) {
   if (!max) return items.front();
   // max: the first of the largest, as Python's max
   size_t best = 0;
-  auto key = [&](const Value& x) { return lower_if_str(attr.empty() ? x : attr_path(x, attr), cs); };
+  auto key = [&](const Value& x) {
+    return lower_if_str(attr.empty() ? x : attr_path(x, attr), cs);
+  };
   const std::vector<Value> orig = iterate(v);
   for (size_t i = 1; i < orig.size(); ++i)
     if (compare(key(orig[i]), key(orig[best])) > 0) best = i;
@@ -609,9 +377,16 @@ Value f_escape(Env&, const Value& v, Args&) {
   Text out;
   for (size_t i = 0; i < t.size(); ++i) {
     const char c = t.str()[i];
-    const char* r = c == '&' ? "&amp;" : c == '<' ? "&lt;" : c == '>' ? "&gt;" : c == '"' ? "&#34;" : c == '\'' ? "&#39;" : nullptr;
-    if (r) out.append(r, t.content_at(i));
-    else out.append(t.substr(i, 1));
+    const char* r = c == '&'    ? "&amp;"
+                    : c == '<'  ? "&lt;"
+                    : c == '>'  ? "&gt;"
+                    : c == '"'  ? "&#34;"
+                    : c == '\'' ? "&#39;"
+                                : nullptr;
+    if (r)
+      out.append(r, t.content_at(i));
+    else
+      out.append(t.substr(i, 1));
   }
   return Value::text(std::move(out));
 }
@@ -619,7 +394,8 @@ Value f_center(Env& env, const Value& v, Args& a) {
   const Text t = to_text(v);
   const int64_t width = need_int(a.get(0, "width", Value::integer(80)), "center");
   const int64_t n = static_cast<int64_t>(code_point_count(t.str()));
-  if (width > static_cast<int64_t>(env.limits().max_output)) fail("string exceeds the output limit");
+  if (width > static_cast<int64_t>(env.limits().max_output))
+    fail("string exceeds the output limit");
   if (width <= n) return Value::text(t);
   const int64_t pad = width - n, left = pad / 2 + (pad & width & 1);
   Text out(std::string(left, ' '));
@@ -648,7 +424,8 @@ Value f_batch(Env&, const Value& v, Args& a) {
   std::vector<Value> out, cur;
   for (const Value& item : iterate(v)) {
     cur.push_back(item);
-    if (static_cast<int64_t>(cur.size()) == n) out.push_back(Value::list(std::move(cur))), cur.clear();
+    if (static_cast<int64_t>(cur.size()) == n)
+      out.push_back(Value::list(std::move(cur))), cur.clear();
   }
   if (!cur.empty()) {
     if (!fill.is_none())
@@ -659,19 +436,45 @@ Value f_batch(Env&, const Value& v, Args& a) {
 }
 
 const FilterEntry kFilters[] = {
-    {"tojson", f_tojson},       {"length", f_length},         {"count", f_length},
-    {"trim", f_trim},           {"string", f_string},         {"default", f_default},
-    {"d", f_default},           {"join", f_join},             {"items", f_items},
-    {"lower", f_lower},         {"upper", f_upper},           {"title", f_title},
-    {"capitalize", f_capitalize}, {"safe", f_safe},           {"list", f_list},
-    {"replace", f_replace},     {"dictsort", f_dictsort},     {"select", f_select},
-    {"reject", f_reject},       {"selectattr", f_selectattr}, {"rejectattr", f_rejectattr},
-    {"indent", f_indent},       {"map", f_map},               {"int", f_int},
-    {"float", f_float},         {"unique", f_unique},         {"sort", f_sort},
-    {"min", f_min},             {"max", f_max},               {"first", f_first},
-    {"last", f_last},           {"reverse", f_reverse},       {"abs", f_abs},
-    {"sum", f_sum},             {"escape", f_escape},         {"e", f_escape},
-    {"center", f_center},       {"round", f_round},           {"attr", f_attr},
+    {"tojson", f_tojson},
+    {"length", f_length},
+    {"count", f_length},
+    {"trim", f_trim},
+    {"string", f_string},
+    {"default", f_default},
+    {"d", f_default},
+    {"join", f_join},
+    {"items", f_items},
+    {"lower", f_lower},
+    {"upper", f_upper},
+    {"title", f_title},
+    {"capitalize", f_capitalize},
+    {"safe", f_safe},
+    {"list", f_list},
+    {"replace", f_replace},
+    {"dictsort", f_dictsort},
+    {"select", f_select},
+    {"reject", f_reject},
+    {"selectattr", f_selectattr},
+    {"rejectattr", f_rejectattr},
+    {"indent", f_indent},
+    {"map", f_map},
+    {"int", f_int},
+    {"float", f_float},
+    {"unique", f_unique},
+    {"sort", f_sort},
+    {"min", f_min},
+    {"max", f_max},
+    {"first", f_first},
+    {"last", f_last},
+    {"reverse", f_reverse},
+    {"abs", f_abs},
+    {"sum", f_sum},
+    {"escape", f_escape},
+    {"e", f_escape},
+    {"center", f_center},
+    {"round", f_round},
+    {"attr", f_attr},
     {"batch", f_batch},
 };
 
@@ -683,15 +486,6 @@ const FilterEntry* find_filter(std::string_view name) {
 
 // ---- tests -----------------------------------------------------------------------------------
 
-bool all_cased(const std::string& s, int (*is)(int), int (*other)(int)) {
-  bool any = false;
-  for (unsigned char c : s) {
-    if (other(c)) return false;
-    any = any || is(c);
-  }
-  return any;
-}
-
 bool run_test(Env& env, std::string_view n, const Value& v, Args& a) {
   const Kind k = v.kind();
   if (n == "defined") return k != Kind::kUndefined;
@@ -699,8 +493,12 @@ bool run_test(Env& env, std::string_view n, const Value& v, Args& a) {
   if (n == "none") return k == Kind::kNone;
   if (n == "string") return k == Kind::kStr;
   if (n == "mapping") return k == Kind::kDict && !v.is_namespace();
-  if (n == "iterable") return k == Kind::kUndefined || k == Kind::kStr || k == Kind::kList || (k == Kind::kDict && !v.is_namespace());
-  if (n == "sequence") return k == Kind::kUndefined || k == Kind::kStr || k == Kind::kList || (k == Kind::kDict && !v.is_namespace());
+  if (n == "iterable")
+    return k == Kind::kUndefined || k == Kind::kStr || k == Kind::kList ||
+           (k == Kind::kDict && !v.is_namespace());
+  if (n == "sequence")
+    return k == Kind::kUndefined || k == Kind::kStr || k == Kind::kList ||
+           (k == Kind::kDict && !v.is_namespace());
   if (n == "number") return k == Kind::kInt || k == Kind::kFloat || k == Kind::kBool;
   if (n == "integer") return k == Kind::kInt;
   if (n == "float") return k == Kind::kFloat;
@@ -744,10 +542,12 @@ bool run_test(Env& env, std::string_view n, const Value& v, Args& a) {
 }
 
 constexpr const char* kTests[] = {
-    "defined", "undefined", "none", "string", "mapping", "iterable", "sequence", "number",
-    "integer", "float", "boolean", "true", "false", "callable", "escaped", "odd", "even",
-    "divisibleby", "lower", "upper", "filter", "test", "eq", "equalto", "==", "ne", "!=",
-    "sameas", "in", "lt", "<", "lessthan", "le", "<=", "gt", ">", "greaterthan", "ge", ">="};
+    "defined", "undefined",   "none",    "string",      "mapping", "iterable", "sequence",
+    "number",  "integer",     "float",   "boolean",     "true",    "false",    "callable",
+    "escaped", "odd",         "even",    "divisibleby", "lower",   "upper",    "filter",
+    "test",    "eq",          "equalto", "==",          "ne",      "!=",       "sameas",
+    "in",      "lt",          "<",       "lessthan",    "le",      "<=",       "gt",
+    ">",       "greaterthan", "ge",      ">="};
 
 // ---- methods ---------------------------------------------------------------------------------
 
@@ -762,7 +562,8 @@ Value str_method(Env& env, const Value& self, const std::string& m, Args& a) {
   }
   if (m == "splitlines") {
     std::vector<Value> out;
-    for (Text& l : splitlines(t, a.get(0, "keepends", Value::boolean(false)).truthy())) out.push_back(Value::text(std::move(l)));
+    for (Text& l : splitlines(t, a.get(0, "keepends", Value::boolean(false)).truthy()))
+      out.push_back(Value::text(std::move(l)));
     return Value::list(std::move(out));
   }
   if (m == "startswith" || m == "endswith") {
@@ -776,7 +577,8 @@ Value str_method(Env& env, const Value& self, const std::string& m, Args& a) {
   }
   if (m == "replace") {
     const Value count = a.get(2, "count", Value::integer(-1));
-    return Value::text(replace(env, t, need_str(a.get(0, "old"), m), need_str(a.get(1, "new"), m), need_int(count, m)));
+    return Value::text(replace(env, t, need_str(a.get(0, "old"), m), need_str(a.get(1, "new"), m),
+                               need_int(count, m)));
   }
   if (m == "upper") return Value::text(map_ascii(t, [](int c) { return std::toupper(c); }));
   if (m == "lower") return Value::text(map_ascii(t, [](int c) { return std::tolower(c); }));
@@ -809,17 +611,23 @@ Value str_method(Env& env, const Value& self, const std::string& m, Args& a) {
     }
     return Value::integer(static_cast<int64_t>(code_point_count(s.substr(0, p))));
   }
-  if (m == "isdigit" || m == "isalpha" || m == "isalnum" || m == "isspace" || m == "isupper" || m == "islower") {
+  if (m == "isdigit" || m == "isalpha" || m == "isalnum" || m == "isspace" || m == "isupper" ||
+      m == "islower") {
     if (m == "isupper") return Value::boolean(all_cased(s, ::isupper, ::islower));
     if (m == "islower") return Value::boolean(all_cased(s, ::islower, ::isupper));
     if (s.empty()) return Value::boolean(false);
-    int (*f)(int) = m == "isdigit" ? ::isdigit : m == "isalpha" ? ::isalpha : m == "isalnum" ? ::isalnum : ::isspace;
-    return Value::boolean(std::all_of(s.begin(), s.end(), [&](char c) { return f(static_cast<unsigned char>(c)) != 0; }));
+    int (*f)(int) = m == "isdigit"   ? ::isdigit
+                    : m == "isalpha" ? ::isalpha
+                    : m == "isalnum" ? ::isalnum
+                                     : ::isspace;
+    return Value::boolean(std::all_of(
+        s.begin(), s.end(), [&](char c) { return f(static_cast<unsigned char>(c)) != 0; }));
   }
   if (m == "removeprefix" || m == "removesuffix") {
     const std::string& x = need_str(a.get(0, "prefix"), m).str();
     if (m == "removeprefix" && s.starts_with(x)) return Value::text(t.substr(x.size()));
-    if (m == "removesuffix" && !x.empty() && s.ends_with(x)) return Value::text(t.substr(0, s.size() - x.size()));
+    if (m == "removesuffix" && !x.empty() && s.ends_with(x))
+      return Value::text(t.substr(0, s.size() - x.size()));
     return self;
   }
   fail("'str' object has no attribute '" + m + "'");
@@ -861,15 +669,16 @@ Value list_method(const Value& self, const std::string& m, Args& a) {
   fail("'list' object has no attribute '" + m + "'");
 }
 
-const char* const kStrMethods[] = {"strip", "lstrip", "rstrip", "split", "rsplit", "splitlines",
-                                   "startswith", "endswith", "replace", "upper", "lower", "title",
-                                   "capitalize", "format", "join", "find", "rfind", "index",
-                                   "rindex", "count", "isdigit", "isalpha", "isalnum", "isspace",
-                                   "isupper", "islower", "removeprefix", "removesuffix"};
+const char* const kStrMethods[] = {
+    "strip",    "lstrip",  "rstrip",  "split",   "rsplit",  "splitlines",   "startswith",
+    "endswith", "replace", "upper",   "lower",   "title",   "capitalize",   "format",
+    "join",     "find",    "rfind",   "index",   "rindex",  "count",        "isdigit",
+    "isalpha",  "isalnum", "isspace", "isupper", "islower", "removeprefix", "removesuffix"};
 const char* const kDictMethods[] = {"items", "keys", "values", "get", "copy"};
 const char* const kDictUnsafe[] = {"pop", "popitem", "update", "setdefault", "clear"};
 const char* const kListMethods[] = {"index", "count", "copy"};
-const char* const kListUnsafe[] = {"append", "pop", "extend", "insert", "remove", "clear", "sort", "reverse"};
+const char* const kListUnsafe[] = {"append", "pop",   "extend", "insert",
+                                   "remove", "clear", "sort",   "reverse"};
 
 template <size_t N>
 bool in(const char* const (&names)[N], std::string_view n) {
@@ -918,15 +727,20 @@ Value bound_method(const Value& obj, std::string_view name) {
   };
   if (obj.is_str() && in(kStrMethods, name)) return bind(str_method);
   if (obj.is_dict() && !obj.is_namespace()) {
-    if (in(kDictMethods, name)) return bind([](Env&, const Value& o, const std::string& n, Args& a) { return dict_method(o, n, a); });
+    if (in(kDictMethods, name))
+      return bind(
+          [](Env&, const Value& o, const std::string& n, Args& a) { return dict_method(o, n, a); });
     if (in(kDictUnsafe, name)) return unsafe("dict");
   }
   if (obj.is_list() && !obj.is_tuple()) {
-    if (in(kListMethods, name)) return bind([](Env&, const Value& o, const std::string& n, Args& a) { return list_method(o, n, a); });
+    if (in(kListMethods, name))
+      return bind(
+          [](Env&, const Value& o, const std::string& n, Args& a) { return list_method(o, n, a); });
     if (in(kListUnsafe, name)) return unsafe("list");
   }
   if (obj.is_tuple() && (name == "index" || name == "count"))
-    return bind([](Env&, const Value& o, const std::string& n, Args& a) { return list_method(o, n, a); });
+    return bind(
+        [](Env&, const Value& o, const std::string& n, Args& a) { return list_method(o, n, a); });
   return Value();
 }
 

@@ -21,7 +21,8 @@ enum class Flow { kNormal, kBreak, kContinue };
 bool is_intlike(const Value& v) { return v.kind() == Kind::kInt || v.kind() == Kind::kBool; }
 
 [[noreturn]] void undefined_error(const Value& u) {
-  fail(u.undefined_name().empty() ? "value is undefined" : "'" + u.undefined_name() + "' is undefined");
+  fail(u.undefined_name().empty() ? "value is undefined"
+                                  : "'" + u.undefined_name() + "' is undefined");
 }
 
 class Renderer final : public Env {
@@ -41,7 +42,8 @@ class Renderer final : public Env {
   void step(uint64_t n = 1) override {
     steps_ += n;
     if (steps_ > limits_.max_steps)
-      fail("template exceeded the evaluation limit (" + std::to_string(limits_.max_steps) + " steps)");
+      fail("template exceeded the evaluation limit (" + std::to_string(limits_.max_steps) +
+           " steps)");
   }
   const Limits& limits() const override { return limits_; }
 
@@ -72,7 +74,8 @@ class Renderer final : public Env {
   void emit(const Text& t) {
     out_->append(t);
     if (out_->size() > limits_.max_output)
-      fail("rendered template exceeds the output limit (" + std::to_string(limits_.max_output) + " bytes)");
+      fail("rendered template exceeds the output limit (" + std::to_string(limits_.max_output) +
+           " bytes)");
   }
 
   Value lookup(const std::string& name) const {
@@ -251,8 +254,8 @@ class Renderer final : public Env {
       }
       auto frame = std::make_shared<Frame>();
       if (args.pos.size() > node->names.size())
-        fail("macro '" + node->name + "' takes not more than " + std::to_string(node->names.size()) +
-             " argument(s)");
+        fail("macro '" + node->name + "' takes not more than " +
+             std::to_string(node->names.size()) + " argument(s)");
       Scope saved = std::move(scope_);
       scope_.clear();
       for (const auto& w : closure)
@@ -269,7 +272,8 @@ class Renderer final : public Env {
           }
           for (const auto& [k, x] : args.kw)
             if (k == node->names[i]) {
-              if (found) fail("macro '" + node->name + "' got multiple values for argument '" + k + "'");
+              if (found)
+                fail("macro '" + node->name + "' got multiple values for argument '" + k + "'");
               v = x;
               found = true;
             }
@@ -390,7 +394,8 @@ class Renderer final : public Env {
       return Value::list(std::move(out), obj.is_tuple());
     }
     Text out;
-    if (stp == 1 && !idx.empty()) return Value::text(obj.as_text().substr(off[start], off[stop] - off[start]));
+    if (stp == 1 && !idx.empty())
+      return Value::text(obj.as_text().substr(off[start], off[stop] - off[start]));
     for (int64_t i : idx) out.append(obj.as_text().substr(off[i], off[i + 1] - off[i]));
     return Value::text(std::move(out));
   }
@@ -406,7 +411,8 @@ class Renderer final : public Env {
     if (a.is_undefined()) undefined_error(a);
     if (b.is_undefined()) undefined_error(b);
     auto bad = [&]() -> Value {
-      fail("unsupported operand type(s) for " + op + ": '" + type_name(a) + "' and '" + type_name(b) + "'");
+      fail("unsupported operand type(s) for " + op + ": '" + type_name(a) + "' and '" +
+           type_name(b) + "'");
     };
     const bool nums = a.is_number() && b.is_number();
     const bool ints = nums && is_intlike(a) && is_intlike(b);
@@ -418,7 +424,8 @@ class Renderer final : public Env {
       }
       if (nums) return Value::number(a.as_double() + b.as_double());
       if (a.is_str() && b.is_str()) {
-        if (a.as_text().size() + b.as_text().size() > limits_.max_output) fail("string exceeds the output limit");
+        if (a.as_text().size() + b.as_text().size() > limits_.max_output)
+          fail("string exceeds the output limit");
         Text t = a.as_text();
         t.append(b.as_text());
         return Value::text(std::move(t));
@@ -452,7 +459,8 @@ class Renderer final : public Env {
       const int64_t times = seq == &a ? b.as_int() : a.as_int();
       if (seq && seq->is_str()) {
         const size_t n = times > 0 ? static_cast<size_t>(times) : 0;
-        if (n && seq->as_text().size() > limits_.max_output / n) fail("string exceeds the output limit");
+        if (n && seq->as_text().size() > limits_.max_output / n)
+          fail("string exceeds the output limit");
         Text t;
         for (size_t i = 0; i < n; ++i) t.append(seq->as_text());
         return Value::text(std::move(t));
@@ -462,7 +470,8 @@ class Renderer final : public Env {
         if (n && seq->items().size() > kMaxItems / n) fail("list too long");
         step(n * seq->items().size());
         std::vector<Value> items;
-        for (size_t i = 0; i < n; ++i) items.insert(items.end(), seq->items().begin(), seq->items().end());
+        for (size_t i = 0; i < n; ++i)
+          items.insert(items.end(), seq->items().begin(), seq->items().end());
         return Value::list(std::move(items), seq->is_tuple());
       }
       return bad();
@@ -572,8 +581,11 @@ class Renderer final : public Env {
       case NodeKind::kPos: {
         const Value v = eval(*n.a);
         if (v.is_undefined()) undefined_error(v);
-        if (!v.is_number()) fail("bad operand type for unary " + std::string(n.kind == NodeKind::kNeg ? "-" : "+") + ": '" + type_name(v) + "'");
-        if (n.kind == NodeKind::kPos) return v.kind() == Kind::kBool ? Value::integer(v.as_int()) : v;
+        if (!v.is_number())
+          fail("bad operand type for unary " + std::string(n.kind == NodeKind::kNeg ? "-" : "+") +
+               ": '" + type_name(v) + "'");
+        if (n.kind == NodeKind::kPos)
+          return v.kind() == Kind::kBool ? Value::integer(v.as_int()) : v;
         if (v.kind() == Kind::kFloat) return Value::number(-v.as_double());
         if (v.as_int() == INT64_MIN) fail("integer overflow");
         return Value::integer(-v.as_int());
@@ -644,8 +656,9 @@ Expected<Template> Template::parse(std::string_view source) {
       if ((*src)[i] == '\n') ++line, col = 0;
       ++col;
     }
-    return Status(ErrorCode::kUnsupported, "chat template: " + e.message + " at line " + std::to_string(line) +
-                                               ", column " + std::to_string(col));
+    return Status(ErrorCode::kUnsupported, "chat template: " + e.message + " at line " +
+                                               std::to_string(line) + ", column " +
+                                               std::to_string(col));
   } catch (const std::bad_alloc&) {
     return Status(ErrorCode::kOutOfMemory, "chat template: out of memory while parsing");
   }

@@ -15,26 +15,26 @@ namespace tessera::jinja {
 
 enum class NodeKind {
   // Expressions.
-  kConst,    // value
-  kName,     // name
-  kAttr,     // a.name
-  kItem,     // a[b]
-  kSlice,    // a[b:c:d], absent parts null
-  kCall,     // a(list...), keyword arguments as kKwarg
-  kKwarg,    // name=a
-  kFilter,   // a|name(list...); a is null in a filter block
-  kTest,     // a is [not] name(list...)
-  kNot,      // not a
-  kNeg,      // -a
-  kPos,      // +a
-  kBinary,   // a name b, name one of + - * / // % ** ~
-  kAnd,      // a and b
-  kOr,       // a or b
-  kCompare,  // a names[0] list[0] names[1] list[1] ... (==, !=, <, <=, >, >=, in, notin)
-  kCond,     // b if a else c (c may be null: undefined)
-  kListLit,  // [list...]
+  kConst,     // value
+  kName,      // name
+  kAttr,      // a.name
+  kItem,      // a[b]
+  kSlice,     // a[b:c:d], absent parts null
+  kCall,      // a(list...), keyword arguments as kKwarg
+  kKwarg,     // name=a
+  kFilter,    // a|name(list...); a is null in a filter block
+  kTest,      // a is [not] name(list...)
+  kNot,       // not a
+  kNeg,       // -a
+  kPos,       // +a
+  kBinary,    // a name b, name one of + - * / // % ** ~
+  kAnd,       // a and b
+  kOr,        // a or b
+  kCompare,   // a names[0] list[0] names[1] list[1] ... (==, !=, <, <=, >, >=, in, notin)
+  kCond,      // b if a else c (c may be null: undefined)
+  kListLit,   // [list...]
   kTupleLit,  // (list...)
-  kDictLit,  // {list[0]: list[1], ...}
+  kDictLit,   // {list[0]: list[1], ...}
   // Statements.
   kBody,         // list...
   kText,         // value (a template string)
@@ -74,6 +74,31 @@ struct RenderError {
 
 [[noreturn]] void fail(std::string message);
 
+// Tokens (jinja_lexer.cpp): template text, tag delimiters and the tokens inside tags.
+enum class Tok {
+  kText,
+  kVarBegin,
+  kVarEnd,
+  kBlockBegin,
+  kBlockEnd,
+  kName,
+  kString,
+  kInt,
+  kFloat,
+  kOp,
+  kEof
+};
+
+struct Token {
+  Tok type;
+  std::string text;  // text / name / op / unescaped string
+  size_t pos;
+  int64_t i = 0;
+  double d = 0;
+};
+
+std::vector<Token> lex(const std::string& source);  // ParseError on bad input
+
 // The source after jinja2's newline normalisation (\r\n and \r -> \n) and with one trailing
 // newline dropped (keep_trailing_newline = False).
 std::string normalize_source(std::string_view source);
@@ -92,7 +117,7 @@ struct Args {
 class Env {
  public:
   virtual ~Env() = default;
-  virtual void step(uint64_t n = 1) = 0;     // counts work against Limits::max_steps
+  virtual void step(uint64_t n = 1) = 0;  // counts work against Limits::max_steps
   virtual const Limits& limits() const = 0;
   virtual Value call(const Value& fn, Args args) = 0;
   virtual Value filter(std::string_view name, const Value& v, Args args) = 0;
@@ -113,7 +138,7 @@ Text to_text(const Value& v);           // str(v) ("" for undefined)
 Text repr(const Value& v);              // repr(v)
 std::string float_repr(double d);
 struct JsonOptions {
-  bool pretty = false;      // json.dumps' indent given: one item a line, indent_unit per level
+  bool pretty = false;  // json.dumps' indent given: one item a line, indent_unit per level
   std::string indent_unit;
   bool ensure_ascii = false;
   bool sort_keys = false;
@@ -126,6 +151,22 @@ int compare(const Value& a, const Value& b);  // <0, 0, >0; RenderError where Py
 // UTF-8 code point offsets of s (size = code points + 1, last = s.size()).
 std::vector<size_t> code_point_offsets(const std::string& s);
 size_t code_point_count(const std::string& s);
+
+// Python str operations on marked text (jinja_text.cpp).
+bool is_intlike_value(const Value& v);                        // int or bool
+bool py_space(unsigned char c);                               // str.isspace() for one byte
+const Text& need_str(const Value& v, std::string_view what);  // RenderError unless a str
+int64_t need_int(const Value& v, std::string_view what);      // RenderError unless int/bool
+Text strip(const Text& t, const Value& chars, bool left, bool right);  // str.strip(chars)
+Text map_ascii(const Text& t, int (*f)(int));                          // per-byte case map
+Text capitalize(const Text& t);
+Text title_filter(const Text& t);  // jinja2's title filter
+Text title_method(const Text& t);  // Python's str.title
+Text replace(Env& env, const Text& t, const Text& old, const Text& with, int64_t count);
+Value split(const Text& t, const Value& sep, int64_t maxsplit, bool from_right);
+std::vector<Text> splitlines(const Text& t, bool keepends);
+Text format(const Text& t, const Args& args);  // str.format: {}, {0}, {name}
+bool all_cased(const std::string& s, int (*is)(int), int (*other)(int));  // isupper/islower
 
 // Built-ins (jinja_builtins.cpp).
 bool filter_known(std::string_view name);

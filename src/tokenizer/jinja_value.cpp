@@ -204,15 +204,24 @@ bool Args::has(size_t i, std::string_view name) const {
 
 std::string type_name(const Value& v) {
   switch (v.kind()) {
-    case Kind::kUndefined: return "Undefined";
-    case Kind::kNone: return "NoneType";
-    case Kind::kBool: return "bool";
-    case Kind::kInt: return "int";
-    case Kind::kFloat: return "float";
-    case Kind::kStr: return "str";
-    case Kind::kList: return v.is_tuple() ? "tuple" : "list";
-    case Kind::kDict: return v.is_namespace() ? "Namespace" : "dict";
-    case Kind::kCallable: return "function";
+    case Kind::kUndefined:
+      return "Undefined";
+    case Kind::kNone:
+      return "NoneType";
+    case Kind::kBool:
+      return "bool";
+    case Kind::kInt:
+      return "int";
+    case Kind::kFloat:
+      return "float";
+    case Kind::kStr:
+      return "str";
+    case Kind::kList:
+      return v.is_tuple() ? "tuple" : "list";
+    case Kind::kDict:
+      return v.is_namespace() ? "Namespace" : "dict";
+    case Kind::kCallable:
+      return "function";
   }
   return "object";
 }
@@ -292,7 +301,8 @@ uint32_t decode_at(const std::string& s, size_t i, size_t* len) {
 bool printable(uint32_t cp) {
   if (cp < 0x20 || (cp >= 0x7F && cp <= 0xA0) || cp == 0xAD) return false;
   if (cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200F) || (cp >= 0x2028 && cp <= 0x202F) ||
-      (cp >= 0x205F && cp <= 0x206F) || cp == 0x3000 || cp == 0xFEFF || (cp >= 0xFFF9 && cp <= 0xFFFB))
+      (cp >= 0x205F && cp <= 0x206F) || cp == 0x3000 || cp == 0xFEFF ||
+      (cp >= 0xFFF9 && cp <= 0xFFFB))
     return false;
   if ((cp >= 0xD800 && cp <= 0xF8FF) || cp >= 0xF0000) return false;
   return true;
@@ -314,7 +324,7 @@ void repr_string(const Text& t, Text& out) {
     } else if (cp == '\n' || cp == '\r' || cp == '\t') {
       out.append(cp == '\n' ? "\\n" : cp == '\r' ? "\\r" : "\\t", c);
     } else if (!printable(cp)) {
-      const int n = cp < 0x100 ? std::snprintf(buf, sizeof buf, "\\x%02x", cp)
+      const int n = cp < 0x100     ? std::snprintf(buf, sizeof buf, "\\x%02x", cp)
                     : cp < 0x10000 ? std::snprintf(buf, sizeof buf, "\\u%04x", cp)
                                    : std::snprintf(buf, sizeof buf, "\\U%08x", cp);
       out.append(std::string_view(buf, n), c);
@@ -330,21 +340,37 @@ void repr_into(const Value& v, Text& out, int depth);
 
 void str_into(const Value& v, Text& out, int depth) {
   switch (v.kind()) {
-    case Kind::kUndefined: return;
-    case Kind::kNone: out.append("None"); return;
-    case Kind::kBool: out.append(v.as_bool() ? "True" : "False"); return;
-    case Kind::kInt: out.append(std::to_string(v.as_int())); return;
-    case Kind::kFloat: out.append(float_repr(v.as_double())); return;
-    case Kind::kStr: out.append(v.as_text()); return;
-    default: repr_into(v, out, depth);
+    case Kind::kUndefined:
+      return;
+    case Kind::kNone:
+      out.append("None");
+      return;
+    case Kind::kBool:
+      out.append(v.as_bool() ? "True" : "False");
+      return;
+    case Kind::kInt:
+      out.append(std::to_string(v.as_int()));
+      return;
+    case Kind::kFloat:
+      out.append(float_repr(v.as_double()));
+      return;
+    case Kind::kStr:
+      out.append(v.as_text());
+      return;
+    default:
+      repr_into(v, out, depth);
   }
 }
 
 void repr_into(const Value& v, Text& out, int depth) {
   if (depth > kMaxNest) fail("value nested too deeply to print");
   switch (v.kind()) {
-    case Kind::kUndefined: out.append("Undefined"); return;
-    case Kind::kStr: repr_string(v.as_text(), out); return;
+    case Kind::kUndefined:
+      out.append("Undefined");
+      return;
+    case Kind::kStr:
+      repr_string(v.as_text(), out);
+      return;
     case Kind::kList: {
       out.append(v.is_tuple() ? "(" : "[");
       const auto& items = v.items();
@@ -371,8 +397,11 @@ void repr_into(const Value& v, Text& out, int depth) {
       if (v.is_namespace()) out.append(">");
       return;
     }
-    case Kind::kCallable: out.append("<function " + v.fn()->name + ">"); return;
-    default: str_into(v, out, depth);
+    case Kind::kCallable:
+      out.append("<function " + v.fn()->name + ">");
+      return;
+    default:
+      str_into(v, out, depth);
   }
 }
 
@@ -385,18 +414,33 @@ void json_string(const Text& t, bool ensure_ascii, Text& out) {
     const bool c = t.content_at(i);
     char buf[16];
     switch (cp) {
-      case '"': out.append("\\\"", c); break;
-      case '\\': out.append("\\\\", c); break;
-      case '\n': out.append("\\n", c); break;
-      case '\r': out.append("\\r", c); break;
-      case '\t': out.append("\\t", c); break;
-      case '\b': out.append("\\b", c); break;
-      case '\f': out.append("\\f", c); break;
+      case '"':
+        out.append("\\\"", c);
+        break;
+      case '\\':
+        out.append("\\\\", c);
+        break;
+      case '\n':
+        out.append("\\n", c);
+        break;
+      case '\r':
+        out.append("\\r", c);
+        break;
+      case '\t':
+        out.append("\\t", c);
+        break;
+      case '\b':
+        out.append("\\b", c);
+        break;
+      case '\f':
+        out.append("\\f", c);
+        break;
       default:
         if (cp < 0x20 || (ensure_ascii && cp >= 0x7F)) {
           if (cp >= 0x10000) {
             const uint32_t v = cp - 0x10000;
-            std::snprintf(buf, sizeof buf, "\\u%04x\\u%04x", 0xD800 + (v >> 10), 0xDC00 + (v & 0x3FF));
+            std::snprintf(buf, sizeof buf, "\\u%04x\\u%04x", 0xD800 + (v >> 10),
+                          0xDC00 + (v & 0x3FF));
           } else {
             std::snprintf(buf, sizeof buf, "\\u%04x", cp);
           }
@@ -426,15 +470,25 @@ struct JsonWriter {
     env.step();
     if (out.size() > env.limits().max_output) fail("tojson output exceeds the output limit");
     switch (v.kind()) {
-      case Kind::kNone: out.append("null"); return;
-      case Kind::kBool: out.append(v.as_bool() ? "true" : "false"); return;
-      case Kind::kInt: out.append(std::to_string(v.as_int())); return;
+      case Kind::kNone:
+        out.append("null");
+        return;
+      case Kind::kBool:
+        out.append(v.as_bool() ? "true" : "false");
+        return;
+      case Kind::kInt:
+        out.append(std::to_string(v.as_int()));
+        return;
       case Kind::kFloat: {
         const double d = v.as_double();
-        out.append(std::isnan(d) ? "NaN" : std::isinf(d) ? (d < 0 ? "-Infinity" : "Infinity") : float_repr(d));
+        out.append(std::isnan(d)   ? "NaN"
+                   : std::isinf(d) ? (d < 0 ? "-Infinity" : "Infinity")
+                                   : float_repr(d));
         return;
       }
-      case Kind::kStr: json_string(v.as_text(), opt.ensure_ascii, out); return;
+      case Kind::kStr:
+        json_string(v.as_text(), opt.ensure_ascii, out);
+        return;
       case Kind::kList: {
         const auto& items = v.items();
         if (items.empty()) {
@@ -457,17 +511,27 @@ struct JsonWriter {
         for (const auto& [k, x] : v.entries().items) {
           Text key;
           switch (k.kind()) {
-            case Kind::kStr: key = k.as_text(); break;
-            case Kind::kNone: key = Text("null"); break;
-            case Kind::kBool: key = Text(k.as_bool() ? "true" : "false"); break;
+            case Kind::kStr:
+              key = k.as_text();
+              break;
+            case Kind::kNone:
+              key = Text("null");
+              break;
+            case Kind::kBool:
+              key = Text(k.as_bool() ? "true" : "false");
+              break;
             case Kind::kInt:
-            case Kind::kFloat: str_into(k, key, 0); break;
-            default: fail("keys must be str, int, float, bool or None, not " + type_name(k));
+            case Kind::kFloat:
+              str_into(k, key, 0);
+              break;
+            default:
+              fail("keys must be str, int, float, bool or None, not " + type_name(k));
           }
           kv.emplace_back(std::move(key), &x);
         }
         if (opt.sort_keys)
-          std::stable_sort(kv.begin(), kv.end(), [](auto& a, auto& b) { return a.first.str() < b.first.str(); });
+          std::stable_sort(kv.begin(), kv.end(),
+                           [](auto& a, auto& b) { return a.first.str() < b.first.str(); });
         if (kv.empty()) {
           out.append("{}");
           return;
@@ -484,7 +548,8 @@ struct JsonWriter {
         out.append("}");
         return;
       }
-      default: break;
+      default:
+        break;
     }
     fail("Object of type " + type_name(v) + " is not JSON serializable");
   }
@@ -589,7 +654,8 @@ std::vector<Value> iterate(const Value& v) {
       const Text& t = v.as_text();
       const std::vector<size_t> off = code_point_offsets(t.str());
       std::vector<Value> chars;
-      for (size_t i = 0; i + 1 < off.size(); ++i) chars.push_back(Value::text(t.substr(off[i], off[i + 1] - off[i])));
+      for (size_t i = 0; i + 1 < off.size(); ++i)
+        chars.push_back(Value::text(t.substr(off[i], off[i + 1] - off[i])));
       return chars;
     }
     default:

@@ -12,7 +12,8 @@ namespace {
 Value str(const char* s, bool content = false) { return Value::string(s, content); }
 
 // x=[1, 2, 3], d={'a': 1, 'b': 'two'}, s='  Hi There  ', n=None,
-// msgs=[{'role': 'user', 'content': 'hello'}, {'role': 'assistant', 'content': '<think>r</think>ans'}]
+// msgs=[{'role': 'user', 'content': 'hello'}, {'role': 'assistant', 'content':
+// '<think>r</think>ans'}]
 Value context() {
   Value c = Value::dict();
   c.set("x", Value::list({Value::integer(1), Value::integer(2), Value::integer(3)}));
@@ -43,85 +44,104 @@ struct Case {
 };
 
 const Case kCases[] = {
-    {"a\n  {% if true %}\n  b\n  {% endif %}\nc\n",
-     "a\n  b\nc"},
-    {"a  {%- if true -%}  b  {%- endif -%}  c",
-     "abc"},
-    {"x {{- ' y ' -}} z",
-     "x y z"},
-    {"  {# note #}\nA{#- c -#}  B",
-     "AB"},
-    {"{% if true %}  \n  X{% endif %}",
-     "  \n  X"},
-    {"  {{ 'v' }}\n  {%+ if true %}k{% endif %}",
-     "  v\n  k"},
-    {"{% for i in x %}{{ i }}\n{% endfor %}",
-     "1\n2\n3\n"},
-    {"line\r\nnext\r\n",
-     "line\nnext"},
-    {"{{ 'a\\nb' }}|{{ \"q'\" }}|{{ 'x' 'y' }}|{{ '\\u00e9\\x41' }}",
-     "a\nb|q'|xy|éA"},
-    {"{{ 1 + 2 * 3 }} {{ 7 // 2 }} {{ -7 // 2 }} {{ 7 % -3 }} {{ 2 ** 10 }} {{ 7 / 2 }} {{ 1_000 }}",
+    {"a\n  {% if true %}\n  b\n  {% endif %}\nc\n", "a\n  b\nc"},
+    {"a  {%- if true -%}  b  {%- endif -%}  c", "abc"},
+    {"x {{- ' y ' -}} z", "x y z"},
+    {"  {# note #}\nA{#- c -#}  B", "AB"},
+    {"{% if true %}  \n  X{% endif %}", "  \n  X"},
+    {"  {{ 'v' }}\n  {%+ if true %}k{% endif %}", "  v\n  k"},
+    {"{% for i in x %}{{ i }}\n{% endfor %}", "1\n2\n3\n"},
+    {"line\r\nnext\r\n", "line\nnext"},
+    {"{{ 'a\\nb' }}|{{ \"q'\" }}|{{ 'x' 'y' }}|{{ '\\u00e9\\x41' }}", "a\nb|q'|xy|éA"},
+    {"{{ 1 + 2 * 3 }} {{ 7 // 2 }} {{ -7 // 2 }} {{ 7 % -3 }} {{ 2 ** 10 }} {{ 7 / 2 }} {{ 1_000 "
+     "}}",
      "7 3 -4 -2 1024 3.5 1000"},
     {"{{ 1.5 }} {{ 1e-5 }} {{ 2.0 * 3 }} {{ 0.1 + 0.2 }} {{ 1e20 }} {{ 10 / 4 }}",
      "1.5 1e-05 6.0 0.30000000000000004 1e+20 2.5"},
-    {"{{ 'a' ~ 1 ~ none ~ true }} {{ 'ab' * 3 }} {{ [1] + [2] }}",
-     "a1NoneTrue ababab [1, 2]"},
+    {"{{ 'a' ~ 1 ~ none ~ true }} {{ 'ab' * 3 }} {{ [1] + [2] }}", "a1NoneTrue ababab [1, 2]"},
     {"{{ [1, 'a', none, true, 1.0] }} {{ {'k': 'v', 1: [2]} }} {{ (1,) }} {{ (1, 2) }}",
      "[1, 'a', None, True, 1.0] {'k': 'v', 1: [2]} (1,) (1, 2)"},
     {"{{ x[0] }} {{ x[-1] }} {{ x[1:] }} {{ x[::-1] }} {{ s[2:4] }} {{ 'héllo'[1:3] }} {{ x[10] }}",
      "1 3 [2, 3] [3, 2, 1] Hi él "},
-    {"{{ d.a }} {{ d['b'] }} {{ d.missing }} {{ d.get('a') }} {{ d.get('z', 'dflt') }} {{ n.attr }}",
+    {"{{ d.a }} {{ d['b'] }} {{ d.missing }} {{ d.get('a') }} {{ d.get('z', 'dflt') }} {{ n.attr "
+     "}}",
      "1 two  1 dflt "},
-    {"{{ 1 == 1.0 }} {{ 'a' != 'b' }} {{ 1 < 2 < 3 }} {{ 2 in x }} {{ 'i' in 'hi' }} {{ 'a' not in d }}",
+    {"{{ 1 == 1.0 }} {{ 'a' != 'b' }} {{ 1 < 2 < 3 }} {{ 2 in x }} {{ 'i' in 'hi' }} {{ 'a' not in "
+     "d }}",
      "True True True True True False"},
     {"{{ true and 'yes' }} {{ 0 or 'no' }} {{ not x }} {{ 'A' if x else 'B' }} {{ 'A' if n }}|",
      "yes no False A |"},
-    {"{{ x is defined }} {{ u is undefined }} {{ n is none }} {{ s is string }} {{ d is mapping }} {{ x is iterable }} {{ 3 is odd }} {{ 4 is divisibleby 2 }} {{ x is sequence }} {{ true is boolean }} {{ 1 is number }} {{ 'a' is eq 'a' }}",
+    {"{{ x is defined }} {{ u is undefined }} {{ n is none }} {{ s is string }} {{ d is mapping }} "
+     "{{ x is iterable }} {{ 3 is odd }} {{ 4 is divisibleby 2 }} {{ x is sequence }} {{ true is "
+     "boolean }} {{ 1 is number }} {{ 'a' is eq 'a' }}",
      "True True True True True True True True True True True True"},
     {"{{ u }}|{{ u|default('dv') }}|{{ ''|default('e', true) }}|{{ u|length }}|{{ u is defined }}",
      "|dv|e|0|False"},
-    {"{{ s|trim }}|{{ s|length }}|{{ s|upper }}|{{ s|lower }}|{{ 'hello wORLD-x'|title }}|{{ 'hELLO'|capitalize }}",
+    {"{{ s|trim }}|{{ s|length }}|{{ s|upper }}|{{ s|lower }}|{{ 'hello wORLD-x'|title }}|{{ "
+     "'hELLO'|capitalize }}",
      "Hi There|12|  HI THERE  |  hi there  |Hello World-X|Hello"},
     {"{{ x|join(', ') }}|{{ x|first }}|{{ x|last }}|{{ x|list }}|{{ x|count }}|{{ 'abc'|list }}",
      "1, 2, 3|1|3|[1, 2, 3]|3|['a', 'b', 'c']"},
-    {"{{ d|items|list }}|{{ d|dictsort }}|{{ d.items()|list }}|{{ d.keys()|list }}|{{ d.values()|list }}",
-     "[('a', 1), ('b', 'two')]|[('a', 1), ('b', 'two')]|[('a', 1), ('b', 'two')]|['a', 'b']|[1, 'two']"},
-    {"{{ msgs|map(attribute='role')|join(',') }}|{{ msgs|selectattr('role', 'equalto', 'user')|list|length }}|{{ msgs|rejectattr('role', 'eq', 'user')|map(attribute='content')|first }}",
+    {"{{ d|items|list }}|{{ d|dictsort }}|{{ d.items()|list }}|{{ d.keys()|list }}|{{ "
+     "d.values()|list }}",
+     "[('a', 1), ('b', 'two')]|[('a', 1), ('b', 'two')]|[('a', 1), ('b', 'two')]|['a', 'b']|[1, "
+     "'two']"},
+    {"{{ msgs|map(attribute='role')|join(',') }}|{{ msgs|selectattr('role', 'equalto', "
+     "'user')|list|length }}|{{ msgs|rejectattr('role', 'eq', "
+     "'user')|map(attribute='content')|first }}",
      "user,assistant|1|<think>r</think>ans"},
-    {"{{ x|select('odd')|list }}|{{ x|reject('odd')|list }}|{{ [3,1,2]|sort }}|{{ [1,2,1]|unique|list }}|{{ x|min }}|{{ x|max }}|{{ x|sum }}",
+    {"{{ x|select('odd')|list }}|{{ x|reject('odd')|list }}|{{ [3,1,2]|sort }}|{{ "
+     "[1,2,1]|unique|list }}|{{ x|min }}|{{ x|max }}|{{ x|sum }}",
      "[1, 3]|[2]|[1, 2, 3]|[1, 2]|1|3|6"},
-    {"{{ 'a-b'|replace('-', '+') }}|{{ '3'|int + 1 }}|{{ 'x'|int }}|{{ '2.5'|float }}|{{ 42|string ~ '!' }}|{{ [1,2]|string }}",
+    {"{{ 'a-b'|replace('-', '+') }}|{{ '3'|int + 1 }}|{{ 'x'|int }}|{{ '2.5'|float }}|{{ 42|string "
+     "~ '!' }}|{{ [1,2]|string }}",
      "a+b|4|0|2.5|42!|[1, 2]"},
-    {"{{ d|tojson }}|{{ msgs[0]|tojson(indent=2) }}|{{ 'é\"\\n'|tojson }}|{{ 'é'|tojson(ensure_ascii=true) }}|{{ [1.5, none, true]|tojson }}",
-     "{\"a\": 1, \"b\": \"two\"}|{\n  \"role\": \"user\",\n  \"content\": \"hello\"\n}|\"é\\\"\\n\"|\"\\u00e9\"|[1.5, null, true]"},
-    {"{{ {'b': 1, 'a': 2}|tojson(sort_keys=true) }}|{{ 'a\\nb\\n\\nc'|indent(2) }}|{{ 'a\\nb'|indent(2, first=true) }}",
+    {"{{ d|tojson }}|{{ msgs[0]|tojson(indent=2) }}|{{ 'é\"\\n'|tojson }}|{{ "
+     "'é'|tojson(ensure_ascii=true) }}|{{ [1.5, none, true]|tojson }}",
+     "{\"a\": 1, \"b\": \"two\"}|{\n  \"role\": \"user\",\n  \"content\": "
+     "\"hello\"\n}|\"é\\\"\\n\"|\"\\u00e9\"|[1.5, null, true]"},
+    {"{{ {'b': 1, 'a': 2}|tojson(sort_keys=true) }}|{{ 'a\\nb\\n\\nc'|indent(2) }}|{{ "
+     "'a\\nb'|indent(2, first=true) }}",
      "{\"a\": 2, \"b\": 1}|a\n  b\n\n  c|  a\n  b"},
-    {"{{ s.strip() }}|{{ s.lstrip() }}|{{ s.rstrip() }}|{{ 'xxaxx'.strip('x') }}|{{ 'a,b,,c'.split(',') }}|{{ ' a  b '.split() }}|{{ 'a b c'.split(' ', 1) }}",
+    {"{{ s.strip() }}|{{ s.lstrip() }}|{{ s.rstrip() }}|{{ 'xxaxx'.strip('x') }}|{{ "
+     "'a,b,,c'.split(',') }}|{{ ' a  b '.split() }}|{{ 'a b c'.split(' ', 1) }}",
      "Hi There|Hi There  |  Hi There|a|['a', 'b', '', 'c']|['a', 'b']|['a', 'b c']"},
-    {"{{ msgs[1].content.split('</think>')[-1].lstrip('\\n') }}|{{ 'ab'.startswith('a') }}|{{ 'ab'.endswith(('x', 'b')) }}|{{ 'aXa'.replace('a', 'b') }}|{{ 'Hi {} and {}'.format(1, 'two') }}",
+    {"{{ msgs[1].content.split('</think>')[-1].lstrip('\\n') }}|{{ 'ab'.startswith('a') }}|{{ "
+     "'ab'.endswith(('x', 'b')) }}|{{ 'aXa'.replace('a', 'b') }}|{{ 'Hi {} and {}'.format(1, "
+     "'two') }}",
      "ans|True|True|bXb|Hi 1 and two"},
-    {"{{ 'a\\nb\\r\\nc'.splitlines() }}|{{ 'hello world'.title() }}|{{ 'abc'.upper() }}|{{ 'ABC'.lower() }}|{{ 'banana'.count('an') }}|{{ 'banana'.find('n') }}",
+    {"{{ 'a\\nb\\r\\nc'.splitlines() }}|{{ 'hello world'.title() }}|{{ 'abc'.upper() }}|{{ "
+     "'ABC'.lower() }}|{{ 'banana'.count('an') }}|{{ 'banana'.find('n') }}",
      "['a', 'b', 'c']|Hello World|ABC|abc|2|2"},
-    {"{% for i in x %}{{ loop.index }}{{ loop.index0 }}{{ loop.first }}{{ loop.last }}{{ loop.length }}{{ loop.revindex }}{{ loop.previtem }};{% endfor %}",
+    {"{% for i in x %}{{ loop.index }}{{ loop.index0 }}{{ loop.first }}{{ loop.last }}{{ "
+     "loop.length }}{{ loop.revindex }}{{ loop.previtem }};{% endfor %}",
      "10TrueFalse33;21FalseFalse321;32FalseTrue312;"},
-    {"{% for i in x if i > 1 %}{{ i }}{{ loop.length }}{% else %}none{% endfor %}|{% for i in [] %}x{% else %}empty{% endfor %}",
+    {"{% for i in x if i > 1 %}{{ i }}{{ loop.length }}{% else %}none{% endfor %}|{% for i in [] "
+     "%}x{% else %}empty{% endfor %}",
      "2232|empty"},
-    {"{% for k, v in d.items() %}{{ k }}={{ v }};{% endfor %}|{% for a, b in [(1, 2), (3, 4)] %}{{ a + b }}{% endfor %}",
+    {"{% for k, v in d.items() %}{{ k }}={{ v }};{% endfor %}|{% for a, b in [(1, 2), (3, 4)] %}{{ "
+     "a + b }}{% endfor %}",
      "a=1;b=two;|37"},
-    {"{% for i in x %}{% if i == 2 %}{% continue %}{% endif %}{% if i == 3 %}{% break %}{% endif %}{{ i }}{% endfor %}",
+    {"{% for i in x %}{% if i == 2 %}{% continue %}{% endif %}{% if i == 3 %}{% break %}{% endif "
+     "%}{{ i }}{% endfor %}",
      "1"},
-    {"{% set y = 5 %}{% for i in x %}{% set y = i %}{% endfor %}{{ y }}|{% set ns = namespace(v=0) %}{% for i in x %}{% set ns.v = ns.v + i %}{% endfor %}{{ ns.v }}",
+    {"{% set y = 5 %}{% for i in x %}{% set y = i %}{% endfor %}{{ y }}|{% set ns = namespace(v=0) "
+     "%}{% for i in x %}{% set ns.v = ns.v + i %}{% endfor %}{{ ns.v }}",
      "5|6"},
-    {"{% set a, b = 1, 2 %}{{ a }}{{ b }}|{% set blk %} in {{ 1 }} {% endset %}[{{ blk }}]|{% set t | upper %}abc{% endset %}{{ t }}",
+    {"{% set a, b = 1, 2 %}{{ a }}{{ b }}|{% set blk %} in {{ 1 }} {% endset %}[{{ blk }}]|{% set "
+     "t | upper %}abc{% endset %}{{ t }}",
      "12|[ in 1 ]|ABC"},
-    {"{% macro m(a, b='B') %}<{{ a }}{{ b }}>{% endmacro %}{{ m(1) }}{{ m(2, b=3) }}{{ m('x', 'y') }}",
+    {"{% macro m(a, b='B') %}<{{ a }}{{ b }}>{% endmacro %}{{ m(1) }}{{ m(2, b=3) }}{{ m('x', 'y') "
+     "}}",
      "<1B><23><xy>"},
-    {"{% filter upper %}hi {{ 'there' }}{% endfilter %}|{% if false %}a{% elif n is none %}b{% else %}c{% endif %}",
+    {"{% filter upper %}hi {{ 'there' }}{% endfilter %}|{% if false %}a{% elif n is none %}b{% "
+     "else %}c{% endif %}",
      "HI THERE|b"},
-    {"{% generation %}gen{% endgeneration %}|{{ range(3)|list }}|{{ range(1, 7, 2)|list }}|{{ dict(a=1) }}",
+    {"{% generation %}gen{% endgeneration %}|{{ range(3)|list }}|{{ range(1, 7, 2)|list }}|{{ "
+     "dict(a=1) }}",
      "gen|[0, 1, 2]|[1, 3, 5]|{'a': 1}"},
-    {"{% for i in x %}{{ loop.cycle('a', 'b') }}{% endfor %}|{{ x|length if x else 0 }}|{{ -x[0] }}|{{ (1 + 2) * 3 }}",
+    {"{% for i in x %}{{ loop.cycle('a', 'b') }}{% endfor %}|{{ x|length if x else 0 }}|{{ -x[0] "
+     "}}|{{ (1 + 2) * 3 }}",
      "aba|3|-1|9"},
 };
 
@@ -137,10 +157,12 @@ const Case kErrors[] = {
     {"{{ raise_exception('bad input') }}", "bad input"},
     {"{{ u.attr }}", "'u' is undefined"},
     {"{{ 1 + 'a' }}", "unsupported operand type(s) for +: 'int' and 'str'"},
-    {"{{ none|tojson if false else u|tojson }}", "Object of type Undefined is not JSON serializable"},
+    {"{{ none|tojson if false else u|tojson }}",
+     "Object of type Undefined is not JSON serializable"},
     {"{% for i in n %}{% endfor %}", "'NoneType' object is not iterable"},
     {"{{ x.append(4) }}", "access to attribute 'append' of 'list' object is unsafe."},
-    {"{{ range(1000000)|length }}", "Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000)."},
+    {"{{ range(1000000)|length }}",
+     "Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000)."},
 };
 
 TEST(Jinja, ErrorsWhereJinja2Raises) {
@@ -168,7 +190,8 @@ TEST(Jinja, ParseErrorsNameConstructAndPosition) {
     auto t = Template::parse(src);
     ASSERT_FALSE(t.ok()) << src;
     EXPECT_EQ(t.status().code(), ErrorCode::kUnsupported);
-    EXPECT_NE(t.status().message().find(want), std::string::npos) << src << ": " << t.status().message();
+    EXPECT_NE(t.status().message().find(want), std::string::npos)
+        << src << ": " << t.status().message();
   }
 }
 
@@ -184,7 +207,10 @@ TEST(Jinja, ProvenanceFollowsTheCharacters) {
   std::string content;  // the content-marked characters, in order
   for (const auto& [piece, is_content] : out->runs())
     if (is_content) content += piece;
-  EXPECT_EQ(content, "USERhellohe" "ASSISTANTans<t" "userhello");
+  EXPECT_EQ(content,
+            "USERhellohe"
+            "ASSISTANTans<t"
+            "userhello");
 }
 
 TEST(Jinja, InjectedControlTokensStayContent) {
@@ -204,12 +230,16 @@ TEST(Jinja, HostileTemplatesHitLimits) {
   l.max_steps = 100000;
   l.max_output = 1 << 16;
   // Nested loops: 10^15 iterations without the step limit.
-  auto loops = render("{% for a in range(100000) %}{% for b in range(100000) %}{% for c in range(100000) %}"
-                      "{% endfor %}{% endfor %}{% endfor %}", context(), l);
+  auto loops = render(
+      "{% for a in range(100000) %}{% for b in range(100000) %}{% for c in range(100000) %}"
+      "{% endfor %}{% endfor %}{% endfor %}",
+      context(), l);
   ASSERT_FALSE(loops.ok());
   EXPECT_NE(loops.status().message().find("evaluation limit"), std::string::npos);
-  auto big = render("{% set ns = namespace(s='ab') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}"
-                    "{% endfor %}{{ ns.s }}", context(), l);
+  auto big = render(
+      "{% set ns = namespace(s='ab') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}"
+      "{% endfor %}{{ ns.s }}",
+      context(), l);
   ASSERT_FALSE(big.ok());
   EXPECT_NE(big.status().message().find("output limit"), std::string::npos);
   auto rec = render("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}");

@@ -1,0 +1,282 @@
+// Python str operations on provenance-marked text for the Jinja built-ins (jinja_builtins.cpp):
+// strip, case mapping, replace, split, splitlines, format. Every kept character keeps its mark.
+#include <algorithm>
+
+#include "tokenizer/jinja_internal.h"
+
+namespace tessera::jinja {
+
+bool is_intlike_value(const Value& v) { return v.kind() == Kind::kInt || v.kind() == Kind::kBool; }
+
+bool py_space(unsigned char c) {
+  return c == ' ' || (c >= '\t' && c <= '\r') || (c >= 0x1c && c <= 0x1f);
+}
+
+const Text& need_str(const Value& v, std::string_view what) {
+  if (!v.is_str()) fail(std::string(what) + " expects a string, got '" + type_name(v) + "'");
+  return v.as_text();
+}
+
+int64_t need_int(const Value& v, std::string_view what) {
+  if (v.kind() != Kind::kInt && v.kind() != Kind::kBool)
+    fail(std::string(what) + " expects an integer, got '" + type_name(v) + "'");
+  return v.as_int();
+}
+
+// Python's str.strip / lstrip / rstrip: whitespace, or any code point of `chars`.
+Text strip(const Text& t, const Value& chars, bool left, bool right) {
+  const std::string& s = t.str();
+  std::vector<size_t> off = code_point_offsets(s);
+  std::vector<std::string> set;
+  if (chars.is_str()) {
+    const std::vector<size_t> co = code_point_offsets(chars.as_str());
+    for (size_t i = 0; i + 1 < co.size(); ++i)
+      set.push_back(chars.as_str().substr(co[i], co[i + 1] - co[i]));
+  }
+  auto strippable = [&](size_t k) {  // code point k
+    const std::string_view cp(s.data() + off[k], off[k + 1] - off[k]);
+    if (!chars.is_str()) return cp.size() == 1 && py_space(cp[0]);
+    return std::find(set.begin(), set.end(), cp) != set.end();
+  };
+  size_t b = 0, e = off.size() - 1;
+  if (left)
+    while (b < e && strippable(b)) ++b;
+  if (right)
+    while (e > b && strippable(e - 1)) --e;
+  return t.substr(off[b], off[e] - off[b]);
+}
+
+// Per-byte ASCII case mapping (marks kept): upper, lower, or title-like via `first`.
+Text map_ascii(const Text& t, int (*f)(int)) {
+  std::string s = t.str();
+  for (char& c : s) c = static_cast<char>(f(static_cast<unsigned char>(c)));
+  Text out;
+  for (size_t i = 0; i < s.size(); ++i) out.append(std::string_view(&s[i], 1), t.content_at(i));
+  return out;
+}
+
+Text capitalize(const Text& t) {
+  Text out = map_ascii(t, [](int c) { return std::tolower(c); });
+  if (out.empty()) return out;
+  Text first = map_ascii(out.substr(0, 1), [](int c) { return std::toupper(c); });
+  first.append(out.substr(1));
+  return first;
+}
+
+// jinja2's title filter: each word (split at whitespace and "-({[<") capitalised.
+Text title_filter(const Text& t) {
+  const std::string& s = t.str();
+  Text out;
+  size_t i = 0;
+  while (i < s.size()) {
+    size_t j = i;
+    auto sep = [&](char c) {
+      return py_space(static_cast<unsigned char>(c)) ||
+             std::string_view("-({[<").find(c) != std::string_view::npos;
+    };
+    if (sep(s[i])) {
+      while (j < s.size() && sep(s[j])) ++j;
+      out.append(t.substr(i, j - i));
+    } else {
+      while (j < s.size() && !sep(s[j])) ++j;
+      out.append(capitalize(t.substr(i, j - i)));
+    }
+    i = j;
+  }
+  return out;
+}
+
+// Python's str.title: upper after a non-letter, lower after a letter (ASCII letters).
+Text title_method(const Text& t) {
+  const std::string& s = t.str();
+  Text out;
+  bool prev_cased = false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const unsigned char c = s[i];
+    const bool alpha = std::isalpha(c);
+    char r = static_cast<char>(alpha ? (prev_cased ? std::tolower(c) : std::toupper(c)) : c);
+    out.append(std::string_view(&r, 1), t.content_at(i));
+    prev_cased = alpha;
+  }
+  return out;
+}
+
+Text replace(Env& env, const Text& t, const Text& old, const Text& with, int64_t count) {
+  const std::string& s = t.str();
+  Text out;
+  size_t pos = 0;
+  int64_t n = 0;
+  if (old.empty()) {  // Python inserts `with` around every code point
+    const std::vector<size_t> off = code_point_offsets(s);
+    for (size_t k = 0; k + 1 < off.size(); ++k) {
+      if (count < 0 || n < count) out.append(with), ++n;
+      out.append(t.substr(off[k], off[k + 1] - off[k]));
+      if (out.size() > env.limits().max_output) fail("string exceeds the output limit");
+    }
+    if (count < 0 || n < count) out.append(with);
+    return out;
+  }
+  while (count < 0 || n < count) {
+    const size_t f = s.find(old.str(), pos);
+    if (f == std::string::npos) break;
+    out.append(t.substr(pos, f - pos));
+    out.append(with);
+    if (out.size() > env.limits().max_output) fail("string exceeds the output limit");
+    pos = f + old.size();
+    ++n;
+    env.step();
+  }
+  out.append(t.substr(pos));
+  return out;
+}
+
+// Python's str.split(sep=None, maxsplit=-1) and rsplit.
+Value split(const Text& t, const Value& sep, int64_t maxsplit, bool from_right) {
+  const std::string& s = t.str();
+  std::vector<Value> parts;
+  if (sep.is_none() || sep.is_undefined()) {
+    std::vector<std::pair<size_t, size_t>> words;
+    size_t i = 0;
+    while (i < s.size()) {
+      while (i < s.size() && py_space(s[i])) ++i;
+      if (i >= s.size()) break;
+      size_t j = i;
+      while (j < s.size() && !py_space(s[j])) ++j;
+      words.emplace_back(i, j);
+      i = j;
+    }
+    if (maxsplit >= 0 && static_cast<int64_t>(words.size()) > maxsplit + 1) {
+      // The remainder keeps its inner whitespace (trailing whitespace dropped by rsplit only).
+      if (!from_right) {
+        const size_t start = words[maxsplit].first;
+        words.resize(maxsplit);
+        size_t end = s.size();
+        while (end > start && py_space(s[end - 1])) --end;
+        words.emplace_back(start, s.size());
+        (void)end;
+      } else {
+        const size_t keep_from = words.size() - maxsplit;
+        std::vector<std::pair<size_t, size_t>> w2{{words[0].first, words[keep_from - 1].second}};
+        w2.insert(w2.end(), words.begin() + keep_from, words.end());
+        words = std::move(w2);
+      }
+    }
+    for (auto [a, b] : words) parts.push_back(Value::text(t.substr(a, b - a)));
+    if (!from_right && maxsplit >= 0 && !parts.empty()) {
+      // Python keeps the rest of the string (from the last word's start) verbatim.
+      const size_t a = words.back().first;
+      parts.back() = Value::text(t.substr(a, s.size() - a));
+    }
+    return Value::list(std::move(parts));
+  }
+  const Text& sp = need_str(sep, "split");
+  if (sp.empty()) fail("empty separator");
+  std::vector<std::pair<size_t, size_t>> spans;
+  if (!from_right) {
+    size_t pos = 0;
+    while (maxsplit < 0 || static_cast<int64_t>(spans.size()) < maxsplit) {
+      const size_t f = s.find(sp.str(), pos);
+      if (f == std::string::npos) break;
+      spans.emplace_back(pos, f);
+      pos = f + sp.size();
+    }
+    spans.emplace_back(pos, s.size());
+  } else {
+    size_t end = s.size();
+    std::vector<std::pair<size_t, size_t>> rev;
+    while (maxsplit < 0 || static_cast<int64_t>(rev.size()) < maxsplit) {
+      if (end < sp.size()) break;
+      const size_t f = s.rfind(sp.str(), end - sp.size());
+      if (f == std::string::npos) break;
+      rev.emplace_back(f + sp.size(), end);
+      end = f;
+    }
+    rev.emplace_back(0, end);
+    spans.assign(rev.rbegin(), rev.rend());
+  }
+  if (spans.size() > kMaxItems) fail("list too long");
+  for (auto [a, b] : spans) parts.push_back(Value::text(t.substr(a, b - a)));
+  return Value::list(std::move(parts));
+}
+
+// Python's str.splitlines: \n, \r, \r\n, \v, \f, \x1c-\x1e, U+0085, U+2028, U+2029.
+std::vector<Text> splitlines(const Text& t, bool keepends) {
+  const std::string& s = t.str();
+  std::vector<Text> out;
+  size_t start = 0, i = 0;
+  while (i < s.size()) {
+    size_t brk = 0;
+    const unsigned char c = s[i];
+    if (c == '\r' && i + 1 < s.size() && s[i + 1] == '\n')
+      brk = 2;
+    else if (c == '\n' || c == '\r' || c == '\v' || c == '\f' || (c >= 0x1c && c <= 0x1e))
+      brk = 1;
+    else if (c == 0xC2 && i + 1 < s.size() && static_cast<unsigned char>(s[i + 1]) == 0x85)
+      brk = 2;
+    else if (c == 0xE2 && i + 2 < s.size() && static_cast<unsigned char>(s[i + 1]) == 0x80 &&
+             (static_cast<unsigned char>(s[i + 2]) == 0xA8 ||
+              static_cast<unsigned char>(s[i + 2]) == 0xA9))
+      brk = 3;
+    if (!brk) {
+      ++i;
+      continue;
+    }
+    out.push_back(t.substr(start, (keepends ? i + brk : i) - start));
+    i += brk;
+    start = i;
+  }
+  if (start < s.size()) out.push_back(t.substr(start));
+  return out;
+}
+
+// Python's str.format with {}, {0}, {name} and {{ }} (no format specs).
+Text format(const Text& t, const Args& args) {
+  const std::string& s = t.str();
+  Text out;
+  size_t auto_index = 0;
+  for (size_t i = 0; i < s.size();) {
+    const char c = s[i];
+    if ((c == '{' || c == '}') && i + 1 < s.size() && s[i + 1] == c) {
+      out.append(t.substr(i, 1));
+      i += 2;
+      continue;
+    }
+    if (c == '}') fail("Single '}' encountered in format string");
+    if (c != '{') {
+      out.append(t.substr(i, 1));
+      ++i;
+      continue;
+    }
+    const size_t e = s.find('}', i);
+    if (e == std::string::npos) fail("Single '{' encountered in format string");
+    const std::string field = s.substr(i + 1, e - i - 1);
+    if (field.find_first_of(":!.[") != std::string::npos)
+      fail("unsupported format field '{" + field + "}'");
+    Value v;
+    if (field.empty()) {
+      v = auto_index < args.pos.size() ? args.pos[auto_index] : Value();
+      ++auto_index;
+    } else if (std::all_of(field.begin(), field.end(),
+                           [](char d) { return std::isdigit(static_cast<unsigned char>(d)); })) {
+      const size_t k = std::stoul(field.substr(0, 6));
+      v = k < args.pos.size() ? args.pos[k] : Value();
+    } else {
+      v = args.get(SIZE_MAX, field);
+    }
+    if (v.is_undefined()) fail("format: no argument for '{" + field + "}'");
+    out.append(to_text(v));
+    i = e + 1;
+  }
+  return out;
+}
+
+bool all_cased(const std::string& s, int (*is)(int), int (*other)(int)) {
+  bool any = false;
+  for (unsigned char c : s) {
+    if (other(c)) return false;
+    any = any || is(c);
+  }
+  return any;
+}
+
+}  // namespace tessera::jinja
