@@ -3,11 +3,11 @@
 // trim_blocks, lstrip_blocks, loop controls, the {% generation %} tag, tojson without HTML
 // escaping, raise_exception, strftime_now, namespace, dict).
 //
-//   auto t = jinja::Template::parse(source);                  // kUnsupported: construct + line
+//   auto t = jinja::Template::parse(source);  // kUnsupported: the construct and line:col
 //   jinja::Value ctx = jinja::Value::dict();
-//   ctx.set("messages", ...);                                 // strings from Value::string(s,
-//   true) auto text = t->render(ctx);                               // kInvalidArgument: raised /
-//   failed for (auto& [piece, is_content] : text->runs()) ...
+//   ctx.set("messages", ...);                 // message strings: Value::string(s, /*content=*/true)
+//   auto text = t->render(ctx);               // kInvalidArgument: raised or failed
+//   for (auto& [piece, is_content] : text->runs()) ...
 //
 // Provenance: every character of a string knows whether it came from a string the caller marked
 // as content (message text) or from the template; filters, methods, slicing and concatenation
