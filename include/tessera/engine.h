@@ -45,6 +45,10 @@ struct EngineOptions {
   // Weight type of the dummy weights: bf16, q8_0, q4_0, q4_1, q4_k or q6_k (every projection
   // and the head; quantized ones stay quantized on the GPU).
   std::string dummy_type = "bf16";
+  // A Jinja chat template used instead of the model's own (e.g. a GGUF file without one);
+  // empty: the model's. One that does not parse fails load() (the model's own only fails the
+  // chat calls).
+  std::string chat_template;
 };
 
 struct GenerationParams {

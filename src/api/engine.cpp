@@ -527,12 +527,16 @@ Expected<std::unique_ptr<Engine>> Engine::load(const std::string& path, const En
   impl->tokenizer = std::move(loaded->tokenizer);
   if (Status st = place_model(*impl, *loaded, opt); !st.ok()) return st;
   loaded->hf_checkpoint.reset();  // the model's weights hold what they need
-  auto chat = ChatTemplate::from_template_text(
-      loaded->chat_template ? std::optional<std::string_view>(*loaded->chat_template)
-                            : std::nullopt,
-      *impl->tokenizer);
+  std::optional<std::string_view> template_text;
+  if (!opt.chat_template.empty())
+    template_text = opt.chat_template;
+  else if (loaded->chat_template)
+    template_text = *loaded->chat_template;
+  auto chat = ChatTemplate::from_template_text(template_text, *impl->tokenizer);
   if (chat) {
     impl->chat = *chat;
+  } else if (!opt.chat_template.empty()) {  // the caller's own template: refuse it now
+    return chat.status();
   } else {
     impl->chat_status = chat.status();
   }

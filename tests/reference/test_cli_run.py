@@ -157,3 +157,32 @@ def test_bench_reports_every_result_against_its_floor(tessera_bin, model_path, t
     assert bad.returncode == 2 and "invalid --batch" in bad.stderr
     bad = run_tessera(tessera_bin, "bench", "--decode-ctx", "0", check=False)
     assert bad.returncode == 2 and "invalid --decode-ctx" in bad.stderr
+
+
+def test_chat_template_file_replaces_the_models_own(tessera_bin, model_path, tmp_path):
+    """--chat-template FILE: the chat prompt is that template's (rendered by jinja2 as
+    transformers configures it, tokenized by `tessera tokenize`), not the model's ChatML; a template
+    that does not parse fails the load, a missing file the argument check."""
+    from test_chat_template import jinja_render, model_template
+    from test_hf_spm_tokenizer import prompt_ids
+    template = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\nQ: {{ m['content'] | upper }}"
+                "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\nA:"
+                "{% endif %}")
+    path = tmp_path / "custom.jinja"
+    path.write_text(template)
+    _, bos, eos = model_template(model_path)
+    user = "why is the sky blue?"
+    text = jinja_render(template, [("user", user)], True, bos, eos)
+    want = [int(x) for x in run_tessera(tessera_bin, "tokenize", "--ids", model_path, text)
+            .stdout.split("\t")[0].strip("[] \n").split(",")]
+    own = prompt_ids(run(tessera_bin, model_path, "--chat", "-n", 1, "--print-token-ids", user).stderr)
+    got = prompt_ids(run(tessera_bin, model_path, "--chat", "--chat-template", str(path), "-n", 1,
+                         "--print-token-ids", user).stderr)
+    assert got == want
+    assert own != want  # the model's own template gives another prompt
+    bad = tmp_path / "bad.jinja"
+    bad.write_text("{% for m in messages %}{{ m.content }")
+    r = run(tessera_bin, model_path, "--chat", "--chat-template", str(bad), "hi", check=False)
+    assert r.returncode != 0 and "chat template" in r.stderr, r.stderr
+    r = run(tessera_bin, model_path, "--chat", "--chat-template", str(tmp_path / "none.jinja"), "hi", check=False)
+    assert r.returncode == 2 and "cannot open" in r.stderr, r.stderr

@@ -15,6 +15,7 @@ const char* kUsage =
     "                   [--presence-penalty X] [--frequency-penalty X] [--repeat-last-n N]\n"
     "                   [--no-repeat-ngram N] [--stop STR]... [--ctx N] [--threads N]\n"
     "                   [--kv-f32] [--ignore-eos] [--no-bos] [--print-token-ids]\n"
+    "                   [--chat-template FILE]\n"
     "                   [--device cpu|cuda] [--dummy ARCH] [--dummy-type TYPE] PROMPT\n";
 
 // "LABEL: 1 2 3" on stderr (--print-token-ids).
@@ -74,6 +75,9 @@ int cmd_run(int argc, char** argv) {
   args.value("dummy", &eo.dummy);
   args.value("dummy-type", &eo.dummy_type);
   if (args.flag("no-bos")) p.add_bos = false;
+  std::string template_file;
+  if (args.value("chat-template", &template_file) && bad.empty())
+    read_text_file(template_file, &eo.chat_template, &bad);
   std::vector<std::string> pos = args.positionals(&bad);
   if (bad.empty() && pos.size() != 1) bad = "expected exactly one PROMPT argument";
   if (!bad.empty()) {

@@ -24,6 +24,7 @@ const char* kUsage =
     "                     [--max-step-tokens N] [--no-prefix-cache] [--device cpu|cuda]\n"
     "                     [--dummy ARCH] [--dummy-type bf16|q8_0|q4_0|q4_1|q5_0|q5_1|q4_k|q5_k|q6_k]\n"
     "                     [--max-connections N] [--drain-timeout SECONDS] [--read-timeout SECONDS]\n"
+    "                     [--chat-template FILE]\n"
     "Serves POST /v1/chat/completions, POST /v1/completions, GET /v1/models, /health, /ready,\n"
     "/metrics. --port 0 picks a free port; the chosen address is printed to stderr.\n";
 
@@ -98,6 +99,9 @@ int cmd_serve(int argc, char** argv) {
   num("read-timeout", 1, 3600, [&](long n) { so.read_timeout = std::chrono::seconds(n); });
   so.parse.allow_priority = args.flag("allow-priority");
   const bool have_keys = args.value("api-key-file", &key_file);
+  std::string template_file;
+  if (args.value("chat-template", &template_file) && bad.empty())
+    read_text_file(template_file, &eo.chat_template, &bad);
   std::vector<std::string> pos = args.positionals(&bad);
   if (bad.empty() && !pos.empty()) bad = "unexpected argument " + pos[0];
   if (bad.empty() && have_keys) read_api_keys(key_file, &so.api_keys, &bad);

@@ -53,15 +53,11 @@ int cmd_template(int argc, char** argv) {
   // tokenizer_config.json.
   std::optional<std::string> text;
   if (has_template_file) {
-    std::FILE* f = std::fopen(template_file.c_str(), "rb");
-    if (!f) {
-      std::fprintf(stderr, "tessera template: cannot open %s\n", template_file.c_str());
+    std::string t, why;
+    if (!read_text_file(template_file, &t, &why)) {
+      std::fprintf(stderr, "tessera template: %s\n", why.c_str());
       return 1;
     }
-    std::string t;
-    char buf[65536];
-    for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) t.append(buf, n);
-    std::fclose(f);
     text = std::move(t);
   } else if (hf::is_checkpoint_path(model)) {
     auto files = hf::locate(model, /*require_weights=*/false);

@@ -1,6 +1,7 @@
 #include "command.h"
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 
 #include <cstdlib>
@@ -76,6 +77,21 @@ bool parse_int(const std::string& s, long lo, long hi, long* out) {
   if (s.empty() || *end != '\0' || errno != 0 || v < lo || v > hi) return false;
   *out = v;
   return true;
+}
+
+bool read_text_file(const std::string& path, std::string* out, std::string* why) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) {
+    *why = "cannot open " + path;
+    return false;
+  }
+  out->clear();
+  char buf[65536];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) out->append(buf, n);
+  const bool ok = !std::ferror(f);
+  std::fclose(f);
+  if (!ok) *why = "cannot read " + path;
+  return ok;
 }
 
 std::string default_model_path() {
