@@ -82,12 +82,7 @@ std::string find_default_system(std::string_view text, std::string_view open,
 }
 
 // Jinja's `trim` filter / Python's str.strip(): leading and trailing whitespace.
-std::string strip(std::string_view s) {
-  constexpr std::string_view kWs = " \t\n\r\v\f";
-  const size_t b = s.find_first_not_of(kWs);
-  if (b == std::string_view::npos) return {};
-  return std::string(s.substr(b, s.find_last_not_of(kWs) - b + 1));
-}
+std::string strip(std::string_view s) { return std::string(jinja::py_strip(s)); }
 
 bool contains(std::string_view s, std::string_view what) {
   return s.find(what) != std::string_view::npos;
@@ -336,13 +331,15 @@ std::string ChatTemplate::render(const std::vector<ChatMessage>& messages,
 
 Expected<std::vector<ChatSegment>> ChatTemplate::render_jinja(const std::vector<ChatMessage>& messages,
                                                               bool add_generation_prompt) const {
-  // The variables transformers' apply_chat_template passes: the conversation (every string in
-  // it marked as content), the generation flag, the special tokens, and tools / documents as
+  // The variables transformers' apply_chat_template passes: the conversation (message text
+  // marked as content), the generation flag, the special tokens, and tools / documents as
   // None (their default).
   jinja::Value msgs = jinja::Value::list();
   for (const ChatMessage& m : messages) {
     jinja::Value d = jinja::Value::dict();
-    d.set("role", jinja::Value::string(m.role, /*content=*/true));
+    // Roles are template text: templates build control tokens from them ('<|' + role + '|>',
+    // Phi-3 style); the server accepts only the known roles.
+    d.set("role", jinja::Value::string(m.role));
     d.set("content", jinja::Value::string(m.content, /*content=*/true));
     msgs.items().push_back(std::move(d));
   }
@@ -368,6 +365,7 @@ bool ChatTemplate::family_agrees_with_jinja() const {
       {{"user", "  padded \n"}, {"assistant", " Four.\n\n"}, {"user", "Thanks!"}},
       {{"system", "S\nrules"}, {"user", "u1"}, {"assistant", "<think>r</think>\n\na1"}, {"user", "u2"}},
       {{"system", "S"}, {"user", "q"}, {"assistant", "a"}},
+      {{"user", "\u3000hi\u00a0"}, {"assistant", "\u2028ok\u0085"}, {"user", "\u00a0bye"}},  // Unicode spaces
   };
   int compared = 0;
   for (const M& m : probes)

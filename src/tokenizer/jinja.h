@@ -113,17 +113,24 @@ class Value {
   std::shared_ptr<ListData> list_;
   std::shared_ptr<DictData> dict_;
   std::shared_ptr<Callable> fn_;
+
+  friend void release_values(std::vector<Value> work);
 };
+
+// Frees the values and whatever nested lists and dicts only they hold, without recursion.
+void release_values(std::vector<Value> work);
 
 struct ListData {
   std::vector<Value> items;
   bool tuple = false;
+  ~ListData();
 };
 
 struct DictData {
   std::vector<std::pair<Value, Value>> items;  // insertion order, as Python dicts
   bool is_namespace = false;
   int find(const Value& key) const;  // index or -1
+  ~DictData();
 };
 
 // Bounds on one render.
@@ -134,6 +141,9 @@ struct Limits {
 };
 
 struct Node;
+
+// Python's str.strip(): s without leading and trailing whitespace (Unicode whitespace too).
+std::string_view py_strip(std::string_view s);
 
 class Template {
  public:

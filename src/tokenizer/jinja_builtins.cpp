@@ -110,8 +110,8 @@ int64_t length(const Value& v) {
 // Python's int(str) for a jinja2 int filter: optional sign, digits, underscores, whitespace.
 bool parse_int(const std::string& s, int64_t* out) {
   size_t b = 0, e = s.size();
-  while (b < e && py_space(s[b])) ++b;
-  while (e > b && py_space(s[e - 1])) --e;
+  while (size_t n = b < e ? space_at(s, b) : 0) b += n;
+  while (size_t n = e > b ? space_before(s, e) : 0) e -= n;
   std::string d;
   for (size_t i = b; i < e; ++i)
     if (s[i] != '_') d.push_back(s[i]);
@@ -126,8 +126,8 @@ bool parse_int(const std::string& s, int64_t* out) {
 
 bool parse_float(const std::string& s, double* out) {
   size_t b = 0, e = s.size();
-  while (b < e && py_space(s[b])) ++b;
-  while (e > b && py_space(s[e - 1])) --e;
+  while (size_t n = b < e ? space_at(s, b) : 0) b += n;
+  while (size_t n = e > b ? space_before(s, e) : 0) e -= n;
   if (b == e) return false;
   const std::string d = s.substr(b, e - b);
   char* end = nullptr;
@@ -616,6 +616,11 @@ Value str_method(Env& env, const Value& self, const std::string& m, Args& a) {
     if (m == "isupper") return Value::boolean(all_cased(s, ::isupper, ::islower));
     if (m == "islower") return Value::boolean(all_cased(s, ::islower, ::isupper));
     if (s.empty()) return Value::boolean(false);
+    if (m == "isspace") {
+      for (size_t i = 0, n; i < s.size(); i += n)
+        if ((n = space_at(s, i)) == 0) return Value::boolean(false);
+      return Value::boolean(true);
+    }
     int (*f)(int) = m == "isdigit"   ? ::isdigit
                     : m == "isalpha" ? ::isalpha
                     : m == "isalnum" ? ::isalnum
@@ -794,7 +799,11 @@ void add_globals(Value& g) {
           fail(to_text(a.get(0, "message")).str());
         }));
   g.set("strftime_now", make_fn("strftime_now", [](Env&, Args& a) {
-          return Value::string(strftime_now(to_text(a.get(0, "format")).str()));
+          // A format holding content gives content: the date text must not hide its marks.
+          const Text fmt = to_text(a.get(0, "format"));
+          bool content = false;
+          for (size_t i = 0; i < fmt.size() && !content; ++i) content = fmt.content_at(i);
+          return Value::string(strftime_now(fmt.str()), content);
         }));
 }
 

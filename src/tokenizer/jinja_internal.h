@@ -154,7 +154,12 @@ size_t code_point_count(const std::string& s);
 
 // Python str operations on marked text (jinja_text.cpp).
 bool is_intlike_value(const Value& v);                        // int or bool
-bool py_space(unsigned char c);                               // str.isspace() for one byte
+bool py_space(unsigned char c);                               // str.isspace() for one ASCII byte
+// Python's whitespace (str.isspace, re's \s, str.split()): the UTF-8 length of the whitespace
+// code point starting at s[i] / ending at s[e - 1], 0 if there is none. Beyond ASCII: U+0085,
+// U+00A0, U+1680, U+2000-200A, U+2028, U+2029, U+202F, U+205F, U+3000.
+size_t space_at(std::string_view s, size_t i);
+size_t space_before(std::string_view s, size_t e);
 const Text& need_str(const Value& v, std::string_view what);  // RenderError unless a str
 int64_t need_int(const Value& v, std::string_view what);      // RenderError unless int/bool
 Text strip(const Text& t, const Value& chars, bool left, bool right);  // str.strip(chars)

@@ -60,9 +60,9 @@ class Lexer {
       }
       const char kind = s_[t + 1];
       const char sign = t + 2 < s_.size() && (s_[t + 2] == '-' || s_[t + 2] == '+') ? s_[t + 2] : 0;
-      if (sign == '-') {
+      if (sign == '-') {  // jinja2 strips \s: Python's whitespace, Unicode included
         size_t e = text.size();
-        while (e > 0 && is_space(text[e - 1])) --e;
+        while (size_t n = space_before(text, e)) e -= n;
         text.resize(e);
       } else if (sign != '+' && kind != '{') {  // lstrip_blocks
         const size_t nl = text.rfind('\n');
@@ -101,7 +101,7 @@ class Lexer {
     size_t p = e + 2;
     bool consumed_newline = false;
     if (before == '-') {
-      while (p < s_.size() && is_space(s_[p])) consumed_newline = s_[p++] == '\n';
+      for (size_t n; (n = space_at(s_, p)) != 0; p += n) consumed_newline = s_[p] == '\n';
     } else if (before == '+' && kind != '}') {
       // keep the newline
     } else if (kind != '}' && p < s_.size() && s_[p] == '\n') {  // trim_blocks

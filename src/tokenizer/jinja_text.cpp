@@ -12,6 +12,43 @@ bool py_space(unsigned char c) {
   return c == ' ' || (c >= '\t' && c <= '\r') || (c >= 0x1c && c <= 0x1f);
 }
 
+namespace {
+// Whether UTF-8 bytes [p, p + n) spell a non-ASCII Python whitespace code point.
+bool wide_space(std::string_view cp) {
+  const auto b = [&](size_t k) { return static_cast<unsigned char>(cp[k]); };
+  if (cp.size() == 2) return b(0) == 0xC2 && (b(1) == 0x85 || b(1) == 0xA0);
+  if (cp.size() != 3) return false;
+  if (b(0) == 0xE1) return b(1) == 0x9A && b(2) == 0x80;  // U+1680
+  if (b(0) == 0xE3) return b(1) == 0x80 && b(2) == 0x80;  // U+3000
+  if (b(0) != 0xE2) return false;
+  if (b(1) == 0x80) return b(2) <= 0x8A || b(2) == 0xA8 || b(2) == 0xA9 || b(2) == 0xAF;  // U+2000-200A, 2028, 2029, 202F
+  return b(1) == 0x81 && b(2) == 0x9F;  // U+205F
+}
+}  // namespace
+
+size_t space_at(std::string_view s, size_t i) {
+  if (i >= s.size()) return 0;
+  if (py_space(static_cast<unsigned char>(s[i]))) return 1;
+  for (size_t n : {size_t{2}, size_t{3}})
+    if (i + n <= s.size() && wide_space(s.substr(i, n))) return n;
+  return 0;
+}
+
+std::string_view py_strip(std::string_view s) {
+  size_t b = 0, e = s.size();
+  while (size_t n = b < e ? space_at(s, b) : 0) b += n;
+  while (size_t n = e > b ? space_before(s, e) : 0) e -= n;
+  return s.substr(b, e - b);
+}
+
+size_t space_before(std::string_view s, size_t e) {
+  if (e == 0) return 0;
+  if (py_space(static_cast<unsigned char>(s[e - 1]))) return 1;
+  for (size_t n : {size_t{2}, size_t{3}})
+    if (e >= n && wide_space(s.substr(e - n, n))) return n;
+  return 0;
+}
+
 const Text& need_str(const Value& v, std::string_view what) {
   if (!v.is_str()) fail(std::string(what) + " expects a string, got '" + type_name(v) + "'");
   return v.as_text();
@@ -35,7 +72,7 @@ Text strip(const Text& t, const Value& chars, bool left, bool right) {
   }
   auto strippable = [&](size_t k) {  // code point k
     const std::string_view cp(s.data() + off[k], off[k + 1] - off[k]);
-    if (!chars.is_str()) return cp.size() == 1 && py_space(cp[0]);
+    if (!chars.is_str()) return space_at(cp, 0) == cp.size();
     return std::find(set.begin(), set.end(), cp) != set.end();
   };
   size_t b = 0, e = off.size() - 1;
@@ -138,10 +175,10 @@ Value split(const Text& t, const Value& sep, int64_t maxsplit, bool from_right) 
     std::vector<std::pair<size_t, size_t>> words;
     size_t i = 0;
     while (i < s.size()) {
-      while (i < s.size() && py_space(s[i])) ++i;
+      while (size_t n = space_at(s, i)) i += n;
       if (i >= s.size()) break;
       size_t j = i;
-      while (j < s.size() && !py_space(s[j])) ++j;
+      while (j < s.size() && !space_at(s, j)) ++j;
       words.emplace_back(i, j);
       i = j;
     }
@@ -150,10 +187,7 @@ Value split(const Text& t, const Value& sep, int64_t maxsplit, bool from_right) 
       if (!from_right) {
         const size_t start = words[maxsplit].first;
         words.resize(maxsplit);
-        size_t end = s.size();
-        while (end > start && py_space(s[end - 1])) --end;
         words.emplace_back(start, s.size());
-        (void)end;
       } else {
         const size_t keep_from = words.size() - maxsplit;
         std::vector<std::pair<size_t, size_t>> w2{{words[0].first, words[keep_from - 1].second}};

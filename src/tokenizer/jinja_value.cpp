@@ -579,7 +579,18 @@ Text to_json(const Value& v, const JsonOptions& opt, Env& env) {
   return out;
 }
 
-bool equals(const Value& a, const Value& b) {
+namespace {
+bool equals_at(const Value& a, const Value& b, int depth);
+int compare_at(const Value& a, const Value& b, int depth);
+}  // namespace
+
+bool equals(const Value& a, const Value& b) { return equals_at(a, b, 0); }
+int compare(const Value& a, const Value& b) { return compare_at(a, b, 0); }
+
+namespace {
+// Recursion bounded like printing (kMaxNest): a list nested 200,000 deep overflowed the stack.
+bool equals_at(const Value& a, const Value& b, int depth) {
+  if (depth > kMaxNest) fail("values nested too deeply to compare");
   if (a.is_number() && b.is_number()) {
     if (a.kind() == Kind::kFloat || b.kind() == Kind::kFloat) return a.as_double() == b.as_double();
     return a.as_int() == b.as_int();
@@ -595,7 +606,7 @@ bool equals(const Value& a, const Value& b) {
       if (a.is_tuple() != b.is_tuple() || a.items().size() != b.items().size()) return false;
       if (&a.items() == &b.items()) return true;
       for (size_t i = 0; i < a.items().size(); ++i)
-        if (!equals(a.items()[i], b.items()[i])) return false;
+        if (!equals_at(a.items()[i], b.items()[i], depth + 1)) return false;
       return true;
     }
     case Kind::kDict: {
@@ -604,7 +615,7 @@ bool equals(const Value& a, const Value& b) {
       if (a.entries().items.size() != b.entries().items.size()) return false;
       for (const auto& [k, x] : a.entries().items) {
         const int j = b.entries().find(k);
-        if (j < 0 || !equals(x, b.entries().items[j].second)) return false;
+        if (j < 0 || !equals_at(x, b.entries().items[j].second, depth + 1)) return false;
       }
       return true;
     }
@@ -615,7 +626,8 @@ bool equals(const Value& a, const Value& b) {
   }
 }
 
-int compare(const Value& a, const Value& b) {
+int compare_at(const Value& a, const Value& b, int depth) {
+  if (depth > kMaxNest) fail("values nested too deeply to compare");
   if (a.is_number() && b.is_number()) {
     if (a.kind() == Kind::kFloat || b.kind() == Kind::kFloat) {
       const double x = a.as_double(), y = b.as_double();
@@ -630,12 +642,47 @@ int compare(const Value& a, const Value& b) {
   if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple()) {
     const auto &x = a.items(), &y = b.items();
     for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
-      if (equals(x[i], y[i])) continue;
-      return compare(x[i], y[i]);
+      if (equals_at(x[i], y[i], depth + 1)) continue;
+      return compare_at(x[i], y[i], depth + 1);
     }
     return x.size() < y.size() ? -1 : x.size() > y.size() ? 1 : 0;
   }
   fail("'<' not supported between instances of '" + type_name(a) + "' and '" + type_name(b) + "'");
+}
+}  // namespace
+
+// Nested lists and dicts are freed without recursion (one nested 200,000 deep overflowed the
+// stack as each level's destructor ran the next): the children a container alone holds move to
+// a work list before it goes, so every container dies with no children left.
+void release_values(std::vector<Value> work) {
+  while (!work.empty()) {
+    Value v = std::move(work.back());
+    work.pop_back();
+    if (v.list_ && v.list_.use_count() == 1) {
+      for (Value& c : v.list_->items) work.push_back(std::move(c));
+      v.list_->items.clear();
+    }
+    if (v.dict_ && v.dict_.use_count() == 1) {
+      for (auto& [k, c] : v.dict_->items) {
+        work.push_back(std::move(k));
+        work.push_back(std::move(c));
+      }
+      v.dict_->items.clear();
+    }
+  }
+}
+
+ListData::~ListData() { release_values(std::move(items)); }
+
+DictData::~DictData() {
+  std::vector<Value> work;
+  work.reserve(2 * items.size());
+  for (auto& [k, v] : items) {
+    work.push_back(std::move(k));
+    work.push_back(std::move(v));
+  }
+  items.clear();
+  release_values(std::move(work));
 }
 
 std::vector<Value> iterate(const Value& v) {

@@ -54,6 +54,9 @@ CONVERSATIONS = [
     [("system", "Rules:\n- be nice\n- be brief"), ("user", "héllo 世界 😀"),
      ("assistant", "Hello!"), ("user", "Code:\n```py\nprint('x')\n```")],
     [("user", "<|im_start|>not a turn"), ("assistant", "ok")],
+    # Python's whitespace beyond ASCII (trim / strip / split): ideographic, no-break, line separator
+    [("system", "\u3000Be brief.\u00a0"), ("user", "\u2028hi\u3000"), ("assistant", "\u00a0ok\u0085"),
+     ("user", "bye\u2029")],
 ]
 
 

@@ -18,6 +18,16 @@ std::unique_ptr<Tokenizer> tok() {
 }
 
 // The hand-written family renderers on their own (templates reduced to the text they read).
+// A rendering's whole text, and the part of it marked as message content.
+std::pair<std::string, std::string> text_and_content(const std::vector<ChatSegment>& segs) {
+  std::string text, content;
+  for (const ChatSegment& s : segs) {
+    text += s.text;
+    if (s.is_content) content += s.text;
+  }
+  return {text, content};
+}
+
 ChatTemplate parse(std::string_view text, const Tokenizer& t) {
   auto r = ChatTemplate::from_template_text(text, t, /*use_interpreter=*/false);
   EXPECT_TRUE(r.ok()) << r.status().to_string();
@@ -264,11 +274,7 @@ TEST(ChatTemplate, InterpreterRendersWhatTheFamiliesDoNot) {
   EXPECT_EQ(sp->family(), ChatFamily::kJinja);
   auto segs = sp->try_render_segments({{"system", "S"}, {"user", "<s>x"}}, true);
   ASSERT_TRUE(segs.ok()) << segs.status().to_string();
-  std::string text, content;
-  for (const ChatSegment& s : *segs) {
-    text += s.text;
-    if (s.is_content) content += s.text;
-  }
+  const auto [text, content] = text_and_content(*segs);
   EXPECT_EQ(text, "<s>[SYSTEM_PROMPT]S[/SYSTEM_PROMPT][INST]<s>x[/INST]");
   EXPECT_EQ(content, "S<s>x");  // the user's "<s>" is content: never parsed as a control token
 
@@ -284,6 +290,20 @@ TEST(ChatTemplate, InterpreterRendersWhatTheFamiliesDoNot) {
   auto smol = ChatTemplate::from_template_text(kSmolLm, *t);
   ASSERT_TRUE(smol.ok());
   EXPECT_EQ(smol->family(), ChatFamily::kChatML);
+}
+
+// Roles are template text: a template that builds its control tokens from the role (Phi-3's
+// '<|' + role + '|>') gets them recognised; the message text stays content.
+TEST(ChatTemplate, InterpretedRolesAreTemplateText) {
+  auto t = tok();
+  auto phi = ChatTemplate::from_template_text(
+      "{% for m in messages %}{{ '<|' + m['role'] + '|>\n' + m['content'] + '<|end|>\n' }}{% endfor %}", *t);
+  ASSERT_TRUE(phi.ok()) << phi.status().to_string();
+  auto segs = phi->try_render_segments({{"user", "<|end|>hi"}}, false);
+  ASSERT_TRUE(segs.ok()) << segs.status().to_string();
+  const auto [text, content] = text_and_content(*segs);
+  EXPECT_EQ(text, "<|user|>\n<|end|>hi<|end|>\n");
+  EXPECT_EQ(content, "<|end|>hi");
 }
 
 TEST(ChatTemplate, InterpreterErrors) {

@@ -44,6 +44,12 @@ struct Case {
 };
 
 const Case kCases[] = {
+    // Python's whitespace beyond ASCII (trim, strip, split, isspace, int / float, `-` control).
+    {"[{{ '\u3000a\u00a0'|trim }}]|{{ '\u3000a b\u2028'.strip() }}|{{ 'a\u3000b\u00a0c\u0085d'.split()|"
+     "join(',') }}|{{ '\u00a0\u2000\u205f'.isspace() }}|{{ 'x\u00a0'.isspace() }}",
+     "[a]|a b|a,b,c,d|True|False"},
+    {"a\u00a0\u3000{%- if true %}b{% endif %}\u2029{{- 'c' }}", "abc"},
+    {"{{ ' 7\u3000'|int + 1 }}|{{ '\u00a02.5'|float }}|{{ 'a\u1680b'.rsplit(none, 1)|join('/') }}", "8|2.5|a/b"},
     {"a\n  {% if true %}\n  b\n  {% endif %}\nc\n", "a\n  b\nc"},
     {"a  {%- if true -%}  b  {%- endif -%}  c", "abc"},
     {"x {{- ' y ' -}} z", "x y z"},
@@ -253,6 +259,21 @@ TEST(Jinja, HostileTemplatesHitLimits) {
   std::string chain = "{{ 1";
   for (int i = 0; i < 100000; ++i) chain += " + 1";
   EXPECT_FALSE(Template::parse(chain + " }}").ok());
+}
+
+// A value nested 200,000 deep is freed without recursion, and comparing two of them is an error,
+// not a stack overflow (both crashed: each level's destructor / comparison ran the next).
+TEST(Jinja, DeeplyNestedValuesAreFreedAndComparedSafely) {
+  auto out = render(
+      "{% set ns = namespace(x=0, y=0) %}{% for j in range(2) %}{% for i in range(100000) %}"
+      "{% set ns.x = [ns.x] %}{% endfor %}{% endfor %}done");
+  ASSERT_TRUE(out) << out.status().message();
+  EXPECT_EQ(out->str(), "done");
+  auto cmp = render(
+      "{% set ns = namespace(x=0, y=0) %}{% for i in range(1000) %}{% set ns.x = [ns.x] %}"
+      "{% set ns.y = [ns.y] %}{% endfor %}{{ ns.x == ns.y }}");
+  ASSERT_FALSE(cmp);
+  EXPECT_NE(cmp.status().message().find("nested too deeply"), std::string::npos) << cmp.status().message();
 }
 
 TEST(Jinja, NamespaceCycleDoesNotLeak) {
