@@ -107,34 +107,6 @@ int64_t length(const Value& v) {
   fail("object of type '" + type_name(v) + "' has no len()");
 }
 
-// Python's int(str) for a jinja2 int filter: optional sign, digits, underscores, whitespace.
-bool parse_int(const std::string& s, int64_t* out) {
-  size_t b = 0, e = s.size();
-  while (size_t n = b < e ? space_at(s, b) : 0) b += n;
-  while (size_t n = e > b ? space_before(s, e) : 0) e -= n;
-  std::string d;
-  for (size_t i = b; i < e; ++i)
-    if (s[i] != '_') d.push_back(s[i]);
-  if (d.empty()) return false;
-  char* end = nullptr;
-  errno = 0;
-  const long long v = std::strtoll(d.c_str(), &end, 10);
-  if (errno || *end) return false;
-  *out = v;
-  return true;
-}
-
-bool parse_float(const std::string& s, double* out) {
-  size_t b = 0, e = s.size();
-  while (size_t n = b < e ? space_at(s, b) : 0) b += n;
-  while (size_t n = e > b ? space_before(s, e) : 0) e -= n;
-  if (b == e) return false;
-  const std::string d = s.substr(b, e - b);
-  char* end = nullptr;
-  *out = std::strtod(d.c_str(), &end);
-  return *end == 0;
-}
-
 Value indent(const Value& v, Args& args) {
   const Value w = args.get(0, "width", Value::integer(4));
   const bool first = args.get(1, "first", Value::boolean(false)).truthy();

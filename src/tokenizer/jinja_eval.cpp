@@ -18,7 +18,6 @@ using Scope = std::vector<FrameP>;  // outermost (globals) first
 
 enum class Flow { kNormal, kBreak, kContinue };
 
-bool is_intlike(const Value& v) { return v.kind() == Kind::kInt || v.kind() == Kind::kBool; }
 
 [[noreturn]] void undefined_error(const Value& u) {
   fail(u.undefined_name().empty() ? "value is undefined"
@@ -333,7 +332,7 @@ class Renderer final : public Env {
     if (obj.is_dict()) {
       const int i = obj.entries().find(key);
       if (i >= 0) return obj.entries().items[i].second;
-    } else if ((obj.is_list() || obj.is_str()) && is_intlike(key)) {
+    } else if ((obj.is_list() || obj.is_str()) && is_intlike_value(key)) {
       const int64_t k = key.as_int();
       if (obj.is_list()) {
         const int64_t n = static_cast<int64_t>(obj.items().size());
@@ -360,7 +359,7 @@ class Renderer final : public Env {
       if (!p) return 0;
       const Value v = eval(*p);
       if (v.is_none()) return 0;
-      if (!is_intlike(v)) fail("slice indices must be integers or None");
+      if (!is_intlike_value(v)) fail("slice indices must be integers or None");
       *given = true;
       return v.as_int();
     };
@@ -415,7 +414,7 @@ class Renderer final : public Env {
            type_name(b) + "'");
     };
     const bool nums = a.is_number() && b.is_number();
-    const bool ints = nums && is_intlike(a) && is_intlike(b);
+    const bool ints = nums && is_intlike_value(a) && is_intlike_value(b);
     if (op == "+") {
       if (ints) {
         int64_t r;
@@ -455,7 +454,7 @@ class Renderer final : public Env {
         return Value::integer(r);
       }
       if (nums) return Value::number(a.as_double() * b.as_double());
-      const Value* seq = is_intlike(b) ? &a : is_intlike(a) ? &b : nullptr;
+      const Value* seq = is_intlike_value(b) ? &a : is_intlike_value(a) ? &b : nullptr;
       const int64_t times = seq == &a ? b.as_int() : a.as_int();
       if (seq && seq->is_str()) {
         const size_t n = times > 0 ? static_cast<size_t>(times) : 0;

@@ -160,6 +160,8 @@ bool py_space(unsigned char c);                               // str.isspace() f
 // U+00A0, U+1680, U+2000-200A, U+2028, U+2029, U+202F, U+205F, U+3000.
 size_t space_at(std::string_view s, size_t i);
 size_t space_before(std::string_view s, size_t e);
+bool parse_int(const std::string& s, int64_t* out);           // Python's int(str), base 10
+bool parse_float(const std::string& s, double* out);          // Python's float(str)
 const Text& need_str(const Value& v, std::string_view what);  // RenderError unless a str
 int64_t need_int(const Value& v, std::string_view what);      // RenderError unless int/bool
 Text strip(const Text& t, const Value& chars, bool left, bool right);  // str.strip(chars)

@@ -1,6 +1,8 @@
 // Python str operations on provenance-marked text for the Jinja built-ins (jinja_builtins.cpp):
 // strip, case mapping, replace, split, splitlines, format. Every kept character keeps its mark.
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
 
 #include "tokenizer/jinja_internal.h"
 
@@ -47,6 +49,28 @@ size_t space_before(std::string_view s, size_t e) {
   for (size_t n : {size_t{2}, size_t{3}})
     if (e >= n && wide_space(s.substr(e - n, n))) return n;
   return 0;
+}
+
+// Python's int(str) for a jinja2 int filter: optional sign, digits, underscores, whitespace.
+bool parse_int(const std::string& s, int64_t* out) {
+  std::string d;
+  for (char c : py_strip(s))
+    if (c != '_') d.push_back(c);
+  if (d.empty()) return false;
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(d.c_str(), &end, 10);
+  if (errno || *end) return false;
+  *out = v;
+  return true;
+}
+
+bool parse_float(const std::string& s, double* out) {
+  const std::string d(py_strip(s));
+  if (d.empty()) return false;
+  char* end = nullptr;
+  *out = std::strtod(d.c_str(), &end);
+  return *end == 0;
 }
 
 const Text& need_str(const Value& v, std::string_view what) {

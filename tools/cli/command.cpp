@@ -1,10 +1,9 @@
 #include "command.h"
 
 #include <cerrno>
-#include <cstdio>
 #include <cstdlib>
 
-#include <cstdlib>
+#include "formats/file_util.h"
 
 namespace tessera::cli {
 
@@ -80,18 +79,13 @@ bool parse_int(const std::string& s, long lo, long hi, long* out) {
 }
 
 bool read_text_file(const std::string& path, std::string* out, std::string* why) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) {
-    *why = "cannot open " + path;
+  auto text = formats::read_small_file(path, kMaxTextFileBytes);
+  if (!text) {
+    *why = text.status().message();
     return false;
   }
-  out->clear();
-  char buf[65536];
-  for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) out->append(buf, n);
-  const bool ok = !std::ferror(f);
-  std::fclose(f);
-  if (!ok) *why = "cannot read " + path;
-  return ok;
+  *out = std::move(*text);
+  return true;
 }
 
 std::string default_model_path() {

@@ -50,7 +50,9 @@ int info_hf(const std::string& path);
 // A whole decimal number in [lo, hi] (the whole string; no overflow). False otherwise.
 bool parse_int(const std::string& s, long lo, long hi, long* out);
 
-// A whole file's bytes (a chat template file); false with `why` set when it cannot be read.
+// A whole file's bytes (a chat template file, at most kMaxTextFileBytes); false with `why` set
+// when it cannot be read.
+constexpr size_t kMaxTextFileBytes = size_t{8} << 20;
 bool read_text_file(const std::string& path, std::string* out, std::string* why);
 
 // Default model path: $TESSERA_MODEL, else ${XDG_CACHE_HOME:-~/.cache}/tessera/<default file>.
