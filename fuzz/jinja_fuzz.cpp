@@ -35,6 +35,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   limits.max_steps = 200000;
   limits.max_output = 1 << 20;
   limits.max_depth = 32;
+  limits.max_bytes = 64 << 20;
   auto out = t->render(ctx, limits);
   if (!out) return 0;
   std::string joined;

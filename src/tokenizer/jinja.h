@@ -35,6 +35,11 @@ class Text {
  public:
   Text() = default;
   explicit Text(std::string s, bool content = false);
+  // Copies and growth are charged to the render running on this thread, if any (Limits).
+  Text(const Text& other);
+  Text& operator=(const Text& other);
+  Text(Text&&) noexcept = default;
+  Text& operator=(Text&&) noexcept = default;
   const std::string& str() const { return s_; }
   size_t size() const { return s_.size(); }
   bool empty() const { return s_.empty(); }
@@ -133,11 +138,15 @@ struct DictData {
   ~DictData();
 };
 
-// Bounds on one render.
+// Bounds on one render. Every string a render makes (copies and built-ins' results included)
+// and every list item counts against max_bytes, so peak memory stays below it; max_seconds is a
+// backstop for work the steps do not count item by item (scans of long strings).
 struct Limits {
-  size_t max_output = size_t{8} << 20;  // bytes rendered, and bytes of any one string value
-  uint64_t max_steps = 5'000'000;       // expression evaluations + loop iterations
-  int max_depth = 64;                   // nested macro calls and nested statements
+  size_t max_output = size_t{8} << 20;   // bytes rendered, and bytes of any one string value
+  uint64_t max_steps = 5'000'000;        // expression evaluations + loop iterations
+  int max_depth = 64;                    // nested macro calls and nested statements
+  size_t max_bytes = size_t{256} << 20;  // bytes of strings and list items made in all
+  double max_seconds = 2.0;              // wall time of one render
 };
 
 struct Node;

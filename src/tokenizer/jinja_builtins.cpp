@@ -1,14 +1,14 @@
-// Jinja built-ins: the filters, tests, str/dict/list methods and globals chat templates use,
+// Jinja built-ins: the filters, tests and str/dict/list methods chat templates use,
 // with jinja2's (filters, tests) and Python's (methods) behaviour. Text keeps its provenance
 // marks through every filter and method that keeps characters.
 #include <algorithm>
 #include <cmath>
-#include <ctime>
+#include <cstdio>
+#include <cstdlib>
 
 #include "tokenizer/jinja_internal.h"
 
 namespace tessera::jinja {
-namespace {
 
 Value make_fn(std::string name, std::function<Value(Env&, Args&)> f) {
   auto c = std::make_shared<Callable>();
@@ -16,6 +16,8 @@ Value make_fn(std::string name, std::function<Value(Env&, Args&)> f) {
   c->fn = std::move(f);
   return Value::callable(std::move(c));
 }
+
+namespace {
 
 // Value of a dotted attribute path ("function.name", "0") of an item, as jinja2's
 // make_attrgetter: dict keys, then integer indexes.
@@ -38,6 +40,13 @@ Value attr_path(const Value& item, const std::string& path) {
     start = dot + 1;
   }
   return v;
+}
+
+// n spaces (an indent width), held to the string limit before anything is allocated.
+std::string spaces(int64_t n) {
+  const size_t k = static_cast<size_t>(std::max<int64_t>(0, n));
+  charge_string(k, k);
+  return std::string(k, ' ');
 }
 
 Value lower_if_str(const Value& v, bool case_sensitive) {
@@ -111,8 +120,7 @@ Value indent(const Value& v, Args& args) {
   const Value w = args.get(0, "width", Value::integer(4));
   const bool first = args.get(1, "first", Value::boolean(false)).truthy();
   const bool blank = args.get(2, "blank", Value::boolean(false)).truthy();
-  const std::string unit =
-      w.is_str() ? w.as_str() : std::string(std::max<int64_t>(0, need_int(w, "indent")), ' ');
+  const std::string unit = w.is_str() ? w.as_str() : spaces(need_int(w, "indent"));
   Text s = to_text(v);
   s.append("\n");
   std::vector<Text> lines = splitlines(s, false);
@@ -151,8 +159,7 @@ Value f_tojson(Env& env, const Value& v, Args& a) {
   const Value ind = a.get(1, "indent", Value::none());
   if (!ind.is_none()) {
     o.pretty = true;
-    o.indent_unit = ind.is_str() ? ind.as_str()
-                                 : std::string(std::max<int64_t>(0, need_int(ind, "indent")), ' ');
+    o.indent_unit = ind.is_str() ? ind.as_str() : spaces(need_int(ind, "indent"));
   }
   const Value sep = a.get(2, "separators", Value::none());
   if (sep.is_list() && sep.items().size() == 2 && sep.items()[0].is_str() &&
@@ -380,9 +387,34 @@ Value f_round(Env&, const Value& v, Args& a) {
   const std::string method = to_text(a.get(1, "method", Value::string("common"))).str();
   if (!v.is_number()) fail("round expects a number");
   const double scale = std::pow(10.0, static_cast<double>(std::clamp<int64_t>(prec, -300, 300)));
-  double x = v.as_double() * scale;
-  x = method == "ceil" ? std::ceil(x) : method == "floor" ? std::floor(x) : std::round(x);
-  return Value::number(x / scale);
+  if (method == "ceil" || method == "floor") {  // jinja2: func(value * 10 ** p) / 10 ** p
+    const double x = v.as_double() * scale;
+    return Value::number((method == "ceil" ? std::ceil(x) : std::floor(x)) / scale);
+  }
+  // Python's round(): an int stays an int (rounded half to even to 10^-p where p < 0); a float
+  // is rounded half to even on its exact value, as printf's correctly rounded %.*f does.
+  if (v.kind() != Kind::kFloat) {
+    if (prec >= 0) return Value::integer(v.as_int());
+    if (prec < -18) return Value::integer(0);
+    int64_t unit = 1;
+    for (int64_t i = 0; i < -prec; ++i) unit *= 10;
+    const int64_t x = v.as_int(), q = x / unit, r = x % unit;  // q * unit + r == x, |r| < unit
+    int64_t n = q;
+    const int64_t twice = 2 * (r < 0 ? -r : r);  // no overflow: |r| < 10^18
+    if (twice > unit || (twice == unit && q % 2 != 0)) n += r < 0 ? -1 : 1;
+    int64_t y;
+    if (__builtin_mul_overflow(n, unit, &y)) fail("integer overflow");
+    return Value::integer(y);
+  }
+  const double d = v.as_double();
+  if (!std::isfinite(d)) return Value::number(d);
+  if (prec > 340) return Value::number(d);  // past every double's last significant digit
+  if (prec >= 0) {
+    char buf[720];  // 309 integer digits, the point, 340 decimals
+    std::snprintf(buf, sizeof buf, "%.*f", static_cast<int>(prec), d);
+    return Value::number(std::strtod(buf, nullptr));
+  }
+  return Value::number(std::nearbyint(d * scale) / scale);
 }
 Value f_attr(Env&, const Value& v, Args& a) {
   const std::string name = to_text(a.get(0, "name")).str();
@@ -400,8 +432,10 @@ Value f_batch(Env&, const Value& v, Args& a) {
       out.push_back(Value::list(std::move(cur))), cur.clear();
   }
   if (!cur.empty()) {
-    if (!fill.is_none())
+    if (!fill.is_none()) {
+      charge_bytes(static_cast<size_t>(n) > kMaxItems ? SIZE_MAX : static_cast<size_t>(n) * sizeof(Value));
       while (static_cast<int64_t>(cur.size()) < n) cur.push_back(fill);
+    }
     out.push_back(Value::list(std::move(cur)));
   }
   return Value::list(std::move(out));
@@ -495,9 +529,15 @@ bool run_test(Env& env, std::string_view n, const Value& v, Args& a) {
   const Value other = a.get(0, "other");
   if (n == "eq" || n == "equalto" || n == "==") return equals(v, other);
   if (n == "ne" || n == "!=") return !equals(v, other);
-  if (n == "sameas") return equals(v, other) && v.kind() == other.kind();
+  if (n == "sameas") {  // Python's `is`: lists and dicts by identity, scalars by value
+    if (v.kind() != other.kind()) return false;
+    if (v.is_list()) return &v.items() == &other.items();
+    if (v.is_dict()) return &v.entries() == &other.entries();
+    return equals(v, other);
+  }
   if (n == "in") {
     const Value seq = a.get(0, "seq");
+    charge_steps(seq.is_str() ? scan_steps(seq.as_str().size()) : seq.is_list() ? seq.items().size() : 0);
     if (seq.is_str()) return v.is_str() && seq.as_str().find(v.as_str()) != std::string::npos;
     for (const Value& x : iterate(seq))
       if (equals(x, v)) return true;
@@ -526,6 +566,7 @@ constexpr const char* kTests[] = {
 Value str_method(Env& env, const Value& self, const std::string& m, Args& a) {
   const Text& t = self.as_text();
   const std::string& s = t.str();
+  env.step(scan_steps(s.size()));  // every method reads the string at least once
   if (m == "strip" || m == "lstrip" || m == "rstrip")
     return Value::text(strip(t, a.get(0, "chars", Value::none()), m != "rstrip", m != "lstrip"));
   if (m == "split" || m == "rsplit") {
@@ -581,7 +622,7 @@ Value str_method(Env& env, const Value& self, const std::string& m, Args& a) {
       if (m == "index" || m == "rindex") fail("substring not found");
       return Value::integer(-1);
     }
-    return Value::integer(static_cast<int64_t>(code_point_count(s.substr(0, p))));
+    return Value::integer(static_cast<int64_t>(code_point_count(std::string_view(s).substr(0, p))));
   }
   if (m == "isdigit" || m == "isalpha" || m == "isalnum" || m == "isspace" || m == "isupper" ||
       m == "islower") {
@@ -633,6 +674,7 @@ Value dict_method(const Value& self, const std::string& m, Args& a) {
 Value list_method(const Value& self, const std::string& m, Args& a) {
   if (m == "index" || m == "count") {
     const Value x = a.get(0, "value");
+    charge_steps(self.items().size());
     int64_t n = 0;
     for (size_t i = 0; i < self.items().size(); ++i)
       if (equals(self.items()[i], x)) {
@@ -660,17 +702,6 @@ const char* const kListUnsafe[] = {"append", "pop",   "extend", "insert",
 template <size_t N>
 bool in(const char* const (&names)[N], std::string_view n) {
   return std::any_of(std::begin(names), std::end(names), [&](const char* x) { return n == x; });
-}
-
-std::string strftime_now(const std::string& fmt) {
-  if (fmt.size() > 256) fail("strftime_now: format too long");
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  localtime_r(&now, &tm);
-  char buf[1024];
-  const size_t n = std::strftime(buf, sizeof buf, fmt.c_str(), &tm);
-  if (n == 0 && !fmt.empty()) return {};
-  return std::string(buf, n);
 }
 
 }  // namespace
@@ -719,64 +750,6 @@ Value bound_method(const Value& obj, std::string_view name) {
     return bind(
         [](Env&, const Value& o, const std::string& n, Args& a) { return list_method(o, n, a); });
   return Value();
-}
-
-void add_globals(Value& g) {
-  g.set("range", make_fn("range", [](Env& env, Args& a) {
-          int64_t start = 0, stop, stp = 1;
-          if (a.pos.size() == 1) {
-            stop = need_int(a.pos[0], "range");
-          } else if (a.pos.size() >= 2) {
-            start = need_int(a.pos[0], "range");
-            stop = need_int(a.pos[1], "range");
-            if (a.pos.size() > 2) stp = need_int(a.pos[2], "range");
-          } else {
-            fail("range expected at least 1 argument, got 0");
-          }
-          if (stp == 0) fail("range() arg 3 must not be zero");
-          std::vector<Value> out;
-          for (int64_t i = start; stp > 0 ? i < stop : i > stop; i += stp) {
-            if (out.size() >= 100000)
-              fail("Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
-            out.push_back(Value::integer(i));
-            if (__builtin_add_overflow(i, stp, &i)) break;
-            i -= stp;
-          }
-          env.step(out.size());
-          return Value::list(std::move(out));
-        }));
-  g.set("namespace", make_fn("namespace", [](Env& env, Args& a) {
-          Value ns = Value::namespace_();
-          for (const Value& p : a.pos) {
-            if (!p.is_dict()) fail("namespace() expects a mapping");
-            for (const auto& [k, v] : p.entries().items) ns.set(k, v);
-          }
-          for (const auto& [k, v] : a.kw) ns.set(k, v);
-          for (const auto& [k, v] : ns.entries().items)
-            if (k.is_str() && !k.as_str().empty() && k.as_str()[0] == '_')
-              fail("cannot store underscore-prefixed attributes on a namespace");
-          env.namespaces.push_back(ns);
-          return ns;
-        }));
-  g.set("dict", make_fn("dict", [](Env&, Args& a) {
-          Value d = Value::dict();
-          for (const Value& p : a.pos) {
-            if (!p.is_dict()) fail("dict() expects a mapping");
-            for (const auto& [k, v] : p.entries().items) d.set(k, v);
-          }
-          for (const auto& [k, v] : a.kw) d.set(k, v);
-          return d;
-        }));
-  g.set("raise_exception", make_fn("raise_exception", [](Env&, Args& a) -> Value {
-          fail(to_text(a.get(0, "message")).str());
-        }));
-  g.set("strftime_now", make_fn("strftime_now", [](Env&, Args& a) {
-          // A format holding content gives content: the date text must not hide its marks.
-          const Text fmt = to_text(a.get(0, "format"));
-          bool content = false;
-          for (size_t i = 0; i < fmt.size() && !content; ++i) content = fmt.content_at(i);
-          return Value::string(strftime_now(fmt.str()), content);
-        }));
 }
 
 }  // namespace tessera::jinja

@@ -26,7 +26,8 @@ enum class Flow { kNormal, kBreak, kContinue };
 
 class Renderer final : public Env {
  public:
-  Renderer(const Limits& limits, Scope scope) : limits_(limits), scope_(std::move(scope)) {}
+  Renderer(const Limits& limits, Meter& meter, Scope scope)
+      : limits_(limits), meter_(meter), scope_(std::move(scope)) {}
   ~Renderer() override {
     for (const Value& ns : namespaces) ns.entries().items.clear();
   }
@@ -38,12 +39,7 @@ class Renderer final : public Env {
     return out;
   }
 
-  void step(uint64_t n = 1) override {
-    steps_ += n;
-    if (steps_ > limits_.max_steps)
-      fail("template exceeded the evaluation limit (" + std::to_string(limits_.max_steps) +
-           " steps)");
-  }
+  void step(uint64_t n = 1) override { meter_.steps(n); }
   const Limits& limits() const override { return limits_; }
 
   Value call(const Value& fn, Args args) override {
@@ -339,10 +335,13 @@ class Renderer final : public Env {
         const int64_t j = k < 0 ? k + n : k;
         if (j >= 0 && j < n) return obj.items()[j];
       } else {
-        const std::vector<size_t> off = code_point_offsets(obj.as_str());
-        const int64_t n = static_cast<int64_t>(off.size()) - 1;
+        const std::string& s = obj.as_str();
+        const int64_t n = static_cast<int64_t>(code_point_count(s));
         const int64_t j = k < 0 ? k + n : k;
-        if (j >= 0 && j < n) return Value::text(obj.as_text().substr(off[j], off[j + 1] - off[j]));
+        if (j >= 0 && j < n) {
+          const size_t b = code_point_pos(s, static_cast<size_t>(j));
+          return Value::text(obj.as_text().substr(b, code_point_pos(std::string_view(s).substr(b), 1)));
+        }
       }
     }
     if (key.is_str() && !obj.is_namespace()) {
@@ -368,11 +367,9 @@ class Renderer final : public Env {
     if (!has_step) stp = 1;
     if (stp == 0) fail("slice step cannot be zero");
     if (!obj.is_list() && !obj.is_str()) return Value::undefined();
-    std::vector<size_t> off;
     int64_t len;
     if (obj.is_str()) {
-      off = code_point_offsets(obj.as_str());
-      len = static_cast<int64_t>(off.size()) - 1;
+      len = static_cast<int64_t>(code_point_count(obj.as_str()));
     } else {
       len = static_cast<int64_t>(obj.items().size());
     }
@@ -384,18 +381,32 @@ class Renderer final : public Env {
     };
     start = clamp(start, has_start, stp > 0 ? 0 : len - 1);
     stop = clamp(stop, has_stop, stp > 0 ? len : -1);
-    std::vector<int64_t> idx;
-    for (int64_t i = start; stp > 0 ? i < stop : i > stop; i += stp) idx.push_back(i);
-    step(idx.size());
+    // The number of indices, without stepping past them (a step near INT64_MAX would overflow).
+    const uint64_t span = stp > 0 ? (stop > start ? static_cast<uint64_t>(stop - start) : 0)
+                                  : (start > stop ? static_cast<uint64_t>(start - stop) : 0);
+    const uint64_t stride = stp > 0 ? static_cast<uint64_t>(stp) : 0 - static_cast<uint64_t>(stp);
+    const size_t count = span == 0 ? 0 : static_cast<size_t>((span - 1) / stride + 1);
+    auto index = [&](size_t i) { return start + static_cast<int64_t>(i) * stp; };
+    if (obj.is_str() && stp == 1) {  // one piece: only its two ends are looked up
+      if (count == 0) return Value::string("");
+      const std::string& s = obj.as_str();
+      const size_t b = code_point_pos(s, static_cast<size_t>(start));
+      return Value::text(obj.as_text().substr(b, code_point_pos(s, static_cast<size_t>(stop)) - b));
+    }
+    step(count);
     if (obj.is_list()) {
+      charge_bytes(count * sizeof(Value));
       std::vector<Value> out;
-      for (int64_t i : idx) out.push_back(obj.items()[i]);
+      out.reserve(count);
+      for (size_t i = 0; i < count; ++i) out.push_back(obj.items()[index(i)]);
       return Value::list(std::move(out), obj.is_tuple());
     }
+    const std::vector<size_t> off = code_point_offsets(obj.as_str());
     Text out;
-    if (stp == 1 && !idx.empty())
-      return Value::text(obj.as_text().substr(off[start], off[stop] - off[start]));
-    for (int64_t i : idx) out.append(obj.as_text().substr(off[i], off[i + 1] - off[i]));
+    for (size_t i = 0; i < count; ++i) {
+      const int64_t j = index(i);
+      out.append(obj.as_text().substr(off[j], off[j + 1] - off[j]));
+    }
     return Value::text(std::move(out));
   }
 
@@ -516,6 +527,7 @@ class Renderer final : public Env {
       case Kind::kStr:
         if (!item.is_str())
           fail("'in <string>' requires string as left operand, not " + type_name(item));
+        step(scan_steps(container.as_str().size()));
         return container.as_str().find(item.as_str()) != std::string::npos;
       case Kind::kList:
         step(container.items().size());
@@ -635,9 +647,9 @@ class Renderer final : public Env {
   }
 
   const Limits& limits_;
+  Meter& meter_;
   Scope scope_;
   Text* out_ = nullptr;
-  uint64_t steps_ = 0;
   int nesting_ = 0;
   int macro_depth_ = 0;
 };
@@ -666,6 +678,8 @@ Expected<Template> Template::parse(std::string_view source) {
 }
 
 Expected<Text> Template::render(const Value& context, const Limits& limits) const {
+  Meter meter(limits);
+  Meter::Scope metered(meter);
   try {
     auto globals = std::make_shared<Frame>();
     Value g = Value::dict();
@@ -674,7 +688,7 @@ Expected<Text> Template::render(const Value& context, const Limits& limits) cons
     if (context.is_dict())
       for (const auto& [k, v] : context.entries().items)
         if (k.is_str()) globals->vars[k.as_str()] = v;
-    Renderer r(limits, {globals, std::make_shared<Frame>()});
+    Renderer r(limits, meter, {globals, std::make_shared<Frame>()});
     return r.run(*root_);
   } catch (const RenderError& e) {
     return Status(ErrorCode::kInvalidArgument, "chat template: " + e.message);

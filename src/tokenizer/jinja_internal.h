@@ -74,6 +74,47 @@ struct RenderError {
 
 [[noreturn]] void fail(std::string message);
 
+// What the render running on this thread has spent (steps, bytes, time) against its Limits. It
+// is charged where values grow (every Text's bytes, list items) and where one call scans a
+// whole value, so no built-in can build gigabytes or run for minutes before a limit sees it:
+// the charge comes before the allocation wherever the size is known first. Template::render
+// installs one for the render (Meter::Scope); outside a render nothing is charged.
+class Meter {
+ public:
+  explicit Meter(const Limits& limits);
+  void steps(uint64_t n);  // RenderError past max_steps, or past max_seconds (checked every ~4096)
+  void bytes(size_t n);    // RenderError past max_bytes
+  const Limits& limits() const { return limits_; }
+
+  // The current render's meter, or null.
+  static Meter* current();
+  class Scope {
+   public:
+    explicit Scope(Meter& m);
+    ~Scope();
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    Meter* prev_;
+  };
+
+ private:
+  const Limits& limits_;
+  uint64_t steps_ = 0;
+  size_t bytes_ = 0;
+  int64_t until_clock_ = 0;  // steps left before the next look at the clock
+  double deadline_ = 0;      // steady-clock seconds
+};
+
+// Charges the current render, if any: n steps; n bytes; a string growing to `size` bytes by
+// `added` (RenderError past max_output for one string, or past max_bytes).
+void charge_steps(uint64_t n);
+void charge_bytes(size_t n);
+void charge_string(size_t size, size_t added);
+// Steps for scanning n bytes (a string search, comparison or copy that allocates nothing).
+inline uint64_t scan_steps(size_t n) { return n / 64; }
+
 // Tokens (jinja_lexer.cpp): template text, tag delimiters and the tokens inside tags.
 enum class Tok {
   kText,
@@ -149,8 +190,10 @@ bool equals(const Value& a, const Value& b);
 int compare(const Value& a, const Value& b);  // <0, 0, >0; RenderError where Python has none
 
 // UTF-8 code point offsets of s (size = code points + 1, last = s.size()).
+// The scans charge steps and the table its bytes (Meter).
 std::vector<size_t> code_point_offsets(const std::string& s);
-size_t code_point_count(const std::string& s);
+size_t code_point_count(std::string_view s);
+size_t code_point_pos(std::string_view s, size_t k);  // byte offset of code point k, or s.size()
 
 // Python str operations on marked text (jinja_text.cpp).
 bool is_intlike_value(const Value& v);                        // int or bool
@@ -182,7 +225,10 @@ bool test_known(std::string_view name);
 bool apply_test(Env& env, std::string_view name, const Value& v, Args& args);
 // A method of a str, list or dict value (`s.strip`), or undefined if it has none by that name.
 Value bound_method(const Value& obj, std::string_view name);
-// Globals every render sees: range, namespace, dict, raise_exception, strftime_now, ...
+// A callable value named `name` (methods, globals).
+Value make_fn(std::string name, std::function<Value(Env&, Args&)> f);
+// Globals every render sees (jinja_globals.cpp): range, namespace, dict, raise_exception,
+// strftime_now.
 void add_globals(Value& globals);
 
 // Items longer lists may not have (list +, *, range, ...); strings are bounded by max_output.

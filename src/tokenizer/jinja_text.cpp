@@ -2,6 +2,7 @@
 // strip, case mapping, replace, split, splitlines, format. Every kept character keeps its mark.
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 
 #include "tokenizer/jinja_internal.h"
@@ -52,25 +53,77 @@ size_t space_before(std::string_view s, size_t e) {
 }
 
 // Python's int(str) for a jinja2 int filter: optional sign, digits, underscores, whitespace.
+namespace {
+
+// Python's digit groups: decimal digits with single underscores between them ("1_000"), from
+// s[i]; appends the digits to `d` and returns the index after them (i if none).
+size_t digit_run(std::string_view s, size_t i, std::string& d) {
+  const size_t start = i;
+  while (i < s.size()) {
+    if (std::isdigit(static_cast<unsigned char>(s[i]))) {
+      d.push_back(s[i++]);
+    } else if (s[i] == '_' && i > start && i + 1 < s.size() &&
+               std::isdigit(static_cast<unsigned char>(s[i + 1]))) {
+      ++i;
+    } else {
+      break;
+    }
+  }
+  return i;
+}
+
+}  // namespace
+
 bool parse_int(const std::string& s, int64_t* out) {
+  const std::string_view v = py_strip(s);
   std::string d;
-  for (char c : py_strip(s))
-    if (c != '_') d.push_back(c);
-  if (d.empty()) return false;
+  size_t i = 0;
+  if (i < v.size() && (v[i] == '+' || v[i] == '-')) d.push_back(v[i++]);
+  const size_t e = digit_run(v, i, d);
+  if (e == i || e != v.size()) return false;
   char* end = nullptr;
   errno = 0;
-  const long long v = std::strtoll(d.c_str(), &end, 10);
+  const long long x = std::strtoll(d.c_str(), &end, 10);
   if (errno || *end) return false;
-  *out = v;
+  *out = x;
   return true;
 }
 
+// Python's float(str): a decimal literal (digit groups, '.', exponent) or inf / infinity / nan
+// in any case, with a sign; not C's hex floats or nan(...).
 bool parse_float(const std::string& s, double* out) {
-  const std::string d(py_strip(s));
-  if (d.empty()) return false;
-  char* end = nullptr;
-  *out = std::strtod(d.c_str(), &end);
-  return *end == 0;
+  const std::string_view v = py_strip(s);
+  std::string d;
+  size_t i = 0;
+  if (i < v.size() && (v[i] == '+' || v[i] == '-')) d.push_back(v[i++]);
+  std::string word(v.substr(i));
+  for (char& c : word) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (word == "inf" || word == "infinity" || word == "nan") {
+    const double x = word == "nan" ? std::nan("") : HUGE_VAL;
+    *out = d == "-" ? -x : x;
+    return true;
+  }
+  const size_t int_end = digit_run(v, i, d);
+  size_t j = int_end;
+  bool digits = int_end > i;
+  if (j < v.size() && v[j] == '.') {
+    d.push_back('.');
+    const size_t frac_end = digit_run(v, j + 1, d);
+    digits = digits || frac_end > j + 1;
+    j = frac_end;
+  }
+  if (!digits) return false;
+  if (j < v.size() && (v[j] == 'e' || v[j] == 'E')) {
+    d.push_back('e');
+    ++j;
+    if (j < v.size() && (v[j] == '+' || v[j] == '-')) d.push_back(v[j++]);
+    const size_t exp_end = digit_run(v, j, d);
+    if (exp_end == j) return false;
+    j = exp_end;
+  }
+  if (j != v.size()) return false;
+  *out = std::strtod(d.c_str(), nullptr);
+  return true;
 }
 
 const Text& need_str(const Value& v, std::string_view what) {
@@ -109,10 +162,11 @@ Text strip(const Text& t, const Value& chars, bool left, bool right) {
 
 // Per-byte ASCII case mapping (marks kept): upper, lower, or title-like via `first`.
 Text map_ascii(const Text& t, int (*f)(int)) {
-  std::string s = t.str();
-  for (char& c : s) c = static_cast<char>(f(static_cast<unsigned char>(c)));
   Text out;
-  for (size_t i = 0; i < s.size(); ++i) out.append(std::string_view(&s[i], 1), t.content_at(i));
+  for (auto& [run, content] : t.runs()) {  // a run at a time: one append each, not one a byte
+    for (char& c : run) c = static_cast<char>(f(static_cast<unsigned char>(c)));
+    out.append(run, content);
+  }
   return out;
 }
 
@@ -203,28 +257,25 @@ Value split(const Text& t, const Value& sep, int64_t maxsplit, bool from_right) 
       if (i >= s.size()) break;
       size_t j = i;
       while (j < s.size() && !space_at(s, j)) ++j;
+      charge_bytes(sizeof(std::pair<size_t, size_t>) + sizeof(Value));
       words.emplace_back(i, j);
       i = j;
     }
-    if (maxsplit >= 0 && static_cast<int64_t>(words.size()) > maxsplit + 1) {
-      // The remainder keeps its inner whitespace (trailing whitespace dropped by rsplit only).
+    if (maxsplit >= 0 && static_cast<int64_t>(words.size()) > maxsplit) {
+      // The splits ran out: Python keeps the rest verbatim, from the next word's start to the
+      // end (split) or from the start to the word's end (rsplit), whitespace included.
       if (!from_right) {
         const size_t start = words[maxsplit].first;
         words.resize(maxsplit);
         words.emplace_back(start, s.size());
       } else {
         const size_t keep_from = words.size() - maxsplit;
-        std::vector<std::pair<size_t, size_t>> w2{{words[0].first, words[keep_from - 1].second}};
+        std::vector<std::pair<size_t, size_t>> w2{{0, words[keep_from - 1].second}};
         w2.insert(w2.end(), words.begin() + keep_from, words.end());
         words = std::move(w2);
       }
     }
     for (auto [a, b] : words) parts.push_back(Value::text(t.substr(a, b - a)));
-    if (!from_right && maxsplit >= 0 && !parts.empty()) {
-      // Python keeps the rest of the string (from the last word's start) verbatim.
-      const size_t a = words.back().first;
-      parts.back() = Value::text(t.substr(a, s.size() - a));
-    }
     return Value::list(std::move(parts));
   }
   const Text& sp = need_str(sep, "split");
@@ -235,6 +286,7 @@ Value split(const Text& t, const Value& sep, int64_t maxsplit, bool from_right) 
     while (maxsplit < 0 || static_cast<int64_t>(spans.size()) < maxsplit) {
       const size_t f = s.find(sp.str(), pos);
       if (f == std::string::npos) break;
+      charge_bytes(sizeof(std::pair<size_t, size_t>) + sizeof(Value));
       spans.emplace_back(pos, f);
       pos = f + sp.size();
     }
@@ -246,6 +298,7 @@ Value split(const Text& t, const Value& sep, int64_t maxsplit, bool from_right) 
       if (end < sp.size()) break;
       const size_t f = s.rfind(sp.str(), end - sp.size());
       if (f == std::string::npos) break;
+      charge_bytes(sizeof(std::pair<size_t, size_t>) + sizeof(Value));
       rev.emplace_back(f + sp.size(), end);
       end = f;
     }
@@ -279,6 +332,7 @@ std::vector<Text> splitlines(const Text& t, bool keepends) {
       ++i;
       continue;
     }
+    charge_bytes(sizeof(Text));
     out.push_back(t.substr(start, (keepends ? i + brk : i) - start));
     i += brk;
     start = i;
@@ -300,9 +354,10 @@ Text format(const Text& t, const Args& args) {
       continue;
     }
     if (c == '}') fail("Single '}' encountered in format string");
-    if (c != '{') {
-      out.append(t.substr(i, 1));
-      ++i;
+    if (c != '{') {  // up to the next brace in one piece
+      const size_t e = std::min(s.find_first_of("{}", i + 1), s.size());
+      out.append(t.substr(i, e - i));
+      i = e;
       continue;
     }
     const size_t e = s.find('}', i);

@@ -12,7 +12,23 @@ namespace tessera::jinja {
 // ---- Text ------------------------------------------------------------------------------------
 
 Text::Text(std::string s, bool content) : s_(std::move(s)) {
+  charge_string(s_.size(), content ? 2 * s_.size() : s_.size());
   if (content && !s_.empty()) mask_.assign(s_.size(), 1);
+}
+
+Text::Text(const Text& other) {
+  charge_string(other.s_.size(), other.s_.size() + other.mask_.size());
+  s_ = other.s_;
+  mask_ = other.mask_;
+}
+
+Text& Text::operator=(const Text& other) {
+  if (this != &other) {
+    charge_string(other.s_.size(), other.s_.size() + other.mask_.size());
+    s_ = other.s_;
+    mask_ = other.mask_;
+  }
+  return *this;
 }
 
 void Text::append(const Text& t) {
@@ -20,6 +36,7 @@ void Text::append(const Text& t) {
     append(t.s_, false);
     return;
   }
+  charge_string(s_.size() + t.s_.size(), (mask_.empty() ? s_.size() : 0) + 2 * t.s_.size());
   if (mask_.empty()) mask_.assign(s_.size(), 0);
   s_ += t.s_;
   mask_ += t.mask_;
@@ -28,6 +45,7 @@ void Text::append(const Text& t) {
 void Text::append(std::string_view s, bool content) {
   if (s.empty()) return;
   const bool marked = content || !mask_.empty();  // mask_ is empty while all is template
+  charge_string(s_.size() + s.size(), marked ? (mask_.empty() ? s_.size() : 0) + 2 * s.size() : s.size());
   if (marked && mask_.empty()) mask_.assign(s_.size(), 0);
   s_.append(s);
   if (marked) mask_.append(s.size(), content ? 1 : 0);
@@ -37,6 +55,7 @@ Text Text::substr(size_t pos, size_t n) const {
   Text t;
   if (pos >= s_.size()) return t;
   n = std::min(n, s_.size() - pos);
+  charge_string(n, mask_.empty() ? n : 2 * n);
   t.s_ = s_.substr(pos, n);
   if (!mask_.empty()) {
     t.mask_ = mask_.substr(pos, n);
@@ -107,6 +126,7 @@ Value Value::text(Text t) {
   return v;
 }
 Value Value::list(std::vector<Value> items, bool tuple) {
+  charge_bytes(items.size() * sizeof(Value));
   Value v;
   v.kind_ = Kind::kList;
   v.list_ = std::make_shared<ListData>();
@@ -140,6 +160,7 @@ std::vector<Value>& Value::items() const { return list_->items; }
 DictData& Value::entries() const { return *dict_; }
 
 int DictData::find(const Value& key) const {
+  charge_steps(items.size() / 16);
   for (size_t i = 0; i < items.size(); ++i)
     if (equals(items[i].first, key)) return static_cast<int>(i);
   return -1;
@@ -227,19 +248,31 @@ std::string type_name(const Value& v) {
 }
 
 std::vector<size_t> code_point_offsets(const std::string& s) {
+  const size_t n = code_point_count(s);
+  charge_bytes((n + 1) * sizeof(size_t));
   std::vector<size_t> out;
-  out.reserve(s.size() + 1);
+  out.reserve(n + 1);
   for (size_t i = 0; i < s.size(); ++i)
     if ((static_cast<unsigned char>(s[i]) & 0xC0) != 0x80 || i == 0) out.push_back(i);
   out.push_back(s.size());
   return out;
 }
 
-size_t code_point_count(const std::string& s) {
+size_t code_point_count(std::string_view s) {
+  charge_steps(scan_steps(s.size()));
   size_t n = 0;
   for (size_t i = 0; i < s.size(); ++i)
     if ((static_cast<unsigned char>(s[i]) & 0xC0) != 0x80 || i == 0) ++n;
   return n;
+}
+
+size_t code_point_pos(std::string_view s, size_t k) {
+  charge_steps(scan_steps(s.size()));
+  size_t n = 0;
+  for (size_t i = 0; i < s.size(); ++i)
+    if ((static_cast<unsigned char>(s[i]) & 0xC0) != 0x80 || i == 0)
+      if (n++ == k) return i;
+  return s.size();
 }
 
 std::string float_repr(double d) {
@@ -601,10 +634,12 @@ bool equals_at(const Value& a, const Value& b, int depth) {
     case Kind::kNone:
       return true;
     case Kind::kStr:
+      charge_steps(scan_steps(std::min(a.as_str().size(), b.as_str().size())));
       return a.as_str() == b.as_str();
     case Kind::kList: {
       if (a.is_tuple() != b.is_tuple() || a.items().size() != b.items().size()) return false;
       if (&a.items() == &b.items()) return true;
+      charge_steps(a.items().size());
       for (size_t i = 0; i < a.items().size(); ++i)
         if (!equals_at(a.items()[i], b.items()[i], depth + 1)) return false;
       return true;
@@ -613,6 +648,7 @@ bool equals_at(const Value& a, const Value& b, int depth) {
       if (&a.entries() == &b.entries()) return true;
       if (a.is_namespace() || b.is_namespace()) return false;
       if (a.entries().items.size() != b.entries().items.size()) return false;
+      charge_steps(a.entries().items.size());
       for (const auto& [k, x] : a.entries().items) {
         const int j = b.entries().find(k);
         if (j < 0 || !equals_at(x, b.entries().items[j].second, depth + 1)) return false;
@@ -636,6 +672,7 @@ int compare_at(const Value& a, const Value& b, int depth) {
     return a.as_int() < b.as_int() ? -1 : a.as_int() > b.as_int() ? 1 : 0;
   }
   if (a.is_str() && b.is_str()) {
+    charge_steps(scan_steps(std::min(a.as_str().size(), b.as_str().size())));
     const int c = a.as_str().compare(b.as_str());
     return c < 0 ? -1 : c > 0 ? 1 : 0;
   }
@@ -690,15 +727,20 @@ std::vector<Value> iterate(const Value& v) {
     case Kind::kUndefined:
       return {};
     case Kind::kList:
+      charge_bytes(v.items().size() * sizeof(Value));
       return v.items();
     case Kind::kDict: {
       if (v.is_namespace()) break;
+      charge_bytes(v.entries().items.size() * sizeof(Value));
       std::vector<Value> keys;
       for (const auto& [k, x] : v.entries().items) keys.push_back(k);
       return keys;
     }
     case Kind::kStr: {
       const Text& t = v.as_text();
+      // Charged before any of it is built: a character costs a list item, a Text and its
+      // shared block (an 8 MB string would take ~1.5 GB as a list of characters).
+      charge_bytes(code_point_count(t.str()) * (sizeof(Value) + sizeof(Text) + 32));
       const std::vector<size_t> off = code_point_offsets(t.str());
       std::vector<Value> chars;
       for (size_t i = 0; i + 1 < off.size(); ++i)

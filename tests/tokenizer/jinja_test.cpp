@@ -44,6 +44,25 @@ struct Case {
 };
 
 const Case kCases[] = {
+    // round (Python's: half to even, an int stays an int), rsplit(None, n), int / float of strings.
+    {"{{ 3|round }}|{{ 2.5|round }}|{{ 3.5|round }}|{{ -2.5|round }}|{{ 2.675|round(2) }}|{{ 3|round(1) }}|"
+     "{{ 2.5|round(0, 'floor') }}|{{ 3|round(0, 'ceil') }}",
+     "3|2.0|4.0|-2.0|2.67|3|2.0|3.0"},
+    {"{{ '  a b c  '.rsplit(none, 1) }}|{{ ' a  b '.rsplit(none, 0) }}|{{ 'a b'.rsplit(none, 5) }}",
+     "['  a b', 'c']|[' a  b']|['a', 'b']"},
+    {"{{ '0x1A'|int }}|{{ '1_000'|int }}|{{ ' 12 '|int }}|{{ '0x1A'|float }}|{{ '1_0.5'|float }}|{{ '1e3'|int }}",
+     "0|1000|12|0.0|10.5|1000"},
+    {"{{ [1]|batch(3, 0)|list }}", "[[1, 0, 0]]"},
+    {"{% set l = [1] %}{{ l is sameas l }}|{{ [1] is sameas [1] }}|{{ none is sameas none }}", "True|False|True"},
+    {"{{ ' a '.split(none, 1) }}|{{ ' a '.rsplit(none, 0) }}|{{ ' a b '.split(none, 1) }}|"
+     "{{ ' a b '.rsplit(none, 1) }}|{{ '   '.rsplit(none, 0) }}",
+     "['a']|[' a']|['a', 'b ']|[' a', 'b']|[]"},
+    {"{{ '1__0'|int }}|{{ '_1'|int }}|{{ '1_'|int }}|{{ '-Inf'|float }}|{{ 'nan'|float }}|{{ '.5'|float }}|"
+     "{{ '5.'|float }}|{{ '1e'|float }}|{{ '+1_0e1_0'|float }}|{{ '1_.5'|float }}",
+     "0|0|0|-inf|nan|0.5|5.0|0.0|100000000000.0|0.0"},
+    {"{{ 1250|round(-2) }}|{{ 1350|round(-2) }}|{{ -1250|round(-2) }}|{{ 1251|round(-2) }}|{{ true|round }}|"
+     "{{ 0.125|round(2) }}|{{ 1e-130|round(140) }}",
+     "1200|1400|-1200|1300|1|0.12|1e-130"},
     // Python's whitespace beyond ASCII (trim, strip, split, isspace, int / float, `-` control).
     {"[{{ '\u3000a\u00a0'|trim }}]|{{ '\u3000a b\u2028'.strip() }}|{{ 'a\u3000b\u00a0c\u0085d'.split()|"
      "join(',') }}|{{ '\u00a0\u2000\u205f'.isspace() }}|{{ 'x\u00a0'.isspace() }}",
@@ -259,6 +278,73 @@ TEST(Jinja, HostileTemplatesHitLimits) {
   std::string chain = "{{ 1";
   for (int i = 0; i < 100000; ++i) chain += " + 1";
   EXPECT_FALSE(Template::parse(chain + " }}").ok());
+}
+
+// Built-ins and operators that used to escape the limits (session 45's review): each took
+// gigabytes or minutes under the default Limits before any check. Now each ends with a limit's
+// error, named in `want`.
+TEST(Jinja, HostileBuiltinsHitDefaultLimits) {
+  const std::string big = "{% set s = 'x' * 8000000 %}";
+  const struct {
+    std::string source;
+    const char* want;
+  } cases[] = {
+      {"{{ [1]|batch(1000000000, 0)|length }}", "memory limit"},
+      {"{{ 'a'|indent(1000000000000) }}", "output limit"},
+      {"{{ [[1]]|tojson(indent=1000000000000) }}", "output limit"},
+      {"{{ ('a\n' * 1000000)|indent(4000000)|length }}", "output limit"},
+      {"{{ ([[1]] * 200000)|tojson(indent=40)|length }}", "limit"},
+      {big + "{{ s|list|length }}", "memory limit"},
+      {big + "{{ (s * 1)|reverse|length }}", "memory limit"},
+      {big + "{% set l = [s] * 100000 %}{{ l|string|length }}", "output limit"},
+      {"{{ ('\n' * 8000000).splitlines()|length }}", "memory limit"},
+      {"{{ ('a ' * 4000000).split()|length }}", "memory limit"},
+      // Copies: each within the string limit, together far past the memory limit.
+      {big + "{% set ns = namespace(l=[]) %}{% for i in range(10000) %}"
+             "{% set ns.l = ns.l + [s ~ i] %}{% endfor %}",
+       "memory limit"},
+      {big + "{% for i in range(100000) %}{% set t = (s ~ '{}').format(i) %}{% endfor %}", "limit"},
+      {big + "{% for i in range(100000) %}{% set t = s.upper() %}{% endfor %}", "limit"},
+      // Scans that allocate nothing: indexing, search and comparison of long strings, long lists.
+      {"{% set s = '\u00e9' * 4000000 %}{% for i in range(100000) %}{% set c = s[-1] %}{% endfor %}",
+       "limit"},
+      {big + "{% for i in range(100000) %}{% set n = s.count('y') %}{% endfor %}", "limit"},
+      {big + "{% set t = 'x' * 8000000 %}{% for i in range(100000) %}{% if s == t %}{% endif %}"
+             "{% endfor %}",
+       "limit"},
+      {big + "{% for i in range(100000) %}{% if 'y' in s %}{% endif %}{% endfor %}", "limit"},
+      {"{% set l = [0] * 262144 %}{% for i in range(100000) %}{% set n = l.count(1) %}{% endfor %}",
+       "limit"},
+      {"{% set l = [0] * 262144 %}{% for i in range(100000) %}{% if 1 is in l %}{% endif %}"
+       "{% endfor %}",
+       "limit"},
+      {"{% set ns = namespace(d={}) %}{% for i in range(100000) %}{% set ns.d = dict(ns.d, {i: i}) %}"
+       "{% endfor %}",
+       "limit"},
+  };
+  for (const auto& c : cases) {
+    auto out = render(c.source, context());
+    ASSERT_FALSE(out.ok()) << c.source;
+    EXPECT_NE(out.status().message().find(c.want), std::string::npos)
+        << c.source << ": " << out.status().message();
+  }
+}
+
+// The limits leave room for long conversations: a 3 MB message (twice) through a ChatML-like template
+// that trims it and builds the prompt by concatenation renders whole.
+TEST(Jinja, LongContentStaysWithinLimits) {
+  Value m = Value::dict();
+  m.set("role", str("user", true));
+  m.set("content", Value::string(" " + std::string(3 << 20, 'w') + " ", true));
+  Value ctx = Value::dict();
+  ctx.set("messages", Value::list({m, m}));
+  auto out = render(
+      "{% set ns = namespace(p='') %}{% for m in messages %}"
+      "{% set ns.p = ns.p + '<|im_start|>' + m.role + '\n' + m.content|trim + '<|im_end|>' %}"
+      "{% endfor %}{{ ns.p[:3] }}{{ ns.p|length }}",
+      ctx);
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  EXPECT_EQ(out->str(), "<|i" + std::to_string(2 * ((3 << 20) + 27)));
 }
 
 // A value nested 200,000 deep is freed without recursion, and comparing two of them is an error,
