@@ -346,6 +346,7 @@ Text format(const Text& t, const Args& args) {
   const std::string& s = t.str();
   Text out;
   size_t auto_index = 0;
+  bool manual = false;  // a {0}-style field seen: Python then refuses {}
   for (size_t i = 0; i < s.size();) {
     const char c = s[i];
     if ((c == '{' || c == '}') && i + 1 < s.size() && s[i + 1] == c) {
@@ -366,6 +367,10 @@ Text format(const Text& t, const Args& args) {
     if (field.find_first_of(":!.[") != std::string::npos)
       fail("unsupported format field '{" + field + "}'");
     Value v;
+    const bool numbered = !field.empty() && std::isdigit(static_cast<unsigned char>(field[0]));
+    if (field.empty() ? manual : numbered && auto_index > 0)
+      fail("cannot switch between automatic and manual field numbering");
+    manual = manual || numbered;
     if (field.empty()) {
       v = auto_index < args.pos.size() ? args.pos[auto_index] : Value();
       ++auto_index;

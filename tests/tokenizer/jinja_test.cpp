@@ -186,6 +186,8 @@ const Case kErrors[] = {
      "Object of type Undefined is not JSON serializable"},
     {"{% for i in n %}{% endfor %}", "'NoneType' object is not iterable"},
     {"{{ x.append(4) }}", "access to attribute 'append' of 'list' object is unsafe."},
+    {"{{ '{}{1}'.format(1, 2) }}", "cannot switch"},
+    {"{{ '{1}{}'.format(1, 2) }}", "cannot switch"},
     {"{{ range(1000000)|length }}",
      "Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000)."},
 };
