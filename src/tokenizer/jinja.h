@@ -13,8 +13,9 @@
 // as content (message text) or from the template; filters, methods, slicing and concatenation
 // keep the mark on the characters they keep, so the rendered prompt can be tokenized with control
 // tokens recognised only in the template's own text.
-// Limits (Limits) bound output size, evaluation steps and call depth, so hostile templates end
-// with an error instead of hanging or exhausting memory. Deviations from jinja2 are listed in
+// Limits (Limits) bound output size, evaluation steps, live memory, time and call depth, so
+// hostile templates (chat templates come with model files) end with an error instead of hanging
+// or exhausting memory. Deviations from jinja2 are listed in
 // docs/design/tokenizer.md.
 #pragma once
 
@@ -30,6 +31,24 @@
 
 namespace tessera::jinja {
 
+// Bytes a value's storage has charged to the render that made it: given back when the storage
+// goes, so Limits::max_bytes bounds the bytes alive at once. Outside a render nothing is charged.
+class LiveBytes {
+ public:
+  LiveBytes() = default;
+  LiveBytes(const LiveBytes&) = delete;
+  LiveBytes& operator=(const LiveBytes&) = delete;
+  LiveBytes(LiveBytes&& other) noexcept;             // takes other's charge
+  LiveBytes& operator=(LiveBytes&& other) noexcept;  // gives back its own, takes other's
+  ~LiveBytes() { release(); }
+  void add(size_t n);  // charges the render running on this thread (an error past its limit)
+  void release();      // gives the charge back, if its render is still the one running
+
+ private:
+  size_t bytes_ = 0;
+  uint64_t render_ = 0;  // the charged render's id (Meter), 0: none
+};
+
 // UTF-8 text with a per-byte provenance mark (content or template).
 class Text {
  public:
@@ -40,6 +59,7 @@ class Text {
   Text& operator=(const Text& other);
   Text(Text&&) noexcept = default;
   Text& operator=(Text&&) noexcept = default;
+  ~Text() = default;
   const std::string& str() const { return s_; }
   size_t size() const { return s_.size(); }
   bool empty() const { return s_.empty(); }
@@ -52,8 +72,12 @@ class Text {
   std::vector<std::pair<std::string, bool>> runs() const;
 
  private:
+  // Checks the one-string limit for `size` bytes and charges `added` (before they are allocated).
+  void grow(size_t size, size_t added);
+
   std::string s_;
   std::string mask_;  // empty: all template; else one byte per byte of s_, nonzero = content
+  LiveBytes live_;
 };
 
 class Value;
@@ -99,6 +123,9 @@ class Value {
   std::vector<Value>& items() const;          // kList
   DictData& entries() const;                  // kDict
   const std::shared_ptr<Callable>& fn() const { return fn_; }
+  // A string no other value shares (a temporary result): its text, which `+` / `~` may then
+  // extend in place instead of copying (CPython's trick for s = s + t); else null.
+  Text* sole_text();
 
   // dict: key -> value (insertion order kept); lookup of a missing key gives undefined.
   void set(const Value& key, Value v) const;
@@ -114,7 +141,8 @@ class Value {
   bool b_ = false;
   int64_t i_ = 0;
   double d_ = 0;
-  std::shared_ptr<const Text> str_;  // kStr; kUndefined: the name (template-only)
+  std::shared_ptr<Text> str_;  // kStr; kUndefined: the name (template-only). Never changed once
+                               // shared: only sole_text() hands out a mutable one
   std::shared_ptr<ListData> list_;
   std::shared_ptr<DictData> dict_;
   std::shared_ptr<Callable> fn_;
@@ -128,24 +156,27 @@ void release_values(std::vector<Value> work);
 struct ListData {
   std::vector<Value> items;
   bool tuple = false;
+  LiveBytes live;  // the items' bytes, charged when the list is made
   ~ListData();
 };
 
 struct DictData {
   std::vector<std::pair<Value, Value>> items;  // insertion order, as Python dicts
   bool is_namespace = false;
+  LiveBytes live;  // the entries' bytes, charged as they are added
   int find(const Value& key) const;  // index or -1
   ~DictData();
 };
 
-// Bounds on one render. Every string a render makes (copies and built-ins' results included)
-// and every list item counts against max_bytes, so peak memory stays below it; max_seconds is a
-// backstop for work the steps do not count item by item (scans of long strings).
+// Bounds on one render. The strings, list items and dict entries a render has made and still
+// holds count against max_bytes (a temporary table is checked against what is left);
+// max_seconds is a backstop for work the steps do not count (docs/design/tokenizer.md).
 struct Limits {
   size_t max_output = size_t{8} << 20;   // bytes rendered, and bytes of any one string value
-  uint64_t max_steps = 5'000'000;        // expression evaluations + loop iterations
+  uint64_t max_steps = 5'000'000;        // expression evaluations + loop iterations; copies and
+                                         // scans of long strings and lists by size
   int max_depth = 64;                    // nested macro calls and nested statements
-  size_t max_bytes = size_t{256} << 20;  // bytes of strings and list items made in all
+  size_t max_bytes = size_t{256} << 20;  // bytes of values alive at once
   double max_seconds = 2.0;              // wall time of one render
 };
 

@@ -2,6 +2,7 @@
 // with jinja2's (filters, tests) and Python's (methods) behaviour. Text keeps its provenance
 // marks through every filter and method that keeps characters.
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -22,6 +23,7 @@ namespace {
 // Value of a dotted attribute path ("function.name", "0") of an item, as jinja2's
 // make_attrgetter: dict keys, then integer indexes.
 Value attr_path(const Value& item, const std::string& path) {
+  charge_steps(1 + path.size());  // a step a part at most (".........")
   Value v = item;
   size_t start = 0;
   while (start <= path.size()) {
@@ -45,7 +47,7 @@ Value attr_path(const Value& item, const std::string& path) {
 // n spaces (an indent width), held to the string limit before anything is allocated.
 std::string spaces(int64_t n) {
   const size_t k = static_cast<size_t>(std::max<int64_t>(0, n));
-  charge_string(k, k);
+  check_string(k);
   return std::string(k, ' ');
 }
 
@@ -382,23 +384,57 @@ Value f_center(Env& env, const Value& v, Args& a) {
   out.append(std::string(pad - left, ' '));
   return Value::text(std::move(out));
 }
+// Python's round(d, prec) of a float: half to even on d's exact value, through the correctly
+// rounded decimal conversion of std::to_chars (fixed digits for prec >= 0, significant digits
+// below), and not multiplication by an inexact 10^prec.
+double round_float(double d, int64_t prec) {
+  if (!std::isfinite(d) || d == 0 || prec > 340) return d;  // past any double's last digit
+  char buf[800];
+  if (prec >= 0) {
+    const auto r = std::to_chars(buf, buf + sizeof buf, d, std::chars_format::fixed, static_cast<int>(prec));
+    double x = 0;
+    std::from_chars(buf, r.ptr, x);
+    return x;
+  }
+  const auto r = std::to_chars(buf, buf + sizeof buf, d, std::chars_format::scientific);
+  const char* e = std::find(buf, r.ptr, 'e') + 1;  // "d.ddde+XX": floor(log10 |d|), unterminated
+  int64_t exp10 = 0;
+  std::from_chars(e + (*e == '+' ? 1 : 0), r.ptr, exp10);
+  const int64_t keep = exp10 + 1 + prec;  // significant digits left of the rounding place
+  if (keep >= 1) {
+    const auto k = std::to_chars(buf, buf + sizeof buf, d, std::chars_format::scientific, static_cast<int>(keep - 1));
+    double x = 0;
+    std::from_chars(buf, k.ptr, x);
+    return x;
+  }
+  // Every digit rounds away: 0, or one unit of 10^-prec where |d| is above half of it (keep == 0).
+  if (keep < 0 || prec < -308) return std::copysign(0.0, d);
+  const double unit = std::pow(10.0, static_cast<double>(-prec));
+  return std::fabs(d) > unit / 2 ? std::copysign(unit, d) : std::copysign(0.0, d);
+}
+
 Value f_round(Env&, const Value& v, Args& a) {
   const int64_t prec = need_int(a.get(0, "precision", Value::integer(0)), "round");
   const std::string method = to_text(a.get(1, "method", Value::string("common"))).str();
+  if (method != "common" && method != "ceil" && method != "floor")
+    fail("method must be common, ceil or floor");
   if (!v.is_number()) fail("round expects a number");
-  const double scale = std::pow(10.0, static_cast<double>(std::clamp<int64_t>(prec, -300, 300)));
-  if (method == "ceil" || method == "floor") {  // jinja2: func(value * 10 ** p) / 10 ** p
+  if (method != "common") {  // jinja2: func(value * 10 ** p) / 10 ** p, an int over a float
+    const double scale = std::pow(10.0, static_cast<double>(std::clamp<int64_t>(prec, -330, 330)));
     const double x = v.as_double() * scale;
-    return Value::number((method == "ceil" ? std::ceil(x) : std::floor(x)) / scale);
+    return Value::number((method == "ceil" ? std::ceil(x) : std::floor(x)) / scale + 0.0);  // + 0: no -0
   }
-  // Python's round(): an int stays an int (rounded half to even to 10^-p where p < 0); a float
-  // is rounded half to even on its exact value, as printf's correctly rounded %.*f does.
+  // Python's round() of an int stays an int, rounded half to even to 10^-prec where prec < 0.
   if (v.kind() != Kind::kFloat) {
-    if (prec >= 0) return Value::integer(v.as_int());
-    if (prec < -18) return Value::integer(0);
+    const int64_t x = v.as_int();
+    if (prec >= 0) return Value::integer(x);
+    if (prec < -18) {  // 10^19 and beyond: 0, or out of int64 where |x| rounds up to it
+      if (x > 5'000'000'000'000'000'000 || x < -5'000'000'000'000'000'000) fail("integer overflow");
+      return Value::integer(0);
+    }
     int64_t unit = 1;
     for (int64_t i = 0; i < -prec; ++i) unit *= 10;
-    const int64_t x = v.as_int(), q = x / unit, r = x % unit;  // q * unit + r == x, |r| < unit
+    const int64_t q = x / unit, r = x % unit;  // q * unit + r == x, |r| < unit
     int64_t n = q;
     const int64_t twice = 2 * (r < 0 ? -r : r);  // no overflow: |r| < 10^18
     if (twice > unit || (twice == unit && q % 2 != 0)) n += r < 0 ? -1 : 1;
@@ -406,15 +442,7 @@ Value f_round(Env&, const Value& v, Args& a) {
     if (__builtin_mul_overflow(n, unit, &y)) fail("integer overflow");
     return Value::integer(y);
   }
-  const double d = v.as_double();
-  if (!std::isfinite(d)) return Value::number(d);
-  if (prec > 340) return Value::number(d);  // past every double's last significant digit
-  if (prec >= 0) {
-    char buf[720];  // 309 integer digits, the point, 340 decimals
-    std::snprintf(buf, sizeof buf, "%.*f", static_cast<int>(prec), d);
-    return Value::number(std::strtod(buf, nullptr));
-  }
-  return Value::number(std::nearbyint(d * scale) / scale);
+  return Value::number(round_float(v.as_double(), prec));
 }
 Value f_attr(Env&, const Value& v, Args& a) {
   const std::string name = to_text(a.get(0, "name")).str();
@@ -433,7 +461,7 @@ Value f_batch(Env&, const Value& v, Args& a) {
   }
   if (!cur.empty()) {
     if (!fill.is_none()) {
-      charge_bytes(static_cast<size_t>(n) > kMaxItems ? SIZE_MAX : static_cast<size_t>(n) * sizeof(Value));
+      check_bytes(static_cast<size_t>(n) > kMaxItems ? SIZE_MAX : static_cast<size_t>(n) * sizeof(Value));
       while (static_cast<int64_t>(cur.size()) < n) cur.push_back(fill);
     }
     out.push_back(Value::list(std::move(cur)));
@@ -537,7 +565,9 @@ bool run_test(Env& env, std::string_view n, const Value& v, Args& a) {
   }
   if (n == "in") {
     const Value seq = a.get(0, "seq");
-    charge_steps(seq.is_str() ? scan_steps(seq.as_str().size()) : seq.is_list() ? seq.items().size() : 0);
+    charge_steps(seq.is_str()    ? search_steps(seq.as_str().size(), v.is_str() ? v.as_str().size() : 0)
+                 : seq.is_list() ? seq.items().size()
+                                 : 0);
     if (seq.is_str()) return v.is_str() && seq.as_str().find(v.as_str()) != std::string::npos;
     for (const Value& x : iterate(seq))
       if (equals(x, v)) return true;
@@ -611,6 +641,7 @@ Value str_method(Env& env, const Value& self, const std::string& m, Args& a) {
   }
   if (m == "find" || m == "rfind" || m == "index" || m == "rindex" || m == "count") {
     const std::string& x = need_str(a.get(0, "sub"), m).str();
+    env.step(search_steps(s.size(), x.size()));
     if (m == "count") {
       if (x.empty()) return Value::integer(static_cast<int64_t>(code_point_count(s)) + 1);
       int64_t n = 0;
@@ -665,6 +696,7 @@ Value dict_method(const Value& self, const std::string& m, Args& a) {
   }
   if (m == "copy") {
     Value d = Value::dict();
+    d.entries().live.add(self.entries().items.size() * sizeof(self.entries().items[0]));
     d.entries().items = self.entries().items;
     return d;
   }

@@ -67,10 +67,10 @@ class Renderer final : public Env {
   };
 
   void emit(const Text& t) {
-    out_->append(t);
-    if (out_->size() > limits_.max_output)
+    if (out_->size() + t.size() > limits_.max_output)  // before Text's own (generic) string limit
       fail("rendered template exceeds the output limit (" + std::to_string(limits_.max_output) +
            " bytes)");
+    out_->append(t);
   }
 
   Value lookup(const std::string& name) const {
@@ -335,13 +335,11 @@ class Renderer final : public Env {
         const int64_t j = k < 0 ? k + n : k;
         if (j >= 0 && j < n) return obj.items()[j];
       } else {
-        const std::string& s = obj.as_str();
-        const int64_t n = static_cast<int64_t>(code_point_count(s));
-        const int64_t j = k < 0 ? k + n : k;
-        if (j >= 0 && j < n) {
-          const size_t b = code_point_pos(s, static_cast<size_t>(j));
-          return Value::text(obj.as_text().substr(b, code_point_pos(std::string_view(s).substr(b), 1)));
-        }
+        // Walked from the nearer end: s[0] and s[-1] cost a code point, not the string.
+        const std::string_view s = obj.as_str();
+        const size_t b = k >= 0 ? code_point_pos(s, static_cast<size_t>(k))
+                                : code_point_pos_back(s, static_cast<size_t>(-(k + 1)) + 1);
+        if (b < s.size()) return Value::text(obj.as_text().substr(b, code_point_pos(s.substr(b), 1)));
       }
     }
     if (key.is_str() && !obj.is_namespace()) {
@@ -395,7 +393,7 @@ class Renderer final : public Env {
     }
     step(count);
     if (obj.is_list()) {
-      charge_bytes(count * sizeof(Value));
+      check_bytes(count > kMaxItems ? SIZE_MAX : count * sizeof(Value));
       std::vector<Value> out;
       out.reserve(count);
       for (size_t i = 0; i < count; ++i) out.push_back(obj.items()[index(i)]);
@@ -410,8 +408,13 @@ class Renderer final : public Env {
     return Value::text(std::move(out));
   }
 
-  Value binary(const std::string& op, const Value& a, const Value& b) {
+  // a: by value, so a temporary string (the left of a chain s + t + u) is extended in place.
+  Value binary(const std::string& op, Value a, const Value& b) {
     if (op == "~") {
+      if (Text* t = a.sole_text()) {
+        t->append(b.is_str() ? b.as_text() : to_text(b));
+        return a;
+      }
       Text t = to_text(a);
       const Text u = to_text(b);
       if (t.size() + u.size() > limits_.max_output) fail("string exceeds the output limit");
@@ -436,6 +439,10 @@ class Renderer final : public Env {
       if (a.is_str() && b.is_str()) {
         if (a.as_text().size() + b.as_text().size() > limits_.max_output)
           fail("string exceeds the output limit");
+        if (Text* t = a.sole_text()) {
+          t->append(b.as_text());
+          return a;
+        }
         Text t = a.as_text();
         t.append(b.as_text());
         return Value::text(std::move(t));
@@ -527,7 +534,7 @@ class Renderer final : public Env {
       case Kind::kStr:
         if (!item.is_str())
           fail("'in <string>' requires string as left operand, not " + type_name(item));
-        step(scan_steps(container.as_str().size()));
+        step(search_steps(container.as_str().size(), item.as_str().size()));
         return container.as_str().find(item.as_str()) != std::string::npos;
       case Kind::kList:
         step(container.items().size());
@@ -602,8 +609,8 @@ class Renderer final : public Env {
         return Value::integer(-v.as_int());
       }
       case NodeKind::kBinary: {
-        const Value a = eval(*n.a);
-        return binary(n.name, a, eval(*n.b));
+        Value a = eval(*n.a);
+        return binary(n.name, std::move(a), eval(*n.b));
       }
       case NodeKind::kAnd: {
         Value a = eval(*n.a);

@@ -62,7 +62,6 @@ void add_globals(Value& g) {
           for (const Value& p : a.pos) {
             if (!p.is_dict()) fail("dict() expects a mapping");
             env.step(p.entries().items.size());
-            charge_bytes(p.entries().items.size() * 2 * sizeof(Value));
             for (const auto& [k, v] : p.entries().items) d.set(k, v);
           }
           for (const auto& [k, v] : a.kw) d.set(k, v);

@@ -3,6 +3,7 @@
 // filters, tests and methods (jinja_builtins.cpp, jinja_value.cpp).
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -74,16 +75,20 @@ struct RenderError {
 
 [[noreturn]] void fail(std::string message);
 
-// What the render running on this thread has spent (steps, bytes, time) against its Limits. It
-// is charged where values grow (every Text's bytes, list items) and where one call scans a
-// whole value, so no built-in can build gigabytes or run for minutes before a limit sees it:
-// the charge comes before the allocation wherever the size is known first. Template::render
-// installs one for the render (Meter::Scope); outside a render nothing is charged.
+// What the render running on this thread spends (steps, live bytes, time) against its Limits.
+// Values charge it where they grow: every Text's bytes, list items and dict entries are charged
+// before they are allocated (LiveBytes, given back when they go), temporary tables are checked
+// against what is left, and scans and copies of long strings or lists charge steps by size, so no
+// built-in can hold gigabytes or run for minutes unseen. Template::render installs one for the
+// render (Meter::Scope); outside a render nothing is charged.
 class Meter {
  public:
   explicit Meter(const Limits& limits);
-  void steps(uint64_t n);  // RenderError past max_steps, or past max_seconds (checked every ~4096)
-  void bytes(size_t n);    // RenderError past max_bytes
+  void steps(uint64_t n);   // RenderError past max_steps, or past max_seconds
+  void bytes(size_t n);     // charges n live bytes: RenderError past max_bytes
+  void release(size_t n);   // gives n live bytes back
+  void check(size_t n);     // RenderError unless n more bytes would fit (a temporary)
+  uint64_t id() const { return id_; }
   const Limits& limits() const { return limits_; }
 
   // The current render's meter, or null.
@@ -100,20 +105,29 @@ class Meter {
   };
 
  private:
+  void tick(uint64_t n);  // every call, n steps' worth: looks at the clock now and then
+
   const Limits& limits_;
+  uint64_t id_;  // unique per render on this thread: what LiveBytes knows its render by
   uint64_t steps_ = 0;
-  size_t bytes_ = 0;
-  int64_t until_clock_ = 0;  // steps left before the next look at the clock
-  double deadline_ = 0;      // steady-clock seconds
+  size_t live_ = 0;
+  int64_t ticks_ = 0;  // left before the next look at the clock
+  double deadline_ = 0;  // steady-clock seconds
 };
 
-// Charges the current render, if any: n steps; n bytes; a string growing to `size` bytes by
-// `added` (RenderError past max_output for one string, or past max_bytes).
+// The current render, if any: n steps; a check that n more bytes would fit (a temporary table);
+// a check that one string of `size` bytes is within the string limit.
 void charge_steps(uint64_t n);
-void charge_bytes(size_t n);
-void charge_string(size_t size, size_t added);
-// Steps for scanning n bytes (a string search, comparison or copy that allocates nothing).
+void check_bytes(size_t n);
+void check_string(size_t size);
+// Steps for n bytes scanned byte by byte, or copied; a product saturates.
 inline uint64_t scan_steps(size_t n) { return n / 64; }
+inline uint64_t copy_steps(size_t n) { return n / 128; }
+// Steps for a substring search (std::string::find is O(hay x needle) at worst).
+inline uint64_t search_steps(size_t hay, size_t needle) {
+  const size_t m = needle == 0 ? 1 : needle;
+  return hay > SIZE_MAX / m ? UINT64_MAX : scan_steps(hay * m);
+}
 
 // Tokens (jinja_lexer.cpp): template text, tag delimiters and the tokens inside tags.
 enum class Tok {
@@ -194,6 +208,8 @@ int compare(const Value& a, const Value& b);  // <0, 0, >0; RenderError where Py
 std::vector<size_t> code_point_offsets(const std::string& s);
 size_t code_point_count(std::string_view s);
 size_t code_point_pos(std::string_view s, size_t k);  // byte offset of code point k, or s.size()
+// Byte offset of the k-th code point from the end (k >= 1), or npos; walks only those.
+size_t code_point_pos_back(std::string_view s, size_t k);
 
 // Python str operations on marked text (jinja_text.cpp).
 bool is_intlike_value(const Value& v);                        // int or bool

@@ -2,6 +2,7 @@
 // strip, case mapping, replace, split, splitlines, format. Every kept character keeps its mark.
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
 
@@ -52,7 +53,6 @@ size_t space_before(std::string_view s, size_t e) {
   return 0;
 }
 
-// Python's int(str) for a jinja2 int filter: optional sign, digits, underscores, whitespace.
 namespace {
 
 // Python's digit groups: decimal digits with single underscores between them ("1_000"), from
@@ -72,36 +72,73 @@ size_t digit_run(std::string_view s, size_t i, std::string& d) {
   return i;
 }
 
+// The whitespace int() and float() strip: Python's, less U+001C-001F (which they refuse).
+std::string_view number_strip(std::string_view s) {
+  auto unit_sep = [&](size_t i) {
+    return static_cast<unsigned char>(s[i]) >= 0x1c && static_cast<unsigned char>(s[i]) <= 0x1f;
+  };
+  size_t b = 0, e = s.size();
+  for (size_t n; b < e && !unit_sep(b) && (n = space_at(s, b)) != 0;) b += n;
+  for (size_t n; e > b && !unit_sep(e - 1) && (n = space_before(s, e)) != 0;) e -= n;
+  return s.substr(b, e - b);
+}
+
+// The decimal exponent of a nonzero literal built by parse_float ([sign] digits [. digits]
+// [e [sign] digits]), i.e. floor(log10 |x|), saturated: tells an overflow from an underflow.
+int64_t decimal_exponent(std::string_view d) {
+  size_t i = d[0] == '+' || d[0] == '-' ? 1 : 0;
+  const size_t e_at = std::min(d.find('e'), d.size());
+  int64_t exp = 0;
+  if (e_at < d.size()) {
+    std::string_view x = d.substr(e_at + 1);
+    const bool neg = !x.empty() && x[0] == '-';
+    if (!x.empty() && (x[0] == '-' || x[0] == '+')) x.remove_prefix(1);
+    for (char c : x) exp = std::min<int64_t>(exp * 10 + (c - '0'), int64_t{1} << 40);
+    if (neg) exp = -exp;
+  }
+  const std::string_view m = d.substr(i, e_at - i);
+  const size_t point = std::min(m.find('.'), m.size());
+  const size_t lead = m.find_first_not_of("0.");
+  if (lead == std::string_view::npos) return INT64_MIN;  // zero
+  return lead < point ? exp + static_cast<int64_t>(point - lead) - 1 : exp - static_cast<int64_t>(lead - point);
+}
+
 }  // namespace
 
+// Python's int(str) for a jinja2 int filter: optional sign, digit groups, whitespace.
 bool parse_int(const std::string& s, int64_t* out) {
-  const std::string_view v = py_strip(s);
+  charge_steps(scan_steps(s.size()));
+  const std::string_view v = number_strip(s);
   std::string d;
   size_t i = 0;
   if (i < v.size() && (v[i] == '+' || v[i] == '-')) d.push_back(v[i++]);
   const size_t e = digit_run(v, i, d);
   if (e == i || e != v.size()) return false;
-  char* end = nullptr;
-  errno = 0;
-  const long long x = std::strtoll(d.c_str(), &end, 10);
-  if (errno || *end) return false;
+  int64_t x = 0;
+  const char* first = d.data() + (d[0] == '+' ? 1 : 0);
+  const auto [end, ec] = std::from_chars(first, d.data() + d.size(), x);
+  if (ec == std::errc::result_out_of_range) fail("integer overflow");  // Python's ints are unbounded
+  if (ec != std::errc() || end != d.data() + d.size()) return false;
   *out = x;
   return true;
 }
 
 // Python's float(str): a decimal literal (digit groups, '.', exponent) or inf / infinity / nan
-// in any case, with a sign; not C's hex floats or nan(...).
+// in any case, with a sign; not C's hex floats or nan(...). Parsed without the C locale's help.
 bool parse_float(const std::string& s, double* out) {
-  const std::string_view v = py_strip(s);
+  charge_steps(scan_steps(s.size()));
+  const std::string_view v = number_strip(s);
   std::string d;
   size_t i = 0;
   if (i < v.size() && (v[i] == '+' || v[i] == '-')) d.push_back(v[i++]);
-  std::string word(v.substr(i));
-  for (char& c : word) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  if (word == "inf" || word == "infinity" || word == "nan") {
-    const double x = word == "nan" ? std::nan("") : HUGE_VAL;
-    *out = d == "-" ? -x : x;
-    return true;
+  if (v.size() - i <= 8) {
+    std::string word(v.substr(i));
+    for (char& c : word) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (word == "inf" || word == "infinity" || word == "nan") {
+      const double x = word == "nan" ? std::nan("") : HUGE_VAL;
+      *out = d == "-" ? -x : x;
+      return true;
+    }
   }
   const size_t int_end = digit_run(v, i, d);
   size_t j = int_end;
@@ -122,7 +159,12 @@ bool parse_float(const std::string& s, double* out) {
     j = exp_end;
   }
   if (j != v.size()) return false;
-  *out = std::strtod(d.c_str(), nullptr);
+  const char* first = d.data() + (d[0] == '+' ? 1 : 0);
+  const auto [end, ec] = std::from_chars(first, d.data() + d.size(), *out);
+  if (ec == std::errc::result_out_of_range) {  // as Python: overflow gives inf, underflow 0
+    const bool negative = d[0] == '-';
+    *out = std::copysign(decimal_exponent(d) > 0 ? HUGE_VAL : 0.0, negative ? -1.0 : 1.0);
+  }
   return true;
 }
 
@@ -137,35 +179,69 @@ int64_t need_int(const Value& v, std::string_view what) {
   return v.as_int();
 }
 
-// Python's str.strip / lstrip / rstrip: whitespace, or any code point of `chars`.
+namespace {
+// The UTF-8 length of the code point starting at s[i] (1 for a stray continuation byte).
+size_t code_point_len(std::string_view s, size_t i) {
+  size_t n = 1;
+  while (i + n < s.size() && (static_cast<unsigned char>(s[i + n]) & 0xC0) == 0x80) ++n;
+  return n;
+}
+// ... and ending at s[e - 1].
+size_t code_point_len_before(std::string_view s, size_t e) {
+  size_t n = 1;
+  while (n < e && (static_cast<unsigned char>(s[e - n]) & 0xC0) == 0x80) ++n;
+  return n;
+}
+}  // namespace
+
+// Python's str.strip / lstrip / rstrip: whitespace, or any code point of `chars`. Walks in from
+// the ends, so it costs what it strips (plus the set of `chars`), not the whole string.
 Text strip(const Text& t, const Value& chars, bool left, bool right) {
-  const std::string& s = t.str();
-  std::vector<size_t> off = code_point_offsets(s);
-  std::vector<std::string> set;
+  const std::string_view s = t.str();
+  std::vector<std::string_view> set;  // the code points of `chars`, sorted
   if (chars.is_str()) {
-    const std::vector<size_t> co = code_point_offsets(chars.as_str());
-    for (size_t i = 0; i + 1 < co.size(); ++i)
-      set.push_back(chars.as_str().substr(co[i], co[i + 1] - co[i]));
+    const std::string_view c = chars.as_str();
+    charge_steps(scan_steps(c.size()));
+    check_bytes(c.size() * sizeof(std::string_view));
+    for (size_t i = 0; i < c.size();) {
+      const size_t n = code_point_len(c, i);
+      set.push_back(c.substr(i, n));
+      i += n;
+    }
+    std::sort(set.begin(), set.end());
   }
-  auto strippable = [&](size_t k) {  // code point k
-    const std::string_view cp(s.data() + off[k], off[k + 1] - off[k]);
+  auto strippable = [&](std::string_view cp) {
     if (!chars.is_str()) return space_at(cp, 0) == cp.size();
-    return std::find(set.begin(), set.end(), cp) != set.end();
+    return std::binary_search(set.begin(), set.end(), cp);
   };
-  size_t b = 0, e = off.size() - 1;
+  size_t b = 0, e = s.size();
   if (left)
-    while (b < e && strippable(b)) ++b;
+    while (b < e) {
+      const size_t n = code_point_len(s, b);
+      if (!strippable(s.substr(b, n))) break;
+      b += n;
+    }
   if (right)
-    while (e > b && strippable(e - 1)) --e;
-  return t.substr(off[b], off[e] - off[b]);
+    while (e > b) {
+      const size_t n = code_point_len_before(s, e);
+      if (!strippable(s.substr(e - n, n))) break;
+      e -= n;
+    }
+  charge_steps(scan_steps((b + s.size() - e) * (set.empty() ? 1 : 4)));
+  return t.substr(b, e - b);
 }
 
 // Per-byte ASCII case mapping (marks kept): upper, lower, or title-like via `first`.
 Text map_ascii(const Text& t, int (*f)(int)) {
+  const std::string& s = t.str();
   Text out;
-  for (auto& [run, content] : t.runs()) {  // a run at a time: one append each, not one a byte
+  for (size_t a = 0; a < s.size();) {  // a run of equal marks at a time, one append each
+    size_t b = a + 1;
+    while (b < s.size() && t.content_at(b) == t.content_at(a)) ++b;
+    std::string run = s.substr(a, b - a);
     for (char& c : run) c = static_cast<char>(f(static_cast<unsigned char>(c)));
-    out.append(run, content);
+    out.append(run, t.content_at(a));
+    a = b;
   }
   return out;
 }
@@ -218,6 +294,7 @@ Text title_method(const Text& t) {
 
 Text replace(Env& env, const Text& t, const Text& old, const Text& with, int64_t count) {
   const std::string& s = t.str();
+  env.step(search_steps(s.size(), old.size()));  // the finds below, together
   Text out;
   size_t pos = 0;
   int64_t n = 0;
@@ -249,6 +326,9 @@ Text replace(Env& env, const Text& t, const Text& old, const Text& with, int64_t
 Value split(const Text& t, const Value& sep, int64_t maxsplit, bool from_right) {
   const std::string& s = t.str();
   std::vector<Value> parts;
+  // The spans and their parts (a Value, a Text and its shared block each), held while built.
+  LiveBytes scratch;
+  constexpr size_t kPerPart = sizeof(std::pair<size_t, size_t>) + sizeof(Value) + sizeof(Text) + 32;
   if (sep.is_none() || sep.is_undefined()) {
     std::vector<std::pair<size_t, size_t>> words;
     size_t i = 0;
@@ -257,7 +337,7 @@ Value split(const Text& t, const Value& sep, int64_t maxsplit, bool from_right) 
       if (i >= s.size()) break;
       size_t j = i;
       while (j < s.size() && !space_at(s, j)) ++j;
-      charge_bytes(sizeof(std::pair<size_t, size_t>) + sizeof(Value));
+      scratch.add(kPerPart);
       words.emplace_back(i, j);
       i = j;
     }
@@ -280,13 +360,14 @@ Value split(const Text& t, const Value& sep, int64_t maxsplit, bool from_right) 
   }
   const Text& sp = need_str(sep, "split");
   if (sp.empty()) fail("empty separator");
+  charge_steps(search_steps(s.size(), sp.size()));  // the finds below, together
   std::vector<std::pair<size_t, size_t>> spans;
   if (!from_right) {
     size_t pos = 0;
     while (maxsplit < 0 || static_cast<int64_t>(spans.size()) < maxsplit) {
       const size_t f = s.find(sp.str(), pos);
       if (f == std::string::npos) break;
-      charge_bytes(sizeof(std::pair<size_t, size_t>) + sizeof(Value));
+      scratch.add(kPerPart);
       spans.emplace_back(pos, f);
       pos = f + sp.size();
     }
@@ -298,7 +379,7 @@ Value split(const Text& t, const Value& sep, int64_t maxsplit, bool from_right) 
       if (end < sp.size()) break;
       const size_t f = s.rfind(sp.str(), end - sp.size());
       if (f == std::string::npos) break;
-      charge_bytes(sizeof(std::pair<size_t, size_t>) + sizeof(Value));
+      scratch.add(kPerPart);
       rev.emplace_back(f + sp.size(), end);
       end = f;
     }
@@ -313,26 +394,35 @@ Value split(const Text& t, const Value& sep, int64_t maxsplit, bool from_right) 
 // Python's str.splitlines: \n, \r, \r\n, \v, \f, \x1c-\x1e, U+0085, U+2028, U+2029.
 std::vector<Text> splitlines(const Text& t, bool keepends) {
   const std::string& s = t.str();
+  auto break_at = [&](size_t i) -> size_t {  // the line break's bytes at s[i], 0 if none
+    const unsigned char c = s[i];
+    if (c == '\r' && i + 1 < s.size() && s[i + 1] == '\n') return 2;
+    if (c == '\n' || c == '\r' || c == '\v' || c == '\f' || (c >= 0x1c && c <= 0x1e)) return 1;
+    if (c == 0xC2 && i + 1 < s.size() && static_cast<unsigned char>(s[i + 1]) == 0x85) return 2;
+    if (c == 0xE2 && i + 2 < s.size() && static_cast<unsigned char>(s[i + 1]) == 0x80 &&
+        (static_cast<unsigned char>(s[i + 2]) == 0xA8 || static_cast<unsigned char>(s[i + 2]) == 0xA9))
+      return 3;
+    return 0;
+  };
+  // Counted first: the lines are checked against the memory limit before any is built (8 MB
+  // of newlines would be 8 million of them).
+  charge_steps(scan_steps(s.size()));
+  size_t lines = 0;
+  for (size_t i = 0; i < s.size();) {
+    const size_t brk = break_at(i);
+    lines += brk != 0;
+    i += brk != 0 ? brk : 1;
+  }
+  check_bytes((lines + 1) * (sizeof(Text) + sizeof(Value) + 32));
   std::vector<Text> out;
+  out.reserve(lines + 1);
   size_t start = 0, i = 0;
   while (i < s.size()) {
-    size_t brk = 0;
-    const unsigned char c = s[i];
-    if (c == '\r' && i + 1 < s.size() && s[i + 1] == '\n')
-      brk = 2;
-    else if (c == '\n' || c == '\r' || c == '\v' || c == '\f' || (c >= 0x1c && c <= 0x1e))
-      brk = 1;
-    else if (c == 0xC2 && i + 1 < s.size() && static_cast<unsigned char>(s[i + 1]) == 0x85)
-      brk = 2;
-    else if (c == 0xE2 && i + 2 < s.size() && static_cast<unsigned char>(s[i + 1]) == 0x80 &&
-             (static_cast<unsigned char>(s[i + 2]) == 0xA8 ||
-              static_cast<unsigned char>(s[i + 2]) == 0xA9))
-      brk = 3;
+    const size_t brk = break_at(i);
     if (!brk) {
       ++i;
       continue;
     }
-    charge_bytes(sizeof(Text));
     out.push_back(t.substr(start, (keepends ? i + brk : i) - start));
     i += brk;
     start = i;

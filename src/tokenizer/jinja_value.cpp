@@ -11,22 +11,29 @@ namespace tessera::jinja {
 
 // ---- Text ------------------------------------------------------------------------------------
 
+void Text::grow(size_t size, size_t added) {
+  Meter* m = Meter::current();
+  if (m == nullptr) return;
+  if (size > m->limits().max_output) fail("string exceeds the output limit");
+  live_.add(added);
+  m->steps(copy_steps(added));
+}
+
 Text::Text(std::string s, bool content) : s_(std::move(s)) {
-  charge_string(s_.size(), content ? 2 * s_.size() : s_.size());
+  grow(s_.size(), content ? 2 * s_.size() : s_.size());
   if (content && !s_.empty()) mask_.assign(s_.size(), 1);
 }
 
 Text::Text(const Text& other) {
-  charge_string(other.s_.size(), other.s_.size() + other.mask_.size());
+  grow(other.s_.size(), other.s_.size() + other.mask_.size());
   s_ = other.s_;
   mask_ = other.mask_;
 }
 
 Text& Text::operator=(const Text& other) {
   if (this != &other) {
-    charge_string(other.s_.size(), other.s_.size() + other.mask_.size());
-    s_ = other.s_;
-    mask_ = other.mask_;
+    Text copy(other);  // charged and copied before this one lets go of anything
+    *this = std::move(copy);
   }
   return *this;
 }
@@ -36,7 +43,7 @@ void Text::append(const Text& t) {
     append(t.s_, false);
     return;
   }
-  charge_string(s_.size() + t.s_.size(), (mask_.empty() ? s_.size() : 0) + 2 * t.s_.size());
+  grow(s_.size() + t.s_.size(), (mask_.empty() ? s_.size() : 0) + 2 * t.s_.size());
   if (mask_.empty()) mask_.assign(s_.size(), 0);
   s_ += t.s_;
   mask_ += t.mask_;
@@ -45,7 +52,7 @@ void Text::append(const Text& t) {
 void Text::append(std::string_view s, bool content) {
   if (s.empty()) return;
   const bool marked = content || !mask_.empty();  // mask_ is empty while all is template
-  charge_string(s_.size() + s.size(), marked ? (mask_.empty() ? s_.size() : 0) + 2 * s.size() : s.size());
+  grow(s_.size() + s.size(), marked ? (mask_.empty() ? s_.size() : 0) + 2 * s.size() : s.size());
   if (marked && mask_.empty()) mask_.assign(s_.size(), 0);
   s_.append(s);
   if (marked) mask_.append(s.size(), content ? 1 : 0);
@@ -55,7 +62,7 @@ Text Text::substr(size_t pos, size_t n) const {
   Text t;
   if (pos >= s_.size()) return t;
   n = std::min(n, s_.size() - pos);
-  charge_string(n, mask_.empty() ? n : 2 * n);
+  t.grow(n, mask_.empty() ? n : 2 * n);
   t.s_ = s_.substr(pos, n);
   if (!mask_.empty()) {
     t.mask_ = mask_.substr(pos, n);
@@ -91,7 +98,7 @@ const Text& empty_text() {
 
 Value Value::undefined(std::string name) {
   Value v;
-  if (!name.empty()) v.str_ = std::make_shared<const Text>(std::move(name));
+  if (!name.empty()) v.str_ = std::make_shared<Text>(std::move(name));
   return v;
 }
 Value Value::none() {
@@ -122,14 +129,14 @@ Value Value::string(std::string s, bool content) { return text(Text(std::move(s)
 Value Value::text(Text t) {
   Value v;
   v.kind_ = Kind::kStr;
-  v.str_ = std::make_shared<const Text>(std::move(t));
+  v.str_ = std::make_shared<Text>(std::move(t));
   return v;
 }
 Value Value::list(std::vector<Value> items, bool tuple) {
-  charge_bytes(items.size() * sizeof(Value));
   Value v;
   v.kind_ = Kind::kList;
   v.list_ = std::make_shared<ListData>();
+  v.list_->live.add(sizeof(ListData) + items.size() * sizeof(Value));
   v.list_->items = std::move(items);
   v.list_->tuple = tuple;
   return v;
@@ -138,6 +145,7 @@ Value Value::dict() {
   Value v;
   v.kind_ = Kind::kDict;
   v.dict_ = std::make_shared<DictData>();
+  v.dict_->live.add(sizeof(DictData));
   return v;
 }
 Value Value::namespace_() {
@@ -155,6 +163,7 @@ Value Value::callable(std::shared_ptr<Callable> f) {
 bool Value::is_tuple() const { return kind_ == Kind::kList && list_->tuple; }
 bool Value::is_namespace() const { return kind_ == Kind::kDict && dict_->is_namespace; }
 const Text& Value::as_text() const { return str_ ? *str_ : empty_text(); }
+Text* Value::sole_text() { return kind_ == Kind::kStr && str_ && str_.use_count() == 1 ? str_.get() : nullptr; }
 const std::string& Value::undefined_name() const { return as_text().str(); }
 std::vector<Value>& Value::items() const { return list_->items; }
 DictData& Value::entries() const { return *dict_; }
@@ -168,10 +177,12 @@ int DictData::find(const Value& key) const {
 
 void Value::set(const Value& key, Value v) const {
   const int i = dict_->find(key);
-  if (i >= 0)
+  if (i >= 0) {
     dict_->items[i].second = std::move(v);
-  else
+  } else {
+    dict_->live.add(sizeof(dict_->items[0]));
     dict_->items.emplace_back(key, std::move(v));
+  }
 }
 
 Value Value::get(const Value& key) const {
@@ -249,7 +260,7 @@ std::string type_name(const Value& v) {
 
 std::vector<size_t> code_point_offsets(const std::string& s) {
   const size_t n = code_point_count(s);
-  charge_bytes((n + 1) * sizeof(size_t));
+  check_bytes((n + 1) * sizeof(size_t));
   std::vector<size_t> out;
   out.reserve(n + 1);
   for (size_t i = 0; i < s.size(); ++i)
@@ -267,12 +278,22 @@ size_t code_point_count(std::string_view s) {
 }
 
 size_t code_point_pos(std::string_view s, size_t k) {
-  charge_steps(scan_steps(s.size()));
-  size_t n = 0;
-  for (size_t i = 0; i < s.size(); ++i)
+  size_t n = 0, i = 0;
+  for (; i < s.size(); ++i)
     if ((static_cast<unsigned char>(s[i]) & 0xC0) != 0x80 || i == 0)
-      if (n++ == k) return i;
-  return s.size();
+      if (n++ == k) break;
+  charge_steps(scan_steps(i));  // what it walked
+  return i;
+}
+
+size_t code_point_pos_back(std::string_view s, size_t k) {
+  size_t n = 0, i = s.size();
+  while (i > 0 && n < k) {
+    --i;
+    if ((static_cast<unsigned char>(s[i]) & 0xC0) != 0x80 || i == 0) ++n;
+  }
+  charge_steps(scan_steps(s.size() - i));
+  return n == k ? i : std::string_view::npos;
 }
 
 std::string float_repr(double d) {
@@ -634,7 +655,8 @@ bool equals_at(const Value& a, const Value& b, int depth) {
     case Kind::kNone:
       return true;
     case Kind::kStr:
-      charge_steps(scan_steps(std::min(a.as_str().size(), b.as_str().size())));
+      if (a.as_str().size() != b.as_str().size()) return false;
+      charge_steps(scan_steps(a.as_str().size()));
       return a.as_str() == b.as_str();
     case Kind::kList: {
       if (a.is_tuple() != b.is_tuple() || a.items().size() != b.items().size()) return false;
@@ -678,6 +700,8 @@ int compare_at(const Value& a, const Value& b, int depth) {
   }
   if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple()) {
     const auto &x = a.items(), &y = b.items();
+    if (&x == &y) return 0;
+    charge_steps(std::min(x.size(), y.size()));
     for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
       if (equals_at(x[i], y[i], depth + 1)) continue;
       return compare_at(x[i], y[i], depth + 1);
@@ -727,20 +751,21 @@ std::vector<Value> iterate(const Value& v) {
     case Kind::kUndefined:
       return {};
     case Kind::kList:
-      charge_bytes(v.items().size() * sizeof(Value));
+      check_bytes(v.items().size() * sizeof(Value));
+      charge_steps(copy_steps(v.items().size() * sizeof(Value)));
       return v.items();
     case Kind::kDict: {
       if (v.is_namespace()) break;
-      charge_bytes(v.entries().items.size() * sizeof(Value));
+      check_bytes(v.entries().items.size() * sizeof(Value));
       std::vector<Value> keys;
       for (const auto& [k, x] : v.entries().items) keys.push_back(k);
       return keys;
     }
     case Kind::kStr: {
       const Text& t = v.as_text();
-      // Charged before any of it is built: a character costs a list item, a Text and its
+      // Checked before any of it is built: a character costs a list item, a Text and its
       // shared block (an 8 MB string would take ~1.5 GB as a list of characters).
-      charge_bytes(code_point_count(t.str()) * (sizeof(Value) + sizeof(Text) + 32));
+      check_bytes(code_point_count(t.str()) * (sizeof(Value) + sizeof(Text) + 32));
       const std::vector<size_t> off = code_point_offsets(t.str());
       std::vector<Value> chars;
       for (size_t i = 0; i + 1 < off.size(); ++i)

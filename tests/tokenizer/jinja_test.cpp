@@ -54,6 +54,11 @@ const Case kCases[] = {
      "0|1000|12|0.0|10.5|1000"},
     {"{{ [1]|batch(3, 0)|list }}", "[[1, 0, 0]]"},
     {"{% set l = [1] %}{{ l is sameas l }}|{{ [1] is sameas [1] }}|{{ none is sameas none }}", "True|False|True"},
+    {"{{ 844377.1249397749|round(-5) }}|{{ 1e300|round(-309) }}|{{ -2.5|round(-1, 'ceil') }}|"
+     "{{ 1.7976931348623157e308|round(-2) }}|{{ 123456.789|round(-9) }}|{{ 5e8|round(-9) }}|{{ 6e8|round(-9) }}|"
+     "{{ -0.5|round }}|{{ 1234.5678|round(-2) }}|{{ 0.285|round(2) }}",
+     "800000.0|0.0|0.0|1.7976931348623157e+308|0.0|0.0|1000000000.0|-0.0|1200.0|0.28"},
+    {"{{ '1\x1c'|int }}|{{ '1e999'|float }}|{{ '-1e-999'|float }}|{{ ' 0.0001e-3 '|float }}", "0|inf|-0.0|1e-07"},
     {"{{ ' a '.split(none, 1) }}|{{ ' a '.rsplit(none, 0) }}|{{ ' a b '.split(none, 1) }}|"
      "{{ ' a b '.rsplit(none, 1) }}|{{ '   '.rsplit(none, 0) }}",
      "['a']|[' a']|['a', 'b ']|[' a', 'b']|[]"},
@@ -186,6 +191,8 @@ const Case kErrors[] = {
      "Object of type Undefined is not JSON serializable"},
     {"{% for i in n %}{% endfor %}", "'NoneType' object is not iterable"},
     {"{{ x.append(4) }}", "access to attribute 'append' of 'list' object is unsafe."},
+    {"{{ 1.5|round(0, 'up') }}", "method must be common, ceil or floor"},
+    {"{{ '99999999999999999999'|int }}", "integer overflow"},  // Python's ints are unbounded
     {"{{ '{}{1}'.format(1, 2) }}", "cannot switch"},
     {"{{ '{1}{}'.format(1, 2) }}", "cannot switch"},
     {"{{ range(1000000)|length }}",
@@ -287,6 +294,9 @@ TEST(Jinja, HostileTemplatesHitLimits) {
 // error, named in `want`.
 TEST(Jinja, HostileBuiltinsHitDefaultLimits) {
   const std::string big = "{% set s = 'x' * 8000000 %}";
+  std::string dict_1000 = "{";  // {0: 0, 1: 1, ...}: 1000 entries, ~170 KB a copy
+  for (int i = 0; i < 1000; ++i) dict_1000 += std::to_string(i) + ": " + std::to_string(i) + ", ";
+  dict_1000 += "}";
   const struct {
     std::string source;
     const char* want;
@@ -308,7 +318,7 @@ TEST(Jinja, HostileBuiltinsHitDefaultLimits) {
       {big + "{% for i in range(100000) %}{% set t = (s ~ '{}').format(i) %}{% endfor %}", "limit"},
       {big + "{% for i in range(100000) %}{% set t = s.upper() %}{% endfor %}", "limit"},
       // Scans that allocate nothing: indexing, search and comparison of long strings, long lists.
-      {"{% set s = '\u00e9' * 4000000 %}{% for i in range(100000) %}{% set c = s[-1] %}{% endfor %}",
+      {"{% set s = '\u00e9' * 4000000 %}{% for i in range(100000) %}{% set c = s[2000000] %}{% endfor %}",
        "limit"},
       {big + "{% for i in range(100000) %}{% set n = s.count('y') %}{% endfor %}", "limit"},
       {big + "{% set t = 'x' * 8000000 %}{% for i in range(100000) %}{% if s == t %}{% endif %}"
@@ -323,6 +333,21 @@ TEST(Jinja, HostileBuiltinsHitDefaultLimits) {
       {"{% set ns = namespace(d={}) %}{% for i in range(100000) %}{% set ns.d = dict(ns.d, {i: i}) %}"
        "{% endfor %}",
        "limit"},
+      // Session 46's review: searches that are O(hay x needle), dotted attribute paths, numbers
+      // of long strings, comparisons of long lists, dict copies.
+      {big + "{% set x = 'x' * 4000000 ~ 'b' %}{{ x in s }}", "evaluation limit"},
+      {big + "{% set x = 'x' * 4000000 ~ 'b' %}{{ s.count(x) }}", "evaluation limit"},
+      {big + "{% set x = 'x' * 4000000 ~ 'b' %}{{ s.split(x)|length }}", "evaluation limit"},
+      {big + "{% set x = 'x' * 4000000 ~ 'b' %}{{ s.replace(x, '')|length }}", "evaluation limit"},
+      {"{% set p = '.' * 8000000 %}{{ range(100000)|map(attribute=p)|list|length }}", "evaluation limit"},
+      {"{% set s = ' ' * 8000000 %}{% for i in range(100000) %}{% set x = s|int %}{% endfor %}",
+       "evaluation limit"},
+      {"{% set ns = namespace(l=[]) %}{% for i in range(500) %}{% set ns.l = ns.l + [range(5000)|list] %}"
+       "{% endfor %}{{ ns.l|sort|length }}",
+       "evaluation limit"},
+      {"{% set ns = namespace(l=none) %}{% set d = " + dict_1000 +
+           " %}{% for i in range(100000) %}{% set ns.l = [d.copy(), ns.l] %}{% endfor %}",
+       "memory limit"},
   };
   for (const auto& c : cases) {
     auto out = render(c.source, context());
@@ -332,21 +357,40 @@ TEST(Jinja, HostileBuiltinsHitDefaultLimits) {
   }
 }
 
-// The limits leave room for long conversations: a 3 MB message (twice) through a ChatML-like template
-// that trims it and builds the prompt by concatenation renders whole.
-TEST(Jinja, LongContentStaysWithinLimits) {
+// n user messages of `content` as `messages`, and a ChatML-like template that trims each and
+// builds the prompt by concatenation (27 bytes of markup a message), printing its length.
+Value chat(size_t n, const std::string& content) {
   Value m = Value::dict();
   m.set("role", str("user", true));
-  m.set("content", Value::string(" " + std::string(3 << 20, 'w') + " ", true));
+  m.set("content", Value::string(content, true));
   Value ctx = Value::dict();
-  ctx.set("messages", Value::list({m, m}));
-  auto out = render(
-      "{% set ns = namespace(p='') %}{% for m in messages %}"
-      "{% set ns.p = ns.p + '<|im_start|>' + m.role + '\n' + m.content|trim + '<|im_end|>' %}"
-      "{% endfor %}{{ ns.p[:3] }}{{ ns.p|length }}",
-      ctx);
+  ctx.set("messages", Value::list(std::vector<Value>(n, m)));
+  return ctx;
+}
+constexpr const char* kConcatChat =
+    "{% set ns = namespace(p='') %}{% for m in messages %}"
+    "{% set ns.p = ns.p + '<|im_start|>' + m.role + '\\n' + m.content|trim + '<|im_end|>' %}"
+    "{% endfor %}{{ ns.p[:3] }}{{ ns.p|length }}";
+
+// The limits leave room for long conversations: a 3 MB message (twice) renders whole.
+TEST(Jinja, LongContentStaysWithinLimits) {
+  auto out = render(kConcatChat, chat(2, " " + std::string(3 << 20, 'w') + " "));
   ASSERT_TRUE(out.ok()) << out.status().message();
   EXPECT_EQ(out->str(), "<|i" + std::to_string(2 * ((3 << 20) + 27)));
+}
+
+// Memory counts what is alive, not every copy ever made: a 1000-message chat built by
+// concatenation renders (the first meter refused it), and so does indexing a long string near
+// either end.
+TEST(Jinja, ManyMessagesAndIndexingStayWithinLimits) {
+  auto out = render(kConcatChat, chat(1000, std::string(200, 'w')));
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  EXPECT_EQ(out->str(), "<|i" + std::to_string(1000 * (200 + 27)));
+  auto idx = render(
+      "{% set s = 'x' * 8000000 ~ 'y' %}{% for i in range(1000) %}{% set c = s[i] ~ s[-1] %}{% endfor %}"
+      "{{ s[-1] }}");
+  ASSERT_TRUE(idx.ok()) << idx.status().message();
+  EXPECT_EQ(idx->str(), "y");
 }
 
 // A value nested 200,000 deep is freed without recursion, and comparing two of them is an error,
