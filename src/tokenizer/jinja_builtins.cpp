@@ -558,7 +558,7 @@ bool run_test(Env& env, std::string_view n, const Value& v, Args& a) {
   if (n == "eq" || n == "equalto" || n == "==") return equals(v, other);
   if (n == "ne" || n == "!=") return !equals(v, other);
   if (n == "sameas") {  // Python's `is`: lists and dicts by identity, scalars by value
-    if (v.kind() != other.kind()) return false;
+    if (v.kind() != other.kind() || v.is_undefined()) return false;  // each lookup a new Undefined
     if (v.is_list()) return &v.items() == &other.items();
     if (v.is_dict()) return &v.entries() == &other.entries();
     return equals(v, other);

@@ -108,7 +108,7 @@ class Meter {
   void tick(uint64_t n);  // every call, n steps' worth: looks at the clock now and then
 
   const Limits& limits_;
-  uint64_t id_;  // unique per render on this thread: what LiveBytes knows its render by
+  uint64_t id_;  // unique per render in the process: what LiveBytes knows its render by
   uint64_t steps_ = 0;
   size_t live_ = 0;
   int64_t ticks_ = 0;  // left before the next look at the clock

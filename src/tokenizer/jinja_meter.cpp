@@ -1,6 +1,7 @@
 // The render's meter (jinja_internal.h) and the live-byte charges of values (jinja.h's
 // LiveBytes): steps, bytes alive and time against Limits.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <string>
 
@@ -10,7 +11,10 @@ namespace tessera::jinja {
 namespace {
 
 thread_local Meter* t_meter = nullptr;
-thread_local uint64_t t_renders = 0;  // meters made on this thread: their ids
+// Meters made in this process: their ids. Global, not per thread, so a value charged on one
+// thread and freed during another thread's render never gives back bytes that render did not
+// charge.
+std::atomic<uint64_t> g_renders{0};
 
 // The clock is looked at after this many calls, a call charging n steps or n / 64 bytes counting
 // 1 + n / 64 (a long scan or copy: at once).
@@ -23,7 +27,9 @@ double now_seconds() {
 }  // namespace
 
 Meter::Meter(const Limits& limits)
-    : limits_(limits), id_(++t_renders), deadline_(now_seconds() + limits.max_seconds) {}
+    : limits_(limits),
+      id_(g_renders.fetch_add(1, std::memory_order_relaxed) + 1),
+      deadline_(now_seconds() + limits.max_seconds) {}
 
 void Meter::tick(uint64_t n) {
   ticks_ -= 1 + static_cast<int64_t>(std::min<uint64_t>(n / 64, kTicksPerClockLook));

@@ -53,7 +53,9 @@ const Case kCases[] = {
     {"{{ '0x1A'|int }}|{{ '1_000'|int }}|{{ ' 12 '|int }}|{{ '0x1A'|float }}|{{ '1_0.5'|float }}|{{ '1e3'|int }}",
      "0|1000|12|0.0|10.5|1000"},
     {"{{ [1]|batch(3, 0)|list }}", "[[1, 0, 0]]"},
-    {"{% set l = [1] %}{{ l is sameas l }}|{{ [1] is sameas [1] }}|{{ none is sameas none }}", "True|False|True"},
+    {"{% set l = [1] %}{{ l is sameas l }}|{{ [1] is sameas [1] }}|{{ none is sameas none }}|"
+     "{{ u is sameas u }}|{{ true is sameas true }}",
+     "True|False|True|False|True"},
     {"{{ 844377.1249397749|round(-5) }}|{{ 1e300|round(-309) }}|{{ -2.5|round(-1, 'ceil') }}|"
      "{{ 1.7976931348623157e308|round(-2) }}|{{ 123456.789|round(-9) }}|{{ 5e8|round(-9) }}|{{ 6e8|round(-9) }}|"
      "{{ -0.5|round }}|{{ 1234.5678|round(-2) }}|{{ 0.285|round(2) }}",
