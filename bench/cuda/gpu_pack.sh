@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Packs the whole GPU check-and-bench into three carries (ignored by git; each under the device
-# tool's 64 MiB per call, working tree included). xz with a large dictionary stores the CUDA test
-# binaries, which share most of their bytes, in ~6 MB instead of ~47 MB gzip'd one by one.
+# tool's 64 MiB per call, working tree included), four when the default model's second part
+# does not fit beside the pytest wheels (the binaries took 27 MB of carry a in session 46, so
+# part 1 is smaller): then build-carry-gpu/a2 holds its overflow, staged by `gpu_run.sh a2` in a
+# call between a and b. xz with a large dictionary stores the CUDA test binaries, which share
+# most of their bytes, in a fraction of their gzip'd size.
 #   build-carry-gpu/a    bins.tar.xz (the CUDA tests and tessera of $BUILD, default build/) +
 #                        the default model's first part
 #   build-carry-gpu/b    the model's second part, pytest wheels (for the Hugging Face GPU test)
@@ -11,6 +14,7 @@
 #                        ($DONOR, made by bench/cuda/make_tok_donor.py from $LLAMA_SRC if missing)
 # Three chained device calls (the machine stays warm ~30 s between them; /tmp survives):
 #   run(command="bench/cuda/gpu_run.sh a", carry=["build-carry-gpu/a"])   # every CUDA op's test
+#   run(command="bench/cuda/gpu_run.sh a2", carry=["build-carry-gpu/a2"]) # only if it exists
 #   run(command="bench/cuda/gpu_run.sh b", carry=["build-carry-gpu/b"])   # model tests, profile
 #   run(command="bash bench/cuda/peer_same_call.sh", carry=["build-carry-peer"])  # vs llama.cpp
 set -eu -o pipefail
@@ -32,17 +36,27 @@ echo "gpu_pack: compressing the CUDA tests and tessera (~1 minute)" >&2
 limit=$((61 * 1024 * 1024 - $(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1)))
 part1=$((limit - $(du -sb $D/a | cut -f1)))
 head -c $part1 "$M" > $D/a/model.part.1
-tail -c +$((part1 + 1)) "$M" > $D/b/model.part.2
 python3 -m pip download -q --no-deps -d $D/b pytest iniconfig pluggy packaging pygments ||
   echo "gpu_pack: no pytest wheels (the Hugging Face GPU test cannot run)" >&2
+rest=$(($(stat -c %s "$M") - part1))
+room=$((limit - $(du -sb $D/b | cut -f1)))
+if [ $rest -gt $room ]; then  # the overflow goes first, into a2; b keeps the model's tail
+  mkdir -p $D/a2
+  dd if="$M" of=$D/a2/model.part.1b bs=1M iflag=skip_bytes,count_bytes skip=$part1 count=$((rest - room)) status=none
+  echo "gpu_pack: four calls: a, a2 (stages the model's overflow), b, peer" >&2
+fi
+tail -c $((rest < room ? rest : room)) "$M" > $D/b/model.part.2
 bash bench/cuda/peer_pack.sh
 if [ ! -s "$DONOR" ]; then  # Llama 3's tokenizer from llama.cpp's test vocabulary, tiny weights
   mkdir -p "$(dirname "$DONOR")"
   PYTHONPATH="$LLAMA_SRC/gguf-py${PYTHONPATH:+:$PYTHONPATH}" python3 bench/cuda/make_tok_donor.py "$LLAMA_SRC" "$DONOR.tmp"
   mv "$DONOR.tmp" "$DONOR"  # a failed run leaves no file that looks complete
 fi
-cp "$DONOR" build-carry-peer/tok_donor.gguf
-for c in $D/b build-carry-peer; do
+# xz'd (16 -> 9 MB): beside llama.cpp's 44 MB it no longer fit as is (session 46).
+rm -f build-carry-peer/tok_donor.gguf  # an earlier pack's, unpacked
+xz -9 -T2 -c "$DONOR" > build-carry-peer/tok_donor.gguf.xz
+for c in $D/b $D/a2 build-carry-peer; do
+  [ -d $c ] || continue
   [ "$(du -sb $c | cut -f1)" -le $limit ] || { echo "gpu_pack: $c is over the limit" >&2; exit 1; }
 done
 du -sb $D/* build-carry-peer

@@ -2,6 +2,7 @@
 # The GPU machine's side of bench/cuda/gpu_pack.sh, one phase per device call:
 #  a: unpacks the CUDA tests and tessera into /tmp/bin; every CUDA op against its reference (unit
 #     tests); stages the model's first part in /tmp/m.
+#  a2: only where gpu_pack.sh made build-carry-gpu/a2: appends the model's overflow to that part.
 #  b: the default model on the GPU vs the CPU (llama_cuda_test: teacher-forced agreement, one-row
 #     steps vs one chunk, greedy text of 5 prompts), seeded GPU sampling through the engine on the
 #     default model and on dummy Llama-3-8B weights; `tessera bench --profile` on dummy Llama-3-8B
@@ -46,6 +47,10 @@ case $phase in
         /tmp/bin/sample_cuda_test --gtest_filter='*Penalties*:*DrawEdges*'
       grep -E "RACECHECK SUMMARY" /tmp/m/sample_racecheck.log | tee -a "$out/summary.txt"
     fi
+    ;;
+  a2)  # the model's overflow when it does not fit carries a and b (gpu_pack.sh)
+    cat build-carry-gpu/a2/model.part.1b >> /tmp/m/model.part.1
+    ls -l /tmp/m/model.part.1 | tee -a "$out/summary.txt"
     ;;
   b)
     src=build-carry-gpu/b

@@ -11,7 +11,7 @@
 #       2 s | S of llama-batched-bench).
 # Inputs: build-carry-peer (bench/cuda/peer_pack.sh: llama.tar.xz = llama-bench +
 # llama-batched-bench built for sm_90a; gguf-py.tar.gz = llama.cpp's gguf package, for the peer's
-# GGUFs; tok_donor.gguf = a GGUF whose tokenizer serves the dummy model, or $TOK_DONOR: any GGUF
+# GGUFs; tok_donor.gguf.xz = a GGUF whose tokenizer serves the dummy model, or $TOK_DONOR: any GGUF
 # with a tokenizer already on the machine), and tessera: $TESSERA_BIN, default /tmp/bin/tessera
 # (which `bench/cuda/gpu_run.sh a` unpacked in a call before).
 set -u
@@ -34,7 +34,11 @@ if ! $L/llama-bench --help > /dev/null 2>&1; then
   exit 1
 fi
 mkdir -p /tmp/gguf-py && tar xzf build-carry-peer/gguf-py.tar.gz -C /tmp/gguf-py
-M=${TOK_DONOR:-build-carry-peer/tok_donor.gguf}
+M=${TOK_DONOR:-/tmp/peer/tok_donor.gguf}
+if [ -z "${TOK_DONOR:-}" ] && [ ! -s "$M" ]; then  # gpu_pack.sh carries it xz'd
+  python3 -c "import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2],'wb'))" \
+    build-carry-peer/tok_donor.gguf.xz "$M"
+fi
 TYPES=${TYPES:-bf16 q8_0 q4_0}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader >> "$log"
 

@@ -76,11 +76,13 @@ struct RenderError {
 [[noreturn]] void fail(std::string message);
 
 // What the render running on this thread spends (steps, live bytes, time) against its Limits.
-// Values charge it where they grow: every Text's bytes, list items and dict entries are charged
-// before they are allocated (LiveBytes, given back when they go), temporary tables are checked
-// against what is left, and scans and copies of long strings or lists charge steps by size, so no
-// built-in can hold gigabytes or run for minutes unseen. Template::render installs one for the
-// render (Meter::Scope); outside a render nothing is charged.
+// Values charge it where they grow (LiveBytes, given back when they go): a Text's bytes and a
+// dict's entries before they are allocated, a list's items when the list is made (the vectors
+// lists are made from come from sources checked before they were built: iterate, slices, splits,
+// range, *). Temporary tables are checked against what is left, and scans and copies of long
+// strings or lists charge steps by size, so no built-in can hold gigabytes or run for minutes
+// unseen. Template::render installs one for the render (Meter::Scope); outside a render nothing
+// is charged.
 class Meter {
  public:
   explicit Meter(const Limits& limits);
