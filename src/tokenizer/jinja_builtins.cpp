@@ -390,23 +390,21 @@ Value f_center(Env& env, const Value& v, Args& a) {
 double round_float(double d, int64_t prec) {
   if (!std::isfinite(d) || d == 0 || prec > 340) return d;  // past any double's last digit
   char buf[800];
-  if (prec >= 0) {
-    const auto r = std::to_chars(buf, buf + sizeof buf, d, std::chars_format::fixed, static_cast<int>(prec));
+  auto parsed = [&](const char* end) {
     double x = 0;
-    std::from_chars(buf, r.ptr, x);
+    std::from_chars(buf, end, x);
     return x;
-  }
+  };
+  if (prec >= 0)
+    return parsed(std::to_chars(buf, buf + sizeof buf, d, std::chars_format::fixed, static_cast<int>(prec)).ptr);
   const auto r = std::to_chars(buf, buf + sizeof buf, d, std::chars_format::scientific);
   const char* e = std::find(buf, r.ptr, 'e') + 1;  // "d.ddde+XX": floor(log10 |d|), unterminated
   int64_t exp10 = 0;
   std::from_chars(e + (*e == '+' ? 1 : 0), r.ptr, exp10);
   const int64_t keep = exp10 + 1 + prec;  // significant digits left of the rounding place
-  if (keep >= 1) {
-    const auto k = std::to_chars(buf, buf + sizeof buf, d, std::chars_format::scientific, static_cast<int>(keep - 1));
-    double x = 0;
-    std::from_chars(buf, k.ptr, x);
-    return x;
-  }
+  if (keep >= 1)
+    return parsed(
+        std::to_chars(buf, buf + sizeof buf, d, std::chars_format::scientific, static_cast<int>(keep - 1)).ptr);
   // Every digit rounds away: 0, or one unit of 10^-prec where |d| is above half of it (keep == 0).
   if (keep < 0 || prec < -308) return std::copysign(0.0, d);
   const double unit = std::pow(10.0, static_cast<double>(-prec));
@@ -596,7 +594,6 @@ constexpr const char* kTests[] = {
 Value str_method(Env& env, const Value& self, const std::string& m, Args& a) {
   const Text& t = self.as_text();
   const std::string& s = t.str();
-  env.step(scan_steps(s.size()));  // every method reads the string at least once
   if (m == "strip" || m == "lstrip" || m == "rstrip")
     return Value::text(strip(t, a.get(0, "chars", Value::none()), m != "rstrip", m != "lstrip"));
   if (m == "split" || m == "rsplit") {
@@ -657,6 +654,7 @@ Value str_method(Env& env, const Value& self, const std::string& m, Args& a) {
   }
   if (m == "isdigit" || m == "isalpha" || m == "isalnum" || m == "isspace" || m == "isupper" ||
       m == "islower") {
+    env.step(scan_steps(s.size()));  // a scan that copies nothing
     if (m == "isupper") return Value::boolean(all_cased(s, ::isupper, ::islower));
     if (m == "islower") return Value::boolean(all_cased(s, ::islower, ::isupper));
     if (s.empty()) return Value::boolean(false);

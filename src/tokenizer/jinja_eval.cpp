@@ -26,8 +26,7 @@ enum class Flow { kNormal, kBreak, kContinue };
 
 class Renderer final : public Env {
  public:
-  Renderer(const Limits& limits, Meter& meter, Scope scope)
-      : limits_(limits), meter_(meter), scope_(std::move(scope)) {}
+  Renderer(const Limits& limits, Scope scope) : limits_(limits), scope_(std::move(scope)) {}
   ~Renderer() override {
     for (const Value& ns : namespaces) ns.entries().items.clear();
   }
@@ -39,7 +38,7 @@ class Renderer final : public Env {
     return out;
   }
 
-  void step(uint64_t n = 1) override { meter_.steps(n); }
+  void step(uint64_t n = 1) override { charge_steps(n); }  // the render's Meter
   const Limits& limits() const override { return limits_; }
 
   Value call(const Value& fn, Args args) override {
@@ -412,7 +411,10 @@ class Renderer final : public Env {
   Value binary(const std::string& op, Value a, const Value& b) {
     if (op == "~") {
       if (Text* t = a.sole_text()) {
-        t->append(b.is_str() ? b.as_text() : to_text(b));
+        if (b.is_str())
+          t->append(b.as_text());
+        else
+          t->append(to_text(b));
         return a;
       }
       Text t = to_text(a);
@@ -654,7 +656,6 @@ class Renderer final : public Env {
   }
 
   const Limits& limits_;
-  Meter& meter_;
   Scope scope_;
   Text* out_ = nullptr;
   int nesting_ = 0;
@@ -695,7 +696,7 @@ Expected<Text> Template::render(const Value& context, const Limits& limits) cons
     if (context.is_dict())
       for (const auto& [k, v] : context.entries().items)
         if (k.is_str()) globals->vars[k.as_str()] = v;
-    Renderer r(limits, meter, {globals, std::make_shared<Frame>()});
+    Renderer r(limits, {globals, std::make_shared<Frame>()});
     return r.run(*root_);
   } catch (const RenderError& e) {
     return Status(ErrorCode::kInvalidArgument, "chat template: " + e.message);

@@ -17,6 +17,17 @@ std::string strftime_now(const std::string& fmt) {
   return std::string(buf, n);
 }
 
+// namespace(...) / dict(...): the entries of each mapping argument, then the keyword arguments,
+// into d in order (later ones win).
+void merge_arguments(Env& env, const Value& d, const Args& a, const char* who) {
+  for (const Value& p : a.pos) {
+    if (!p.is_dict()) fail(std::string(who) + "() expects a mapping");
+    env.step(p.entries().items.size());
+    for (const auto& [k, v] : p.entries().items) d.set(k, v);
+  }
+  for (const auto& [k, v] : a.kw) d.set(k, v);
+}
+
 }  // namespace
 
 void add_globals(Value& g) {
@@ -45,12 +56,7 @@ void add_globals(Value& g) {
         }));
   g.set("namespace", make_fn("namespace", [](Env& env, Args& a) {
           Value ns = Value::namespace_();
-          for (const Value& p : a.pos) {
-            if (!p.is_dict()) fail("namespace() expects a mapping");
-            env.step(p.entries().items.size());
-            for (const auto& [k, v] : p.entries().items) ns.set(k, v);
-          }
-          for (const auto& [k, v] : a.kw) ns.set(k, v);
+          merge_arguments(env, ns, a, "namespace");
           for (const auto& [k, v] : ns.entries().items)
             if (k.is_str() && !k.as_str().empty() && k.as_str()[0] == '_')
               fail("cannot store underscore-prefixed attributes on a namespace");
@@ -59,12 +65,7 @@ void add_globals(Value& g) {
         }));
   g.set("dict", make_fn("dict", [](Env& env, Args& a) {
           Value d = Value::dict();
-          for (const Value& p : a.pos) {
-            if (!p.is_dict()) fail("dict() expects a mapping");
-            env.step(p.entries().items.size());
-            for (const auto& [k, v] : p.entries().items) d.set(k, v);
-          }
-          for (const auto& [k, v] : a.kw) d.set(k, v);
+          merge_arguments(env, d, a, "dict");
           return d;
         }));
   g.set("raise_exception", make_fn("raise_exception", [](Env&, Args& a) -> Value {

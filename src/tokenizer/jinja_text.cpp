@@ -83,10 +83,10 @@ std::string_view number_strip(std::string_view s) {
   return s.substr(b, e - b);
 }
 
-// The decimal exponent of a nonzero literal built by parse_float ([sign] digits [. digits]
+// The decimal exponent of a nonzero literal built by parse_float ([-] digits [. digits]
 // [e [sign] digits]), i.e. floor(log10 |x|), saturated: tells an overflow from an underflow.
 int64_t decimal_exponent(std::string_view d) {
-  size_t i = d[0] == '+' || d[0] == '-' ? 1 : 0;
+  const size_t i = d[0] == '-' ? 1 : 0;
   const size_t e_at = std::min(d.find('e'), d.size());
   int64_t exp = 0;
   if (e_at < d.size()) {
@@ -103,20 +103,28 @@ int64_t decimal_exponent(std::string_view d) {
   return lead < point ? exp + static_cast<int64_t>(point - lead) - 1 : exp - static_cast<int64_t>(lead - point);
 }
 
+// What int() / float() read of s (charged as a scan): stripped, its sign moved into `d` ('-'
+// only: from_chars takes no '+'), the rest returned.
+std::string_view number_body(const std::string& s, std::string& d) {
+  charge_steps(scan_steps(s.size()));
+  std::string_view v = number_strip(s);
+  if (!v.empty() && (v[0] == '+' || v[0] == '-')) {
+    if (v[0] == '-') d.push_back('-');
+    v.remove_prefix(1);
+  }
+  return v;
+}
+
 }  // namespace
 
 // Python's int(str) for a jinja2 int filter: optional sign, digit groups, whitespace.
 bool parse_int(const std::string& s, int64_t* out) {
-  charge_steps(scan_steps(s.size()));
-  const std::string_view v = number_strip(s);
   std::string d;
-  size_t i = 0;
-  if (i < v.size() && (v[i] == '+' || v[i] == '-')) d.push_back(v[i++]);
-  const size_t e = digit_run(v, i, d);
-  if (e == i || e != v.size()) return false;
+  const std::string_view v = number_body(s, d);
+  const size_t e = digit_run(v, 0, d);
+  if (e == 0 || e != v.size()) return false;
   int64_t x = 0;
-  const char* first = d.data() + (d[0] == '+' ? 1 : 0);
-  const auto [end, ec] = std::from_chars(first, d.data() + d.size(), x);
+  const auto [end, ec] = std::from_chars(d.data(), d.data() + d.size(), x);
   if (ec == std::errc::result_out_of_range) fail("integer overflow");  // Python's ints are unbounded
   if (ec != std::errc() || end != d.data() + d.size()) return false;
   *out = x;
@@ -126,13 +134,10 @@ bool parse_int(const std::string& s, int64_t* out) {
 // Python's float(str): a decimal literal (digit groups, '.', exponent) or inf / infinity / nan
 // in any case, with a sign; not C's hex floats or nan(...). Parsed without the C locale's help.
 bool parse_float(const std::string& s, double* out) {
-  charge_steps(scan_steps(s.size()));
-  const std::string_view v = number_strip(s);
   std::string d;
-  size_t i = 0;
-  if (i < v.size() && (v[i] == '+' || v[i] == '-')) d.push_back(v[i++]);
-  if (v.size() - i <= 8) {
-    std::string word(v.substr(i));
+  const std::string_view v = number_body(s, d);
+  if (v.size() <= 8) {
+    std::string word(v);
     for (char& c : word) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     if (word == "inf" || word == "infinity" || word == "nan") {
       const double x = word == "nan" ? std::nan("") : HUGE_VAL;
@@ -140,9 +145,8 @@ bool parse_float(const std::string& s, double* out) {
       return true;
     }
   }
-  const size_t int_end = digit_run(v, i, d);
-  size_t j = int_end;
-  bool digits = int_end > i;
+  size_t j = digit_run(v, 0, d);
+  bool digits = j > 0;
   if (j < v.size() && v[j] == '.') {
     d.push_back('.');
     const size_t frac_end = digit_run(v, j + 1, d);
@@ -159,12 +163,9 @@ bool parse_float(const std::string& s, double* out) {
     j = exp_end;
   }
   if (j != v.size()) return false;
-  const char* first = d.data() + (d[0] == '+' ? 1 : 0);
-  const auto [end, ec] = std::from_chars(first, d.data() + d.size(), *out);
-  if (ec == std::errc::result_out_of_range) {  // as Python: overflow gives inf, underflow 0
-    const bool negative = d[0] == '-';
-    *out = std::copysign(decimal_exponent(d) > 0 ? HUGE_VAL : 0.0, negative ? -1.0 : 1.0);
-  }
+  const auto [end, ec] = std::from_chars(d.data(), d.data() + d.size(), *out);
+  if (ec == std::errc::result_out_of_range)  // as Python: overflow gives inf, underflow 0
+    *out = std::copysign(decimal_exponent(d) > 0 ? HUGE_VAL : 0.0, d[0] == '-' ? -1.0 : 1.0);
   return true;
 }
 
@@ -330,6 +331,7 @@ Value split(const Text& t, const Value& sep, int64_t maxsplit, bool from_right) 
   LiveBytes scratch;
   constexpr size_t kPerPart = sizeof(std::pair<size_t, size_t>) + sizeof(Value) + sizeof(Text) + 32;
   if (sep.is_none() || sep.is_undefined()) {
+    charge_steps(scan_steps(s.size()));  // the whitespace between words is scanned, not copied
     std::vector<std::pair<size_t, size_t>> words;
     size_t i = 0;
     while (i < s.size()) {

@@ -12,11 +12,9 @@ namespace tessera::jinja {
 // ---- Text ------------------------------------------------------------------------------------
 
 void Text::grow(size_t size, size_t added) {
-  Meter* m = Meter::current();
-  if (m == nullptr) return;
-  if (size > m->limits().max_output) fail("string exceeds the output limit");
+  check_string(size);
   live_.add(added);
-  m->steps(copy_steps(added));
+  charge_steps(copy_steps(added));
 }
 
 Text::Text(std::string s, bool content) : s_(std::move(s)) {
