@@ -7,7 +7,7 @@
 #   DONOR=/tmp/tok_donor.gguf TYPES="q4_0 q8_0" BATCH=16,32,64,128 \
 #     bash bench/cuda/engine_env_ab.sh main=/tmp/a/tessera sk=/tmp/b/tessera,TESSERA_DG_SK=1
 # DONOR: a GGUF whose tokenizer serves the dummy model; BATCH: the batched-decode sequence
-# counts (bench --batch).
+# counts (bench --batch); PREFILL: the prefill lengths (bench --prefill, default 64).
 set -u -o pipefail
 [ $# -ge 2 ] || { echo "usage: [DONOR=..] [TYPES=..] [BATCH=..] [ROUNDS=n] $0 label=binary[,NAME=VALUE...] ..." >&2; exit 2; }
 here=$(dirname "$0")
@@ -22,7 +22,7 @@ for r in $(seq 1 "${ROUNDS:-2}"); do
     for w in "${wrappers[@]}"; do
       echo "== $(basename "$w") $t round $r" >> "$out/engine_ab.txt"
       timeout 300 "$w" bench -m "${DONOR:-/tmp/tok_donor.gguf}" --device cuda --dummy llama3-8b --dummy-type "$t" \
-        --decode-ctx 512 --decode-tokens 8 --prefill 64 --batch "${BATCH:-16,32,64,128}" --batch-gen 16 \
+        --decode-ctx 512 --decode-tokens 8 --prefill "${PREFILL:-64}" --batch "${BATCH:-16,32,64,128}" --batch-gen 16 \
         --out "$out/bench_last.md" >> "$out/engine_ab.txt" 2>&1 ||
         echo "engine_ab: $(basename "$w") $t failed (rc $?)" >> "$out/engine_ab.txt"
     done

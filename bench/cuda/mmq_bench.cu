@@ -11,7 +11,8 @@
 //   mmq_bench [--k-split | --dequant-gemm] [--rows 16,128] [--shapes 'qkv,gate|up'] [q4_0 q8_0 ...]
 //   (default types q4_0 q8_0 q4_k; --rows / --shapes narrow the --dequant-gemm table, e.g. for ncu)
 //
-// --dequant-gemm: the dequantizing tensor-core GEMM (dequant_gemm.h) at 16..512 rows against the
+// --dequant-gemm: the dequantizing tensor-core GEMM (dequant_gemm.h) at 16..512 rows (--rows: up
+// to 4096) against the
 // engine's other path for those rows (each weight dequantized to a bf16 copy, then cuBLASLt) and
 // against cuBLASLt on bf16 weights; floor = max(bytes / copy, 2 n k m / cuBLASLt's 8192^3 rate).
 //
@@ -144,8 +145,8 @@ int main(int argc, char** argv) {
       for (const char* p = argv[++i]; *p;) {
         char* end;
         dg_rows.push_back(std::strtoll(p, &end, 10));
-        if (end == p || dg_rows.back() <= 0 || dg_rows.back() > 512) {
-          std::fprintf(stderr, "--rows: a comma-separated list of 1..512\n");
+        if (end == p || dg_rows.back() <= 0 || dg_rows.back() > 4096) {
+          std::fprintf(stderr, "--rows: a comma-separated list of 1..4096\n");
           return 2;
         }
         p = *end == ',' ? end + 1 : end;
@@ -207,7 +208,7 @@ int main(int argc, char** argv) {
         if (!selected(dg_shapes, sh)) continue;
         const std::vector<uint8_t*> w = random_weight_copies(t, sh.n, sh.k, s);
         const int copies = static_cast<int>(w.size());
-        const int64_t mmax = 512;
+        const int64_t mmax = *std::max_element(dg_rows.begin(), dg_rows.end());
         __nv_bfloat16 *xb, *wb;
         float* y;
         void* ws;

@@ -320,22 +320,24 @@ void GemmBf16::first_call(Plan& p, const void* x, const void* w, void* y, int64_
   select(p, x, w, y, n, m, ldy, accumulate, stream);
 }
 
-void GemmBf16::run(const __nv_bfloat16* x, const __nv_bfloat16* w, float* y, int64_t n, int64_t m,
-                   int64_t k, bool accumulate, cudaStream_t stream, int64_t ldy) {
+void GemmBf16::run_any(const void* x, const void* w, void* y, int64_t n, int64_t m, int64_t k, int64_t ldy,
+                       bool accumulate, bool bf16_out, cudaStream_t stream) {
   TESSERA_CHECK_ARG(n >= 1 && m >= 1 && k >= 1 && (ldy == 0 || ldy >= m),
                     "gemm_bf16: empty product or ldy < m");
   if (ldy == 0) ldy = m;
-  Plan& p = plan(n, m, k, ldy, accumulate, false);
+  Plan& p = plan(n, m, k, ldy, accumulate, bf16_out);
   if (!p.first_call_done) first_call(p, x, w, y, n, m, k, ldy, accumulate, stream);
   check(launch(p, p.algo, x, w, y, accumulate, stream), "matmul");
 }
 
+void GemmBf16::run(const __nv_bfloat16* x, const __nv_bfloat16* w, float* y, int64_t n, int64_t m,
+                   int64_t k, bool accumulate, cudaStream_t stream, int64_t ldy) {
+  run_any(x, w, y, n, m, k, ldy, accumulate, /*bf16_out=*/false, stream);
+}
+
 void GemmBf16::run(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int64_t n,
-                   int64_t m, int64_t k, cudaStream_t stream) {
-  TESSERA_CHECK_ARG(n >= 1 && m >= 1 && k >= 1, "gemm_bf16: empty product");
-  Plan& p = plan(n, m, k, m, false, true);
-  if (!p.first_call_done) first_call(p, x, w, y, n, m, k, m, false, stream);
-  check(launch(p, p.algo, x, w, y, false, stream), "matmul");
+                   int64_t m, int64_t k, cudaStream_t stream, int64_t ldy) {
+  run_any(x, w, y, n, m, k, ldy, /*accumulate=*/false, /*bf16_out=*/true, stream);
 }
 
 GemmBf16::PlanInfo GemmBf16::plan_info(int64_t n, int64_t m, int64_t k, bool accumulate,

@@ -55,7 +55,7 @@ class GemmBf16 {
   // Same product rounded to bf16 (no accumulate): halves the output traffic for GEMM results
   // that only feed another bf16 GEMM (e.g. the fused gate|up projection).
   void run(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int64_t n, int64_t m,
-           int64_t k, cudaStream_t stream);
+           int64_t k, cudaStream_t stream, int64_t ldy = 0);
 
   // Runs the timed selection now for n rows of this product (y = x w^T, ldy = m), on scratch
   // activations and the caller's weight w (it must stream from HBM: >= 1.5x the L2, and n <=
@@ -90,6 +90,9 @@ class GemmBf16 {
   std::vector<cublasLtMatmulAlgo_t> candidates(const Plan& p);
   void select(Plan& p, const void* x, const void* w, void* y, int64_t n, int64_t m, int64_t ldy,
               bool accumulate, cudaStream_t stream);
+  // Both run()s: y as f32 or (bf16_out) bf16.
+  void run_any(const void* x, const void* w, void* y, int64_t n, int64_t m, int64_t k, int64_t ldy,
+               bool accumulate, bool bf16_out, cudaStream_t stream);
   void first_call(Plan& p, const void* x, const void* w, void* y, int64_t n, int64_t m, int64_t k,
                   int64_t ldy, bool accumulate, cudaStream_t stream);
   cublasStatus_t launch(const Plan& p, const cublasLtMatmulAlgo_t& algo, const void* x,

@@ -568,7 +568,18 @@ class CudaLlama final : public CausalLm {
       // gate|up, bf16 when both it and down are bf16, else f32
       const bool f32_gu = l.wgu.quant() || l.wd.quant();
       const bf16* down_in = h;  // a bf16 down's input: the SwiGLU output
-      if (l.wgu.quant()) {
+      // Quantized gate|up and down both on bf16 rows through the weight slices (prompt chunks past
+      // dequant_gemm's rows): gate|up rounded to bf16, in guf's storage (half of it), as for bf16
+      // weights; SwiGLU then writes down's bf16 input rows.
+      const bool bf16_slices_gu = !ffn_normed && l.wgu.quant() && l.wd.quant() && proj_.on_slices(l.wgu, n) &&
+                                  !proj_.quantized_input(l.wd, n);
+      if (bf16_slices_gu) {
+        auto* gu_rows = reinterpret_cast<bf16*>(b.guf);
+        proj_.project(l.wgu, In::norm(x, l.ffn_norm), n, scratch(b), gu_rows, stream_);
+        prof_.mark("norm + gate|up", Projections::cost(l.wgu, n, 4, 2));
+        cuda::swiglu_rows_bf16(gu_rows, n, ff, h, s);
+        prof_.mark("swiglu", {static_cast<double>(n) * ff * 6});
+      } else if (l.wgu.quant()) {
         project(l.wgu, ffn_normed ? In::normed(b.qx2, b.meta2, row_norm) : In::norm(x, l.ffn_norm), n, b, b.guf,
                 2 * ff, false);
         prof_.mark(ffn_normed ? "gate|up" : "norm + gate|up", Projections::cost(l.wgu, n, 4, 4));
@@ -598,12 +609,15 @@ class CudaLlama final : public CausalLm {
       qkv_normed = next != nullptr && fusable(l.wd, next->qkv);
       if (l.wd.quant()) {
         const cuda::MmqResidualNorm qkv_in{x, next ? next->attn_norm : nullptr, b.qx2, b.meta2, b.block_ss};
-        project(l.wd, In::swiglu(b.guf), n, b, x, d, /*accumulate=*/true, qkv_normed ? &qkv_in : nullptr);
+        project(l.wd, bf16_slices_gu ? In::bf16_rows() : In::swiglu(b.guf), n, b, x, d, /*accumulate=*/true,
+                qkv_normed ? &qkv_in : nullptr);
       } else {
         matmul(down_in, l.wd, n, x, /*accumulate=*/true);  // residual += MLP out
       }
-      prof_.mark(l.wd.quant() ? (qkv_normed ? "swiglu + down + next norm" : "swiglu + down") : "down",
-                 Projections::cost(l.wd, n, l.wd.quant() ? 8 : 2, 8));
+      const char* down_label = !l.wd.quant() || bf16_slices_gu ? "down"
+                               : qkv_normed                    ? "swiglu + down + next norm"
+                                                               : "swiglu + down";
+      prof_.mark(down_label, Projections::cost(l.wd, n, l.wd.quant() ? 8 : 2, 8));
     }
     if (n_logits > 0) {  // a step of prefill chunks only has no logits to compute
       cuda::gather_rows_f32(x, d_logit_rows, n_logits, d, normed, s);  // only rows that need logits
@@ -621,8 +635,9 @@ class CudaLlama final : public CausalLm {
   using In = Projections::In;
   void project(const Proj& p, const In& in, int64_t rows, const Bufs& b, float* y, int64_t ldy, bool accumulate,
                const cuda::MmqResidualNorm* next_norm = nullptr) {
-    proj_.project(p, in, rows, {b.h, b.qx, b.meta, b.wdq, b.dg_ws}, y, ldy, accumulate, stream_, next_norm);
+    proj_.project(p, in, rows, scratch(b), y, ldy, accumulate, stream_, next_norm);
   }
+  static Projections::Scratch scratch(const Bufs& b) { return {b.h, b.qx, b.meta, b.wdq, b.dg_ws}; }
   void matmul(const bf16* x, const Proj& p, int64_t rows, float* y, bool accumulate) {
     proj_.matmul(x, p, rows, y, accumulate, stream_);
   }

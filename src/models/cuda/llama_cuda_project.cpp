@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <type_traits>
 
 #include "core/error.h"
 #include "kernels/cuda/dequant_gemm.h"
@@ -16,7 +17,7 @@ namespace {
 
 int64_t dequant_gemm_max_rows_from_env() {
   const char* v = std::getenv("TESSERA_DEQUANT_GEMM_MAX_ROWS");
-  return v ? std::atoll(v) : int64_t{128};
+  return v ? std::atoll(v) : Projections::kDequantGemmMaxRows;
 }
 // TESSERA_MMQ_TC_WIDE: "0" keeps 9..16 rows off the two-tile tensor-core GEMV, "all" puts every
 // supported type on it; otherwise each type up to cuda::mmq_tc_wide_rows (A/B benchmarks, tests).
@@ -48,6 +49,17 @@ size_t Projections::dequant_gemm_ws_bytes(int64_t rows, bool head) {
   const auto key = std::make_pair(rows, head);
   if (auto it = dg_ws_need_.find(key); it != dg_ws_need_.end()) return it->second;
   return dg_ws_need_[key] = w_.dequant_gemm_workspace_bytes(rows, head);
+}
+
+bool Projections::dequant_gemm_takes(const Proj& p, int64_t rows) const {
+  return dequant_gemm_rows(rows) && std::all_of(p.parts.begin(), p.parts.end(), [&](const Proj::Part& part) {
+           return cuda::dequant_gemm_supported(part.type, p.k);
+         });
+}
+
+bool Projections::on_slices(const Proj& p, int64_t rows) const {
+  return p.quant() && !mmq_gemm_ && rows > cuda::kMmqGemvMaxRows && !tc_takes_rows(p, rows) &&
+         !dequant_gemm_takes(p, rows);
 }
 
 bool Projections::slices(int64_t rows) const {
@@ -91,6 +103,43 @@ void Projections::matmul(const bf16* x, const Proj& p, int64_t rows, bf16* y, cu
   gemm_.run(x, p.w, y, rows, p.n, p.k, s);
 }
 
+void Projections::bf16_input(const In& in, int64_t rows, int64_t k, const Scratch& b, cudaStream_t s) {
+  switch (in.kind) {
+    case In::kNorm:
+      return cuda::rms_norm_rows_bf16(in.x, in.w, cfg_.norm_eps, rows, k, b.h, s);
+    case In::kRows:
+      return cuda::f32_to_bf16_rows(in.x, rows * k, b.h, s);
+    case In::kSwiglu:
+      return cuda::swiglu_rows_f32_bf16(in.x, rows, k, b.h, s);
+    case In::kBf16:  // already there
+    case In::kAttention:
+    case In::kNormed:
+      return;
+  }
+}
+
+template <class Out>
+void Projections::through_slices(const Proj& p, int64_t rows, const Scratch& b, Out* y, int64_t ldy,
+                                 bool accumulate, cudaStream_t s) {
+  TESSERA_CHECK_ARG(b.wdq != nullptr, "project: no weight-slice buffer for this call");
+  const int64_t slice = std::max<int64_t>(64, kSliceElems / p.k / 64 * 64);
+  for (const Proj::Part& part : p.parts)
+    for (int64_t r0 = 0; r0 < part.n; r0 += slice) {
+      const int64_t sn = std::min(slice, part.n - r0);
+      cuda::dequantize_packed_bf16(part.type, part.packed, part.n, p.k, r0, sn, b.wdq, s);
+      Out* out = y + part.row0 + r0;
+      if constexpr (std::is_same_v<Out, float>) gemm_.run(b.h, b.wdq, out, rows, sn, p.k, accumulate, s, ldy);
+      else gemm_.run(b.h, b.wdq, out, rows, sn, p.k, s, ldy);
+    }
+}
+
+void Projections::project(const Proj& p, const In& in, int64_t rows, const Scratch& b, bf16* y, cudaStream_t s) {
+  TESSERA_CHECK_ARG(on_slices(p, rows) && in.kind != In::kAttention && in.kind != In::kNormed,
+                    "project: a bf16 product runs on the weight slices, on bf16 rows");
+  bf16_input(in, rows, p.k, b, s);
+  through_slices(p, rows, b, y, p.n, false, s);
+}
+
 void Projections::project(const Proj& p, const In& in, int64_t rows, const Scratch& b, float* y, int64_t ldy,
                           bool accumulate, cudaStream_t s, const cuda::MmqResidualNorm* next_norm) {
   if (next_norm != nullptr)
@@ -105,44 +154,18 @@ void Projections::project(const Proj& p, const In& in, int64_t rows, const Scrat
   }
   // Above kMmqGemvMaxRows rows the integer-dot path only where the tensor-core GEMV takes every
   // part at this row count (tc_takes_rows), else bf16 rows into dequant_gemm or the slices.
-  const bool tc_rows = tc_takes_rows(p, rows);
-  const bool dequant_gemm =
-      dequant_gemm_rows(rows) && std::all_of(p.parts.begin(), p.parts.end(), [&](const Proj::Part& part) {
-        return cuda::dequant_gemm_supported(part.type, p.k);
-      });
-  if (!tc_rows && (dequant_gemm || (rows > cuda::kMmqGemvMaxRows && b.wdq))) {
+  const bool tc_rows = tc_takes_rows(p, rows), slices = on_slices(p, rows);
+  if (slices || (!tc_rows && dequant_gemm_takes(p, rows))) {
     TESSERA_CHECK_ARG(in.kind != In::kAttention && in.kind != In::kNormed && next_norm == nullptr,
                       "project: attention partials and norm epilogues need a call on 8-bit rows");
-    bf16* h = b.h;  // the bf16 input rows
-    switch (in.kind) {
-      case In::kNorm:
-        cuda::rms_norm_rows_bf16(in.x, in.w, cfg_.norm_eps, rows, p.k, h, s);
-        break;
-      case In::kRows:
-        cuda::f32_to_bf16_rows(in.x, rows * p.k, h, s);
-        break;
-      case In::kSwiglu:
-        cuda::swiglu_rows_f32_bf16(in.x, rows, p.k, h, s);
-        break;
-      case In::kAttention:
-      case In::kNormed:
-        break;
-    }
-    if (dequant_gemm) {  // the quantized bytes straight into tensor cores (dequant_gemm.h)
-      for (const Proj::Part& part : p.parts)
-        cuda::dequant_gemm_bf16(part.type, part.packed, part.n, p.k, h, rows, y + part.row0, ldy, accumulate, b.dg_ws,
-                                dg_ws_bytes_, s);
-      return;
-    }
-    const int64_t slice = std::max<int64_t>(64, kSliceElems / p.k / 64 * 64);
-    for (const Proj::Part& part : p.parts)
-      for (int64_t r0 = 0; r0 < part.n; r0 += slice) {
-        const int64_t sn = std::min(slice, part.n - r0);
-        cuda::dequantize_packed_bf16(part.type, part.packed, part.n, p.k, r0, sn, b.wdq, s);
-        gemm_.run(h, b.wdq, y + part.row0 + r0, rows, sn, p.k, accumulate, s, ldy);
-      }
+    bf16_input(in, rows, p.k, b, s);
+    if (slices) return through_slices(p, rows, b, y, ldy, accumulate, s);
+    for (const Proj::Part& part : p.parts)  // the quantized bytes straight into tensor cores
+      cuda::dequant_gemm_bf16(part.type, part.packed, part.n, p.k, b.h, rows, y + part.row0, ldy, accumulate,
+                              b.dg_ws, dg_ws_bytes_, s);
     return;
   }
+  TESSERA_CHECK_ARG(in.kind != In::kBf16, "project: bf16 rows need a call on bf16 rows");
   // One row (the DP4A GEMV): K weights take 32-element blocks with f32 meta (mmq.h, k32); more
   // rows: Q8_K's 256-element blocks. Legacy weights: their own rule either way.
   const bool k32 = rows == 1;

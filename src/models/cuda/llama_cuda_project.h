@@ -4,11 +4,11 @@
 //     start while the previous kernel finishes); more rows cuBLASLt.
 //   Quantized weights: up to cuda::kMmqGemvMaxRows rows the integer-dot GEMV on 8-bit
 //     activations (weights read once for all rows); then up to TESSERA_DEQUANT_GEMM_MAX_ROWS
-//     (128; 0 turns it off) dequant_gemm, Hopper tensor cores fed from the quantized bytes; more
-//     rows, or shapes dequant_gemm cannot run, dequantize the weight to bf16 a slice at a time
-//     for cuBLASLt (faster than the int8 tensor-core kernel for 16..2048 rows,
-//     docs/design/cuda_engine.md; TESSERA_MMQ_GEMM=1 selects that kernel instead, for benchmarks
-//     and tests).
+//     (kDequantGemmMaxRows; 0 turns it off) dequant_gemm, Hopper tensor cores fed from the
+//     quantized bytes; more rows, or shapes dequant_gemm cannot run, dequantize the weight to
+//     bf16 a slice at a time for cuBLASLt (faster than the int8 tensor-core kernel for 16..2048
+//     rows, docs/design/cuda_engine.md; TESSERA_MMQ_GEMM=1 selects that kernel instead, for
+//     benchmarks and tests).
 // Enqueues on the caller's stream; never synchronizes. Scratch buffers are the caller's (a CUDA
 // graph holds their addresses); this class says which ones a call needs and how large.
 #pragma once
@@ -33,13 +33,14 @@ class Projections {
   Projections(const LlmConfig& cfg, const Weights& w);
 
   // The input of a quantized projection: RMSNorm of f32 rows (x, norm weight), f32 rows,
-  // SwiGLU of an f32 gate|up output, or the split partials a decode attention launch left
-  // (only for calls on 8-bit rows: quantized_input()); turned into what the
+  // SwiGLU of an f32 gate|up output, the split partials a decode attention launch left
+  // (only for calls on 8-bit rows: quantized_input()), or bf16 rows already in Scratch::h (only
+  // for calls on bf16 rows: !quantized_input()); turned into what the
   // chosen kernel reads (8-bit rows per part type family, or bf16 rows) just before it. Or
   // (normed) one RMSNorm row already quantized without its 1 / rms by the previous projection's
   // epilogue (cuda::MmqResidualNorm; one row, any quantized parts).
   struct In {
-    enum Kind { kNorm, kRows, kSwiglu, kAttention, kNormed } kind;
+    enum Kind { kNorm, kRows, kSwiglu, kAttention, kNormed, kBf16 } kind;
     const float* x;
     const float* w;
     cuda::PagedAttentionPartials partials;
@@ -50,6 +51,7 @@ class Projections {
     static In rows(const float* x) { return {kRows, x, nullptr, {}}; }
     static In swiglu(const float* gu) { return {kSwiglu, gu, nullptr, {}}; }
     static In attention(const cuda::PagedAttentionPartials& p) { return {kAttention, nullptr, nullptr, p}; }
+    static In bf16_rows() { return {kBf16, nullptr, nullptr, {}}; }  // already in Scratch::h
     static In normed(const int8_t* qx, const cuda::MmqActMeta* meta, const cuda::MmqRowNorm& row_norm) {
       return {kNormed, nullptr, nullptr, {}, qx, meta, row_norm};
     }
@@ -64,6 +66,10 @@ class Projections {
     void* dg_ws;
   };
   static constexpr int64_t kSliceElems = int64_t{32} << 20;  // a weight slice: 64 MB of bf16
+  // dequant_gemm's row bound. Session 47 (H100, tessera bench, Llama-3-8B shapes): prefill of 256 /
+  // 512 rows 1.42-1.65x / 1.02-1.21x faster on dequant_gemm than on the bf16 slices, 1024 rows
+  // 0.76-0.95x (it was 128 since session 17, when dequant_gemm was 2x slower).
+  static constexpr int64_t kDequantGemmMaxRows = 512;
 
   // Whether a call of `rows` rows may need the weight-slice buffer (kSliceElems).
   bool slices(int64_t rows) const;
@@ -81,6 +87,9 @@ class Projections {
   // (cuda::MmqResidualNorm): the producer quantized in one part, the consumer quantized (K
   // weights then take 32-element activation blocks instead of Q8_K's 256: mmq.h).
   static bool norm_fusable(const Proj& producer, const Proj& consumer);
+  // Whether a call of `rows` rows through quantized p dequantizes its weights to bf16 slices for
+  // cuBLASLt (past kDequantGemmMaxRows, or a type dequant_gemm cannot run).
+  bool on_slices(const Proj& p, int64_t rows) const;
   // Whether a call of 9..16 rows through p takes the tensor-core GEMV's two tiles on 8-bit rows
   // (every part's type up to cuda::mmq_tc_wide_rows; TESSERA_MMQ_TC_WIDE) instead of bf16 rows.
   bool tc_takes_rows(const Proj& p, int64_t rows) const;
@@ -92,6 +101,9 @@ class Projections {
   // accumulate): the GEMV also forms the next RMSNorm's input (cuda::mmq_gemv_residual_norm).
   void project(const Proj& p, const In& in, int64_t rows, const Scratch& b, float* y, int64_t ldy,
                bool accumulate, cudaStream_t s, const cuda::MmqResidualNorm* next_norm = nullptr);
+  // The same through the bf16 slices (on_slices(p, rows)), the product rounded to bf16 (ldy = p.n):
+  // the gate|up output of a prompt chunk, which SwiGLU reads once (half the bytes of f32).
+  void project(const Proj& p, const In& in, int64_t rows, const Scratch& b, bf16* y, cudaStream_t s);
   // bf16 projection p: f32 out, written or added to; or rounded to bf16 (the gate|up output).
   void matmul(const bf16* x, const Proj& p, int64_t rows, float* y, bool accumulate, cudaStream_t s);
   void matmul(const bf16* x, const Proj& p, int64_t rows, bf16* y, cudaStream_t s);
@@ -100,6 +112,13 @@ class Projections {
 
  private:
   bool dequant_gemm_rows(int64_t rows) const;
+  bool dequant_gemm_takes(const Proj& p, int64_t rows) const;  // at these rows and every part's type
+  // Scratch::h = the bf16 input rows of a call on bf16 rows (norm, conversion or SwiGLU).
+  void bf16_input(const In& in, int64_t rows, int64_t k, const Scratch& b, cudaStream_t s);
+  // y (+)= x W^T through W dequantized a slice of rows at a time into Scratch::wdq.
+  template <class Out>
+  void through_slices(const Proj& p, int64_t rows, const Scratch& b, Out* y, int64_t ldy, bool accumulate,
+                      cudaStream_t s);
   size_t dequant_gemm_ws_bytes(int64_t rows, bool head);
 
   const LlmConfig& cfg_;
