@@ -3,7 +3,7 @@
 # one side-by-side table (peer_same_call.md under $OUT):
 #   batch-1 decode at a 512-token context, bf16 / q8_0 / q4_0 ($TYPES)
 #       (tessera bench --decode-ctx 512 | llama-bench tg64 -d 512, each on its own weights type);
-#   prefill 512 / 2048, bf16 (tessera bench | llama-bench pp);
+#   prefill 512 / 2048, every type in $TYPES (tessera bench | llama-bench pp);
 #   batched decode, 128 sequences at 512-token contexts, bf16 (tessera bench | S_TG of
 #       llama-batched-bench -npp 512 -ntg 128 -npl 128);
 #   128 x (512 prompt + 128 generated), total tokens/s (tessera serve under bench/serve_load.py,
@@ -46,7 +46,7 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader >> "$log"
 # and 128 sequences), then the serving workload.
 for ty in $TYPES; do
   note "tessera bench $ty"
-  if [ "$ty" = bf16 ]; then extra="--prefill 512,2048 --batch 128 --batch-gen 128"; else extra="--prefill 64 --batch 2 --batch-gen 2"; fi
+  if [ "$ty" = bf16 ]; then extra="--prefill 512,2048 --batch 128 --batch-gen 128"; else extra="--prefill 512,2048 --batch 2 --batch-gen 2"; fi
   timeout 150 $T bench -m $M --device cuda --dummy llama3-8b --dummy-type $ty --decode-ctx 512 \
     --decode-tokens 64 $extra --out "$out/tessera_bench_$ty.md" >> "$log" 2>&1
 done
@@ -68,8 +68,8 @@ for ty in $TYPES; do
   note "llama.cpp $ty"
   PYTHONPATH=/tmp/gguf-py python3 $here/peer_make_gguf.py /tmp/peer/$ty.gguf $ty >> "$log" 2>&1
   $L/llama-bench -m /tmp/peer/$ty.gguf -ngl 99 -fa 1 -p 0 -n 64 -d 512 -r 3 -o json > /tmp/peer/tg_$ty.json 2>> "$log"
+  $L/llama-bench -m /tmp/peer/$ty.gguf -ngl 99 -fa 1 -p 512,2048 -n 0 -r 3 -o json > /tmp/peer/pp_$ty.json 2>> "$log"
   if [ "$ty" = bf16 ]; then
-    $L/llama-bench -m /tmp/peer/$ty.gguf -ngl 99 -fa 1 -p 512,2048 -n 0 -r 3 -o json > /tmp/peer/pp_$ty.json 2>> "$log"
     timeout 150 $L/llama-batched-bench -m /tmp/peer/$ty.gguf -ngl 99 -fa on -c 83968 -b 2048 -ub 512 \
       -npp 512 -ntg 128 -npl 128 > /tmp/peer/lbb.txt 2>&1
     tail -6 /tmp/peer/lbb.txt >> "$log"
@@ -94,7 +94,8 @@ def bench(ty):  # tessera bench rows: name -> value
 def tg(ty):
     r = [x["avg_ts"] for x in (load(f"/tmp/peer/tg_{ty}.json") or []) if x.get("n_gen", 0) > 0]
     return 1e3 / r[0] if r else None
-pp = {x["n_prompt"]: x["avg_ts"] for x in (load("/tmp/peer/pp_bf16.json") or []) if x.get("n_gen", 1) == 0}
+def pp(ty):  # prompt length -> llama-bench tokens/s
+    return {x["n_prompt"]: x["avg_ts"] for x in (load(f"/tmp/peer/pp_{ty}.json") or []) if x.get("n_gen", 1) == 0}
 s = s_tg = None
 try:
     for line in open("/tmp/peer/lbb.txt"):
@@ -110,9 +111,10 @@ rows = []
 for ty in types:
     rows.append((f"batch-1 decode at 512 context, {ty}, ms/token (lower is better)",
                  bench(ty).get("decode, batch 1 (ms/token)"), tg(ty), "%.3f", True))
-rows += [("prefill 512, bf16, tokens/s", b16.get("prefill 512 (tokens/s)"), pp.get(512), "%.0f", False),
-         ("prefill 2048, bf16, tokens/s", b16.get("prefill 2048 (tokens/s)"), pp.get(2048), "%.0f", False),
-         ("decode 128 sequences at 512 context, bf16, tokens/s", b16.get("decode, batch 128 (tokens/s)"), s_tg, "%.0f", False),
+for ty in types:
+    for n in (512, 2048):
+        rows.append((f"prefill {n}, {ty}, tokens/s", bench(ty).get(f"prefill {n} (tokens/s)"), pp(ty).get(n), "%.0f", False))
+rows += [("decode 128 sequences at 512 context, bf16, tokens/s", b16.get("decode, batch 128 (tokens/s)"), s_tg, "%.0f", False),
          ("128 x (512 + 128), bf16, total tokens/s", serve.get("total_tokens_per_s"), s, "%.0f", False),
          ("the same, clients started over 2 s, total tokens/s", ramped.get("total_tokens_per_s"), s, "%.0f", False)]
 lines = ["| Llama-3-8B shape, random weights, one GPU, one call | Tessera | llama.cpp | Tessera advantage |",
@@ -124,7 +126,7 @@ lines += ["", "Tessera: `tessera bench --device cuda --dummy llama3-8b --dummy-t
           "(engine, CUDA graphs); serving: `tessera serve` + bench/serve_load.py (128 closed-loop HTTP "
           f"streaming clients, 1024 requests; TTFT p99 {serve.get('ttft_ms_p99', '-')} ms, started over 2 s "
           f"{ramped.get('ttft_ms_p99', '-')} ms). llama.cpp: "
-          "llama-bench -ngl 99 -fa 1 (tg64 at depth 512; pp 512/2048), llama-batched-bench -npp 512 "
+          "llama-bench -ngl 99 -fa 1 (tg64 at depth 512; pp 512/2048 at depth 0), llama-batched-bench -npp 512 "
           "-ntg 128 -npl 128 -fa on (S_TG, S)."]
 open(f"{out}/peer_same_call.md", "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
