@@ -540,12 +540,11 @@ class CudaLlama final : public CausalLm {
           prof_.mark(rope_in_attention ? "bias" : "bias + rope + kv write",
                      {static_cast<double>(n) * (qkvd * 4 + qd * 4 + kvd * 4)});
       }
-      if (l.wo.quant()) {  // attention in f32, quantized for the integer dots
+      if (l.wo.quant() && proj_.quantized_input(l.wo, n)) {  // f32, quantized for the integer dots
         // A split decode-only launch may stop at its partials and leave their merge to the next
         // kernel (paged_attention.h): o's input quantizer, where o reads 8-bit rows. That takes the
         // fence, count and merge off the step's critical path.
-        const bool leave = leave_partials_on_ && proj_.quantized_input(l.wo, n);
-        const cuda::PagedAttentionWorkspace ws{b.attn_ws, attn_ws_bytes_, n, 0, leave};
+        const cuda::PagedAttentionWorkspace ws{b.attn_ws, attn_ws_bytes_, n, 0, leave_partials_on_};
         const cuda::PagedAttentionPartials left = cuda::paged_attention<float, float>(
             attn_q, d_pos, d_tiles, static_cast<int64_t>(plan_.tiles.size()), d_tables, plan_.table_stride,
             cache.block_size(), kc, vc, cfg_.n_heads, cfg_.n_kv_heads, hd, scale, b.attn, s, ws, attn_new_rows);
@@ -553,7 +552,7 @@ class CudaLlama final : public CausalLm {
         const cuda::MmqResidualNorm ffn_in{x, l.ffn_norm, b.qx2, b.meta2, b.block_ss};
         project(l.wo, left.o ? In::attention(left) : In::rows(b.attn), n, b, x, d, /*accumulate=*/true,
                 ffn_normed ? &ffn_in : nullptr);
-      } else {  // attention writes bf16: it only feeds the output projection
+      } else {  // attention writes bf16: it only feeds the output projection (on bf16 rows)
         // One row: the partials left to a merge kernel before the o GEMV (batch 1: 4.14 -> 4.06 ms,
         // s26); at 4 / 8 rows (cuBLASLt, no PDL) that kernel cost 1.5 % (gpu_runs/s26_bf16_left_partials.txt).
         const cuda::PagedAttentionWorkspace ws{b.attn_ws, attn_ws_bytes_, n, 0, leave_partials_on_ && n == 1};
@@ -562,7 +561,8 @@ class CudaLlama final : public CausalLm {
             cache.block_size(), kc, vc, cfg_.n_heads, cfg_.n_kv_heads, hd, scale, h, s, ws, attn_new_rows);
         if (left.o) cuda::paged_attention_merge_partials(left, n, h, s);  // the same bits, off attention's path
         prof_.mark("attention", attn_cost);
-        matmul(h, l.wo, n, x, /*accumulate=*/true);  // residual += attention out
+        if (l.wo.quant()) project(l.wo, In::bf16_rows(), n, b, x, d, /*accumulate=*/true);
+        else matmul(h, l.wo, n, x, /*accumulate=*/true);  // residual += attention out
       }
       prof_.mark(ffn_normed ? "o + next norm" : "o", Projections::cost(l.wo, n, l.wo.quant() ? 4 : 2, 8));
       // gate|up, bf16 when both it and down are bf16, else f32
