@@ -9,7 +9,7 @@
 # DONOR: a GGUF whose tokenizer serves the dummy model; BATCH: the batched-decode sequence
 # counts (bench --batch); PREFILL: the prefill lengths (bench --prefill, default 64).
 set -u -o pipefail
-[ $# -ge 2 ] || { echo "usage: [DONOR=..] [TYPES=..] [BATCH=..] [ROUNDS=n] $0 label=binary[,NAME=VALUE...] ..." >&2; exit 2; }
+[ $# -ge 2 ] || { echo "usage: [DONOR=..] [TYPES=..] [BATCH=..] [PREFILL=..] [ROUNDS=n] $0 label=binary[,NAME=VALUE...] ..." >&2; exit 2; }
 here=$(dirname "$0")
 . "$here/env_variants.sh"
 make_wrappers "$@" || exit 2

@@ -151,6 +151,10 @@ int main(int argc, char** argv) {
         }
         p = *end == ',' ? end + 1 : end;
       }
+      if (dg_rows.empty()) {
+        std::fprintf(stderr, "--rows: a comma-separated list of 1..4096\n");
+        return 2;
+      }
       continue;
     }
     if (std::string(argv[i]) == "--shapes" && i + 1 < argc) {

@@ -180,8 +180,9 @@ def test_tiny_model_logits_match_llama_cpp(llama_cpp, tessera_bin, model_path, c
 
 # The CUDA engine on the same tiny GGUF files, against the CPU engine (which agrees with
 # llama.cpp above): GGUF loading, repacking, the embedding gather (K-type tables too here) and
-# each quantized projection path, at 6, 14, 48 and 200 prompt rows (up to 8 rows the integer-dot
-# GEMV; 9-128 dequant_gemm, whose scaled form takes <= 16; more bf16 weight slices on cuBLASLt). K blocks of natural magnitude
+# each quantized projection path, at 6, 14, 48, 200 and 600 prompt rows (up to 8 rows the
+# integer-dot GEMV; 9-512 dequant_gemm, whose scaled form takes <= 16; more the bf16 weight slices
+# on cuBLASLt, gate|up rounded to bf16). K blocks of natural magnitude
 # (natural_k): with the llama.cpp test's blocks a few positions were hypersensitive to the
 # activations' rounding (Q5_K, 200 rows: one position at nMSE 3.8 between the 8-bit and the bf16
 # paths while the median was 1.8e-5; docs/design/gpu_runs/s21_tiny_gguf_gpu_vs_cpu_diagnosis.txt).
@@ -213,7 +214,7 @@ def test_tiny_model_logits_on_gpu_match_cpu(tessera_bin, model_path, case):
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, f"{case}.gguf")
         write_tiny_model(path, model_path, **CASES[case], natural_k=True)
-        for n_ids in (6, 14, 48, 200):
+        for n_ids in (6, 14, 48, 200, 600):
             ids = [int(t) for t in np.random.default_rng(n_ids).integers(3, 49152, size=n_ids)]
             ref = score_logits(tessera_bin, path, ids, "cpu", env=base_env)
             # up to 8 rows both runs take the same kernels (the DP4A GEMV; from 3 rows the few-row

@@ -540,11 +540,12 @@ class CudaLlama final : public CausalLm {
           prof_.mark(rope_in_attention ? "bias" : "bias + rope + kv write",
                      {static_cast<double>(n) * (qkvd * 4 + qd * 4 + kvd * 4)});
       }
-      if (l.wo.quant() && proj_.quantized_input(l.wo, n)) {  // f32, quantized for the integer dots
+      if (l.wo.quant() && !proj_.bf16_input_rows(l.wo, n)) {  // f32, quantized for the integer dots
         // A split decode-only launch may stop at its partials and leave their merge to the next
         // kernel (paged_attention.h): o's input quantizer, where o reads 8-bit rows. That takes the
         // fence, count and merge off the step's critical path.
-        const cuda::PagedAttentionWorkspace ws{b.attn_ws, attn_ws_bytes_, n, 0, leave_partials_on_};
+        const bool leave = leave_partials_on_ && proj_.quantized_input(l.wo, n);
+        const cuda::PagedAttentionWorkspace ws{b.attn_ws, attn_ws_bytes_, n, 0, leave};
         const cuda::PagedAttentionPartials left = cuda::paged_attention<float, float>(
             attn_q, d_pos, d_tiles, static_cast<int64_t>(plan_.tiles.size()), d_tables, plan_.table_stride,
             cache.block_size(), kc, vc, cfg_.n_heads, cfg_.n_kv_heads, hd, scale, b.attn, s, ws, attn_new_rows);
@@ -564,15 +565,16 @@ class CudaLlama final : public CausalLm {
         if (l.wo.quant()) project(l.wo, In::bf16_rows(), n, b, x, d, /*accumulate=*/true);
         else matmul(h, l.wo, n, x, /*accumulate=*/true);  // residual += attention out
       }
-      prof_.mark(ffn_normed ? "o + next norm" : "o", Projections::cost(l.wo, n, l.wo.quant() ? 4 : 2, 8));
+      const double o_in_bytes = l.wo.quant() && !proj_.bf16_input_rows(l.wo, n) ? 4 : 2;
+      prof_.mark(ffn_normed ? "o + next norm" : "o", Projections::cost(l.wo, n, o_in_bytes, 8));
       // gate|up, bf16 when both it and down are bf16, else f32
       const bool f32_gu = l.wgu.quant() || l.wd.quant();
       const bf16* down_in = h;  // a bf16 down's input: the SwiGLU output
-      // Quantized gate|up and down both on bf16 rows through the weight slices (prompt chunks past
-      // dequant_gemm's rows): gate|up rounded to bf16, in guf's storage (half of it), as for bf16
-      // weights; SwiGLU then writes down's bf16 input rows.
-      const bool bf16_slices_gu = !ffn_normed && l.wgu.quant() && l.wd.quant() && proj_.on_slices(l.wgu, n) &&
-                                  !proj_.quantized_input(l.wd, n);
+      // Quantized gate|up on the weight slices (prompt chunks past dequant_gemm's rows) and down on
+      // bf16 rows: gate|up rounded to bf16, in guf's storage (half of it), as for bf16 weights;
+      // SwiGLU then writes down's bf16 input rows.
+      const bool bf16_slices_gu =
+          l.wgu.quant() && l.wd.quant() && proj_.on_slices(l.wgu, n) && proj_.bf16_input_rows(l.wd, n);
       if (bf16_slices_gu) {
         auto* gu_rows = reinterpret_cast<bf16*>(b.guf);
         proj_.project(l.wgu, In::norm(x, l.ffn_norm), n, scratch(b), gu_rows, stream_);
@@ -617,7 +619,7 @@ class CudaLlama final : public CausalLm {
       const char* down_label = !l.wd.quant() || bf16_slices_gu ? "down"
                                : qkv_normed                    ? "swiglu + down + next norm"
                                                                : "swiglu + down";
-      prof_.mark(down_label, Projections::cost(l.wd, n, l.wd.quant() ? 8 : 2, 8));
+      prof_.mark(down_label, Projections::cost(l.wd, n, l.wd.quant() && !bf16_slices_gu ? 8 : 2, 8));
     }
     if (n_logits > 0) {  // a step of prefill chunks only has no logits to compute
       cuda::gather_rows_f32(x, d_logit_rows, n_logits, d, normed, s);  // only rows that need logits

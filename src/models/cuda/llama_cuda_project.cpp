@@ -154,18 +154,18 @@ void Projections::project(const Proj& p, const In& in, int64_t rows, const Scrat
   }
   // Above kMmqGemvMaxRows rows the integer-dot path only where the tensor-core GEMV takes every
   // part at this row count (tc_takes_rows), else bf16 rows into dequant_gemm or the slices.
-  const bool tc_rows = tc_takes_rows(p, rows), slices = on_slices(p, rows);
-  if (slices || (!tc_rows && dequant_gemm_takes(p, rows))) {
+  if (bf16_input_rows(p, rows)) {
     TESSERA_CHECK_ARG(in.kind != In::kAttention && in.kind != In::kNormed && next_norm == nullptr,
                       "project: attention partials and norm epilogues need a call on 8-bit rows");
     bf16_input(in, rows, p.k, b, s);
-    if (slices) return through_slices(p, rows, b, y, ldy, accumulate, s);
+    if (on_slices(p, rows)) return through_slices(p, rows, b, y, ldy, accumulate, s);
     for (const Proj::Part& part : p.parts)  // the quantized bytes straight into tensor cores
       cuda::dequant_gemm_bf16(part.type, part.packed, part.n, p.k, b.h, rows, y + part.row0, ldy, accumulate,
                               b.dg_ws, dg_ws_bytes_, s);
     return;
   }
   TESSERA_CHECK_ARG(in.kind != In::kBf16, "project: bf16 rows need a call on bf16 rows");
+  const bool tc_rows = tc_takes_rows(p, rows);
   // One row (the DP4A GEMV): K weights take 32-element blocks with f32 meta (mmq.h, k32); more
   // rows: Q8_K's 256-element blocks. Legacy weights: their own rule either way.
   const bool k32 = rows == 1;

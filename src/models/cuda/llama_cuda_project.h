@@ -35,7 +35,7 @@ class Projections {
   // The input of a quantized projection: RMSNorm of f32 rows (x, norm weight), f32 rows,
   // SwiGLU of an f32 gate|up output, the split partials a decode attention launch left
   // (only for calls on 8-bit rows: quantized_input()), or bf16 rows already in Scratch::h (only
-  // for calls on bf16 rows: !quantized_input()); turned into what the
+  // for calls on bf16 rows: bf16_input_rows()); turned into what the
   // chosen kernel reads (8-bit rows per part type family, or bf16 rows) just before it. Or
   // (normed) one RMSNorm row already quantized without its 1 / rms by the previous projection's
   // epilogue (cuda::MmqResidualNorm; one row, any quantized parts).
@@ -83,10 +83,18 @@ class Projections {
   bool quantized_input(const Proj& p, int64_t rows) const {
     return rows <= cuda::kMmqGemvMaxRows || tc_takes_rows(p, rows);
   }
+  // Whether a call of `rows` rows through quantized p reads bf16 rows (Scratch::h: dequant_gemm
+  // or the weight slices), so its input may be In::bf16_rows. Neither this nor quantized_input
+  // holds past 16 rows under TESSERA_MMQ_GEMM=1 (the int8 GEMM quantizes f32 rows itself).
+  bool bf16_input_rows(const Proj& p, int64_t rows) const {
+    return on_slices(p, rows) || (!tc_takes_rows(p, rows) && dequant_gemm_takes(p, rows));
+  }
   // Whether one row's RMSNorm between producer and consumer can ride in the producer's epilogue
   // (cuda::MmqResidualNorm): the producer quantized in one part, the consumer quantized (K
   // weights then take 32-element activation blocks instead of Q8_K's 256: mmq.h).
   static bool norm_fusable(const Proj& producer, const Proj& consumer);
+  // Whether a call of `rows` rows through p takes dequant_gemm (at these rows, every part's type).
+  bool dequant_gemm_takes(const Proj& p, int64_t rows) const;
   // Whether a call of `rows` rows through quantized p dequantizes its weights to bf16 slices for
   // cuBLASLt (past kDequantGemmMaxRows, or a type dequant_gemm cannot run).
   bool on_slices(const Proj& p, int64_t rows) const;
@@ -112,7 +120,6 @@ class Projections {
 
  private:
   bool dequant_gemm_rows(int64_t rows) const;
-  bool dequant_gemm_takes(const Proj& p, int64_t rows) const;  // at these rows and every part's type
   // Scratch::h = the bf16 input rows of a call on bf16 rows (norm, conversion or SwiGLU).
   void bf16_input(const In& in, int64_t rows, int64_t k, const Scratch& b, cudaStream_t s);
   // y (+)= x W^T through W dequantized a slice of rows at a time into Scratch::wdq.
