@@ -27,7 +27,7 @@ rm -rf $D && mkdir -p $D/a $D/b
 # test the binaries leave too little room for the first part).
 tests=${TESTS:-"backend_cuda_test row_ops_cuda_test gemv_cuda_test mmq_cuda_test dequant_gemm_cuda_test
        paged_attention_cuda_test act_quant_cuda_test decode_attention_cuda_test rms_norm_cuda_test
-       llama_decode_cuda_test sample_cuda_test decode_kernels_cuda_test llama_cuda_test engine_sample_cuda_test"}
+       llama_decode_cuda_test sample_cuda_test decode_kernels_cuda_test llama_cuda_test llama_cuda_quant_test engine_sample_cuda_test"}
 echo "gpu_pack: compressing the CUDA tests and tessera (~1 minute)" >&2
 # EXTRA_BINS: more binaries (absolute paths; experiments) for /tmp/bin on the GPU machine.
 { tar cf - -C "$B" $tests tessera; for f in ${EXTRA_BINS:-}; do tar cf - -C "$(dirname "$f")" "$(basename "$f")"; done; } |

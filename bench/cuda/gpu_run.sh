@@ -4,7 +4,8 @@
 #     tests); stages the model's first part in /tmp/m.
 #  a2: only where gpu_pack.sh made build-carry-gpu/a2: appends the model's overflow to that part.
 #  b: the default model on the GPU vs the CPU (llama_cuda_test: teacher-forced agreement, one-row
-#     steps vs one chunk, greedy text of 5 prompts), seeded GPU sampling through the engine on the
+#     steps vs one chunk, greedy text of 5 prompts), quantized projections past one row on dummy
+#     weights (llama_cuda_quant_test), seeded GPU sampling through the engine on the
 #     default model and on dummy Llama-3-8B weights; `tessera bench --profile` on dummy Llama-3-8B
 #     bf16 weights (per-op GPU time and % of floor for batch-1 decode, prefill 2048 and decode of
 #     128 sequences); `tessera bench` of dummy Llama-3-8B Q4_0 / Q4_K / Q5_K / Q8_0 weights (batch 1, prefill,
@@ -57,6 +58,8 @@ case $phase in
     cat /tmp/m/model.part.1 $src/model.part.2 > /tmp/m/model.gguf
     step llama_cuda_test /tmp/bin/llama_cuda_test --gtest_brief=0
     grep -E "GPU vs CPU|first difference|identical|chunks of|one-row" /tmp/m/llama_cuda_test.log | tee -a "$out/summary.txt"
+    step llama_cuda_quant_test /tmp/bin/llama_cuda_quant_test --gtest_brief=0
+    grep -E "chunks of|chunk of|mixed step" /tmp/m/llama_cuda_quant_test.log | tee -a "$out/summary.txt"
     step engine_sample /tmp/bin/engine_sample_cuda_test --gtest_brief=1
     step engine_sample_dummy env TESSERA_TEST_DUMMY=llama3-8b /tmp/bin/engine_sample_cuda_test --gtest_brief=1
     step profile timeout 240 /tmp/bin/tessera bench -m $TESSERA_MODEL --device cuda --dummy llama3-8b --profile \

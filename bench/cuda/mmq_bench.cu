@@ -142,16 +142,14 @@ int main(int argc, char** argv) {
     if (std::string(argv[i]) == "--rows" && i + 1 < argc) {
       rows_given = true;
       dg_rows.clear();
-      for (const char* p = argv[++i]; *p;) {
+      bool bad = false;
+      for (const char* p = argv[++i]; *p && !bad;) {
         char* end;
         dg_rows.push_back(std::strtoll(p, &end, 10));
-        if (end == p || dg_rows.back() <= 0 || dg_rows.back() > 4096) {
-          std::fprintf(stderr, "--rows: a comma-separated list of 1..4096\n");
-          return 2;
-        }
+        bad = end == p || dg_rows.back() <= 0 || dg_rows.back() > 4096;
         p = *end == ',' ? end + 1 : end;
       }
-      if (dg_rows.empty()) {
+      if (bad || dg_rows.empty()) {
         std::fprintf(stderr, "--rows: a comma-separated list of 1..4096\n");
         return 2;
       }

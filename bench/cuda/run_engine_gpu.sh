@@ -13,7 +13,7 @@ if ! ldd $bin/tessera | grep -q 'libcublasLt.so.*=> /'; then
 fi
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv | tee "$out/gpu.txt"
 status=0
-for t in ${TESTS:-backend_cuda_test row_ops_cuda_test rms_norm_cuda_test act_quant_cuda_test gemv_cuda_test decode_attention_cuda_test decode_kernels_cuda_test paged_attention_cuda_test mmq_cuda_test sample_cuda_test llama_decode_cuda_test llama_cuda_test engine_sample_cuda_test}; do
+for t in ${TESTS:-backend_cuda_test row_ops_cuda_test rms_norm_cuda_test act_quant_cuda_test gemv_cuda_test decode_attention_cuda_test decode_kernels_cuda_test paged_attention_cuda_test mmq_cuda_test sample_cuda_test llama_decode_cuda_test llama_cuda_test llama_cuda_quant_test engine_sample_cuda_test}; do
   ./$bin/$t --gtest_brief=0 >"$out/$t.log" 2>&1; rc=$?
   echo "$t rc=$rc" | tee -a "$out/summary.txt"; [ $rc -eq 0 ] || status=1
   grep -E "GPU vs CPU|follows|greedy agreement|FAILED|Failure|Expected|Which|actual" "$out/$t.log" | head -30

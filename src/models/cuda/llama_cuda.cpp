@@ -117,31 +117,8 @@ class CudaLlama final : public CausalLm {
 
   bool samples_on_device() const override { return true; }
 
-  // The bf16 projections' cuBLASLt kernels for each power-of-two row count from 16 up to
-  // max_rows (at most GemmBf16::kTuneMaxRows), timed now (GemmBf16::prepare_rows) so that no
-  // serving step stalls on it; every row count in a bucket then reuses its winner. Only
-  // weights that stream from HBM take part (Llama-3-8B: gate|up, down, the head).
-  // TESSERA_GEMM_PREPARE=0 skips it (A/B benchmarks).
-  void prepare_rows(int64_t max_rows) override {
-    const char* env = std::getenv("TESSERA_GEMM_PREPARE");
-    if ((env && std::strcmp(env, "0") == 0) || w_.layers.empty()) return;
-    const Layer& l = w_.layers[0];  // every layer has the same shapes
-    struct Use {
-      const Proj* p;
-      bool accumulate, bf16_out;
-    };
-    const bool bf16_gu = !l.wgu.quant() && !l.wd.quant();
-    const Use uses[] = {{&l.qkv, false, false}, {&l.wo, true, false}, {&l.wgu, false, bf16_gu},
-                        {&l.wd, true, false}, {&w_.output, false, false}};
-    const int64_t top = std::min<int64_t>(max_rows, cuda::GemmBf16::kTuneMaxRows);
-    auto eligible = [&](const Use& u) { return !u.p->quant() && u.p->w && proj_.gemm().selects_for(u.p->n, u.p->k); };
-    if (top < 16 || std::none_of(std::begin(uses), std::end(uses), eligible)) return;
-    std::fprintf(stderr, "tessera: timing cuBLASLt kernels for 16..%lld rows (a few seconds)\n",
-                 static_cast<long long>(top));
-    for (int64_t rows = 16; rows / 2 < top; rows *= 2)
-      for (const Use& u : uses)
-        if (eligible(u)) proj_.gemm().prepare_rows(u.p->w, rows, u.p->n, u.p->k, u.accumulate, u.bf16_out, stream_);
-  }
+  // The bf16 projections' cuBLASLt kernels timed ahead (Projections::prepare_rows).
+  void prepare_rows(int64_t max_rows) override { proj_.prepare_rows(max_rows, stream_); }
 
   bool forward_sample(std::span<const int32_t> tokens, std::span<const SeqChunk> chunks,
                       KvCache& cache, const SampleBatch& batch, int32_t* ids, ThreadPool& pool) override {
@@ -540,7 +517,8 @@ class CudaLlama final : public CausalLm {
           prof_.mark(rope_in_attention ? "bias" : "bias + rope + kv write",
                      {static_cast<double>(n) * (qkvd * 4 + qd * 4 + kvd * 4)});
       }
-      if (l.wo.quant() && !proj_.bf16_input_rows(l.wo, n)) {  // f32, quantized for the integer dots
+      const bool o_f32_rows = l.wo.quant() && !proj_.bf16_input_rows(l.wo, n);
+      if (o_f32_rows) {  // f32, quantized for the integer dots
         // A split decode-only launch may stop at its partials and leave their merge to the next
         // kernel (paged_attention.h): o's input quantizer, where o reads 8-bit rows. That takes the
         // fence, count and merge off the step's critical path.
@@ -565,8 +543,7 @@ class CudaLlama final : public CausalLm {
         if (l.wo.quant()) project(l.wo, In::bf16_rows(), n, b, x, d, /*accumulate=*/true);
         else matmul(h, l.wo, n, x, /*accumulate=*/true);  // residual += attention out
       }
-      const double o_in_bytes = l.wo.quant() && !proj_.bf16_input_rows(l.wo, n) ? 4 : 2;
-      prof_.mark(ffn_normed ? "o + next norm" : "o", Projections::cost(l.wo, n, o_in_bytes, 8));
+      prof_.mark(ffn_normed ? "o + next norm" : "o", Projections::cost(l.wo, n, o_f32_rows ? 4 : 2, 8));
       // gate|up, bf16 when both it and down are bf16, else f32
       const bool f32_gu = l.wgu.quant() || l.wd.quant();
       const bf16* down_in = h;  // a bf16 down's input: the SwiGLU output

@@ -1,7 +1,9 @@
 #include "models/cuda/llama_cuda_project.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
+#include <iterator>
 #include <cstring>
 #include <optional>
 #include <type_traits>
@@ -101,6 +103,27 @@ void Projections::matmul(const bf16* x, const Proj& p, int64_t rows, float* y, b
 
 void Projections::matmul(const bf16* x, const Proj& p, int64_t rows, bf16* y, cudaStream_t s) {
   gemm_.run(x, p.w, y, rows, p.n, p.k, s);
+}
+
+void Projections::prepare_rows(int64_t max_rows, cudaStream_t s) {
+  const char* env = std::getenv("TESSERA_GEMM_PREPARE");
+  if ((env && std::strcmp(env, "0") == 0) || w_.layers.empty()) return;
+  const Layer& l = w_.layers[0];  // every layer has the same shapes
+  struct Use {
+    const Proj* p;
+    bool accumulate, bf16_out;
+  };
+  const bool bf16_gu = !l.wgu.quant() && !l.wd.quant();
+  const Use uses[] = {{&l.qkv, false, false}, {&l.wo, true, false}, {&l.wgu, false, bf16_gu},
+                      {&l.wd, true, false}, {&w_.output, false, false}};
+  const int64_t top = std::min<int64_t>(max_rows, cuda::GemmBf16::kTuneMaxRows);
+  auto eligible = [&](const Use& u) { return !u.p->quant() && u.p->w && gemm_.selects_for(u.p->n, u.p->k); };
+  if (top < 16 || std::none_of(std::begin(uses), std::end(uses), eligible)) return;
+  std::fprintf(stderr, "tessera: timing cuBLASLt kernels for 16..%lld rows (a few seconds)\n",
+               static_cast<long long>(top));
+  for (int64_t rows = 16; rows / 2 < top; rows *= 2)
+    for (const Use& u : uses)
+      if (eligible(u)) gemm_.prepare_rows(u.p->w, rows, u.p->n, u.p->k, u.accumulate, u.bf16_out, s);
 }
 
 void Projections::bf16_input(const In& in, int64_t rows, int64_t k, const Scratch& b, cudaStream_t s) {

@@ -9,8 +9,9 @@
 //     bf16 a slice at a time for cuBLASLt (faster than the int8 tensor-core kernel for 16..2048
 //     rows, docs/design/cuda_engine.md; TESSERA_MMQ_GEMM=1 selects that kernel instead, for
 //     benchmarks and tests).
-// Enqueues on the caller's stream; never synchronizes. Scratch buffers are the caller's (a CUDA
-// graph holds their addresses); this class says which ones a call needs and how large.
+// Enqueues on the caller's stream; never synchronizes (but prepare_rows, at start-up). Scratch
+// buffers are the caller's (a CUDA graph holds their addresses); this class says which ones a
+// call needs and how large.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -66,9 +67,9 @@ class Projections {
     void* dg_ws;
   };
   static constexpr int64_t kSliceElems = int64_t{32} << 20;  // a weight slice: 64 MB of bf16
-  // dequant_gemm's row bound. Session 47 (H100, tessera bench, Llama-3-8B shapes): prefill of 256 /
-  // 512 rows 1.42-1.65x / 1.02-1.21x faster on dequant_gemm than on the bf16 slices, 1024 rows
-  // 0.76-0.95x (it was 128 since session 17, when dequant_gemm was 2x slower).
+  // dequant_gemm's row bound. Session 47 (H100, tessera bench, Llama-3-8B shapes): prefill of
+  // 256 / 512 rows 1.42-1.65x / 1.02-1.21x faster on dequant_gemm than on the bf16 slices, 1024
+  // rows 0.76-0.95x (it was 128 since session 17, when dequant_gemm was 2x slower).
   static constexpr int64_t kDequantGemmMaxRows = 512;
 
   // Whether a call of `rows` rows may need the weight-slice buffer (kSliceElems).
@@ -109,14 +110,19 @@ class Projections {
   // accumulate): the GEMV also forms the next RMSNorm's input (cuda::mmq_gemv_residual_norm).
   void project(const Proj& p, const In& in, int64_t rows, const Scratch& b, float* y, int64_t ldy,
                bool accumulate, cudaStream_t s, const cuda::MmqResidualNorm* next_norm = nullptr);
-  // The same through the bf16 slices (on_slices(p, rows)), the product rounded to bf16 (ldy = p.n):
-  // the gate|up output of a prompt chunk, which SwiGLU reads once (half the bytes of f32).
+  // The same through the bf16 slices (on_slices(p, rows)), the product rounded to bf16 (ldy =
+  // p.n): the gate|up output of a prompt chunk, which SwiGLU reads once (half the bytes of f32).
   void project(const Proj& p, const In& in, int64_t rows, const Scratch& b, bf16* y, cudaStream_t s);
   // bf16 projection p: f32 out, written or added to; or rounded to bf16 (the gate|up output).
   void matmul(const bf16* x, const Proj& p, int64_t rows, float* y, bool accumulate, cudaStream_t s);
   void matmul(const bf16* x, const Proj& p, int64_t rows, bf16* y, cudaStream_t s);
 
-  cuda::GemmBf16& gemm() { return gemm_; }  // cuBLASLt plans (the model times them ahead)
+  // The bf16 projections' cuBLASLt kernels for each power-of-two row count from 16 up to
+  // max_rows (at most GemmBf16::kTuneMaxRows), timed now (GemmBf16::prepare_rows) so that no
+  // serving step stalls on it; every row count in a bucket then reuses its winner. Only
+  // weights that stream from HBM take part (Llama-3-8B: gate|up, down, the head).
+  // TESSERA_GEMM_PREPARE=0 skips it (A/B benchmarks). Synchronizes s.
+  void prepare_rows(int64_t max_rows, cudaStream_t s);
 
  private:
   bool dequant_gemm_rows(int64_t rows) const;
@@ -124,8 +130,8 @@ class Projections {
   void bf16_input(const In& in, int64_t rows, int64_t k, const Scratch& b, cudaStream_t s);
   // y (+)= x W^T through W dequantized a slice of rows at a time into Scratch::wdq.
   template <class Out>
-  void through_slices(const Proj& p, int64_t rows, const Scratch& b, Out* y, int64_t ldy, bool accumulate,
-                      cudaStream_t s);
+  void through_slices(const Proj& p, int64_t rows, const Scratch& b, Out* y, int64_t ldy,
+                      bool accumulate, cudaStream_t s);
   size_t dequant_gemm_ws_bytes(int64_t rows, bool head);
 
   const LlmConfig& cfg_;
