@@ -119,17 +119,39 @@ void read_rope(const json& j, TextConfig& c) {
     r.factor = get_num(*s, "factor", 0, 1e6, 1.0);
     return;
   }
+  // transformers' rule: a top-level original_max_position_embeddings wins, then the scaling's
+  // own, then max_position_embeddings.
+  constexpr int64_t kMaxCtx = int64_t{1} << 30;
+  const int64_t original_ctx = get_int(
+      j, "original_max_position_embeddings", 1, kMaxCtx,
+      get_int(*s, "original_max_position_embeddings", 1, kMaxCtx, c.max_position_embeddings));
   if (type == "llama3") {
     r.factor = get_num(*s, "factor", 0, 1e6, 1.0);
     r.low_freq_factor = get_num(*s, "low_freq_factor", 0, 1e6, 1.0);
     r.high_freq_factor = get_num(*s, "high_freq_factor", 0, 1e6, 4.0);
-    r.original_max_position_embeddings =
-        get_int(*s, "original_max_position_embeddings", 1, int64_t{1} << 30, 8192);
+    r.original_max_position_embeddings = original_ctx;
     if (!(r.high_freq_factor > r.low_freq_factor))
       corrupt("llama3 rope scaling needs high_freq_factor > low_freq_factor");
     return;
   }
-  unsupported("RoPE scaling type '" + printable(type) + "' (supported: default, linear, llama3)");
+  if (type == "yarn") {  // transformers' _compute_yarn_parameters
+    r.original_max_position_embeddings = original_ctx;
+    r.factor = get_num(*s, "factor", 0, 1e6,
+                       static_cast<double>(c.max_position_embeddings) / original_ctx);
+    r.beta_fast = get_num(*s, "beta_fast", 0, 1e6, 32);
+    r.beta_slow = get_num(*s, "beta_slow", 0, 1e6, 1);
+    r.truncate = get_bool(*s, "truncate", true);
+    const auto mscale = [&](double m) {
+      return r.factor <= 1 ? 1.0 : 0.1 * m * std::log(r.factor) + 1;
+    };
+    const double m = get_num(*s, "mscale", -1e6, 1e6, 0);
+    const double m_all = get_num(*s, "mscale_all_dim", -1e6, 1e6, 0);
+    r.attention_factor = get_num(*s, "attention_factor", 0, 1e6,
+                                 m != 0 && m_all != 0 ? mscale(m) / mscale(m_all) : mscale(1));
+    return;
+  }
+  unsupported("RoPE scaling type '" + printable(type) +
+              "' (supported: default, linear, llama3, yarn)");
 }
 
 }  // namespace

@@ -43,10 +43,13 @@ bool is_checkpoint_path(const std::string& path);
 Expected<CheckpointFiles> locate(const std::string& path, bool require_weights = true);
 
 struct RopeScaling {
-  std::string type = "default";  // default | linear | llama3
+  std::string type = "default";  // default | linear | llama3 | yarn
   double factor = 1.0;
   double low_freq_factor = 1.0, high_freq_factor = 4.0;  // llama3
-  int64_t original_max_position_embeddings = 0;          // llama3
+  int64_t original_max_position_embeddings = 0;          // llama3, yarn
+  double beta_fast = 32, beta_slow = 1;                  // yarn
+  double attention_factor = 1.0;  // yarn: cos/sin multiplier (given, or from factor / mscale)
+  bool truncate = true;           // yarn
 };
 
 // The fields of config.json that decide a Llama-family decoder, HF defaults applied.

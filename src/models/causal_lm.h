@@ -7,8 +7,10 @@
 //   model->forward(ids, {&chunk, 1}, cache, logits, /*all_logits=*/false, pool);
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -17,6 +19,7 @@
 #include "core/sample_row.h"
 #include "core/tensor.h"
 #include "kernels/ref/llm_ops.h"
+#include "models/rope_scaling.h"
 
 namespace tessera {
 class ThreadPool;
@@ -32,7 +35,20 @@ struct LlmConfig {
   ref::RopeParams rope;
   bool qkv_bias = false;
   bool tied_embeddings = false;
+  // YaRN RoPE scaling (GGUF rope.scaling.type "yarn", HF rope_type "yarn"): its frequency
+  // divisors join the model's rope.freq_factors (llama_rope_freq_divisors).
+  std::optional<YarnScaling> yarn;
+  // RoPE's cos/sin multiplier (YaRN's mscale, GGUF rope.scaling.attn_factor). q and k both carry
+  // it, so the models apply its square to the scores instead (attention_scale); that is exact
+  // because a multiplier other than 1 requires rope.n_rot == head_dim (every dimension rotated).
+  double rope_attn_factor = 1;
 };
+
+// The factor on q . k before the softmax: rope_attn_factor^2 / sqrt(head_dim).
+inline float attention_scale(const LlmConfig& c) {
+  return static_cast<float>(c.rope_attn_factor * c.rope_attn_factor) /
+         std::sqrt(static_cast<float>(c.head_dim));
+}
 
 // What forward_sample() samples with: one row per logits row, in order, and their flat lists
 // (runtime::Sampler::prepare_device_row fills them).

@@ -70,13 +70,31 @@ LlmConfig read_config(const gguf::File& f) {
     corrupt("invalid rope.dimension_count " + std::to_string(c.rope.n_rot));
   c.rope.theta_base = f.get_f32(a + "rope.freq_base").value_or(10000.f);
   const std::string scaling(f.get_string(a + "rope.scaling.type").value_or("none"));
+  const float factor = f.get_f32(a + "rope.scaling.factor").value_or(1.f);
+  if (!(factor > 0.f) || !std::isfinite(factor)) corrupt("invalid rope.scaling.factor");
+  // llama.cpp multiplies cos / sin by rope.scaling.attn_factor with any scaling type.
+  const float attn_factor = f.get_f32(a + "rope.scaling.attn_factor").value_or(1.f);
+  if (!(attn_factor > 0.f) || !std::isfinite(attn_factor))
+    corrupt("invalid rope.scaling.attn_factor");
+  c.rope_attn_factor = attn_factor;
   if (scaling == "linear") {
-    const float factor = f.get_f32(a + "rope.scaling.factor").value_or(1.f);
-    if (!(factor > 0.f)) corrupt("invalid rope.scaling.factor");
     c.rope.position_scale = 1.f / factor;
+  } else if (scaling == "yarn") {
+    // The keys llama.cpp reads for Llama / Qwen2 files; beta_fast / beta_slow keep its defaults.
+    YarnScaling y;
+    y.factor = factor;
+    y.original_context =
+        f.get_u32(a + "rope.scaling.original_context_length").value_or(c.context_length);
+    if (y.original_context < 1) corrupt("invalid rope.scaling.original_context_length");
+    c.yarn = y;
+    c.rope_attn_factor *= yarn_mscale(factor);
   } else if (scaling != "none" && scaling != "") {
-    throw_error(ErrorCode::kUnsupported, "RoPE scaling type '" + scaling + "' is not supported");
+    throw_error(ErrorCode::kUnsupported, "RoPE scaling type '" + scaling +
+                                             "' is not supported (supported: none, linear, yarn)");
   }
+  if (c.rope_attn_factor != 1 && c.rope.n_rot != c.head_dim)
+    throw_error(ErrorCode::kUnsupported,
+                "a RoPE attention factor with rope.dimension_count < the head dimension");
   return c;
 }
 
@@ -92,8 +110,9 @@ class LlamaModel final : public CausalLm {
     tok_embd_ = weight_view(f, "token_embd.weight", cfg_.vocab, d);
     output_norm_ = vector_f32(f, "output_norm.weight", d);
     output_ = cfg_.tied_embeddings ? tok_embd_ : weight_view(f, "output.weight", cfg_.vocab, d);
-    if (f.has("rope_freqs.weight")) {
-      rope_freqs_ = vector_f32(f, "rope_freqs.weight", cfg_.rope.n_rot / 2);
+    if (const std::vector<float> div = llama_rope_freq_divisors(cfg_, f); !div.empty()) {
+      rope_freqs_ = Tensor::empty(DType::kF32, {static_cast<int64_t>(div.size())});
+      std::copy(div.begin(), div.end(), rope_freqs_.data<float>());
       cfg_.rope.freq_factors = rope_freqs_.data<float>();
     }
     layers_.resize(cfg_.n_layers);
@@ -142,7 +161,7 @@ class LlamaModel final : public CausalLm {
     const int64_t n_logits = plan_rows(chunks, cache, n, all_logits);
     Activations a = activations(n, n_logits, max_len_, pool.size());
     const int64_t hd = cfg_.head_dim;
-    const float scale = 1.f / std::sqrt(static_cast<float>(hd));
+    const float scale = attention_scale(cfg_);
     const int32_t* positions = positions_.data();
     const ops::KvPages pages{row_tables_.data(), cache.block_size(), multi_row_.data()};
 
@@ -295,6 +314,22 @@ class LlamaModel final : public CausalLm {
 };
 
 }  // namespace
+
+std::vector<float> llama_rope_freq_divisors(const LlmConfig& config, const WeightSource& weights) {
+  const int64_t pairs = config.rope.n_rot / 2;
+  std::vector<float> div;
+  if (weights.has("rope_freqs.weight")) {
+    const Tensor f = vector_f32(weights, "rope_freqs.weight", pairs);
+    div.assign(f.data<float>(), f.data<float>() + pairs);
+  }
+  if (config.yarn) {
+    const std::vector<float> y =
+        yarn_freq_divisors(*config.yarn, config.rope.n_rot, config.rope.theta_base);
+    if (div.empty()) return y;
+    for (int64_t i = 0; i < pairs; ++i) div[i] *= y[i];
+  }
+  return div;
+}
 
 std::unique_ptr<CausalLm> llama_create(const gguf::File& file) {
   return std::make_unique<LlamaModel>(read_config(file), GgufWeights(file));

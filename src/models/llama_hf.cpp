@@ -34,8 +34,16 @@ LlmConfig llm_config_from_hf(const hf::TextConfig& h) {
   c.rope.layout = ref::RopeLayout::kHalfSplit;  // see llama_hf.h
   c.rope.n_rot = h.head_dim;
   c.rope.theta_base = static_cast<float>(h.rope_theta);
-  if (h.rope_scaling.type == "linear")
-    c.rope.position_scale = static_cast<float>(1.0 / h.rope_scaling.factor);
+  const hf::RopeScaling& s = h.rope_scaling;
+  if (s.type == "linear") c.rope.position_scale = static_cast<float>(1.0 / s.factor);
+  if (s.type == "yarn") {
+    c.yarn = YarnScaling{.factor = s.factor,
+                         .original_context = s.original_max_position_embeddings,
+                         .beta_fast = s.beta_fast,
+                         .beta_slow = s.beta_slow,
+                         .truncate = s.truncate};
+    c.rope_attn_factor = s.attention_factor;
+  }
   return c;
 }
 

@@ -188,8 +188,8 @@ TEST_F(HfFolder, BrokenFoldersAreNamed) {
     EXPECT_NE(e.status().message().find(message), std::string::npos)
         << what << ": " << e.status().message();
   };
-  write("config.json", config_json(R"(,"rope_scaling":{"type":"yarn","factor":2})"));
-  check("yarn", ErrorCode::kUnsupported, "RoPE scaling type 'yarn'");
+  write("config.json", config_json(R"(,"rope_scaling":{"type":"dynamic","factor":2})"));
+  check("dynamic", ErrorCode::kUnsupported, "RoPE scaling type 'dynamic'");
   write("config.json", config_json(R"(,"hidden_size":"x")"));
   check("type", ErrorCode::kCorruptData, "'hidden_size' is not an integer");
   write("config.json", config_json(R"(,"tie_word_embeddings":false)"));

@@ -60,8 +60,8 @@ TEST(hf_config, RopeBothSpellings) {
   ASSERT_TRUE(d.ok());
   EXPECT_EQ(d->rope_scaling.type, "default");
   EXPECT_DOUBLE_EQ(d->rope_theta, 1e6);
-  expect_error(cfg(R"("rope_scaling":{"type":"yarn","factor":4})"), ErrorCode::kUnsupported,
-               "RoPE scaling type 'yarn'");
+  expect_error(cfg(R"("rope_scaling":{"type":"longrope","short_factor":[1]})"),
+               ErrorCode::kUnsupported, "RoPE scaling type 'longrope'");
   expect_error(cfg(R"("rope_scaling":{"rope_type":"dynamic","factor":4})"), ErrorCode::kUnsupported,
                "'dynamic'");
   expect_error(
@@ -145,6 +145,82 @@ TEST(hf_config, Llama3RopeFactorsMatchTheFormula) {
     if (wl < 8192 / 4.0 || wl > 8192 / 1.0) continue;
     const double smooth = (8192 / wl - 1) / 3;
     EXPECT_NEAR(f[i], 1.0 / ((1 - smooth) / 8 + smooth), 1e-5) << i;
+  }
+}
+
+TEST(hf_config, YarnParametersFollowTransformers) {
+  // Qwen2.5's published long-context setting, in the older spelling.
+  auto a = parse_text_config(cfg(R"("max_position_embeddings":32768,"rope_theta":1e6,
+      "rope_scaling":{"type":"yarn","factor":4.0,"original_max_position_embeddings":32768})"));
+  ASSERT_TRUE(a.ok()) << a.status().to_string();
+  const RopeScaling& r = a->rope_scaling;
+  EXPECT_EQ(r.type, "yarn");
+  EXPECT_EQ(r.original_max_position_embeddings, 32768);
+  EXPECT_DOUBLE_EQ(r.beta_fast, 32);
+  EXPECT_DOUBLE_EQ(r.beta_slow, 1);
+  EXPECT_TRUE(r.truncate);
+  EXPECT_DOUBLE_EQ(r.attention_factor, 0.1 * std::log(4.0) + 1);
+  // The model config: the divisors come from the yarn parameters, the multiplier goes on the
+  // scores as its square.
+  const models::LlmConfig lc = models::llm_config_from_hf(*a);
+  ASSERT_TRUE(lc.yarn);
+  EXPECT_DOUBLE_EQ(lc.yarn->factor, 4.0);
+  EXPECT_EQ(lc.yarn->original_context, 32768);
+  EXPECT_FLOAT_EQ(models::attention_scale(lc),
+                  static_cast<float>(std::pow(0.1 * std::log(4.0) + 1, 2) / 4));  // head_dim 16
+
+  // An explicit attention_factor wins; else mscale / mscale_all_dim; factor defaults to
+  // max_position_embeddings / original; a top-level original_max_position_embeddings wins.
+  auto b = parse_text_config(cfg(R"("rope_parameters":{"rope_type":"yarn","rope_theta":1e4,
+      "factor":8,"attention_factor":1.5,"beta_fast":16,"beta_slow":2,"truncate":false,
+      "mscale":1,"mscale_all_dim":1,"original_max_position_embeddings":256})"));
+  ASSERT_TRUE(b.ok()) << b.status().to_string();
+  EXPECT_DOUBLE_EQ(b->rope_scaling.attention_factor, 1.5);
+  EXPECT_DOUBLE_EQ(b->rope_scaling.beta_fast, 16);
+  EXPECT_FALSE(b->rope_scaling.truncate);
+  auto c = parse_text_config(cfg(R"("max_position_embeddings":4096,"rope_parameters":{
+      "rope_type":"yarn","rope_theta":1e4,"mscale":0.707,"mscale_all_dim":0.707,
+      "original_max_position_embeddings":1024})"));
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_DOUBLE_EQ(c->rope_scaling.factor, 4.0);
+  EXPECT_DOUBLE_EQ(c->rope_scaling.attention_factor, 1.0);  // equal mscales cancel
+  auto d = parse_text_config(cfg(R"("original_max_position_embeddings":512,
+      "rope_parameters":{"rope_type":"yarn","rope_theta":1e4,"factor":2,
+      "original_max_position_embeddings":1024})"));
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->rope_scaling.original_max_position_embeddings, 512);
+  auto e = parse_text_config(cfg(R"("rope_scaling":{"type":"yarn","factor":2})"));
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->rope_scaling.original_max_position_embeddings, 2048);  // max_position_embeddings
+
+  expect_error(cfg(R"("rope_scaling":{"type":"yarn","factor":-2})"), ErrorCode::kCorruptData,
+               "'factor'");
+  expect_error(cfg(R"("rope_scaling":{"type":"yarn","factor":2,"beta_fast":"x"})"),
+               ErrorCode::kCorruptData, "'beta_fast' is not a number");
+  expect_error(cfg(R"("rope_scaling":{"type":"yarn","factor":2,"attention_factor":0})"),
+               ErrorCode::kCorruptData, "'attention_factor'");
+  expect_error(cfg(R"("rope_scaling":{"type":"yarn","factor":2,"truncate":1})"),
+               ErrorCode::kCorruptData, "'truncate' is not a boolean");
+}
+
+TEST(hf_config, YarnDivisorsKeepHighAndDivideLowFrequencies) {
+  // head 128, theta 1e6, original 32768 (Qwen2.5): the ramp spans pairs floor(pair at 32 turns)
+  // .. ceil(pair at 1 turn) of the published formula n_rot ln(ctx / (2 pi turns)) / (2 ln theta).
+  models::YarnScaling y{.factor = 4, .original_context = 32768};
+  const std::vector<float> f = models::yarn_freq_divisors(y, 128, 1e6);
+  ASSERT_EQ(f.size(), 64u);
+  const auto pair_at = [](double turns) {
+    return 128 * std::log(32768 / (turns * 2 * M_PI)) / (2 * std::log(1e6));
+  };
+  const int low = static_cast<int>(std::floor(pair_at(32))),
+            high = static_cast<int>(std::ceil(pair_at(1)));
+  ASSERT_GT(low, 0);
+  ASSERT_LT(high, 63);
+  for (int i = 0; i <= low; ++i) EXPECT_FLOAT_EQ(f[i], 1.0f) << i;
+  for (int i = high; i < 64; ++i) EXPECT_FLOAT_EQ(f[i], 4.0f) << i;
+  for (int i = low + 1; i < high; ++i) {
+    const double keep = 1 - static_cast<double>(i - low) / (high - low);
+    EXPECT_NEAR(f[i], 1 / ((1 - keep) / 4 + keep), 1e-6) << i;
   }
 }
 

@@ -1,7 +1,7 @@
 """Hugging Face checkpoints: Tessera vs transformers on random tiny Llama, Mistral and Qwen2 models.
 
-transformers creates each model from a config (GQA, explicit head_dim, llama3 and linear RoPE
-scaling, tied and untied heads, Qwen2's QKV bias), its weights are re-drawn uniform in
+transformers creates each model from a config (GQA, explicit head_dim, llama3, linear and YaRN
+RoPE scaling, tied and untied heads, Qwen2's QKV bias), its weights are re-drawn uniform in
 [-1, 1]/sqrt(fan_in) (norms 0.8..1.2, biases -0.5..0.5: transformers' N(0, 0.02) init would
 make every next-token distribution nearly uniform and the comparison toothless) and
 save_pretrained writes config.json + safetensors in f32, bf16 or f16, single-file or sharded.
@@ -56,6 +56,19 @@ CASES = {
                            cfg=dict(num_key_value_heads=2, vocab_size=N_VOCAB + 40)),
     "qwen2_bf16_tied_sharded": dict(kind="qwen2", dtype="bfloat16", shard="60KB",
                                     cfg=dict(num_key_value_heads=4, tie_word_embeddings=True)),
+    # YaRN: with a 32-token original context the ramp spans rotary pairs 0..3 of 16, and
+    # cos / sin carry 1 + 0.1 ln 4
+    "qwen2_f32_yarn": dict(
+        kind="qwen2", dtype="float32",
+        cfg=dict(num_key_value_heads=2, rope_theta=10000.0,
+                 rope_scaling={"rope_type": "yarn", "factor": 4.0,
+                               "original_max_position_embeddings": 32})),
+    "llama_bf16_yarn_betas_attention_factor": dict(
+        kind="llama", dtype="bfloat16",
+        cfg=dict(num_key_value_heads=2, rope_theta=10000.0,
+                 rope_scaling={"rope_type": "yarn", "factor": 8.0, "beta_fast": 16.0,
+                               "beta_slow": 2.0, "attention_factor": 1.25,
+                               "original_max_position_embeddings": 64})),
 }
 
 
@@ -262,9 +275,10 @@ def edit_json(path, name, fn):
 
 
 @pytest.mark.parametrize("what,edit,message", [
-    ("yarn", lambda p: edit_json(p, "config.json", lambda d: d.update(
-        rope_parameters={"rope_type": "yarn", "factor": 4.0, "rope_theta": 10000.0})),
-     "RoPE scaling type 'yarn'"),
+    ("longrope", lambda p: edit_json(p, "config.json", lambda d: d.update(
+        rope_parameters={"rope_type": "longrope", "short_factor": [1.0] * 16,
+                         "long_factor": [2.0] * 16, "rope_theta": 10000.0})),
+     "RoPE scaling type 'longrope'"),
     ("arch", lambda p: edit_json(p, "config.json", lambda d: d.update(model_type="gpt2")),
      "model_type 'gpt2'"),
     ("heads", lambda p: edit_json(p, "config.json", lambda d: d.update(num_key_value_heads=3)),

@@ -1,5 +1,5 @@
 """Whole-model checks on tiny random-weight models that exercise what the default model does not:
-Qwen2 (QKV bias, half-split RoPE), Llama-3.1 RoPE frequency factors, linear RoPE scaling, every
+Qwen2 (QKV bias, half-split RoPE), Llama-3.1 RoPE frequency factors, linear and YaRN RoPE scaling, every
 weight format, GQA group sizes and untied output heads. The GGUF files are written here with the
 `gguf` package (tokenizer copied from the default model) and run in llama.cpp and Tessera."""
 import os
@@ -60,8 +60,8 @@ def encode_weight(rng, rows, cols, qtype, natural_k=False):
 
 
 def write_tiny_model(path, source_model, arch, wtype, *, n_layers=2, d=256, n_heads=8, n_kv=2,
-                     d_ff=512, bias=False, rope_freqs=False, linear_scale=None, tied=True, seed=0,
-                     ffn_norm=(0.8, 1.2), natural_k=False):
+                     d_ff=512, bias=False, rope_freqs=False, linear_scale=None, yarn=None, tied=True,
+                     seed=0, ffn_norm=(0.8, 1.2), natural_k=False, n_rot=None):
     rng = np.random.default_rng(seed)
     src = GGUFReader(source_model)
     vocab = len(src.fields["tokenizer.ggml.tokens"].data)
@@ -72,13 +72,20 @@ def write_tiny_model(path, source_model, arch, wtype, *, n_layers=2, d=256, n_he
     w.add_feed_forward_length(d_ff)
     w.add_head_count(n_heads)
     w.add_head_count_kv(n_kv)
-    w.add_rope_dimension_count(d // n_heads)
+    w.add_rope_dimension_count(n_rot or d // n_heads)
     w.add_rope_freq_base(10000.0 if arch == "qwen2" else 500000.0)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_vocab_size(vocab)
     if linear_scale:
         w.add_rope_scaling_type(__import__("gguf").RopeScalingType.LINEAR)
         w.add_rope_scaling_factor(linear_scale)
+    if yarn:  # (factor, original context, rope.scaling.attn_factor or None)
+        factor, original_ctx, attn_factor = yarn
+        w.add_rope_scaling_type(__import__("gguf").RopeScalingType.YARN)
+        w.add_rope_scaling_factor(factor)
+        w.add_rope_scaling_orig_ctx_len(original_ctx)
+        if attn_factor is not None:
+            w.add_rope_scaling_attn_factors(attn_factor)
     for key in VOCAB_KEYS:
         f = src.fields.get(key)
         if f is None:
@@ -144,7 +151,16 @@ CASES = {
     "llama_q5_k": dict(arch="llama", wtype=Q.Q5_K),
     "llama_q6_k": dict(arch="llama", wtype=Q.Q6_K),
     "llama_bf16": dict(arch="llama", wtype=Q.BF16),
+    # YaRN over 32 / 64 original positions: the ramp covers the first rotary pairs, the rest are
+    # interpolated, and cos / sin carry 1 + 0.1 ln(factor) (times rope.scaling.attn_factor).
+    # llama.cpp rounds k times that multiplier into its f16 KV cache, Tessera k (the multiplier
+    # goes on the scores), so these compare with f32 KV caches on both sides: with f16 ones the
+    # rounding alone parts them by ~2e-8 (f32 weights) / ~2e-4 (Q8_0, through the activations'
+    # 8-bit rounding), while with the multiplier cancelled by attn_factor they agree to 1e-11.
+    "qwen2_f32_yarn": dict(arch="qwen2", wtype=Q.F32, bias=True, yarn=(4.0, 32, None)),
+    "llama_q8_0_yarn_attn_factor": dict(arch="llama", wtype=Q.Q8_0, yarn=(8.0, 64, 1.1)),
 }
+KV_F32 = {"qwen2_f32_yarn", "llama_q8_0_yarn_attn_factor"}
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -154,12 +170,15 @@ def test_tiny_model_logits_match_llama_cpp(llama_cpp, tessera_bin, model_path, c
         write_tiny_model(path, model_path, **CASES[case])
         rng = np.random.default_rng(1)
         ids = [int(t) for t in rng.integers(3, 49152, size=48)]
-        llm = llama_cpp.Llama(model_path=path, n_ctx=128, logits_all=True, verbose=False, n_threads=os.cpu_count())
+        kv = dict(type_k=0, type_v=0) if case in KV_F32 else {}  # GGML_TYPE_F32
+        llm = llama_cpp.Llama(model_path=path, n_ctx=128, logits_all=True, verbose=False,
+                              n_threads=os.cpu_count(), **kv)
         llm.eval(ids)
         ref = np.array(llm.scores[: len(ids)], dtype=np.float64)
         del llm
         out = os.path.join(tmp, "logits.f32")
-        run_tessera(tessera_bin, "score", "-m", path, "--ids", ",".join(map(str, ids)), "--out", out)
+        run_tessera(tessera_bin, "score", "-m", path, *(["--kv-f32"] if kv else []), "--ids",
+                    ",".join(map(str, ids)), "--out", out)
         got = np.fromfile(out, dtype=np.float32).astype(np.float64).reshape(ref.shape)
     err = ((got - ref) ** 2).sum() / (ref ** 2).sum()
     top1 = (got.argmax(-1) == ref.argmax(-1)).mean()
@@ -174,8 +193,26 @@ def test_tiny_model_logits_match_llama_cpp(llama_cpp, tessera_bin, model_path, c
     bound = {Q.F32: 1e-6, Q.F16: 1e-5, Q.BF16: 1e-4}.get(CASES[case]["wtype"], 1e-3)
     if CASES[case]["wtype"] in K_BLOCK:
         bound = 1e-6
+    if case in KV_F32:  # measured 8e-15 / 9e-14
+        bound = 1e-9
     assert err <= bound
     assert top1 >= 0.9
+
+
+@pytest.mark.parametrize("what,kwargs,message", [
+    ("yarn factor", dict(yarn=(0.0, 32, None)), "invalid rope.scaling.factor"),
+    ("yarn context", dict(yarn=(4.0, 0, None)), "invalid rope.scaling.original_context_length"),
+    ("attn_factor", dict(yarn=(4.0, 32, float("nan"))), "invalid rope.scaling.attn_factor"),
+    ("partial rotation", dict(yarn=(4.0, 32, None), n_rot=16),
+     "RoPE attention factor with rope.dimension_count < the head dimension"),
+])
+def test_bad_rope_scaling_metadata_is_named(tessera_bin, model_path, what, kwargs, message):
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "bad.gguf")
+        write_tiny_model(path, model_path, arch="llama", wtype=Q.F32, n_layers=1, **kwargs)
+        r = run_tessera(tessera_bin, "score", "-m", path, "--ids", "5,6", "--out",
+                        os.path.join(tmp, "x.f32"), check=False)
+    assert r.returncode != 0 and message in r.stderr, (what, r.returncode, r.stderr[-400:])
 
 
 # The CUDA engine on the same tiny GGUF files, against the CPU engine (which agrees with
@@ -194,7 +231,7 @@ def test_tiny_model_logits_match_llama_cpp(llama_cpp, tessera_bin, model_path, c
 #    where the two engines' roundings first differ is not traced. A wrong layout, bit or scale
 #    is wrong at every position: nMSE ~1.
 GPU_CASES = ["llama_q8_0_linear_scaling", "qwen2_q4_0_bias", "llama_q4_1", "llama_q4_k", "llama_q5_k",
-             "llama_q6_k", "llama_q5_0", "llama_q5_1", "llama_bf16"]
+             "llama_q6_k", "llama_q5_0", "llama_q5_1", "llama_bf16", "llama_q8_0_yarn_attn_factor"]
 PATH_KNOBS = ("TESSERA_MMQ_GEMM", "TESSERA_DEQUANT_GEMM_MAX_ROWS")  # unset for the default path
 
 

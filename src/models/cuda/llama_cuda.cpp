@@ -408,7 +408,7 @@ class CudaLlama final : public CausalLm {
     const cuda::PagedAttentionTile* d_tiles = b.tiles;
     cuda::RopeConfig rope{cfg_.rope.layout, cfg_.rope.n_rot, cfg_.rope.theta_base,
                           cfg_.rope.position_scale, nullptr, w_.rope_inv_freq};  // angles: the table
-    const float scale = 1.f / std::sqrt(static_cast<float>(hd));
+    const float scale = attention_scale(cfg_);
     cuda::embedding_gather<float>(w_.embd_type, w_.embd, V, d, d_tokens, n, x, s);
     prof_.mark("embedding", {static_cast<double>(n) * d * 6});
     const int64_t qkvd = qd + 2 * kvd;

@@ -12,6 +12,7 @@
 #include "kernels/cuda/fill_random.h"
 #include "kernels/cuda/gemv.h"
 #include "kernels/cuda/mmq.h"
+#include "models/llama.h"
 
 namespace tessera::models::cuda_llama {
 
@@ -67,11 +68,8 @@ void Weights::load(const WeightSource& w) {
   }
   output = proj({cfg_.tied_embeddings ? table : w.matrix("output.weight", cfg_.vocab, d)});
   out_norm = upload_f32(w, "output_norm.weight", d);
-  std::vector<float> rope_factors;  // Llama-3 style per-pair divisors, or none
-  if (w.has("rope_freqs.weight")) {
-    const Tensor f = weight_vector_f32(w, "rope_freqs.weight", cfg_.rope.n_rot / 2);
-    rope_factors.assign(f.data<float>(), f.data<float>() + cfg_.rope.n_rot / 2);
-  }
+  // Per-pair divisors (Llama-3.1's stored factors, YaRN's), or none.
+  const std::vector<float> rope_factors = llama_rope_freq_divisors(cfg_, w);
   for (int64_t i = 0; i < cfg_.n_layers; ++i) {
     const std::string p = "blk." + std::to_string(i) + ".";
     Layer& l = layers[i];
