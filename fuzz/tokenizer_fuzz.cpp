@@ -1,8 +1,9 @@
 // Fuzz target: tokenizers and chat templates on arbitrary bytes. The first byte picks the
 // tokenizer (byte-level BPE with each pre-tokenizer family, or SentencePiece by score or by merge
-// rank with each space-prefix pipeline) and options; the rest is the text. Checks: no crash, ids
-// in range, streamed output is valid UTF-8, and byte-level BPE (and the legacy SentencePiece
-// pipeline) round-trip valid UTF-8 exactly.
+// rank with each space-prefix pipeline, or byte-level BPE behind an NFC normalizer) and options;
+// the rest is the text. Checks: no crash, ids in range, streamed output is valid UTF-8, byte-level
+// BPE (and the legacy SentencePiece pipeline) round-trip valid UTF-8 exactly (to its NFC form
+// behind NFC), and utf8::nfc is idempotent and keeps valid UTF-8 valid.
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
@@ -11,6 +12,7 @@
 
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/unicode_nfc.h"
 #include "tokenizer/unicode_utf8.h"
 
 namespace {
@@ -23,8 +25,9 @@ std::string byte_level(std::string_view raw) {
   return out;
 }
 
-std::unique_ptr<Tokenizer> make_bpe(const char* pre) {
+std::unique_ptr<Tokenizer> make_bpe(const char* pre, bool nfc = false) {
   TokenizerConfig c;
+  c.nfc = nfc;
   for (int b = 0; b < 256; ++b) c.tokens.push_back(byte_level(std::string(1, char(b))));
   for (const char* m : {"t h", "th e", "i n", "e r", "  t", "1 2", "\xC3 \xA9"}) {
     std::string s(m);
@@ -96,7 +99,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       make_bpe("smollm"), make_bpe("default"),   make_spm(),
       make_spm({.ranked = true}),  // legacy Prepend + Replace: round-trips (checked below)
       make_spm({.ranked = true, .first_only = true, .unless_space = true}),
-      make_spm({.ranked = true, .unless_space = true, .split = true, .fuse_unk = true})};
+      make_spm({.ranked = true, .unless_space = true, .split = true, .fuse_unk = true}),
+      make_bpe("qwen2", /*nfc=*/true)};
+  constexpr size_t kNfcTokenizer = 9;
   if (size == 0) return 0;
   const uint8_t sel = data[0];
   const Tokenizer& tok = *toks[sel % toks.size()];
@@ -113,8 +118,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (utf8::sanitize(streamed, false) != streamed) std::abort();
   const std::string decoded = tok.decode(ids);
   const bool valid = utf8::sanitize(text, false) == text;
+  const std::string normalized = utf8::nfc(text);
+  if (utf8::nfc(normalized) != normalized) std::abort();
+  if (valid && utf8::sanitize(normalized, false) != normalized) std::abort();
+  const bool nfc = sel % toks.size() == kNfcTokenizer;
   if (tok.kind() == TokenizerKind::kBytePairBpe && valid && !opt.parse_special &&
-      text.find("<user>") == std::string_view::npos && decoded != text)
+      text.find("<user>") == std::string_view::npos && decoded != (nfc ? normalized : text))
     std::abort();
   // The legacy SentencePiece pipeline prefixes one space and decode drops it again; every byte
   // has a token. (A literal U+2581 decodes to a space.)

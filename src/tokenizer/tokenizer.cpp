@@ -7,6 +7,7 @@
 
 #include "core/log.h"
 #include "tokenizer/tokenizer_impl.h"
+#include "tokenizer/unicode_nfc.h"
 #include "tokenizer/unicode_utf8.h"
 
 namespace tessera {
@@ -101,6 +102,7 @@ Status Tokenizer::init_common(TokenizerConfig& cfg) {
   add_eos_ = cfg.add_eos.value_or(false);
   if (cfg.add_space_prefix) add_space_prefix_ = *cfg.add_space_prefix;
   strip_prefix_after_specials_ = cfg.hf_rules;
+  nfc_ = cfg.nfc;
   if (add_bos_ && bos_id_ < 0)
     return Status(ErrorCode::kCorruptData, "add_bos_token is true but there is no BOS token");
   if (add_eos_ && eos_id_ < 0)
@@ -185,10 +187,13 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, const EncodeOption
   std::vector<int32_t> out;
   if (opt.add_bos && add_bos_) out.push_back(bos_id_);
   for (const Fragment& f : frags) {
-    if (f.special)
+    if (f.special) {
       out.push_back(f.id);
-    else
+    } else if (nfc_) {
+      encode_fragment(utf8::nfc(text.substr(f.off, f.len)), /*at_text_start=*/f.off == 0, out);
+    } else {
       encode_fragment(text.substr(f.off, f.len), /*at_text_start=*/f.off == 0, out);
+    }
   }
   if (opt.add_bos && add_eos_) out.push_back(eos_id_);
   return out;

@@ -74,6 +74,9 @@ struct TokenizerConfig {
   bool no_default_ids = false;
   // Further end-of-generation ids (HF config.json / generation_config.json eos_token_id lists).
   std::vector<int32_t> extra_eog_ids;
+  // Hugging Face NFC normalizer (Qwen2): each text fragment between added tokens is put in
+  // Unicode Normalization Form C before pre-tokenization (utf8::nfc).
+  bool nfc = false;
 };
 
 struct EncodeOptions {
@@ -164,6 +167,7 @@ class Tokenizer {
   int32_t bos_id_ = -1, eos_id_ = -1, unk_id_ = -1;
   bool add_bos_ = false, add_eos_ = false, add_space_prefix_ = false;
   bool strip_prefix_after_specials_ = false;
+  bool nfc_ = false;
   std::string pre_name_;
 };
 

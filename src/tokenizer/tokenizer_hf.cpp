@@ -2,8 +2,7 @@
 //
 // Supported pipelines:
 // * byte-level BPE (Llama-3, Qwen2, GPT-2, SmolLM):
-//   normalizer     null (NFC is accepted with a warning: input is not normalized, see
-//                  docs/design/hf_checkpoints.md)
+//   normalizer     null or NFC (applied to each fragment between added tokens, utf8::nfc)
 //   pre_tokenizer  ByteLevel, or Sequence of Split(Regex|String, behavior Isolated, invert false),
 //                  Digits and ByteLevel (use_regex adds GPT-2's regex; add_prefix_space false)
 //   model          BPE over byte-level pieces: vocab, merges ("a b" or ["a", "b"]),
@@ -149,6 +148,7 @@ struct SpacePipeline {
   bool first_only = false;    // ... only before the text's first fragment (prepend_scheme first)
   bool unless_space = false;  // ... unless it starts with one already (Metaspace)
   bool split = false;         // Metaspace split: words start at each U+2581
+  bool nfc = false;           // an NFC normalizer step
 };
 
 SpacePipeline space_pipeline(const json& tj) {
@@ -157,9 +157,7 @@ SpacePipeline space_pipeline(const json& tj) {
   auto norm_step = [&](const json& step) {
     const std::string t = type_of(step, "normalizer");
     if (t == "NFC") {
-      log_warn(
-          "tokenizer.json: NFC normalizer not applied (text that is not already NFC may "
-          "tokenize differently from Hugging Face tokenizers)");
+      sp.nfc = true;
     } else if (t == "Prepend") {
       const json* p = member(step, "prepend");
       if (!p || !p->is_string() || p->get<std::string>() != kMetaSpace)
@@ -226,6 +224,7 @@ TokenizerConfig config_from_json(const json& tj, const json* tc) {
   if (mtype != "BPE")
     unsupported("model type '" + printable(mtype) + "' (supported: BPE)");
   const SpacePipeline sp = space_pipeline(tj);
+  cfg.nfc = sp.nfc;
   const bool byte_fallback = flag(*model, "byte_fallback", false);
   if (sp.spm && !byte_fallback)
     unsupported("SentencePiece-style BPE without byte_fallback");
