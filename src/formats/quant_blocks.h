@@ -19,6 +19,9 @@ struct BlockQ5_1 { uint16_t d; uint16_t m; uint8_t qh[4]; uint8_t qs[kQK / 2]; }
 struct BlockQ4_K { uint16_t d; uint16_t dmin; uint8_t scales[kScaleBytesK]; uint8_t qs[kQK_K / 2]; };
 struct BlockQ5_K { uint16_t d; uint16_t dmin; uint8_t scales[kScaleBytesK]; uint8_t qh[kQK_K / 8]; uint8_t qs[kQK_K / 2]; };
 struct BlockQ6_K { uint8_t ql[kQK_K / 2]; uint8_t qh[kQK_K / 4]; int8_t scales[kQK_K / 16]; uint16_t d; };
+// Read only to be rewritten into a type above (formats/quant_transcode.h).
+struct BlockQ3_K { uint8_t hmask[kQK_K / 8]; uint8_t qs[kQK_K / 4]; uint8_t scales[kScaleBytesK]; uint16_t d; };
+struct BlockIQ4_NL { uint16_t d; uint8_t qs[kQK / 2]; };
 #pragma pack(pop)
 
 static_assert(sizeof(BlockQ8_0) == 34);
@@ -29,5 +32,7 @@ static_assert(sizeof(BlockQ5_1) == 24);
 static_assert(sizeof(BlockQ4_K) == 144);
 static_assert(sizeof(BlockQ5_K) == 176);
 static_assert(sizeof(BlockQ6_K) == 210);
+static_assert(sizeof(BlockQ3_K) == 110);
+static_assert(sizeof(BlockIQ4_NL) == 18);
 
 }  // namespace tessera::quant

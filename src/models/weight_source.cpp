@@ -3,6 +3,8 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/log.h"
+#include "formats/quant_transcode.h"
 #include "kernels/cpu/matmul.h"
 
 namespace tessera::models {
@@ -37,10 +39,7 @@ Tensor GgufWeights::matrix(const std::string& name, int64_t rows, int64_t cols) 
     corrupt("tensor '" + name + "' has shape [" + std::to_string(got_cols) + ", " +
             std::to_string(got_rows) + "] (GGUF order), expected [" + std::to_string(cols) + ", " +
             std::to_string(rows) + "]");
-  if (!t->dtype)
-    throw_error(ErrorCode::kUnsupported, "tensor '" + name + "' has weight type " +
-                                             std::string(ggml_type_name(t->ggml_type)) +
-                                             ", which Tessera does not implement");
+  if (!t->dtype) return transcoded(*t, rows, cols);
   // A file may choose general.alignment = 1; plain-typed data used in place must still be
   // aligned for its element type.
   const uint8_t* data = f_.tensor_data(*t);
@@ -49,6 +48,29 @@ Tensor GgufWeights::matrix(const std::string& name, int64_t rows, int64_t cols) 
     corrupt("tensor '" + name + "' data is not aligned for " + std::string(dtype_name(*t->dtype)));
   const int64_t shape[2] = {rows, cols};
   return Tensor::view(*t->dtype, shape, 2, const_cast<uint8_t*>(data), f_.keepalive());
+}
+
+// A type without kernels that rewrites exactly into one with them (formats/quant_transcode.h):
+// an owned copy in the target type.
+Tensor GgufWeights::transcoded(const gguf::TensorInfo& t, int64_t rows, int64_t cols) const {
+  const std::optional<DType> target = quant::transcode_target(t.ggml_type);
+  const std::string name(t.name), type(ggml_type_name(t.ggml_type));
+  if (!target)
+    throw_error(ErrorCode::kUnsupported, "tensor '" + name + "' has weight type " + type +
+                                             ", which Tessera does not implement");
+  const int64_t block = dtype_info(*target).block_size;
+  if (cols % block != 0)
+    corrupt("tensor '" + name + "' rows of " + std::to_string(cols) + " are not whole " + type +
+            " blocks");
+  const int64_t shape[2] = {rows, cols};
+  Tensor out = Tensor::empty(*target, shape, 2);
+  quant::transcode_blocks(t.ggml_type, f_.tensor_data(t), rows * (cols / block),
+                          static_cast<uint8_t*>(out.raw_data()));
+  if (warned_.insert(t.ggml_type).second)
+    log_warn("GGUF weights of type " + type + " are rewritten into " +
+             std::string(dtype_name(*target)) + " at load: the same values, more memory (Tessera " +
+             "has no " + type + " kernels)");
+  return out;
 }
 
 const safetensors::Checkpoint::Entry* SafetensorsWeights::find(const std::string& name) const {

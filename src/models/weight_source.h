@@ -15,6 +15,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "core/tensor.h"
@@ -40,10 +41,14 @@ class GgufWeights final : public WeightSource {
  public:
   explicit GgufWeights(const gguf::File& f) : f_(f) {}
   bool has(const std::string& name) const override { return f_.find_tensor(name) != nullptr; }
+  // Q3_K and IQ4_NL weights come back as owned Q6_K / Q8_0 copies with the same values
+  // (formats/quant_transcode.h); other types without kernels are kUnsupported.
   Tensor matrix(const std::string& name, int64_t rows, int64_t cols) const override;
 
  private:
+  Tensor transcoded(const gguf::TensorInfo& t, int64_t rows, int64_t cols) const;
   const gguf::File& f_;
+  mutable std::set<uint32_t> warned_;  // types whose rewrite was logged
 };
 
 // Tensors of a safetensors checkpoint, found through a name map (model name -> file name;

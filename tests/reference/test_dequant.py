@@ -1,7 +1,8 @@
 """Bit-exactness of Tessera's reference dequantization against the gguf package.
 
 Writes a GGUF with tensors of every weight type Tessera reads (legacy types quantized by
-gguf.quants.quantize; K types as random raw blocks with finite f16 scales), dumps each with the
+gguf.quants.quantize; K types, and Q3_K / IQ4_NL, which Tessera rewrites into Q6_K / Q8_0 at
+load, as random raw blocks with finite f16 scales), dumps each with the
 hidden `tessera dump-tensor` command and requires the float32 bits to equal
 gguf.quants.dequantize's. Also checks tensors of the real default model.
 
@@ -50,8 +51,9 @@ def assert_bits_equal(got_bits, want_f32, name):
                     f"want {want_bits[i]:#010x} ({want_bits[i:i+1].view(np.float32)[0]})")
 
 
-# Offsets of the f16 scale fields inside each K block (the rest is random quant bits).
-K_SCALES = {Q.Q4_K: (0, 2), Q.Q5_K: (0, 2), Q.Q6_K: (208,)}
+# Offsets of the f16 scale fields inside each K block (the rest is random quant bits); Q3_K and
+# IQ4_NL are read as the Q6_K / Q8_0 blocks Tessera rewrites them into at load.
+K_SCALES = {Q.Q4_K: (0, 2), Q.Q5_K: (0, 2), Q.Q6_K: (208,), Q.Q3_K: (108,), Q.IQ4_NL: (0,)}
 
 
 def random_k_blocks(rng, qtype, rows, cols):
@@ -87,7 +89,7 @@ def make_cases(rng):
         for rows, cols in ((1, 32), (9, 96), (17, 576)):
             x = (rng.standard_normal((rows, cols)) * rng.uniform(0.01, 10)).astype(np.float32)
             cases[f"{qtype.name.lower()}_{rows}x{cols}"] = (quantize(x, qtype), qtype, qtype)
-    for qtype in (Q.Q4_K, Q.Q5_K, Q.Q6_K):
+    for qtype in (Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.Q3_K, Q.IQ4_NL):
         for rows, cols in ((1, 256), (5, 768)):
             raw = random_k_blocks(rng, qtype, rows, cols)
             cases[f"{qtype.name.lower()}_{rows}x{cols}"] = (raw, qtype, qtype)

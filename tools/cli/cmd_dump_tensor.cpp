@@ -1,5 +1,6 @@
 // `tessera dump-tensor MODEL.gguf TENSOR OUT.f32` (hidden): writes one tensor of a GGUF file,
-// dequantized by the reference kernels, as raw little-endian float32 in file order.
+// as the models load it (models::GgufWeights), dequantized by the reference kernels, as raw
+// little-endian float32 in file order.
 // tests/reference/test_dequant.py compares the result bit for bit with the gguf package.
 #include <bit>
 #include <cstdio>
@@ -9,8 +10,10 @@
 
 #include "command.h"
 #include "core/dtype.h"
+#include "core/error.h"
 #include "formats/gguf.h"
 #include "kernels/ref/dequant.h"
+#include "models/weight_source.h"
 
 namespace tessera::cli {
 namespace {
@@ -37,31 +40,32 @@ int cmd_dump_tensor(int argc, char** argv) {
                  pos[0].c_str());
     return 1;
   }
-  if (!t->dtype) {
-    std::fprintf(stderr,
-                 "tessera dump-tensor: tensor '%s' has type %s, which Tessera cannot read\n",
-                 pos[1].c_str(), std::string(ggml_type_name(t->ggml_type)).c_str());
-    return 1;
-  }
-  const DType dtype = *t->dtype;
   const int64_t row = t->dims.empty() ? 1 : t->dims[0];  // innermost (contiguous) dimension
   const int64_t numel = t->numel();
-  const auto row_bytes = dtype_row_bytes(dtype, row);
-  if (row <= 0 || !row_bytes || numel % row != 0 ||
-      static_cast<uint64_t>(numel / row) * static_cast<uint64_t>(*row_bytes) != t->nbytes) {
-    std::fprintf(stderr, "tessera dump-tensor: tensor '%s' (%s) has inconsistent size\n",
-                 pos[1].c_str(), std::string(dtype_name(dtype)).c_str());
+  if (row <= 0 || numel % row != 0) {
+    std::fprintf(stderr, "tessera dump-tensor: tensor '%s' has inconsistent size\n",
+                 pos[1].c_str());
     return 1;
   }
+  // As the models read it: types Tessera rewrites at load (Q3_K, IQ4_NL) come back rewritten.
+  Tensor w;
+  try {
+    w = models::GgufWeights(**file).matrix(pos[1], numel / row, row);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "tessera dump-tensor: %s\n", e.what());
+    return 1;
+  }
+  const DType dtype = w.dtype();
+  const int64_t row_bytes = *dtype_row_bytes(dtype, row);
   std::unique_ptr<FILE, int (*)(FILE*)> out(std::fopen(pos[2].c_str(), "wb"), &std::fclose);
   if (!out) {
     std::perror(("tessera dump-tensor: " + pos[2]).c_str());
     return 1;
   }
-  const uint8_t* data = (*file)->tensor_data(*t);
+  const auto* data = static_cast<const uint8_t*>(w.raw_data());
   std::vector<float> buf(static_cast<size_t>(row));
   for (int64_t r = 0; r < numel / row; ++r) {
-    ref::dequantize_row(dtype, data + r * *row_bytes, buf.data(), row);
+    ref::dequantize_row(dtype, data + r * row_bytes, buf.data(), row);
     if (std::fwrite(buf.data(), sizeof(float), buf.size(), out.get()) != buf.size()) {
       std::perror(("tessera dump-tensor: " + pos[2]).c_str());
       return 1;

@@ -1,0 +1,94 @@
+#include "formats/quant_transcode.h"
+
+#include <cstring>
+
+#include "core/error.h"
+#include "formats/quant_blocks.h"
+
+namespace tessera::quant {
+namespace {
+
+constexpr uint32_t kGgmlQ3_K = 11, kGgmlIQ4_NL = 20;
+
+// IQ4_NL's non-linear 4-bit code book (ggml's kvalues_iq4nl).
+constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                     1,    13,   25,  38,  53,  69,  89,  113};
+
+// Q3_K's sixteen 6-bit scales from their 12 packed bytes: scale j has its low 4 bits in byte
+// j % 8 (low nibble for j < 8, high nibble after) and its high 2 bits in byte 8 + j % 4 at bit
+// 2 * (j / 4).
+void q3_k_scales(const uint8_t* packed, int8_t out[16]) {
+  for (int j = 0; j < 16; ++j) {
+    const int lo = (packed[j % 8] >> (j < 8 ? 0 : 4)) & 0xF;
+    const int hi = (packed[8 + j % 4] >> (2 * (j / 4))) & 3;
+    out[j] = static_cast<int8_t>((lo | hi << 4) - 32);
+  }
+}
+
+// Element e of a Q3_K super-block: 2 low bits at qs[(e / 128) * 32 + e % 32] >> 2 * ((e % 128) /
+// 32); high bit at hmask[e % 32] bit (e / 32); the value is the 3-bit number minus 4 (the high
+// bit set means +4). Q6_K stores element e's 6 bits as: low 4 in ql[(e / 128) * 64 + e % 64]
+// (high nibble when e % 128 >= 64), high 2 in qh[(e / 128) * 32 + e % 32] at bit 2 * ((e %
+// 128) / 32); its scale for e is scales[e / 16], as is Q3_K's.
+void q3_k_to_q6_k(const BlockQ3_K& in, BlockQ6_K& out) {
+  std::memset(&out, 0, sizeof out);
+  q3_k_scales(in.scales, out.scales);
+  out.d = in.d;
+  for (int e = 0; e < kQK_K; ++e) {
+    const int half = e / 128, quarter = e % 128 / 32;
+    const int low = (in.qs[half * 32 + e % 32] >> (2 * quarter)) & 3;
+    const int high = (in.hmask[e % 32] >> (e / 32)) & 1;
+    const int q6 = low + (high ? 0 : -4) + 32;  // in [28, 35]
+    out.ql[half * 64 + e % 64] |= static_cast<uint8_t>((q6 & 0xF) << (e % 128 >= 64 ? 4 : 0));
+    out.qh[half * 32 + e % 32] |= static_cast<uint8_t>((q6 >> 4) << (2 * quarter));
+  }
+}
+
+void iq4_nl_to_q8_0(const BlockIQ4_NL& in, BlockQ8_0& out) {
+  out.d = in.d;
+  for (int j = 0; j < kQK / 2; ++j) {
+    out.qs[j] = kIq4nlValues[in.qs[j] & 0xF];
+    out.qs[j + kQK / 2] = kIq4nlValues[in.qs[j] >> 4];
+  }
+}
+
+}  // namespace
+
+std::optional<DType> transcode_target(uint32_t ggml_type) {
+  switch (ggml_type) {
+    case kGgmlQ3_K:
+      return DType::kQ6_K;
+    case kGgmlIQ4_NL:
+      return DType::kQ8_0;
+    default:
+      return std::nullopt;
+  }
+}
+
+void transcode_blocks(uint32_t ggml_type, const uint8_t* src, int64_t n_blocks, uint8_t* dst) {
+  switch (ggml_type) {
+    case kGgmlQ3_K:
+      for (int64_t b = 0; b < n_blocks; ++b) {
+        BlockQ3_K in;
+        BlockQ6_K out;
+        std::memcpy(&in, src + b * sizeof in, sizeof in);
+        q3_k_to_q6_k(in, out);
+        std::memcpy(dst + b * sizeof out, &out, sizeof out);
+      }
+      return;
+    case kGgmlIQ4_NL:
+      for (int64_t b = 0; b < n_blocks; ++b) {
+        BlockIQ4_NL in;
+        BlockQ8_0 out;
+        std::memcpy(&in, src + b * sizeof in, sizeof in);
+        iq4_nl_to_q8_0(in, out);
+        std::memcpy(dst + b * sizeof out, &out, sizeof out);
+      }
+      return;
+    default:
+      throw_error(ErrorCode::kInternal, "transcode_blocks: ggml type " +
+                                            std::to_string(ggml_type) + " is not rewritable");
+  }
+}
+
+}  // namespace tessera::quant
