@@ -52,6 +52,19 @@ void iq4_nl_to_q8_0(const BlockIQ4_NL& in, BlockQ8_0& out) {
   }
 }
 
+// Blocks are copied in and out: the file's blocks need not be aligned for the structs.
+template <class In, class Out>
+void rewrite_each(const uint8_t* src, int64_t n_blocks, uint8_t* dst,
+                  void (*rewrite)(const In&, Out&)) {
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    In in;
+    Out out;
+    std::memcpy(&in, src + b * sizeof in, sizeof in);
+    rewrite(in, out);
+    std::memcpy(dst + b * sizeof out, &out, sizeof out);
+  }
+}
+
 }  // namespace
 
 std::optional<DType> transcode_target(uint32_t ggml_type) {
@@ -68,23 +81,9 @@ std::optional<DType> transcode_target(uint32_t ggml_type) {
 void transcode_blocks(uint32_t ggml_type, const uint8_t* src, int64_t n_blocks, uint8_t* dst) {
   switch (ggml_type) {
     case kGgmlQ3_K:
-      for (int64_t b = 0; b < n_blocks; ++b) {
-        BlockQ3_K in;
-        BlockQ6_K out;
-        std::memcpy(&in, src + b * sizeof in, sizeof in);
-        q3_k_to_q6_k(in, out);
-        std::memcpy(dst + b * sizeof out, &out, sizeof out);
-      }
-      return;
+      return rewrite_each<BlockQ3_K, BlockQ6_K>(src, n_blocks, dst, q3_k_to_q6_k);
     case kGgmlIQ4_NL:
-      for (int64_t b = 0; b < n_blocks; ++b) {
-        BlockIQ4_NL in;
-        BlockQ8_0 out;
-        std::memcpy(&in, src + b * sizeof in, sizeof in);
-        iq4_nl_to_q8_0(in, out);
-        std::memcpy(dst + b * sizeof out, &out, sizeof out);
-      }
-      return;
+      return rewrite_each<BlockIQ4_NL, BlockQ8_0>(src, n_blocks, dst, iq4_nl_to_q8_0);
     default:
       throw_error(ErrorCode::kInternal, "transcode_blocks: ggml type " +
                                             std::to_string(ggml_type) + " is not rewritable");
