@@ -22,6 +22,7 @@ struct BlockQ6_K { uint8_t ql[kQK_K / 2]; uint8_t qh[kQK_K / 4]; int8_t scales[k
 // Read only to be rewritten into a type above (formats/quant_transcode.h).
 struct BlockQ3_K { uint8_t hmask[kQK_K / 8]; uint8_t qs[kQK_K / 4]; uint8_t scales[kScaleBytesK]; uint16_t d; };
 struct BlockIQ4_NL { uint16_t d; uint8_t qs[kQK / 2]; };
+struct BlockIQ4_XS { uint16_t d; uint16_t scales_h; uint8_t scales_l[kQK_K / 64]; uint8_t qs[kQK_K / 2]; };
 #pragma pack(pop)
 
 static_assert(sizeof(BlockQ8_0) == 34);
@@ -34,5 +35,6 @@ static_assert(sizeof(BlockQ5_K) == 176);
 static_assert(sizeof(BlockQ6_K) == 210);
 static_assert(sizeof(BlockQ3_K) == 110);
 static_assert(sizeof(BlockIQ4_NL) == 18);
+static_assert(sizeof(BlockIQ4_XS) == 136);
 
 }  // namespace tessera::quant

@@ -1,16 +1,19 @@
 #include "formats/quant_transcode.h"
 
+#include <cmath>
 #include <cstring>
+#include <string>
 
 #include "core/error.h"
+#include "core/half.h"
 #include "formats/quant_blocks.h"
 
 namespace tessera::quant {
 namespace {
 
-constexpr uint32_t kGgmlQ3_K = 11, kGgmlIQ4_NL = 20;
+constexpr uint32_t kGgmlQ3_K = 11, kGgmlIQ4_NL = 20, kGgmlIQ4_XS = 23;
 
-// IQ4_NL's non-linear 4-bit code book (ggml's kvalues_iq4nl).
+// The non-linear 4-bit code book of IQ4_NL and IQ4_XS (ggml's kvalues_iq4nl).
 constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                      1,    13,   25,  38,  53,  69,  89,  113};
 
@@ -44,11 +47,28 @@ void q3_k_to_q6_k(const BlockQ3_K& in, BlockQ6_K& out) {
   }
 }
 
-void iq4_nl_to_q8_0(const BlockIQ4_NL& in, BlockQ8_0& out) {
-  out.d = in.d;
+// 32 weights of 4-bit code-book indices (element j low nibble, j + 16 high nibble).
+void iq4_indices_to_q8_0(const uint8_t* qs, uint16_t d, BlockQ8_0& out) {
+  out.d = d;
   for (int j = 0; j < kQK / 2; ++j) {
-    out.qs[j] = kIq4nlValues[in.qs[j] & 0xF];
-    out.qs[j + kQK / 2] = kIq4nlValues[in.qs[j] >> 4];
+    out.qs[j] = kIq4nlValues[qs[j] & 0xF];
+    out.qs[j + kQK / 2] = kIq4nlValues[qs[j] >> 4];
+  }
+}
+
+void iq4_nl_to_q8_0(const BlockIQ4_NL& in, BlockQ8_0& out) { iq4_indices_to_q8_0(in.qs, in.d, out); }
+
+// Sub-block ib's 6-bit scale: low 4 bits in scales_l[ib / 2] (nibble ib % 2), high 2 in
+// scales_h at bit 2 * ib.
+void iq4_xs_to_q8_0(const BlockIQ4_XS& in, BlockQ8_0 (&out)[kQK_K / kQK]) {
+  const float d = f16_to_f32(in.d);
+  for (int ib = 0; ib < kQK_K / kQK; ++ib) {
+    const int ls = ((in.scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) | ((in.scales_h >> (2 * ib)) & 3) << 4;
+    const float dl = d * static_cast<float>(ls - 32);  // exact in f32
+    if (!(std::fabs(dl) <= 65504.f))
+      throw_error(ErrorCode::kCorruptData, "IQ4_XS block scale " + std::to_string(dl) +
+                                               " is outside the f16 range of a Q8_0 scale");
+    iq4_indices_to_q8_0(in.qs + ib * kQK / 2, f32_to_f16(dl), out[ib]);
   }
 }
 
@@ -72,20 +92,25 @@ std::optional<DType> transcode_target(uint32_t ggml_type) {
     case kGgmlQ3_K:
       return DType::kQ6_K;
     case kGgmlIQ4_NL:
+    case kGgmlIQ4_XS:
       return DType::kQ8_0;
     default:
       return std::nullopt;
   }
 }
 
-void transcode_blocks(uint32_t ggml_type, const uint8_t* src, int64_t n_blocks, uint8_t* dst) {
+bool transcode_is_exact(uint32_t ggml_type) { return ggml_type != kGgmlIQ4_XS; }
+
+void transcode(uint32_t ggml_type, const uint8_t* src, int64_t n, uint8_t* dst) {
   switch (ggml_type) {
     case kGgmlQ3_K:
-      return rewrite_each<BlockQ3_K, BlockQ6_K>(src, n_blocks, dst, q3_k_to_q6_k);
+      return rewrite_each<BlockQ3_K, BlockQ6_K>(src, n / kQK_K, dst, q3_k_to_q6_k);
     case kGgmlIQ4_NL:
-      return rewrite_each<BlockIQ4_NL, BlockQ8_0>(src, n_blocks, dst, iq4_nl_to_q8_0);
+      return rewrite_each<BlockIQ4_NL, BlockQ8_0>(src, n / kQK, dst, iq4_nl_to_q8_0);
+    case kGgmlIQ4_XS:
+      return rewrite_each<BlockIQ4_XS, BlockQ8_0[kQK_K / kQK]>(src, n / kQK_K, dst, iq4_xs_to_q8_0);
     default:
-      throw_error(ErrorCode::kInternal, "transcode_blocks: ggml type " +
+      throw_error(ErrorCode::kInternal, "quant::transcode: ggml type " +
                                             std::to_string(ggml_type) + " is not rewritable");
   }
 }

@@ -58,18 +58,22 @@ Tensor GgufWeights::transcoded(const gguf::TensorInfo& t, int64_t rows, int64_t 
   if (!target)
     throw_error(ErrorCode::kUnsupported, "tensor '" + name + "' has weight type " + type +
                                              ", which Tessera does not implement");
-  const int64_t block = dtype_info(*target).block_size;
+  // The source's block, a multiple of the target's.
+  const int64_t block = gguf::ggml_type_traits(t.ggml_type)->block_size;
   if (cols % block != 0)
     corrupt("tensor '" + name + "' rows of " + std::to_string(cols) + " are not whole " + type +
             " blocks");
   const int64_t shape[2] = {rows, cols};
   Tensor out = Tensor::empty(*target, shape, 2);
-  quant::transcode_blocks(t.ggml_type, f_.tensor_data(t), rows * (cols / block),
-                          static_cast<uint8_t*>(out.raw_data()));
+  quant::transcode(t.ggml_type, f_.tensor_data(t), rows * cols,
+                   static_cast<uint8_t*>(out.raw_data()));
   if (warned_.insert(t.ggml_type).second)
     log_warn("GGUF weights of type " + type + " are rewritten into " +
-             std::string(dtype_name(*target)) + " at load: the same values, more memory (Tessera " +
-             "has no " + type + " kernels)");
+             std::string(dtype_name(*target)) + " at load (" +
+             (quant::transcode_is_exact(t.ggml_type)
+                  ? "the same values"
+                  : "block scales rounded to f16, relative error <= 2^-11") +
+             "; more memory: Tessera has no " + type + " kernels)");
   return out;
 }
 

@@ -41,7 +41,7 @@ class GgufWeights final : public WeightSource {
  public:
   explicit GgufWeights(const gguf::File& f) : f_(f) {}
   bool has(const std::string& name) const override { return f_.find_tensor(name) != nullptr; }
-  // Q3_K and IQ4_NL weights come back as owned Q6_K / Q8_0 copies with the same values
+  // Q3_K, IQ4_NL and IQ4_XS weights come back as owned Q6_K / Q8_0 copies
   // (formats/quant_transcode.h); other types without kernels are kUnsupported.
   Tensor matrix(const std::string& name, int64_t rows, int64_t cols) const override;
 

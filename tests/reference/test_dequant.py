@@ -2,7 +2,8 @@
 
 Writes a GGUF with tensors of every weight type Tessera reads (legacy types quantized by
 gguf.quants.quantize; K types, and Q3_K / IQ4_NL, which Tessera rewrites into Q6_K / Q8_0 at
-load, as random raw blocks with finite f16 scales), dumps each with the
+load, as random raw blocks with finite f16 scales; IQ4_XS, rewritten into Q8_0 with f16 block
+scales, to within that rounding), dumps each with the
 hidden `tessera dump-tensor` command and requires the float32 bits to equal
 gguf.quants.dequantize's. Also checks tensors of the real default model.
 
@@ -53,7 +54,10 @@ def assert_bits_equal(got_bits, want_f32, name):
 
 # Offsets of the f16 scale fields inside each K block (the rest is random quant bits); Q3_K and
 # IQ4_NL are read as the Q6_K / Q8_0 blocks Tessera rewrites them into at load.
-K_SCALES = {Q.Q4_K: (0, 2), Q.Q5_K: (0, 2), Q.Q6_K: (208,), Q.Q3_K: (108,), Q.IQ4_NL: (0,)}
+K_SCALES = {Q.Q4_K: (0, 2), Q.Q5_K: (0, 2), Q.Q6_K: (208,), Q.Q3_K: (108,), Q.IQ4_NL: (0,),
+            Q.IQ4_XS: (0,)}
+# Rewritten with each 32 weights' scale d * (scale - 32) rounded to f16 (not bit-exact).
+ROUNDED_SCALES = {Q.IQ4_XS}
 
 
 def random_k_blocks(rng, qtype, rows, cols):
@@ -89,7 +93,7 @@ def make_cases(rng):
         for rows, cols in ((1, 32), (9, 96), (17, 576)):
             x = (rng.standard_normal((rows, cols)) * rng.uniform(0.01, 10)).astype(np.float32)
             cases[f"{qtype.name.lower()}_{rows}x{cols}"] = (quantize(x, qtype), qtype, qtype)
-    for qtype in (Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.Q3_K, Q.IQ4_NL):
+    for qtype in (Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.Q3_K, Q.IQ4_NL, Q.IQ4_XS):
         for rows, cols in ((1, 256), (5, 768)):
             raw = random_k_blocks(rng, qtype, rows, cols)
             cases[f"{qtype.name.lower()}_{rows}x{cols}"] = (raw, qtype, qtype)
@@ -117,6 +121,12 @@ def test_synthetic_tensor_bit_exact(synthetic, tmp_path, name):
     arr, _, qtype = cases[name]
     want = dequantize(arr, qtype)
     got = dump(path, name, tmp_path / f"{name}.f32")
+    if qtype in ROUNDED_SCALES:
+        got_f, want_f = got.view(np.float32), want.reshape(-1).astype(np.float32)
+        err = np.abs(got_f - want_f)
+        assert (err <= np.abs(want_f) * 2.0 ** -11).all(), f"{name}: max error {err.max()}"
+        assert (err > 0).any(), "the f16 rounding should show somewhere"
+        return
     assert_bits_equal(got, want, name)
 
 
