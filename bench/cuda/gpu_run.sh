@@ -80,7 +80,7 @@ case $phase in
       # Tiny GGUF models of every weight type, GPU vs CPU (needs the gguf package: llama.cpp's
       # gguf-py from the peer carry, unpacked to /tmp/gguf-py by peer_same_call.sh, or pip's).
       if PYTHONPATH=/tmp/gguf-py python3 -c "import gguf" 2> /dev/null; then
-        step tiny_gguf_gpu env PYTHONPATH=/tmp/gguf-py TESSERA_BIN=/tmp/bin/tessera TESSERA_TEST_CUDA=1 timeout 400 \
+        step tiny_gguf_gpu env PYTHONPATH=/tmp/gguf-py TESSERA_BIN=/tmp/bin/tessera TESSERA_TEST_CUDA=1 timeout 540 \
           python3 -m pytest -q -s -p no:cacheprovider tests/reference/test_tiny_models_vs_llama_cpp.py -k gpu
         grep -E "GPU default|passed|failed" /tmp/m/tiny_gguf_gpu.log | tee -a "$out/summary.txt"
       fi
