@@ -148,6 +148,10 @@ void read_rope(const json& j, TextConfig& c) {
     const double m_all = get_num(*s, "mscale_all_dim", -1e6, 1e6, 0);
     r.attention_factor = get_num(*s, "attention_factor", 0, 1e6,
                                  m != 0 && m_all != 0 ? mscale(m) / mscale(m_all) : mscale(1));
+    if (!(r.attention_factor > 0 && r.attention_factor <= 1e6))  // also NaN / inf
+      corrupt("yarn mscale / mscale_all_dim give the attention factor " +
+              std::to_string(r.attention_factor));
+    if (!(c.rope_theta > 1)) corrupt("yarn needs rope_theta > 1");
     return;
   }
   unsupported("RoPE scaling type '" + printable(type) +

@@ -70,7 +70,9 @@ LlmConfig read_config(const gguf::File& f) {
     corrupt("invalid rope.dimension_count " + std::to_string(c.rope.n_rot));
   c.rope.theta_base = f.get_f32(a + "rope.freq_base").value_or(10000.f);
   const std::string scaling(f.get_string(a + "rope.scaling.type").value_or("none"));
-  const float factor = f.get_f32(a + "rope.scaling.factor").value_or(1.f);
+  // llama.cpp reads a factor of 0 as none.
+  float factor = f.get_f32(a + "rope.scaling.factor").value_or(1.f);
+  if (factor == 0.f) factor = 1.f;
   if (!(factor > 0.f) || !std::isfinite(factor)) corrupt("invalid rope.scaling.factor");
   // llama.cpp multiplies cos / sin by rope.scaling.attn_factor with any scaling type.
   const float attn_factor = f.get_f32(a + "rope.scaling.attn_factor").value_or(1.f);
@@ -83,9 +85,10 @@ LlmConfig read_config(const gguf::File& f) {
     // The keys llama.cpp reads for Llama / Qwen2 files; beta_fast / beta_slow keep its defaults.
     YarnScaling y;
     y.factor = factor;
-    y.original_context =
-        f.get_u32(a + "rope.scaling.original_context_length").value_or(c.context_length);
-    if (y.original_context < 1) corrupt("invalid rope.scaling.original_context_length");
+    y.original_context = f.get_u32(a + "rope.scaling.original_context_length").value_or(0);
+    if (y.original_context == 0) y.original_context = c.context_length;  // as llama.cpp
+    if (!(c.rope.theta_base > 1.f) || !std::isfinite(c.rope.theta_base))
+      corrupt("YaRN needs rope.freq_base > 1");
     c.yarn = y;
     c.rope_attn_factor *= yarn_mscale(factor);
   } else if (scaling != "none" && scaling != "") {
@@ -330,6 +333,8 @@ std::vector<float> llama_rope_freq_divisors(const LlmConfig& config, const Weigh
   }
   return div;
 }
+
+LlmConfig llama_config(const gguf::File& file) { return read_config(file); }
 
 std::unique_ptr<CausalLm> llama_create(const gguf::File& file) {
   return std::make_unique<LlamaModel>(read_config(file), GgufWeights(file));

@@ -12,6 +12,8 @@
 namespace tessera::models {
 
 std::unique_ptr<CausalLm> llama_create(const gguf::File& file);
+// The hyperparameters of a GGUF Llama-family file, validated (what llama_create reads).
+LlmConfig llama_config(const gguf::File& file);
 // From a config and weights named as in GGUF (the HF loader maps its names, models/llama_hf.h).
 std::unique_ptr<CausalLm> llama_create(LlmConfig config, const WeightSource& weights);
 

@@ -41,7 +41,8 @@ LlmConfig llm_config_from_hf(const hf::TextConfig& h) {
                          .original_context = s.original_max_position_embeddings,
                          .beta_fast = s.beta_fast,
                          .beta_slow = s.beta_slow,
-                         .truncate = s.truncate};
+                         .truncate = s.truncate,
+                         .transformers_ramp = true};
     c.rope_attn_factor = s.attention_factor;
   }
   return c;

@@ -22,7 +22,8 @@ std::vector<float> yarn_freq_divisors(const YarnScaling& y, int64_t n_rot, doubl
   }
   low = std::max(low, 0.0);
   high = std::min(high, static_cast<double>(n_rot - 1));
-  const double span = std::max(high - low, 0.001);
+  const double span = y.transformers_ramp ? (high == low ? 0.001 : high - low)
+                                          : std::max(high - low, 0.001);
   std::vector<float> out(n_rot / 2);
   for (int64_t i = 0; i < n_rot / 2; ++i) {
     // Share of the original frequency: 1 below `low` (kept), 0 past `high` (interpolated).

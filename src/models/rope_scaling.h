@@ -19,6 +19,10 @@ struct YarnScaling {
   double beta_fast = 32, beta_slow = 1;
   double ext_factor = 1;          // llama.cpp's extrapolation mix (transformers: always 1)
   bool truncate = true;           // round the ramp's ends outward (transformers' `truncate`)
+  // Where the ramp's ends meet or cross (tiny contexts, beta_fast < beta_slow): transformers
+  // widens only an empty range by 0.001 and keeps a negative width; llama.cpp clamps the width
+  // to at least 0.001.
+  bool transformers_ramp = false;
 };
 
 // YaRN's default multiplier: 0.1 * mscale * ln(factor) + 1 (1 when factor <= 1).

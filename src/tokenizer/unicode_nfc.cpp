@@ -83,8 +83,9 @@ uint32_t decode_valid(const uint8_t* p, int len) {
 const char* nfc_unicode_version() { return kUnicodeVersion; }
 
 std::string nfc(std::string_view s) {
-  // Every code point below U+0300 has combining class 0 and no canonical decomposition, and
-  // none is the second half of a composite: such text is its own NFC. Its lead bytes are < 0xCC.
+  // Text of code points below U+0300 is its own NFC: each has combining class 0, those that
+  // decompose (U+00C0..) compose back to themselves, and none is the second half of a
+  // composite. Its lead bytes are < 0xCC.
   if (std::none_of(s.begin(), s.end(), [](char c) { return static_cast<uint8_t>(c) >= 0xCC; }))
     return std::string(s);
 

@@ -193,8 +193,20 @@ TEST(hf_config, YarnParametersFollowTransformers) {
   ASSERT_TRUE(e.ok());
   EXPECT_EQ(e->rope_scaling.original_max_position_embeddings, 2048);  // max_position_embeddings
 
+  auto m = parse_text_config(cfg(R"("rope_scaling":{"type":"yarn","factor":4,"mscale":2,
+      "mscale_all_dim":0.5,"original_max_position_embeddings":512})"));
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  EXPECT_DOUBLE_EQ(m->rope_scaling.attention_factor,
+                   (0.2 * std::log(4.0) + 1) / (0.05 * std::log(4.0) + 1));
+
   expect_error(cfg(R"("rope_scaling":{"type":"yarn","factor":-2})"), ErrorCode::kCorruptData,
                "'factor'");
+  // a negative mscale_all_dim: 0.1 * -20 * ln 4 + 1 < 0, a negative attention factor
+  expect_error(cfg(R"("rope_scaling":{"type":"yarn","factor":4,"mscale":1,
+      "mscale_all_dim":-20})"),
+               ErrorCode::kCorruptData, "attention factor");
+  expect_error(cfg(R"("rope_theta":1,"rope_scaling":{"type":"yarn","factor":4})"),
+               ErrorCode::kCorruptData, "rope_theta > 1");
   expect_error(cfg(R"("rope_scaling":{"type":"yarn","factor":2,"beta_fast":"x"})"),
                ErrorCode::kCorruptData, "'beta_fast' is not a number");
   expect_error(cfg(R"("rope_scaling":{"type":"yarn","factor":2,"attention_factor":0})"),

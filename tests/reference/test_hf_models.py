@@ -63,6 +63,19 @@ CASES = {
         cfg=dict(num_key_value_heads=2, rope_theta=10000.0,
                  rope_scaling={"rope_type": "yarn", "factor": 4.0,
                                "original_max_position_embeddings": 32})),
+    # transformers' corner cases: no rounding of the ramp's ends, the attention factor from the
+    # mscale ratio, and (2-token original context) a ramp whose ends cross
+    "qwen2_f32_yarn_untruncated_mscale": dict(
+        kind="qwen2", dtype="float32",
+        cfg=dict(num_key_value_heads=2, rope_theta=10000.0,
+                 rope_scaling={"rope_type": "yarn", "factor": 4.0, "truncate": False,
+                               "mscale": 1.5, "mscale_all_dim": 0.5,
+                               "original_max_position_embeddings": 48})),
+    "llama_f32_yarn_crossed_ramp": dict(
+        kind="llama", dtype="float32",
+        cfg=dict(num_key_value_heads=2, rope_theta=10000.0,
+                 rope_scaling={"rope_type": "yarn", "factor": 2.0,
+                               "original_max_position_embeddings": 2})),
     "llama_bf16_yarn_betas_attention_factor": dict(
         kind="llama", dtype="bfloat16",
         cfg=dict(num_key_value_heads=2, rope_theta=10000.0,

@@ -721,9 +721,9 @@ class CudaLlama final : public CausalLm {
 }  // namespace
 
 std::unique_ptr<CausalLm> cuda_llama_create(const gguf::File& file) {
-  // The CPU model parses and validates the hyperparameters (and maps nothing but views).
-  LlmConfig cfg = llama_create(file)->config();
-  cfg.rope.freq_factors = nullptr;  // host pointer of the CPU model; the GPU copy is loaded
+  // The CPU model's reader parses and validates the hyperparameters; the weights are loaded
+  // (and Q3_K / IQ4 ones rewritten) once, by Weights::load.
+  LlmConfig cfg = llama_config(file);
   auto m = std::make_unique<CudaLlama>(cfg);
   m->load(GgufWeights(file));
   return m;
