@@ -201,9 +201,10 @@ Expected<TextConfig> parse_text_config(std::string_view text) {
     const json j = parse_json(text, "config.json");
     TextConfig c;
     c.model_type = get_str(j, "model_type", "");
-    if (c.model_type != "llama" && c.model_type != "mistral" && c.model_type != "qwen2")
+    if (c.model_type != "llama" && c.model_type != "mistral" && c.model_type != "qwen2" &&
+        c.model_type != "qwen3")
       unsupported("model_type '" + printable(c.model_type) +
-                  "' (supported: llama, mistral, qwen2)");
+                  "' (supported: llama, mistral, qwen2, qwen3)");
     constexpr int64_t kMaxDim = int64_t{1} << 20;
     c.hidden_size = get_int(j, "hidden_size", 1, 1 << 16);
     c.intermediate_size = get_int(j, "intermediate_size", 1, kMaxDim);
@@ -231,7 +232,8 @@ Expected<TextConfig> parse_text_config(std::string_view text) {
     // use_sliding_window (and then only on layers past max_window_layers, which a shorter
     // context also covers).
     const bool windowed = c.model_type == "mistral" ||
-                          (c.model_type == "qwen2" && get_bool(j, "use_sliding_window", false));
+                          ((c.model_type == "qwen2" || c.model_type == "qwen3") &&
+                           get_bool(j, "use_sliding_window", false));
     if (windowed && member(j, "sliding_window"))
       c.sliding_window = get_int(j, "sliding_window", 1, int64_t{1} << 30);
     c.eos_token_ids = id_list(member(j, "eos_token_id"));
@@ -299,6 +301,8 @@ std::optional<std::string> llama_tensor_name(std::string_view g) {
       {"attn_v.bias", "self_attn.v_proj.bias"},
       {"attn_output.weight", "self_attn.o_proj.weight"},
       {"attn_output.bias", "self_attn.o_proj.bias"},
+      {"attn_q_norm.weight", "self_attn.q_norm.weight"},  // Qwen3
+      {"attn_k_norm.weight", "self_attn.k_norm.weight"},
       {"ffn_norm.weight", "post_attention_layernorm.weight"},
       {"ffn_gate.weight", "mlp.gate_proj.weight"},
       {"ffn_up.weight", "mlp.up_proj.weight"},

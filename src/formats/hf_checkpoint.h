@@ -54,7 +54,7 @@ struct RopeScaling {
 
 // The fields of config.json that decide a Llama-family decoder, HF defaults applied.
 struct TextConfig {
-  std::string model_type;  // llama | mistral | qwen2
+  std::string model_type;  // llama | mistral | qwen2 | qwen3
   int64_t hidden_size = 0, intermediate_size = 0, num_hidden_layers = 0;
   int64_t num_attention_heads = 0, num_key_value_heads = 0;
   int64_t head_dim = 0;  // hidden_size / num_attention_heads unless given
@@ -69,7 +69,7 @@ struct TextConfig {
   std::string dtype;                      // "bfloat16", ... ("torch_dtype" in older files)
 };
 
-// Parses config.json text (model types llama, mistral, qwen2).
+// Parses config.json text (model types llama, mistral, qwen2, qwen3).
 Expected<TextConfig> parse_text_config(std::string_view json_text);
 // eos_token_id (int or list) of generation_config.json; empty when absent or malformed.
 std::vector<int64_t> parse_generation_eos(std::string_view json_text);

@@ -34,6 +34,7 @@ struct LlmConfig {
   float norm_eps = 1e-5f;
   ref::RopeParams rope;
   bool qkv_bias = false;
+  bool qk_norm = false;  // Qwen3: RMSNorm over each head of q and k before RoPE
   bool tied_embeddings = false;
   // YaRN RoPE scaling (GGUF rope.scaling.type "yarn", HF rope_type "yarn"): its frequency
   // divisors join the model's rope.freq_factors (llama_rope_freq_divisors).

@@ -62,9 +62,13 @@ LlmConfig read_config(const gguf::File& f) {
   c.vocab = embd->dims[1];
   c.tied_embeddings = f.find_tensor("output.weight") == nullptr;
   c.qkv_bias = f.find_tensor("blk.0.attn_q.bias") != nullptr;
+  c.qk_norm = c.architecture == "qwen3";
 
-  c.rope.layout = c.architecture == "qwen2" ? ref::RopeLayout::kHalfSplit
-                                            : ref::RopeLayout::kInterleaved;
+  // llama.cpp's converter permutes Llama q/k rows for interleaved pairs; Qwen files keep
+  // transformers' half-split order.
+  c.rope.layout = c.architecture == "qwen2" || c.architecture == "qwen3"
+                      ? ref::RopeLayout::kHalfSplit
+                      : ref::RopeLayout::kInterleaved;
   c.rope.n_rot = f.get_u32(a + "rope.dimension_count").value_or(c.head_dim);
   if (c.rope.n_rot < 2 || c.rope.n_rot > c.head_dim || c.rope.n_rot % 2)
     corrupt("invalid rope.dimension_count " + std::to_string(c.rope.n_rot));
@@ -102,7 +106,7 @@ LlmConfig read_config(const gguf::File& f) {
 }
 
 struct Layer {
-  Tensor attn_norm, wq, wk, wv, wo, bq, bk, bv, ffn_norm, w_gate, w_up, w_down;
+  Tensor attn_norm, wq, wk, wv, wo, bq, bk, bv, q_norm, k_norm, ffn_norm, w_gate, w_up, w_down;
 };
 
 class LlamaModel final : public CausalLm {
@@ -132,6 +136,10 @@ class LlamaModel final : public CausalLm {
         l.bk = vector_f32(f, p + "attn_k.bias", kv_dim);
         l.bv = vector_f32(f, p + "attn_v.bias", kv_dim);
       }
+      if (cfg_.qk_norm) {
+        l.q_norm = vector_f32(f, p + "attn_q_norm.weight", cfg_.head_dim);
+        l.k_norm = vector_f32(f, p + "attn_k_norm.weight", cfg_.head_dim);
+      }
       l.ffn_norm = vector_f32(f, p + "ffn_norm.weight", d);
       l.w_gate = weight_view(f, p + "ffn_gate.weight", cfg_.d_ff, d);
       l.w_up = weight_view(f, p + "ffn_up.weight", cfg_.d_ff, d);
@@ -145,7 +153,7 @@ class LlamaModel final : public CausalLm {
     int64_t bytes = tensor_bytes(output_) + tensor_bytes(output_norm_);
     for (const Layer& l : layers_)
       for (const Tensor* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.bq, &l.bk, &l.bv,
-                              &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down})
+                              &l.q_norm, &l.k_norm, &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down})
         bytes += tensor_bytes(*t);
     return bytes;
   }
@@ -183,6 +191,11 @@ class LlamaModel final : public CausalLm {
         ops::add_bias(a.q, l.bq);
         ops::add_bias(a.k, l.bk);
         ops::add_bias(a.v, l.bv);
+      }
+      if (cfg_.qk_norm) {  // each head's vector on its own, in place
+        Tensor qh = a.q.reshape({n * cfg_.n_heads, hd}), kh = a.k.reshape({n * cfg_.n_kv_heads, hd});
+        ops::rms_norm(qh, l.q_norm, cfg_.norm_eps, qh);
+        ops::rms_norm(kh, l.k_norm, cfg_.norm_eps, kh);
       }
       Tensor q3 = a.q.reshape({n, cfg_.n_heads, hd});
       Tensor k3 = a.k.reshape({n, cfg_.n_kv_heads, hd});

@@ -30,6 +30,7 @@ LlmConfig llm_config_from_hf(const hf::TextConfig& h) {
     c.context_length = *h.sliding_window;
   }
   c.qkv_bias = h.model_type == "qwen2" || h.attention_bias;
+  c.qk_norm = h.model_type == "qwen3";
   c.tied_embeddings = h.tie_word_embeddings;
   c.rope.layout = ref::RopeLayout::kHalfSplit;  // see llama_hf.h
   c.rope.n_rot = h.head_dim;

@@ -15,6 +15,7 @@ struct Entry {
 constexpr Entry kEntries[] = {
     {"llama", llama_create},
     {"qwen2", llama_create},
+    {"qwen3", llama_create},
 };
 
 struct HfEntry {
@@ -26,6 +27,7 @@ constexpr HfEntry kHfEntries[] = {
     {"llama", llama_create_hf},
     {"mistral", llama_create_hf},
     {"qwen2", llama_create_hf},
+    {"qwen3", llama_create_hf},
 };
 
 }  // namespace

@@ -89,6 +89,18 @@ TEST(hf_config, FamiliesAndWindows) {
   EXPECT_TRUE(lc.qkv_bias);
   EXPECT_EQ(lc.rope.layout, ref::RopeLayout::kHalfSplit);
   EXPECT_EQ(lc.context_length, 32768);
+  EXPECT_FALSE(lc.qk_norm);
+  // Qwen3: q / k norms, no biases unless attention_bias; windows as Qwen2's.
+  auto q3 = parse_text_config(R"({"model_type":"qwen3","hidden_size":64,"intermediate_size":128,
+      "num_hidden_layers":1,"num_attention_heads":4,"head_dim":128,"vocab_size":10,
+      "sliding_window":4096,"use_sliding_window":true,"max_position_embeddings":32768})");
+  ASSERT_TRUE(q3.ok()) << q3.status().to_string();
+  EXPECT_EQ(q3->sliding_window, 4096);
+  const models::LlmConfig l3 = models::llm_config_from_hf(*q3);
+  EXPECT_TRUE(l3.qk_norm);
+  EXPECT_FALSE(l3.qkv_bias);
+  EXPECT_EQ(l3.head_dim, 128);
+  EXPECT_EQ(l3.rope.layout, ref::RopeLayout::kHalfSplit);
 }
 
 TEST(hf_config, HostileValues) {
@@ -123,6 +135,7 @@ TEST(hf_config, TensorNameMap) {
   EXPECT_EQ(llama_tensor_name("blk.12.attn_q.bias"), "model.layers.12.self_attn.q_proj.bias");
   EXPECT_EQ(llama_tensor_name("blk.0.ffn_norm.weight"),
             "model.layers.0.post_attention_layernorm.weight");
+  EXPECT_EQ(llama_tensor_name("blk.3.attn_k_norm.weight"), "model.layers.3.self_attn.k_norm.weight");
   EXPECT_FALSE(llama_tensor_name("blk.x.attn_q.weight"));
   EXPECT_FALSE(llama_tensor_name("blk..attn_q.weight"));
   EXPECT_FALSE(llama_tensor_name("blk.0.nope"));

@@ -1,4 +1,5 @@
-"""Hugging Face checkpoints: Tessera vs transformers on random tiny Llama, Mistral and Qwen2 models.
+"""Hugging Face checkpoints: Tessera vs transformers on random tiny Llama, Mistral, Qwen2 and Qwen3
+models.
 
 transformers creates each model from a config (GQA, explicit head_dim, llama3, linear and YaRN
 RoPE scaling, tied and untied heads, Qwen2's QKV bias), its weights are re-drawn uniform in
@@ -76,6 +77,13 @@ CASES = {
         cfg=dict(num_key_value_heads=2, rope_theta=10000.0,
                  rope_scaling={"rope_type": "yarn", "factor": 2.0,
                                "original_max_position_embeddings": 2})),
+    # Qwen3: per-head q / k RMSNorm, no biases, head_dim 128 (its default) != hidden / heads
+    "qwen3_f32": dict(kind="qwen3", dtype="float32", cfg=dict(num_key_value_heads=2)),
+    "qwen3_bf16_tied_yarn": dict(
+        kind="qwen3", dtype="bfloat16",
+        cfg=dict(num_key_value_heads=1, tie_word_embeddings=True, head_dim=64,
+                 rope_scaling={"rope_type": "yarn", "factor": 4.0,
+                               "original_max_position_embeddings": 128})),
     "llama_bf16_yarn_betas_attention_factor": dict(
         kind="llama", dtype="bfloat16",
         cfg=dict(num_key_value_heads=2, rope_theta=10000.0,
@@ -105,9 +113,10 @@ def make_checkpoint(path, case, tokenizer_json, seed=0):
                   num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=512,
                   rms_norm_eps=1e-5, bos_token_id=0, eos_token_id=1)
     common.update(c["cfg"])
-    config_cls = {"llama": tf.LlamaConfig, "mistral": tf.MistralConfig, "qwen2": tf.Qwen2Config}
+    config_cls = {"llama": tf.LlamaConfig, "mistral": tf.MistralConfig, "qwen2": tf.Qwen2Config,
+                  "qwen3": tf.Qwen3Config}
     model_cls = {"llama": tf.LlamaForCausalLM, "mistral": tf.MistralForCausalLM,
-                 "qwen2": tf.Qwen2ForCausalLM}
+                 "qwen2": tf.Qwen2ForCausalLM, "qwen3": tf.Qwen3ForCausalLM}
     torch.manual_seed(seed)
     model = model_cls[c["kind"]](config_cls[c["kind"]](**common))
     randomize(model, torch, seed)
@@ -211,8 +220,11 @@ def test_logits_match_transformers_on_gpu(case, trained_tokenizer, tessera_bin, 
     model = make_checkpoint(path, case, trained_tokenizer)
     ids = [int(t) for t in np.random.default_rng(1).integers(0, model.config.vocab_size, size=64)]
     out = os.path.join(tmp_path, "gpu_logits.f32")
-    run_tessera(tessera_bin, "score", "-m", path, "--device", "cuda", "--ids",
-                ",".join(map(str, ids)), "--out", out)
+    r = run_tessera(tessera_bin, "score", "-m", path, "--device", "cuda", "--ids",
+                    ",".join(map(str, ids)), "--out", out, check=CASES[case]["kind"] != "qwen3")
+    if CASES[case]["kind"] == "qwen3":  # the CPU path only, so far: refused by name
+        assert r.returncode != 0 and "q / k RMSNorm is not on the CUDA engine yet" in r.stderr
+        return
     got = np.fromfile(out, dtype=np.float32).astype(np.float64)
     for ref_dtype in (torch.bfloat16, torch.float32):
         ref = hf_logits(path, ids, torch, ref_dtype)

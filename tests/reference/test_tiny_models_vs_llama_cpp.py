@@ -1,5 +1,5 @@
 """Whole-model checks on tiny random-weight models that exercise what the default model does not:
-Qwen2 (QKV bias, half-split RoPE), Llama-3.1 RoPE frequency factors, linear and YaRN RoPE scaling, every
+Qwen2 (QKV bias, half-split RoPE), Qwen3 (per-head q / k RMSNorm), Llama-3.1 RoPE frequency factors, linear and YaRN RoPE scaling, every
 weight format, GQA group sizes and untied output heads. The GGUF files are written here with the
 `gguf` package (tokenizer copied from the default model) and run in llama.cpp and Tessera."""
 import os
@@ -82,7 +82,7 @@ def write_tiny_model(path, source_model, arch, wtype, *, n_layers=2, d=256, n_he
     w.add_head_count(n_heads)
     w.add_head_count_kv(n_kv)
     w.add_rope_dimension_count(n_rot or d // n_heads)
-    w.add_rope_freq_base(10000.0 if arch == "qwen2" else 500000.0)
+    w.add_rope_freq_base({"qwen2": 10000.0, "qwen3": 1000000.0}.get(arch, 500000.0))
     w.add_layer_norm_rms_eps(1e-5)
     w.add_vocab_size(vocab)
     if linear_scale:
@@ -138,6 +138,9 @@ def write_tiny_model(path, source_model, arch, wtype, *, n_layers=2, d=256, n_he
             add_vec(p + "attn_q.bias", n_heads * hd, -0.5, 0.5)
             add_vec(p + "attn_k.bias", n_kv * hd, -0.5, 0.5)
             add_vec(p + "attn_v.bias", n_kv * hd, -0.5, 0.5)
+        if arch == "qwen3":  # per-head RMSNorm weights of q and k
+            add_vec(p + "attn_q_norm.weight", hd, 0.5, 1.5)
+            add_vec(p + "attn_k_norm.weight", hd, 0.5, 1.5)
         add(p + "attn_output.weight", d, n_heads * hd)
         add_vec(p + "ffn_norm.weight", d, *ffn_norm)
         add(p + "ffn_gate.weight", d_ff, d)
@@ -165,6 +168,8 @@ CASES = {
     "llama_q3_k": dict(arch="llama", wtype=Q.Q3_K),
     "qwen2_iq4_nl_bias": dict(arch="qwen2", wtype=Q.IQ4_NL, bias=True),
     "llama_iq4_xs": dict(arch="llama", wtype=Q.IQ4_XS),
+    "qwen3_f32": dict(arch="qwen3", wtype=Q.F32),
+    "qwen3_q8_0_untied": dict(arch="qwen3", wtype=Q.Q8_0, tied=False),
     # YaRN over 32 / 64 original positions: the ramp covers the first rotary pairs, the rest are
     # interpolated, and cos / sin carry 1 + 0.1 ln(factor) (times rope.scaling.attn_factor).
     # llama.cpp rounds k times that multiplier into its f16 KV cache, Tessera k (the multiplier

@@ -720,10 +720,15 @@ class CudaLlama final : public CausalLm {
 
 }  // namespace
 
+static void require_cuda_support(const LlmConfig& cfg) {  // what the engine lacks so far
+  if (cfg.qk_norm)
+    throw_error(ErrorCode::kUnsupported, cfg.architecture + ": Qwen3's per-head q / k RMSNorm is "
+                                         "not on the CUDA engine yet (use --device cpu)");
+}
+
 std::unique_ptr<CausalLm> cuda_llama_create(const gguf::File& file) {
-  // The CPU model's reader parses and validates the hyperparameters; the weights are loaded
-  // (and Q3_K / IQ4 ones rewritten) once, by Weights::load.
-  LlmConfig cfg = llama_config(file);
+  LlmConfig cfg = llama_config(file);  // validated; the weights load once, in Weights::load
+  require_cuda_support(cfg);
   auto m = std::make_unique<CudaLlama>(cfg);
   m->load(GgufWeights(file));
   return m;
@@ -732,6 +737,7 @@ std::unique_ptr<CausalLm> cuda_llama_create(const gguf::File& file) {
 std::unique_ptr<CausalLm> cuda_llama_create_hf(const hf::TextConfig& config,
                                                const safetensors::Checkpoint& checkpoint) {
   LlmConfig cfg = llm_config_from_hf(config);
+  require_cuda_support(cfg);
   const SafetensorsWeights w = llama_hf_weights(config, cfg, checkpoint);
   auto m = std::make_unique<CudaLlama>(cfg);
   m->load(w);
