@@ -1,7 +1,9 @@
 // libFuzzer target for the Hugging Face checkpoint JSON readers: the same bytes go through
-// config.json parsing (and LlmConfig construction), generation_config.json's eos list and
-// tokenizer.json (+ tokenizer building). Accepted tokenizers encode a few texts; every id must
+// config.json parsing (and LlmConfig construction, with YaRN's divisors and attention scale
+// finite and positive), generation_config.json's eos list and tokenizer.json (+ tokenizer
+// building, NFC normalizer included). Accepted tokenizers encode a few texts; every id must
 // be in range. Every rejection must say why.
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <string_view>
@@ -21,6 +23,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (c.n_layers < 1 || c.head_dim < 2 || c.n_heads % c.n_kv_heads != 0) std::abort();
       if (cfg->rope_scaling.type == "llama3")
         (void)models::llama3_rope_freq_factors(*cfg, c.head_dim);
+      // YaRN: finite positive divisors and attention scale from any accepted config.
+      if (!(models::attention_scale(c) > 0) || !std::isfinite(models::attention_scale(c)))
+        std::abort();
+      if (c.yarn)
+        for (float f : models::yarn_freq_divisors(*c.yarn, c.rope.n_rot, c.rope.theta_base))
+          if (!(f > 0) || !std::isfinite(f)) std::abort();
     } catch (const Error&) {
     }
   } else if (cfg.status().message().empty()) {

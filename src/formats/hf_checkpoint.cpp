@@ -138,6 +138,7 @@ void read_rope(const json& j, TextConfig& c) {
     r.original_max_position_embeddings = original_ctx;
     r.factor = get_num(*s, "factor", 0, 1e6,
                        static_cast<double>(c.max_position_embeddings) / original_ctx);
+    if (r.factor < 1e-6) corrupt("yarn factor " + std::to_string(r.factor) + " is below 1e-6");
     r.beta_fast = get_num(*s, "beta_fast", 0, 1e6, 32);
     r.beta_slow = get_num(*s, "beta_slow", 0, 1e6, 1);
     r.truncate = get_bool(*s, "truncate", true);

@@ -87,6 +87,7 @@ LlmConfig read_config(const gguf::File& f) {
     c.rope.position_scale = 1.f / factor;
   } else if (scaling == "yarn") {
     // The keys llama.cpp reads for Llama / Qwen2 files; beta_fast / beta_slow keep its defaults.
+    if (factor < 1e-6f) corrupt("invalid rope.scaling.factor for yarn (below 1e-6)");
     YarnScaling y;
     y.factor = factor;
     y.original_context = f.get_u32(a + "rope.scaling.original_context_length").value_or(0);
