@@ -62,16 +62,22 @@ Status current_exception_status() {
 }
 
 // A GGUF file: weights, tokenizer and chat template all come from its metadata.
-Expected<api::LoadedModel> load_gguf(const std::string& path) {
+// cpu_model: build the CPU model; else only check the architecture (a GPU engine builds its
+// own, and the CPU one would hold a host copy of every weight Tessera rewrites at load).
+Expected<api::LoadedModel> load_gguf(const std::string& path, bool cpu_model) {
   api::LoadedModel out;
   auto file = gguf::File::open(path);
   if (!file) return file.status();
   out.gguf = std::move(*file);
   // The architecture is checked first: an unsupported model should say so, not fail on a
   // missing tokenizer key.
-  auto model = models::load_causal_lm(*out.gguf);
-  if (!model) return model.status();
-  out.model = std::move(*model);
+  if (cpu_model) {
+    auto model = models::load_causal_lm(*out.gguf);
+    if (!model) return model.status();
+    out.model = std::move(*model);
+  } else if (Status st = models::check_architecture(*out.gguf); !st.ok()) {
+    return st;
+  }
   auto tok = Tokenizer::from_gguf(*out.gguf);
   if (!tok) return tok.status();
   out.tokenizer = std::move(*tok);
@@ -517,7 +523,8 @@ Expected<std::unique_ptr<Engine>> Engine::load(const std::string& path, const En
   auto impl = std::make_unique<Impl>();
   Expected<api::LoadedModel> loaded = Status(ErrorCode::kInternal, "model not loaded");
   try {
-    loaded = hf::is_checkpoint_path(path) ? api::load_hf_checkpoint(path) : load_gguf(path);
+    loaded = hf::is_checkpoint_path(path) ? api::load_hf_checkpoint(path)
+                                          : load_gguf(path, /*cpu_model=*/opt.device == "cpu");
   } catch (...) {
     return current_exception_status();
   }

@@ -38,21 +38,33 @@ std::vector<std::string> supported_architectures() {
   return out;
 }
 
-Expected<std::unique_ptr<CausalLm>> load_causal_lm(const gguf::File& file) {
+namespace {
+// The registry entry of the file's architecture, or the status saying why there is none.
+Expected<const Entry*> find_entry(const gguf::File& file) {
   auto arch = file.get_string("general.architecture");
   if (!arch) return Status(ErrorCode::kCorruptData, "missing general.architecture");
-  for (const auto& e : kEntries) {
-    if (*arch != e.architecture) continue;
-    try {
-      return e.create(file);
-    } catch (const Error& err) {
-      return err.status();
-    }
-  }
+  for (const auto& e : kEntries)
+    if (*arch == e.architecture) return &e;
   std::string list;
   for (const auto& a : supported_architectures()) list += (list.empty() ? "" : ", ") + a;
   return Status(ErrorCode::kUnsupported,
                 "architecture '" + std::string(*arch) + "' is not supported (supported: " + list + ")");
+}
+}  // namespace
+
+Status check_architecture(const gguf::File& file) {
+  auto e = find_entry(file);
+  return e ? Status() : e.status();
+}
+
+Expected<std::unique_ptr<CausalLm>> load_causal_lm(const gguf::File& file) {
+  auto e = find_entry(file);
+  if (!e) return e.status();
+  try {
+    return (*e)->create(file);
+  } catch (const Error& err) {
+    return err.status();
+  }
 }
 
 Expected<std::unique_ptr<CausalLm>> load_causal_lm(const hf::TextConfig& config,

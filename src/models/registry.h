@@ -20,6 +20,8 @@ std::vector<std::string> supported_architectures();
 // Builds the model for the file's architecture; weights view the file's mapping (which the
 // model keeps alive). Unsupported architecture -> kUnsupported listing what is supported.
 Expected<std::unique_ptr<CausalLm>> load_causal_lm(const gguf::File& file);
+// The same architecture check without building the model (for a device that builds its own).
+Status check_architecture(const gguf::File& file);
 
 // Same for a Hugging Face checkpoint, by config.json model_type.
 Expected<std::unique_ptr<CausalLm>> load_causal_lm(const hf::TextConfig& config,

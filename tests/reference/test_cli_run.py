@@ -74,9 +74,13 @@ def test_missing_and_unsupported_models_give_clear_errors(tessera_bin):
         w.write_kv_data_to_file()
         w.write_tensors_to_file()
         w.close()
-        r = run_tessera(tessera_bin, "run", "-m", path, "hi", check=False)
-        assert r.returncode == 1
-        assert "falcon" in r.stderr and "llama" in r.stderr and "qwen2" in r.stderr, r.stderr
+        # The CPU model is not built for another device, and the architecture is still named
+        # first (also where this build or machine has no GPU).
+        for device in ("cpu", "cuda"):
+            r = run_tessera(tessera_bin, "run", "-m", path, "--device", device, "hi", check=False)
+            assert r.returncode == 1
+            assert "architecture 'falcon' is not supported" in r.stderr, r.stderr
+            assert "llama" in r.stderr and "qwen3" in r.stderr, r.stderr
 
 
 def test_dummy_weights_off_the_gpu_say_how_to_get_them(tessera_bin, model_path):
