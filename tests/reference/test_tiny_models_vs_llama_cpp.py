@@ -221,8 +221,10 @@ def test_tiny_model_logits_match_llama_cpp(llama_cpp, tessera_bin, model_path, c
     # Bounds follow llama.cpp's own rounding: it multiplies F16/BF16 weights with activations
     # rounded to f16/bf16 (Tessera keeps f32 activations), and for 8-bit-activation formats the
     # dot products of Q4_0, Q5_0 and Q5_1 sum in a different order (up to ~1e-4; Q4_1 follows
-    # llama.cpp's order and agrees exactly, see docs/design/llm_cpu_path.md); K formats, Q8_0
-    # and f32 agree to ~1e-9 or better. With near-uniform random-weight logits, top-1 is a weak
+    # llama.cpp's order, see docs/design/llm_cpu_path.md); K formats, Q8_0 and f32 agree to
+    # ~1e-9 or better at most positions, while a rounding flip in the 8-bit activations or the
+    # f16 KV cache can part a few positions by ~1e-4 (Q4_1, Q8_0 with linear scaling: median
+    # position 0 / 8e-15, whole model ~2.5e-5). With near-uniform random-weight logits, top-1 is a weak
     # signal, so the bound on it is loose; the MSE bound is what catches structural errors (seen
     # at >= 1e-1).
     bound = {Q.F32: 1e-6, Q.F16: 1e-5, Q.BF16: 1e-4}.get(CASES[case]["wtype"], 1e-3)
