@@ -13,10 +13,20 @@ out=${OUT:-gpu_out}; mkdir -p "$out" /tmp/s48
 d=$(dirname "$(find /usr/local /opt /usr/lib -name 'libcublasLt.so.13*' 2>/dev/null | head -1)")
 export LD_LIBRARY_PATH=$d:${LD_LIBRARY_PATH:-}
 unxz_to() { python3 -c "import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2],'wb'))" "$1" "$2"; }
-[ -x /tmp/s48/tessera ] || { unxz_to $C/tessera.xz /tmp/s48/tessera; chmod +x /tmp/s48/tessera; }
+# $C/tessera.xz, or $C/bins.tar.xz holding tessera_s48 (and test binaries, run below by $TESTS)
+if [ -f $C/bins.tar.xz ]; then
+  python3 -c "import lzma,sys,tarfile; tarfile.open(fileobj=lzma.open(sys.argv[1])).extractall(sys.argv[2])" $C/bins.tar.xz /tmp/s48
+  mv /tmp/s48/tessera_s48 /tmp/s48/tessera
+elif [ ! -x /tmp/s48/tessera ]; then
+  unxz_to $C/tessera.xz /tmp/s48/tessera; chmod +x /tmp/s48/tessera
+fi
 [ -d /tmp/s48/gguf-py ] || python3 -c "import lzma,sys,tarfile; tarfile.open(fileobj=lzma.open(sys.argv[1])).extractall(sys.argv[2])" $C/gguf-py.tar.xz /tmp/s48
 python3 -m pytest --version > /dev/null 2>&1 || python3 -m pip install -q --no-index --find-links $C/wheels pytest
 nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/summary.txt"
+for t in ${TESTS:-}; do  # gtest binaries from bins.tar.xz
+  /tmp/s48/$t --gtest_brief=1 > "$out/$t.log" 2>&1
+  echo "== $t rc=$?" | tee -a "$out/summary.txt"; tail -3 "$out/$t.log" | tee -a "$out/summary.txt"
+done
 tok=$PWD/$C/tok_only.gguf
 cd tests/reference
 if [ -z "${SKIP_HF:-}" ]; then
