@@ -27,8 +27,7 @@ std::vector<float> yarn_freq_divisors(const YarnScaling& y, int64_t n_rot, doubl
   std::vector<float> out(n_rot / 2);
   for (int64_t i = 0; i < n_rot / 2; ++i) {
     // Share of the original frequency: 1 below `low` (kept), 0 past `high` (interpolated).
-    const double keep = (1 - std::clamp((static_cast<double>(i) - low) / span, 0.0, 1.0)) *
-                        y.ext_factor;
+    const double keep = 1 - std::clamp((static_cast<double>(i) - low) / span, 0.0, 1.0);
     out[i] = static_cast<float>(1.0 / ((1 - keep) / y.factor + keep));
   }
   return out;

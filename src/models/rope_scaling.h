@@ -17,7 +17,6 @@ struct YarnScaling {
   double factor = 1;              // context extension (llama.cpp: 1 / rope_freq_scale)
   int64_t original_context = 0;   // the pre-training context the ramp is measured against
   double beta_fast = 32, beta_slow = 1;
-  double ext_factor = 1;          // llama.cpp's extrapolation mix (transformers: always 1)
   bool truncate = true;           // round the ramp's ends outward (transformers' `truncate`)
   // Where the ramp's ends meet or cross (tiny contexts, beta_fast < beta_slow): transformers
   // widens only an empty range by 0.001 and keeps a negative width; llama.cpp clamps the width

@@ -50,8 +50,8 @@ Tensor GgufWeights::matrix(const std::string& name, int64_t rows, int64_t cols) 
   return Tensor::view(*t->dtype, shape, 2, const_cast<uint8_t*>(data), f_.keepalive());
 }
 
-// A type without kernels that rewrites exactly into one with them (formats/quant_transcode.h):
-// an owned copy in the target type.
+// A type without kernels that is rewritten into one with them (formats/quant_transcode.h): an
+// owned copy in the target type.
 Tensor GgufWeights::transcoded(const gguf::TensorInfo& t, int64_t rows, int64_t cols) const {
   const std::optional<DType> target = quant::transcode_target(t.ggml_type);
   const std::string name(t.name), type(ggml_type_name(t.ggml_type));

@@ -66,9 +66,8 @@ TEST(LlamaCudaDummy, BatchedQuantizedProjectionsMatchTheBf16CopyPath) {
   for (DType t : {DType::kQ4_0, DType::kQ5_0, DType::kQ5_1, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kQ8_0}) {
     DequantGemmPair m(cfg, t);
     for (int64_t chunk : {300, 100, 40, 12}) {
-      auto ca = m.tensor_cores->make_kv_cache(21, 16), cb = m.copies->make_kv_cache(21, 16);
-      const auto a = run_alone(*m.tensor_cores, ca, ids, blocks, chunk, pool);
-      const auto b = run_alone(*m.copies, cb, ids, blocks, chunk, pool);
+      const auto a = run_alone(*m.tensor_cores, 21, ids, blocks, chunk, pool);
+      const auto b = run_alone(*m.copies, 21, ids, blocks, chunk, pool);
       for (float v : a) ASSERT_TRUE(std::isfinite(v));
       const Agreement ag = compare(b, a, cfg.vocab);
       const double e = test::nmse(a, b);
@@ -101,9 +100,8 @@ TEST(LlamaCudaDummy, PromptChunksPastTheDequantGemmRowsMatchSmallerChunks) {
   for (int32_t b = 0; b < static_cast<int32_t>(blocks.size()); ++b) blocks[b] = (b * 7 + 2) % 38;
   for (DType t : {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K}) {
     const auto m = models::cuda_llama_create_dummy(cfg, t);
-    auto ca = m->make_kv_cache(38, 16), cb = m->make_kv_cache(38, 16);
-    const auto one = run_alone(*m, ca, ids, blocks, kChunk, pool);
-    const auto halves = run_alone(*m, cb, ids, blocks, kChunk / 2, pool);
+    const auto one = run_alone(*m, 38, ids, blocks, kChunk, pool);
+    const auto halves = run_alone(*m, 38, ids, blocks, kChunk / 2, pool);
     for (float v : one) ASSERT_TRUE(std::isfinite(v));
     const Agreement ag = compare(halves, one, cfg.vocab);
     const double e = test::nmse(one, halves);
@@ -131,10 +129,9 @@ TEST(LlamaCudaDummy, Int8GemmPathRunsPromptChunks) {
     auto [bf16_rows, int8_rows] =
         model_pair("TESSERA_MMQ_GEMM", "1", [&] { return models::cuda_llama_create_dummy(cfg, t); });
     for (int64_t chunk : {130, 40}) {
-      auto ca = bf16_rows->make_kv_cache(10, 16), cb = int8_rows->make_kv_cache(10, 16);
-      const auto a = run_alone(*bf16_rows, ca, ids, blocks, chunk, pool);
+      const auto a = run_alone(*bf16_rows, 10, ids, blocks, chunk, pool);
       std::vector<float> b;
-      ASSERT_NO_THROW(b = run_alone(*int8_rows, cb, ids, blocks, chunk, pool)) << dtype_name(t);
+      ASSERT_NO_THROW(b = run_alone(*int8_rows, 10, ids, blocks, chunk, pool)) << dtype_name(t);
       for (float v : b) ASSERT_TRUE(std::isfinite(v));
       const double e = test::nmse(b, a);
       std::printf("%s chunks of %lld, int8 GEMM vs bf16 rows: nMSE %.2e\n", std::string(dtype_name(t)).c_str(),

@@ -416,11 +416,10 @@ TEST(LlamaCudaDummy, FusedNormStepsMatchTheNormKernels) {
     auto [fused, kernels] =
         model_pair("TESSERA_FUSED_NORM", "0", [&] { return models::cuda_llama_create_dummy(cfg, t); });
     const int64_t V = cfg.vocab;
-    auto ca = fused->make_kv_cache(3, 16), cb = kernels->make_kv_cache(3, 16);
     const uint64_t calls = cuda::mmq_gemv_residual_norm_calls();
-    const auto a = run_alone(*fused, ca, ids, blocks, 1, pool);
+    const auto a = run_alone(*fused, 3, ids, blocks, 1, pool);
     EXPECT_EQ(cuda::mmq_gemv_residual_norm_calls() - calls, n * (2 * cfg.n_layers - 1)) << name;
-    const auto b = run_alone(*kernels, cb, ids, blocks, 1, pool);
+    const auto b = run_alone(*kernels, 3, ids, blocks, 1, pool);
     EXPECT_EQ(cuda::mmq_gemv_residual_norm_calls() - calls, n * (2 * cfg.n_layers - 1))
         << name << ": TESSERA_FUSED_NORM=0 took the fused path";
     for (float v : a) ASSERT_TRUE(std::isfinite(v)) << name;

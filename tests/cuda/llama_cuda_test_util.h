@@ -50,6 +50,13 @@ inline std::vector<float> run_alone(models::CausalLm& m, models::KvCache& cache,
   }
   return logits;
 }
+// The same on a fresh cache of n_blocks blocks of 16 positions.
+inline std::vector<float> run_alone(models::CausalLm& m, int64_t n_blocks,
+                                    const std::vector<int32_t>& ids, std::vector<int32_t> blocks,
+                                    int64_t chunk, ThreadPool& pool) {
+  models::KvCache cache = m.make_kv_cache(n_blocks, 16);
+  return run_alone(m, cache, ids, std::move(blocks), chunk, pool);
+}
 
 struct Agreement {
   double top1 = 0, mean_kl = 0;

@@ -1,7 +1,8 @@
 // `tessera dump-tensor MODEL.gguf TENSOR OUT.f32` (hidden): writes one tensor of a GGUF file,
 // as the models load it (models::GgufWeights), dequantized by the reference kernels, as raw
 // little-endian float32 in file order.
-// tests/reference/test_dequant.py compares the result bit for bit with the gguf package.
+// tests/reference/test_dequant.py compares the result bit for bit with the gguf package (IQ4_XS,
+// rewritten with f16 block scales, to within that rounding).
 #include <bit>
 #include <cstdio>
 #include <memory>
@@ -47,7 +48,8 @@ int cmd_dump_tensor(int argc, char** argv) {
                  pos[1].c_str());
     return 1;
   }
-  // As the models read it: types Tessera rewrites at load (Q3_K, IQ4_NL) come back rewritten.
+  // As the models read it: types Tessera rewrites at load (Q3_K, IQ4_NL, IQ4_XS) come back
+  // rewritten.
   Tensor w;
   try {
     w = models::GgufWeights(**file).matrix(pos[1], numel / row, row);

@@ -718,13 +718,13 @@ class CudaLlama final : public CausalLm {
   Grow<float> pws_;
 };
 
-}  // namespace
-
-static void require_cuda_support(const LlmConfig& cfg) {  // what the engine lacks so far
+void require_cuda_support(const LlmConfig& cfg) {  // what the engine lacks so far
   if (cfg.qk_norm)
     throw_error(ErrorCode::kUnsupported, cfg.architecture + ": Qwen3's per-head q / k RMSNorm is "
                                          "not on the CUDA engine yet (use --device cpu)");
 }
+
+}  // namespace
 
 std::unique_ptr<CausalLm> cuda_llama_create(const gguf::File& file) {
   LlmConfig cfg = llama_config(file);  // validated; the weights load once, in Weights::load
