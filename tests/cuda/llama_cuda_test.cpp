@@ -395,6 +395,21 @@ TEST(LlamaCudaDummy, LeftAttentionPartialsMatchTheMergingAttention) {
   }
 }
 
+// One-row steps of m over ids from a fresh 3-block cache, from the second step on replayed from
+// CUDA graphs, give the eager steps' logits (run_alone's, one row of V per position).
+void expect_graph_steps_equal(models::CausalLm& m, const std::vector<int32_t>& ids, const std::vector<int32_t>& blocks,
+                              const std::vector<float>& eager, const std::string& name, ThreadPool& pool) {
+  const int64_t V = m.config().vocab;
+  auto cache = m.make_kv_cache(3, 16);
+  std::vector<float> row(V);
+  for (int32_t pos = 0; pos < static_cast<int32_t>(ids.size()); ++pos) {
+    const models::SeqChunk ch{pos, 1, blocks, true};
+    m.forward({&ids[pos], 1}, {&ch, 1}, cache, row.data(), /*all_logits=*/false, pool);
+    const std::vector<float> want(eager.begin() + pos * V, eager.begin() + (pos + 1) * V);
+    ASSERT_LE(test::nmse(row, want), 1e-12) << name << " graph step at position " << pos;
+  }
+}
+
 // One-row steps of weights with 32-element activation blocks form each RMSNorm's quantized
 // input in the o / down GEMV's epilogue (cuda::MmqResidualNorm: 2 n_layers - 1 calls a step)
 // unless TESSERA_FUSED_NORM=0 keeps the norm kernels. The consumer rounds each block's scale after
@@ -430,14 +445,49 @@ TEST(LlamaCudaDummy, FusedNormStepsMatchTheNormKernels) {
                 same ? " bit for bit," : "", 100 * ag.top1, ag.mean_kl, e);
     EXPECT_LE(e, 1e-4) << name;
     EXPECT_GE(ag.top1, 0.95) << name;
-    auto cg = fused->make_kv_cache(3, 16);
-    std::vector<float> row(V);
-    for (int32_t pos = 0; pos < n; ++pos) {  // from the second step on, replayed graphs
-      const models::SeqChunk ch{pos, 1, blocks, true};
-      fused->forward({&ids[pos], 1}, {&ch, 1}, cg, row.data(), /*all_logits=*/false, pool);
-      const std::vector<float> eager(a.begin() + pos * V, a.begin() + (pos + 1) * V);
-      ASSERT_LE(test::nmse(row, eager), 1e-12) << name << " graph step at position " << pos;
+    expect_graph_steps_equal(*fused, ids, blocks, a, name, pool);
+  }
+}
+
+// One-row steps with SwiGLU in the gate|up GEMV's epilogue and down on its f16 row (mmq.h:
+// mmq_gemv_swiglu_half) against the 8-bit quantizer kernel between them (TESSERA_HALF_SWIGLU=0):
+// Q4_0 / Q8_0 down weights with TESSERA_HALF_SWIGLU=1, Q4_K / Q6_K with =all.
+// Down's input rounds to 2^-11 of each element instead of amax / 254 of its block, so the logits
+// move by about the 8-bit path's own rounding (nMSE <= 1e-3, top-1 >= 95 %); Q5_0 has no f16
+// path (the same bits either way). Eager steps, then the same steps replayed from CUDA graphs.
+TEST(LlamaCudaDummy, HalfSwigluStepsMatchTheQuantizerPath) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  ThreadPool pool(1);
+  models::LlmConfig cfg = small_llama(512, 8, 2, 1536);
+  cfg.n_layers = 3;
+  const int n = 24;
+  const std::vector<int32_t> ids = prompt_ids(n);
+  const std::vector<int32_t> blocks = {2, 0, 1};
+  for (DType t : {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K, DType::kQ5_0}) {
+    const std::string name(dtype_name(t));
+    const bool measured_faster = t == DType::kQ4_0 || t == DType::kQ8_0;  // TESSERA_HALF_SWIGLU=1's types
+    auto create = [&] { return models::cuda_llama_create_dummy(cfg, t); };
+    const auto half_model = with_env("TESSERA_HALF_SWIGLU", measured_faster ? "1" : "all", create);
+    const auto quantizer_model = with_env("TESSERA_HALF_SWIGLU", "0", create);
+    models::CausalLm& half = *half_model;
+    models::CausalLm& quantizer = *quantizer_model;
+    const int64_t V = cfg.vocab;
+    const auto a = run_alone(half, 3, ids, blocks, 1, pool);
+    const auto b = run_alone(quantizer, 3, ids, blocks, 1, pool);
+    for (float v : a) ASSERT_TRUE(std::isfinite(v)) << name;
+    const bool same = std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+    const Agreement ag = compare(b, a, V);
+    const double e = test::nmse(a, b);
+    std::printf("%s f16 SwiGLU row vs 8-bit:%s top-1 %.1f%%, mean KL %.2e, nMSE %.2e\n", name.c_str(),
+                same ? " bit for bit," : "", 100 * ag.top1, ag.mean_kl, e);
+    if (!cuda::mmq_half_act_supported(t)) {
+      EXPECT_TRUE(same) << name << ": no f16 path for this type, yet the logits moved";
+      continue;
     }
+    EXPECT_FALSE(same) << name << ": the f16 path did not run";
+    EXPECT_LE(e, 1e-3) << name;
+    EXPECT_GE(ag.top1, 0.95) << name;
+    expect_graph_steps_equal(half, ids, blocks, a, name, pool);
   }
 }
 

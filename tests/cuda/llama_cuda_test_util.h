@@ -19,21 +19,27 @@
 
 namespace tessera::test {
 
-// Two models from create(): the first with environment variable `var` unset (the engine's
-// default), the second with var = value (models read it when created); the caller's value is
-// restored.
+// A model from create() with environment variable `var` = value (null: unset) while it is
+// created (models read it then); the caller's value is restored.
+template <class Create>
+std::unique_ptr<models::CausalLm> with_env(const char* var, const char* value, const Create& create) {
+  const char* given = std::getenv(var);
+  const std::string saved = given ? given : "";
+  if (value != nullptr) setenv(var, value, 1);
+  else unsetenv(var);
+  auto m = create();
+  if (given) setenv(var, saved.c_str(), 1);
+  else unsetenv(var);
+  return m;
+}
+
+// Two models from create(): the first with `var` unset (the engine's default), the second with
+// var = value.
 template <class Create>
 std::pair<std::unique_ptr<models::CausalLm>, std::unique_ptr<models::CausalLm>> model_pair(
     const char* var, const char* value, const Create& create) {
-  const char* given = std::getenv(var);
-  const std::string saved = given ? given : "";
-  unsetenv(var);
-  auto first = create();
-  setenv(var, value, 1);
-  auto second = create();
-  if (given) setenv(var, saved.c_str(), 1);
-  else unsetenv(var);
-  return {std::move(first), std::move(second)};
+  auto first = with_env(var, nullptr, create);
+  return {std::move(first), with_env(var, value, create)};
 }
 
 // Runs one sequence's tokens [0, n) in chunks of `chunk` tokens; returns all logits.

@@ -2,6 +2,7 @@
 // against the references, on both the vector and the element-by-element paths.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <vector>
 
@@ -92,6 +93,37 @@ TEST(RowOpsCuda, GatherAndBias) {
   for (int64_t r = 0; r < 3; ++r)
     for (int64_t i = 0; i < n; ++i)
       ASSERT_EQ(hg[r * n + i], x[pick[r] * n + i] + b[i]) << r << "," << i;
+}
+
+TEST(RowOpsCuda, HeadRmsNormMatchesReference) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  // q|k|v rows (Qwen3 shapes: 128-wide heads, and 32 / 200 to cover partial warps); v untouched.
+  for (auto [rows, qh, kh, hd] : {std::array<int64_t, 4>{5, 8, 2, 128}, {1, 4, 4, 32},
+                                  {33, 3, 1, 200}}) {
+    const int64_t ld = (qh + 2 * kh) * hd;
+    auto x = test::random_floats(rows * ld, 7, -3.f, 3.f);
+    auto wq = test::random_floats(hd, 8, 0.5f, 1.5f), wk = test::random_floats(hd, 9, 0.5f, 1.5f);
+    test::DevBuf<float> dx(x), dwq(wq), dwk(wk);
+    cuda::head_rms_norm_rows(dx.get(), ld, rows, qh, kh, hd, dwq.get(), dwk.get(), 1e-6f, nullptr);
+    test::check_launch();
+    const auto got = dx.download();
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t h = 0; h < qh + 2 * kh; ++h) {
+        const float* v = x.data() + r * ld + h * hd;
+        double ss = 0;
+        for (int64_t i = 0; i < hd; ++i) ss += static_cast<double>(v[i]) * v[i];
+        const double inv = 1 / std::sqrt(ss / static_cast<double>(hd) + 1e-6);
+        for (int64_t i = 0; i < hd; ++i) {
+          const float g = got[r * ld + h * hd + i];
+          if (h >= qh + kh) {  // v: as it was
+            ASSERT_EQ(g, v[i]) << r << "," << h << "," << i;
+            continue;
+          }
+          const double want = v[i] * inv * (h < qh ? wq : wk)[i];
+          ASSERT_NEAR(g, want, 1e-5 * (1 + std::fabs(want))) << r << "," << h << "," << i;
+        }
+      }
+  }
 }
 
 }  // namespace

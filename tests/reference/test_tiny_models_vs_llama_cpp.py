@@ -284,7 +284,7 @@ def test_bad_rope_scaling_metadata_is_named(tessera_bin, model_path, what, kwarg
 #    is wrong at every position: nMSE ~1.
 GPU_CASES = ["llama_q8_0_linear_scaling", "qwen2_q4_0_bias", "llama_q4_1", "llama_q4_k", "llama_q5_k",
              "llama_q6_k", "llama_q5_0", "llama_q5_1", "llama_bf16", "llama_q8_0_yarn_attn_factor",
-             "llama_q3_k", "qwen2_iq4_nl_bias", "llama_iq4_xs"]
+             "llama_q3_k", "qwen2_iq4_nl_bias", "llama_iq4_xs", "qwen3_f32", "qwen3_q8_0_untied"]
 PATH_KNOBS = ("TESSERA_MMQ_GEMM", "TESSERA_DEQUANT_GEMM_MAX_ROWS")  # unset for the default path
 
 

@@ -29,6 +29,7 @@
 // or 256 (K); any n >= 1, m >= 1.
 #pragma once
 
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -136,6 +137,35 @@ void mmq_gemv_residual_norm(DType wtype, const void* packed, int64_t n, int64_t 
                             int k_split = 0);
 // Its calls so far in this process (tests check that a path took it).
 uint64_t mmq_gemv_residual_norm_calls();
+
+// One row's SwiGLU between the gate|up and down GEMVs without a quantizer kernel between them
+// (batch-1 decode): gate|up's GEMV computes h = silu(gate) * up in its epilogue (a warp holds
+// gate rows 2g, 2g + 1 and up rows ff + 2g, ff + 2g + 1; the f32 steps of mmq_swiglu_quantize_rows)
+// and stores h rounded to f16; down reads those f16 values instead of 8-bit ones and takes its
+// products in f16 (exactly representable weights: Q4_0's and Q4_K's (q - 8) / 16, Q8_0's q / 128,
+// Q6_K's (q - 32) / 32; summed in f16 per 16 elements, then scaled in f32; Q4_K's min through
+// the block's sum of h, formed once per block for a warp's rows). Against the 8-bit activations (an error of up to
+// amax / 254 per element) f16 rounds each element to 2^-11 of itself.
+// The f16 row's layout within each 32-element block is the order in which the weight unpacking
+// meets the elements (pairs (4i, 4i + 2), (4i + 1, 4i + 3), (16 + 4i, 18 + 4i), (17 + 4i, 19 + 4i)
+// for i = 0..3): element e is at mmq_half_pos(e).
+__host__ __device__ constexpr int64_t mmq_half_pos(int64_t e) {
+  const int64_t j = e % 32, i = (j % 16) / 4, jj = j % 4;
+  return e - j + 2 * (4 * i + (j >= 16 ? 2 : 0) + (jj & 1)) + (jj >> 1);
+}
+// Down's weight types on f16 rows: Q4_0, Q8_0, Q4_K, Q6_K.
+bool mmq_half_act_supported(DType wtype);
+// gate|up (2 ff rows: gate, then up; any mmq type; ff a multiple of 32) on one 8-bit row (norm:
+// as for mmq_gemv) -> h [ff] f16 in mmq_half_pos order.
+void mmq_gemv_swiglu_half(DType wtype, const void* packed, int64_t ff, int64_t k, const int8_t* qx,
+                          const MmqActMeta* meta, __half* h, cudaStream_t stream,
+                          const MmqRowNorm* norm = nullptr, int k_split = 0);
+// y[j] (+)= sum_k h[k] W[j][k], one f16 row in mmq_half_pos order (mmq_half_act_supported types);
+// and the same added to out.x with mmq_gemv_residual_norm's epilogue (n a multiple of 32).
+void mmq_gemv_half(DType wtype, const void* packed, int64_t n, int64_t k, const __half* h, float* y,
+                   bool accumulate, cudaStream_t stream, int k_split = 0);
+void mmq_gemv_half_residual_norm(DType wtype, const void* packed, int64_t n, int64_t k, const __half* h,
+                                 const MmqResidualNorm& out, cudaStream_t stream, int k_split = 0);
 // Calls of mmq_quantize_attention_rows so far in this process with more than kMmqGemvMaxRows rows
 // (tests check that 9..16-row steps left attention's partials to it).
 uint64_t mmq_quantize_attention_wide_calls();

@@ -83,8 +83,24 @@ struct ResidualNormRows {
     }
   }
 };
+// gate|up with SwiGLU (mmq.h: mmq_gemv_swiglu_half): group g holds gate rows 2g, 2g + 1 and up
+// rows ff + 2g, ff + 2g + 1 (kSwigluRows below); lanes 0 and 1 write h[2g], h[2g + 1] in f16.
+struct SwigluHalfRows {
+  static constexpr int kBlockRows = 0;
+  __half* h;
+  int64_t ff;
+  __device__ void operator()(int64_t g, const float (&v)[kR][1], int64_t, int lane) const {
+    if (lane >= 2) return;
+    const float gate = lane == 0 ? v[0][0] : v[1][0], up = lane == 0 ? v[2][0] : v[3][0];
+    // mmq_quant.cuh's SwigluSrc steps: no contraction into FMAs
+    const float y = __fmul_rn(__fdiv_rn(gate, __fadd_rn(1.f, expf(-gate))), up);
+    h[mmq_half_pos(2 * g + lane)] = __float2half_rn(y);
+  }
+};
 template <class Epi>
 constexpr bool kBlockEpi = Epi::kBlockRows > 0;
+template <class Epi>
+constexpr bool kSwigluRows = std::is_same_v<Epi, SwigluHalfRows>;
 
 // 1 / rms of one row (MmqRowNorm), in every lane of a warp: its block sums added lane-strided,
 // then across the warp (the same order in every warp), the mean rounded to f32, inv = 1 /
@@ -132,10 +148,12 @@ constexpr bool early_x = !std::is_same_v<F, Q4_0G> && !std::is_same_v<F, Q4_1G>;
 // kNorm: the activation row is an RMSNorm's without its 1 / rms (MmqRowNorm): each block's scale
 // is formed from its raw scale times 1 / rms as the block is loaded, rounded to f16 with d * sum
 // for legacy formats (block_q8_1's meta), kept in f32 with the integer sum for K formats.
-template <class F, int M, int KS, class Epi, int W = kWarps, bool kNorm = false>
+// kHalf: the activation row is f16 (mmq.h: mmq_gemv_half; qx points at it, meta unused).
+template <class F, int M, int KS, class Epi, int W = kWarps, bool kNorm = false, bool kHalf = false>
 __global__ void __launch_bounds__(W * 32, (kMinBlocks<F, M, W, kNorm>))
 mmq_gemv_kernel(MmqMat w, const int8_t* qx, const MmqActMeta* meta, Epi epi, MmqRowNorm norm) {
   static_assert(W % KS == 0, "whole row groups per block");
+  static_assert(!kHalf || (M == 1 && !kNorm), "an f16 row is one row, not normed");
   static_assert(!kBlockEpi<Epi> || (M == 1 && W / KS * kR == Epi::kBlockRows), "a block epilogue's rows");
   static_assert(!kNorm || M == 1, "a row norm is one row's");
   constexpr bool kEarlyX = kNorm && early_x<F>;
@@ -148,7 +166,11 @@ mmq_gemv_kernel(MmqMat w, const int8_t* qx, const MmqActMeta* meta, Epi epi, Mmq
   }
   int64_t rows[kR];
 #pragma unroll
-  for (int r = 0; r < kR; ++r) rows[r] = g * kR + r < w.n ? g * kR + r : g * kR;  // past n: alias, never stored
+  for (int r = 0; r < kR; ++r)
+    if constexpr (kSwigluRows<Epi>)  // whole groups (ff even)
+      rows[r] = (r < 2 ? 0 : w.n / 2) + 2 * g + r % 2;
+    else
+      rows[r] = g * kR + r < w.n ? g * kR + r : g * kR;  // past n: alias, never stored
   const int64_t nb = w.k / 32, step = 32 * KS * kU;
   // What comes from earlier kernels besides the activations, asked for right after the wait:
   // the row's 1 / rms (kNorm), a block epilogue's first-warp inputs.
@@ -174,18 +196,25 @@ mmq_gemv_kernel(MmqMat w, const int8_t* qx, const MmqActMeta* meta, Epi epi, Mmq
     for (int u = 0; u < kU; ++u) {
       const int64_t c = c0 + 32 * KS * u;
       if (c >= nb) break;
+      if constexpr (kHalf) {
+        const HBlk x = load_hblk(reinterpret_cast<const __half*>(qx), c);
+        const float hs = F::kHalfSum ? half_block_sum32(x) : 0.f;  // once for the group's rows
 #pragma unroll
-      for (int t = 0; t < M; ++t) {
-        XBlk x = pre != nullptr ? pre[u] : load_xblk(qx + t * w.k, meta + t * nb, c);
-        if constexpr (kNorm && k_format<F>) {
-          x.d = __fmul_rn(x.d, inv);  // K meta: {f32 d, integer sum}
-        } else if constexpr (kNorm) {  // the scale and d * sum as the quantizer rounds them
-          const MmqActMeta m = legacy_meta(__fmul_rn(x.d, inv), x.s);
-          x.d = m.d;
-          x.s = m.s;
+        for (int r = 0; r < kR; ++r) acc[r][0] += F::hdot(wv[u][r], x, hs);
+      } else {
+#pragma unroll
+        for (int t = 0; t < M; ++t) {
+          XBlk x = pre != nullptr ? pre[u] : load_xblk(qx + t * w.k, meta + t * nb, c);
+          if constexpr (kNorm && k_format<F>) {
+            x.d = __fmul_rn(x.d, inv);  // K meta: {f32 d, integer sum}
+          } else if constexpr (kNorm) {  // the scale and d * sum as the quantizer rounds them
+            const MmqActMeta m = legacy_meta(__fmul_rn(x.d, inv), x.s);
+            x.d = m.d;
+            x.s = m.s;
+          }
+#pragma unroll
+          for (int r = 0; r < kR; ++r) acc[r][t] += F::dot(wv[u][r], x);
         }
-#pragma unroll
-        for (int r = 0; r < kR; ++r) acc[r][t] += F::dot(wv[u][r], x);
       }
     }
   };
@@ -428,5 +457,82 @@ void mmq_gemv_residual_norm(DType t, const void* packed, int64_t n, int64_t k, c
 }
 
 uint64_t mmq_gemv_residual_norm_calls() { return g_residual_norm_calls.load(std::memory_order_relaxed); }
+
+bool mmq_half_act_supported(DType t) {
+  return t == DType::kQ4_0 || t == DType::kQ8_0 || t == DType::kQ4_K || t == DType::kQ6_K;
+}
+
+void mmq_gemv_swiglu_half(DType t, const void* packed, int64_t ff, int64_t k, const int8_t* qx,
+                          const MmqActMeta* meta, __half* h, cudaStream_t s, const MmqRowNorm* norm, int k_split) {
+  TESSERA_CHECK_ARG(mmq_supported(t), "mmq_gemv_swiglu_half: weight type " + std::string(dtype_name(t)) + " unsupported");
+  TESSERA_CHECK_ARG(ff > 0 && ff % 32 == 0, "mmq_gemv_swiglu_half: ff must be a multiple of 32");
+  TESSERA_CHECK_ARG(reinterpret_cast<uintptr_t>(qx) % 16 == 0, "mmq_gemv_swiglu_half: qx must be 16-byte aligned");
+  const MmqRowNorm nm = checked_norm(norm, 1, k);
+  const MmqMat w{static_cast<const uint8_t*>(packed), gemv_quant_layout(t, 2 * ff, k), 2 * ff, k};
+  const SwigluHalfRows epi{h, ff};
+  with_format(t, [&](auto fmt) {
+    with_k_split(w, 1, k_split, [&](auto ks) {
+      constexpr int KS = decltype(ks)::value;
+      using F = decltype(fmt);
+      if (nm.block_ss != nullptr)
+        return launch_kernel(mmq_gemv_kernel<F, 1, KS, SwigluHalfRows, kWarps, true>, grid_for(w, KS), kThreads, 0, s,
+                             w, qx, meta, epi, nm);
+      launch_kernel(mmq_gemv_kernel<F, 1, KS, SwigluHalfRows>, grid_for(w, KS), kThreads, 0, s, w, qx, meta, epi, nm);
+    });
+  });
+}
+
+namespace {
+// Calls f(F{}) with the format F of a weight type on f16 rows (mmq_half_act_supported).
+template <class Fn>
+void with_half_format(DType t, const char* what, Fn&& f) {
+  TESSERA_CHECK_ARG(mmq_half_act_supported(t),
+                    std::string(what) + ": weight type " + std::string(dtype_name(t)) + " unsupported on f16 rows");
+  switch (t) {
+    case DType::kQ8_0:
+      return f(Q8_0G{});
+    case DType::kQ4_K:
+      return f(Q4_KG{});
+    case DType::kQ6_K:
+      return f(Q6_KG{});
+    default:
+      return f(Q4_0G{});
+  }
+}
+void check_half_row(const __half* h, const char* what) {
+  TESSERA_CHECK_ARG(reinterpret_cast<uintptr_t>(h) % 16 == 0, std::string(what) + ": h must be 16-byte aligned");
+}
+}  // namespace
+
+void mmq_gemv_half(DType t, const void* packed, int64_t n, int64_t k, const __half* h, float* y, bool accumulate,
+                   cudaStream_t s, int k_split) {
+  check_half_row(h, "mmq_gemv_half");
+  if (n == 0) return;
+  const MmqMat w{static_cast<const uint8_t*>(packed), gemv_quant_layout(t, n, k), n, k};
+  with_half_format(t, "mmq_gemv_half", [&](auto fmt) {
+    with_k_split(w, 1, k_split, [&](auto ks) {
+      constexpr int KS = decltype(ks)::value;
+      launch_kernel(mmq_gemv_kernel<decltype(fmt), 1, KS, StoreRows, kWarps, false, true>, grid_for(w, KS), kThreads,
+                    0, s, w, reinterpret_cast<const int8_t*>(h), nullptr, StoreRows{y, n, accumulate}, MmqRowNorm{});
+    });
+  });
+}
+
+void mmq_gemv_half_residual_norm(DType t, const void* packed, int64_t n, int64_t k, const __half* h,
+                                 const MmqResidualNorm& out, cudaStream_t s, int k_split) {
+  check_half_row(h, "mmq_gemv_half_residual_norm");
+  TESSERA_CHECK_ARG(n > 0 && n % ResidualNormRows::kBlockRows == 0, "mmq_gemv_half_residual_norm: n must be a multiple of 32");
+  TESSERA_CHECK_ARG(out.x && out.w && out.qx && out.meta && out.block_ss, "mmq_gemv_half_residual_norm: null output");
+  const MmqMat w{static_cast<const uint8_t*>(packed), gemv_quant_layout(t, n, k), n, k};
+  g_residual_norm_calls.fetch_add(1, std::memory_order_relaxed);
+  with_half_format(t, "mmq_gemv_half_residual_norm", [&](auto fmt) {
+    with_k_split(w, 1, k_split, [&](auto ks) {
+      constexpr int KS = decltype(ks)::value == 4 ? 2 : decltype(ks)::value, W = 8 * KS;  // as mmq_gemv_residual_norm
+      launch_kernel(mmq_gemv_kernel<decltype(fmt), 1, KS, ResidualNormRows, W, false, true>,
+                    static_cast<unsigned>(n / ResidualNormRows::kBlockRows), W * 32, 0, s, w,
+                    reinterpret_cast<const int8_t*>(h), nullptr, ResidualNormRows{out}, MmqRowNorm{});
+    });
+  });
+}
 
 }  // namespace tessera::cuda

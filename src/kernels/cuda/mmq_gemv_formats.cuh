@@ -3,7 +3,10 @@
 // F::load(mat, row, block) and F::dot(W, X) -> the block's f32 contribution.
 #pragma once
 
+#include <cuda_fp16.h>
+
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/cuda/mmq_common.cuh"
 
@@ -31,7 +34,69 @@ __device__ __forceinline__ XBlk load_xblk(const int8_t* qx, const MmqActMeta* me
   return x;
 }
 
-// Per format: W (one row's block), load(mat, row, block), dot(W, X) -> f32 contribution.
+// One 32-element block of an f16 activation row (mmq.h: mmq_half_pos order): its 16 pairs in
+// the order the weight unpacking below meets them.
+struct HBlk {
+  __half2 p[16];
+};
+__device__ __forceinline__ HBlk load_hblk(const __half* h, int64_t c) {
+  HBlk x;
+  const uint4* src = reinterpret_cast<const uint4*>(h + c * 32);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint4 v = src[i];
+    std::memcpy(&x.p[4 * i], &v, 16);
+  }
+  return x;
+}
+__device__ __forceinline__ __half2 half2_bits(uint32_t v) {
+  __half2 h;
+  std::memcpy(&h, &v, 4);
+  return h;
+}
+// Two 16-bit lanes 0x64NN (f16 1024 + NN) times a, plus b: the unpacked weights, exactly.
+__device__ __forceinline__ __half2 unpack_fma(uint32_t bits, uint32_t a, uint32_t b) {
+  return __hfma2(half2_bits(bits), half2_bits(a), half2_bits(b));
+}
+
+// sum h / 32 over a block (|result| <= max |h|: no f16 overflow), for formats with a min or an
+// offset on f16 rows (kHalfSum).
+__device__ __forceinline__ float half_block_sum32(const HBlk& x) {
+  const __half2 k = half2_bits(0x28002800u);  // 2^-5
+  __half2 a = half2_bits(0), b = half2_bits(0);
+#pragma unroll
+  for (int i = 0; i < 16; i += 2) {
+    a = __hfma2(x.p[i], k, a);
+    b = __hfma2(x.p[i + 1], k, b);
+  }
+  const float2 fa = __half22float2(a), fb = __half22float2(b);
+  return (fa.x + fa.y) + (fb.x + fb.y);
+}
+// sum (q - 8) / 16 h over a block of Q4_0-ordered nibbles (16 bytes: elements 0..15 low, 16..31
+// high), each (q - 8) / 16 exact in f16: low nibbles under 0x6400 read 1024 + q (times 2^-4,
+// minus 64.5), high ones 1024 + 16 q (times 2^-8, minus 4.5); bytes 0 and 2 of a word, then
+// (>> 8) 1 and 3. Partial sums of 8 products each: |sum| <= 4 max |h|. lo: elements 0..15, hi:
+// 16..31.
+__device__ __forceinline__ void half_nibble_dot(const uint4& q, const HBlk& x, float& lo_sum, float& hi_sum) {
+  const uint32_t ws[4] = {q.x, q.y, q.z, q.w};
+  constexpr uint32_t kLoScale = 0x2C002C00u, kLoOff = 0xD408D408u;  // 2^-4, -64.5
+  constexpr uint32_t kHiScale = 0x1C001C00u, kHiOff = 0xC480C480u;  // 2^-8, -4.5
+  __half2 lo = half2_bits(0), hi = half2_bits(0);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t a = ws[i], b = ws[i] >> 8;
+    lo = __hfma2(unpack_fma((a & 0x000F000Fu) | 0x64006400u, kLoScale, kLoOff), x.p[4 * i], lo);
+    lo = __hfma2(unpack_fma((b & 0x000F000Fu) | 0x64006400u, kLoScale, kLoOff), x.p[4 * i + 1], lo);
+    hi = __hfma2(unpack_fma((a & 0x00F000F0u) | 0x64006400u, kHiScale, kHiOff), x.p[4 * i + 2], hi);
+    hi = __hfma2(unpack_fma((b & 0x00F000F0u) | 0x64006400u, kHiScale, kHiOff), x.p[4 * i + 3], hi);
+  }
+  const float2 fl = __half22float2(lo), fh = __half22float2(hi);
+  lo_sum = fl.x + fl.y;
+  hi_sum = fh.x + fh.y;
+}
+
+// Per format: W (one row's block), load(mat, row, block), dot(W, X) -> f32 contribution; for
+// f16 rows (mmq_half_act_supported) hdot(W, HBlk, hs) with hs = half_block_sum32 where kHalfSum.
 struct Q8_0G {
   struct W { uint4 a, b; uint32_t sc; };
   __device__ static W load(const MmqMat& m, int64_t r, int64_t c) {
@@ -51,6 +116,25 @@ struct Q8_0G {
     s = mmq_dp4a(w.b.x, x.b.x, s); s = mmq_dp4a(w.b.y, x.b.y, s);
     s = mmq_dp4a(w.b.z, x.b.z, s); s = mmq_dp4a(w.b.w, x.b.w, s);
     return mmq_f16(w.sc) * x.d * mmq_i2f(s);  // |s| <= 32 * 127 * 127
+  }
+  static constexpr bool kHalfSum = false;
+  // q / 128 in f16 (exact): bytes ^ 0x80 = q + 128 under 0x64 high bytes read 1152 + q, times
+  // 2^-7 minus 9. Words i and i + 4 hold the pairs of slots 4i .. 4i + 3. Partial sums of 8
+  // products each, so |sum| <= 8 max |h| (no f16 overflow below |h| = 8192).
+  __device__ static float hdot(const W& w, const HBlk& x, float) {
+    const uint32_t ws[8] = {w.a.x, w.a.y, w.a.z, w.a.w, w.b.x, w.b.y, w.b.z, w.b.w};
+    constexpr uint32_t kScale = 0x20002000u, kOff = 0xC880C880u;  // 2^-7, -9
+    __half2 lo = half2_bits(0), hi = half2_bits(0);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t a = ws[i] ^ 0x80808080u, b = ws[i + 4] ^ 0x80808080u;
+      lo = __hfma2(unpack_fma(__byte_perm(a, 0x64646464u, 0x4240), kScale, kOff), x.p[4 * i], lo);
+      lo = __hfma2(unpack_fma(__byte_perm(a, 0x64646464u, 0x4341), kScale, kOff), x.p[4 * i + 1], lo);
+      hi = __hfma2(unpack_fma(__byte_perm(b, 0x64646464u, 0x4240), kScale, kOff), x.p[4 * i + 2], hi);
+      hi = __hfma2(unpack_fma(__byte_perm(b, 0x64646464u, 0x4341), kScale, kOff), x.p[4 * i + 3], hi);
+    }
+    const float2 a = __half22float2(lo), b = __half22float2(hi);
+    return mmq_f16(w.sc) * 128.f * ((a.x + a.y) + (b.x + b.y));
   }
 };
 
@@ -73,6 +157,12 @@ struct Q4_0G {
     for (int i = 0; i < 8; ++i) sx = mmq_dp4a(0x01010101u, xs[i], sx);
     const int s = dot_nibbles(w.q, x.a, x.b) - 8 * sx;
     return mmq_f16(w.sc) * x.d * mmq_i2f(s);  // |s| <= 32 * 127 * 127
+  }
+  static constexpr bool kHalfSum = false;
+  __device__ static float hdot(const W& w, const HBlk& x, float) {
+    float lo, hi;
+    half_nibble_dot(w.q, x, lo, hi);
+    return mmq_f16(w.sc) * 16.f * (lo + hi);
   }
 };
 
@@ -137,6 +227,16 @@ struct Q4_KG {
     return mmq_f16(w.dm) * x.d * mmq_i2f(s) -  // |s| <= 63 * 32 * 15 * 127 < 2^22
            mmq_f16(w.dm >> 16) * x.d * (static_cast<float>(w.scmn >> 8) * x.s);
   }
+  // d sc q - dmin m per element: d sc sum q h - dmin m sum h = 16 d sc sum (q - 8) / 16 h +
+  // (8 d sc - dmin m) sum h (centred: the second term's factor is small for centred weights).
+  static constexpr bool kHalfSum = true;
+  __device__ static float hdot(const W& w, const HBlk& x, float hs) {
+    float lo, hi;
+    half_nibble_dot(w.q, x, lo, hi);
+    const float dsc = mmq_f16(w.dm) * static_cast<float>(w.scmn & 0xFF);
+    const float dm = mmq_f16(w.dm >> 16) * static_cast<float>(w.scmn >> 8);
+    return 16.f * dsc * (lo + hi) + 32.f * (8.f * dsc - dm) * hs;
+  }
 };
 
 // Q4_K with a fifth bit per element (qh): values 0..31, otherwise Q4_KG's arithmetic.
@@ -182,6 +282,26 @@ struct Q6_KG {
     sb -= 32 * xb;
     const int tot = static_cast<int8_t>(w.sd & 0xFF) * sa + static_cast<int8_t>((w.sd >> 8) & 0xFF) * sb;
     return mmq_f16(w.sd >> 16) * x.d * static_cast<float>(tot);
+  }
+  // (q - 32) / 32 in f16 (exact): bytes q (0..63) under 0x64 read 1024 + q, times 2^-5 minus 33.
+  // Elements 0..15 (the first 16-element scale) in lo, 16..31 in hi; |sums| <= 8 max |h|.
+  static constexpr bool kHalfSum = false;
+  __device__ static float hdot(const W& w, const HBlk& x, float) {
+    constexpr uint32_t kScale = 0x28002800u, kOff = 0xD020D020u;  // 2^-5, -33
+    __half2 lo = half2_bits(0), hi = half2_bits(0);
+    const uint32_t ws[4] = {w.q.x, w.q.y, w.q.z, w.q.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t a = q6_lo_u(ws[i], w.h.x >> (2 * i)), b = q6_hi_u(ws[i], w.h.y >> (2 * i));
+      lo = __hfma2(unpack_fma(__byte_perm(a, 0x64646464u, 0x4240), kScale, kOff), x.p[4 * i], lo);
+      lo = __hfma2(unpack_fma(__byte_perm(a, 0x64646464u, 0x4341), kScale, kOff), x.p[4 * i + 1], lo);
+      hi = __hfma2(unpack_fma(__byte_perm(b, 0x64646464u, 0x4240), kScale, kOff), x.p[4 * i + 2], hi);
+      hi = __hfma2(unpack_fma(__byte_perm(b, 0x64646464u, 0x4341), kScale, kOff), x.p[4 * i + 3], hi);
+    }
+    const float2 fl = __half22float2(lo), fh = __half22float2(hi);
+    const float s0 = static_cast<float>(static_cast<int8_t>(w.sd & 0xFF)),
+                s1 = static_cast<float>(static_cast<int8_t>((w.sd >> 8) & 0xFF));
+    return mmq_f16(w.sd >> 16) * 32.f * (s0 * (fl.x + fl.y) + s1 * (fh.x + fh.y));
   }
 };
 

@@ -200,6 +200,35 @@ void f32_to_bf16_rows(const float* x, int64_t n, __nv_bfloat16* y, cudaStream_t 
   if (n > 0) detail::launch_kernel(f32_to_bf16_kernel, blocks_for(n), kThreads, 0, stream, x, n, y);
 }
 
+// One warp per head vector.
+__global__ void head_rms_norm_kernel(float* x, int64_t ld, int64_t rows, int64_t q_heads,
+                                     int64_t k_heads, int64_t hd, const float* w_q,
+                                     const float* w_k, float eps) {
+  detail::pdl_wait();  // x comes from the previous kernel (PDL, launch.h)
+  detail::pdl_trigger();
+  const int64_t heads = q_heads + k_heads;
+  const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  if (warp >= rows * heads) return;  // whole warps
+  const int64_t h = warp % heads;
+  float* v = x + (warp / heads) * ld + h * hd;
+  const float* w = h < q_heads ? w_q : w_k;
+  float ss = 0;
+  for (int64_t i = lane; i < hd; i += 32) ss += v[i] * v[i];
+  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+  const float inv = rsqrtf(ss / static_cast<float>(hd) + eps);
+  for (int64_t i = lane; i < hd; i += 32) v[i] = v[i] * inv * w[i];
+}
+
+void head_rms_norm_rows(float* x, int64_t ld, int64_t rows, int64_t q_heads, int64_t k_heads,
+                        int64_t hd, const float* w_q, const float* w_k, float eps,
+                        cudaStream_t stream) {
+  const int64_t threads = rows * (q_heads + k_heads) * 32;
+  if (threads > 0)
+    detail::launch_kernel(head_rms_norm_kernel, blocks_for(threads), kThreads, 0, stream, x, ld,
+                          rows, q_heads, k_heads, hd, w_q, w_k, eps);
+}
+
 void add_bias_rows(float* y, const float* b, int64_t rows, int64_t cols, cudaStream_t stream) {
   const int64_t n = rows * cols;
   if (n > 0)

@@ -13,6 +13,12 @@ void f32_to_bf16_rows(const float* x, int64_t n, __nv_bfloat16* y, cudaStream_t 
 // y[r] += b for rows x cols f32 (QKV bias).
 void add_bias_rows(float* y, const float* b, int64_t rows, int64_t cols, cudaStream_t stream);
 
+// Qwen3's q / k norms, in place: in each of `rows` rows of x (ld floats apart), the q_heads
+// head vectors of hd floats from the row's start, then k_heads more right after them, each
+// become rms_norm(v) * w (w_q for q heads, w_k for k heads; f32 statistics).
+void head_rms_norm_rows(float* x, int64_t ld, int64_t rows, int64_t q_heads, int64_t k_heads,
+                        int64_t hd, const float* w_q, const float* w_k, float eps,
+                        cudaStream_t stream);
 // y[i] = x[rows[i]] (f32 rows of d elements).
 void gather_rows_f32(const float* x, const int32_t* rows, int64_t n_rows, int64_t d, float* y,
                      cudaStream_t stream);

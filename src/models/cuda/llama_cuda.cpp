@@ -349,7 +349,7 @@ class CudaLlama final : public CausalLm {
   // of one type it handles, and RoPE in the QKV epilogue's form (interleaved, no bias).
   bool persistent_ok() {
     if (persistent_ok_) return *persistent_ok_;
-    bool ok = persistent_on_ && w_.rope_inv_freq != nullptr && !cfg_.qkv_bias &&
+    bool ok = persistent_on_ && w_.rope_inv_freq != nullptr && !cfg_.qkv_bias && !cfg_.qk_norm &&
               cfg_.rope.layout == ref::RopeLayout::kInterleaved && !w_.layers.empty();
     const DType t = ok && w_.layers[0].qkv.parts.size() == 1 ? w_.layers[0].qkv.parts[0].type : DType::kBF16;
     ok = ok && cuda::decode_persistent_supported(t, cfg_.n_layers, cfg_.d_model, cfg_.n_heads, cfg_.n_kv_heads,
@@ -474,7 +474,7 @@ class CudaLlama final : public CausalLm {
       __half* vc = static_cast<__half*>(cache.v(li).raw_data());
       // One row: RoPE and the KV write ride in the QKV GEMV's epilogue (one weight type).
       const bool rope_in_qkv =
-          n == 1 && rope_table && !cfg_.qkv_bias &&
+          n == 1 && rope_table && !cfg_.qkv_bias && !cfg_.qk_norm &&
           (l.qkv.quant() ? l.qkv.parts.size() == 1 : cuda::gemv_bf16_f32_supported(l.qkv.w, h, d));
       const cuda::QkvRope qkv_rope{qd, kvd, hd, cfg_.rope.n_rot, w_.rope_inv_freq, d_pos, d_rows, kc, vc};
       const bool rope_in_attention = !rope_in_qkv && rope_fits_attention;
@@ -510,6 +510,9 @@ class CudaLlama final : public CausalLm {
                  Projections::cost(l.qkv, n, l.qkv.quant() ? 4 : 2, 4));
       if (!rope_in_qkv) {
         if (cfg_.qkv_bias) cuda::add_bias_rows(b.qkv, l.bqkv, n, qkvd, s);
+        if (cfg_.qk_norm)  // Qwen3: each q / k head normed before RoPE
+          cuda::head_rms_norm_rows(b.qkv, qkvd, n, cfg_.n_heads, cfg_.n_kv_heads, hd, l.q_norm, l.k_norm,
+                                   cfg_.norm_eps, s);
         if (!rope_in_attention)
           cuda::rope_kv_write_strided<float>(b.qkv, qkvd, b.qkv + qd, b.qkv + qd + kvd, qkvd, q, d_pos, d_rows,
                                              n, cfg_.n_heads, cfg_.n_kv_heads, hd, rope, kc, vc, s);
@@ -552,6 +555,9 @@ class CudaLlama final : public CausalLm {
       // SwiGLU then writes down's bf16 input rows.
       const bool bf16_slices_gu =
           l.wgu.quant() && l.wd.quant() && proj_.on_slices(l.wgu, n) && proj_.bf16_input_rows(l.wd, n);
+      // One row: SwiGLU in gate|up's epilogue, down on its f16 row (in guf's storage).
+      const bool half_down = n == 1 && half_swiglu_ > 0 && Projections::half_swiglu(l.wgu, l.wd, half_swiglu_ > 1);
+      auto* h16 = reinterpret_cast<__half*>(b.guf);
       if (bf16_slices_gu) {
         auto* gu_rows = reinterpret_cast<bf16*>(b.guf);
         proj_.project(l.wgu, In::norm(x, l.ffn_norm), n, scratch(b), gu_rows, stream_);
@@ -559,9 +565,10 @@ class CudaLlama final : public CausalLm {
         cuda::swiglu_rows_bf16(gu_rows, n, ff, h, s);
         prof_.mark("swiglu", {static_cast<double>(n) * ff * 6});
       } else if (l.wgu.quant()) {
-        project(l.wgu, ffn_normed ? In::normed(b.qx2, b.meta2, row_norm) : In::norm(x, l.ffn_norm), n, b, b.guf,
-                2 * ff, false);
-        prof_.mark(ffn_normed ? "gate|up" : "norm + gate|up", Projections::cost(l.wgu, n, 4, 4));
+        const In gu_in = ffn_normed ? In::normed(b.qx2, b.meta2, row_norm) : In::norm(x, l.ffn_norm);
+        if (half_down) proj_.project_swiglu_half(l.wgu, gu_in, scratch(b), h16, s);
+        else project(l.wgu, gu_in, n, b, b.guf, 2 * ff, false);
+        prof_.mark(ffn_normed ? "gate|up" : "norm + gate|up", Projections::cost(l.wgu, n, 4, half_down ? 1 : 4));
       } else {
         cuda::rms_norm_rows_bf16(x, l.ffn_norm, cfg_.norm_eps, n, d, h, s);
         prof_.mark("norm", norm_cost);
@@ -588,12 +595,12 @@ class CudaLlama final : public CausalLm {
       qkv_normed = next != nullptr && fusable(l.wd, next->qkv);
       if (l.wd.quant()) {
         const cuda::MmqResidualNorm qkv_in{x, next ? next->attn_norm : nullptr, b.qx2, b.meta2, b.block_ss};
-        project(l.wd, bf16_slices_gu ? In::bf16_rows() : In::swiglu(b.guf), n, b, x, d, /*accumulate=*/true,
+        project(l.wd, half_down ? In::half(h16) : bf16_slices_gu ? In::bf16_rows() : In::swiglu(b.guf), n, b, x, d, true,
                 qkv_normed ? &qkv_in : nullptr);
       } else {
         matmul(down_in, l.wd, n, x, /*accumulate=*/true);  // residual += MLP out
       }
-      const char* down_label = !l.wd.quant() || bf16_slices_gu ? "down"
+      const char* down_label = !l.wd.quant() || bf16_slices_gu || half_down ? "down"
                                : qkv_normed                    ? "swiglu + down + next norm"
                                                                : "swiglu + down";
       prof_.mark(down_label, Projections::cost(l.wd, n, l.wd.quant() && !bf16_slices_gu ? 8 : 2, 8));
@@ -709,6 +716,10 @@ class CudaLlama final : public CausalLm {
   // epilogue (cuda::MmqResidualNorm) where the next projection's weights allow it
   // (TESSERA_FUSED_NORM=0: the norm kernels, for A/B runs and tests).
   const bool fused_norm_on_ = !env_is("TESSERA_FUSED_NORM", "0");
+  // One-row steps: SwiGLU in the gate|up GEMV's epilogue, down on its f16 row (Projections::
+  // half_swiglu): TESSERA_HALF_SWIGLU=1 where it measured faster, =all for every down type the
+  // kernel takes; off by default until its engine test has run on a GPU (cuda_engine.md, s49).
+  const int half_swiglu_ = env_is("TESSERA_HALF_SWIGLU", "1") ? 1 : env_is("TESSERA_HALF_SWIGLU", "all") ? 2 : 0;
   // decode_persistent (one-row steps)
   const bool persistent_on_ = env_is("TESSERA_PERSISTENT_DECODE", "1");
   std::optional<bool> persistent_ok_;
@@ -718,17 +729,10 @@ class CudaLlama final : public CausalLm {
   Grow<float> pws_;
 };
 
-void require_cuda_support(const LlmConfig& cfg) {  // what the engine lacks so far
-  if (cfg.qk_norm)
-    throw_error(ErrorCode::kUnsupported, cfg.architecture + ": Qwen3's per-head q / k RMSNorm is "
-                                         "not on the CUDA engine yet (use --device cpu)");
-}
-
 }  // namespace
 
 std::unique_ptr<CausalLm> cuda_llama_create(const gguf::File& file) {
   LlmConfig cfg = llama_config(file);  // validated; the weights load once, in Weights::load
-  require_cuda_support(cfg);
   auto m = std::make_unique<CudaLlama>(cfg);
   m->load(GgufWeights(file));
   return m;
@@ -737,7 +741,6 @@ std::unique_ptr<CausalLm> cuda_llama_create(const gguf::File& file) {
 std::unique_ptr<CausalLm> cuda_llama_create_hf(const hf::TextConfig& config,
                                                const safetensors::Checkpoint& checkpoint) {
   LlmConfig cfg = llm_config_from_hf(config);
-  require_cuda_support(cfg);
   const SafetensorsWeights w = llama_hf_weights(config, cfg, checkpoint);
   auto m = std::make_unique<CudaLlama>(cfg);
   m->load(w);

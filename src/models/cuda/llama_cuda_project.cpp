@@ -87,6 +87,23 @@ bool Projections::norm_fusable(const Proj& producer, const Proj& consumer) {
   return producer.quant() && producer.parts.size() == 1 && consumer.quant();
 }
 
+bool Projections::half_swiglu(const Proj& gate_up, const Proj& down, bool any_type) {
+  if (!gate_up.quant() || gate_up.parts.size() != 1 || !down.quant() || down.parts.size() != 1) return false;
+  const DType t = down.parts[0].type;
+  return cuda::mmq_half_act_supported(t) && (any_type || t == DType::kQ4_0 || t == DType::kQ8_0) &&
+         gate_up.n == 2 * down.k && down.k % 32 == 0;
+}
+
+void Projections::project_swiglu_half(const Proj& p, const In& in, const Scratch& b, __half* h, cudaStream_t s) {
+  TESSERA_CHECK_ARG(p.parts.size() == 1 && (in.kind == In::kNormed || in.kind == In::kNorm),
+                    "project_swiglu_half: one quantized part, on a norm's row");
+  const Proj::Part& part = p.parts[0];
+  if (in.kind == In::kNormed)
+    return cuda::mmq_gemv_swiglu_half(part.type, part.packed, p.n / 2, p.k, in.qx, in.meta, h, s, &in.row_norm);
+  cuda::mmq_rms_norm_quantize_rows(part.type, in.x, in.w, cfg_.norm_eps, 1, p.k, b.qx, b.meta, s, /*k32=*/true);
+  cuda::mmq_gemv_swiglu_half(part.type, part.packed, p.n / 2, p.k, b.qx, b.meta, h, s);
+}
+
 cuda::OpCost Projections::cost(const Proj& p, int64_t rows, double in_bytes, double out_bytes) {
   double w = p.quant() ? 0.0 : 2.0 * static_cast<double>(p.n) * p.k;
   for (const Proj::Part& part : p.parts) w += static_cast<double>(part.n) * *dtype_row_bytes(part.type, p.k);
@@ -173,6 +190,15 @@ void Projections::project(const Proj& p, const In& in, int64_t rows, const Scrat
     for (const Proj::Part& part : p.parts)  // every type takes the 32-element blocks (mmq.h)
       cuda::mmq_gemv(part.type, part.packed, part.n, p.k, in.qx, in.meta, 1, y + part.row0, ldy, accumulate, s, 0,
                      &in.row_norm);
+    return;
+  }
+  if (in.kind == In::kHalf) {  // one f16 row (project_swiglu_half)
+    TESSERA_CHECK_ARG(rows == 1, "project: an f16 input is one row");
+    for (const Proj::Part& part : p.parts)
+      if (next_norm != nullptr)
+        cuda::mmq_gemv_half_residual_norm(part.type, part.packed, part.n, p.k, in.h, *next_norm, s);
+      else
+        cuda::mmq_gemv_half(part.type, part.packed, part.n, p.k, in.h, y + part.row0, accumulate, s);
     return;
   }
   // Above kMmqGemvMaxRows rows the integer-dot path only where the tensor-core GEMV takes every

@@ -40,14 +40,16 @@ class Projections {
   // chosen kernel reads (8-bit rows per part type family, or bf16 rows) just before it. Or
   // (normed) one RMSNorm row already quantized without its 1 / rms by the previous projection's
   // epilogue (cuda::MmqResidualNorm; one row, any quantized parts).
+  // Or (half) one f16 row that project_swiglu_half wrote (cuda::mmq_gemv_half).
   struct In {
-    enum Kind { kNorm, kRows, kSwiglu, kAttention, kNormed, kBf16 } kind;
+    enum Kind { kNorm, kRows, kSwiglu, kAttention, kNormed, kBf16, kHalf } kind;
     const float* x;
     const float* w;
     cuda::PagedAttentionPartials partials;
     const int8_t* qx = nullptr;
     const cuda::MmqActMeta* meta = nullptr;
     cuda::MmqRowNorm row_norm{};
+    const __half* h = nullptr;
     static In norm(const float* x, const float* w) { return {kNorm, x, w, {}}; }
     static In rows(const float* x) { return {kRows, x, nullptr, {}}; }
     static In swiglu(const float* gu) { return {kSwiglu, gu, nullptr, {}}; }
@@ -56,6 +58,7 @@ class Projections {
     static In normed(const int8_t* qx, const cuda::MmqActMeta* meta, const cuda::MmqRowNorm& row_norm) {
       return {kNormed, nullptr, nullptr, {}, qx, meta, row_norm};
     }
+    static In half(const __half* h) { return {kHalf, nullptr, nullptr, {}, nullptr, nullptr, {}, h}; }
   };
   // Scratch of one call (device): bf16 input rows, 8-bit rows and their scales, a dequantized
   // weight slice (null where slices() says none is needed), dequant_gemm's split sums.
@@ -94,6 +97,13 @@ class Projections {
   // (cuda::MmqResidualNorm): the producer quantized in one part, the consumer quantized (K
   // weights then take 32-element activation blocks instead of Q8_K's 256: mmq.h).
   static bool norm_fusable(const Proj& producer, const Proj& consumer);
+  // Whether one row's SwiGLU between gate|up and down rides in gate|up's GEMV epilogue, down then
+  // reading f16 (cuda::mmq_gemv_swiglu_half): both quantized in one part, down's type one that
+  // takes f16 rows and (unless any_type) one where it measured faster than the 8-bit quantizer
+  // kernel: Q4_0, Q8_0. H200, Llama-3-8B shapes, batch-1 decode at a 512-token context, two
+  // rounds in one call (docs/design/gpu_runs/s49_half_swiglu_ab.txt): Q4_0 1.63-1.64 -> 1.61 ms,
+  // Q8_0 2.36 -> 2.35, but Q4_K 1.68 -> 1.71 (its min needs the block's sum of h).
+  static bool half_swiglu(const Proj& gate_up, const Proj& down, bool any_type = false);
   // Whether a call of `rows` rows through p takes dequant_gemm (at these rows, every part's type).
   bool dequant_gemm_takes(const Proj& p, int64_t rows) const;
   // Whether a call of `rows` rows through quantized p dequantizes its weights to bf16 slices for
@@ -110,6 +120,9 @@ class Projections {
   // accumulate): the GEMV also forms the next RMSNorm's input (cuda::mmq_gemv_residual_norm).
   void project(const Proj& p, const In& in, int64_t rows, const Scratch& b, float* y, int64_t ldy,
                bool accumulate, cudaStream_t s, const cuda::MmqResidualNorm* next_norm = nullptr);
+  // One row through gate|up (half_swiglu) from In::normed or In::norm, SwiGLU in the GEMV's
+  // epilogue: h [ff] f16 for down's In::half(h).
+  void project_swiglu_half(const Proj& gate_up, const In& in, const Scratch& b, __half* h, cudaStream_t s);
   // The same through the bf16 slices (on_slices(p, rows)), the product rounded to bf16 (ldy =
   // p.n): the gate|up output of a prompt chunk, which SwiGLU reads once (half the bytes of f32).
   void project(const Proj& p, const In& in, int64_t rows, const Scratch& b, bf16* y, cudaStream_t s);

@@ -83,6 +83,10 @@ void Weights::load(const WeightSource& w) {
       upload_vector(w, p + "attn_k.bias", kvd, l.bqkv + qd);
       upload_vector(w, p + "attn_v.bias", kvd, l.bqkv + qd + kvd);
     }
+    if (cfg_.qk_norm) {
+      l.q_norm = upload_f32(w, p + "attn_q_norm.weight", cfg_.head_dim);
+      l.k_norm = upload_f32(w, p + "attn_k_norm.weight", cfg_.head_dim);
+    }
     l.ffn_norm = upload_f32(w, p + "ffn_norm.weight", d);
     l.wgu = proj({w.matrix(p + "ffn_gate.weight", ff, d), w.matrix(p + "ffn_up.weight", ff, d)});
     l.wd = proj({w.matrix(p + "ffn_down.weight", d, ff)});

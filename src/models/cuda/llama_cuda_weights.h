@@ -56,6 +56,7 @@ struct Proj {
 
 struct Layer {
   float *attn_norm = nullptr, *ffn_norm = nullptr, *bqkv = nullptr;
+  float *q_norm = nullptr, *k_norm = nullptr;  // Qwen3: per-head RMSNorm weights [head_dim]
   Proj qkv;  // q rows | k rows | v rows, one projection
   Proj wo, wd;
   Proj wgu;  // gate rows then up rows: [2 d_ff][d_model], one projection
