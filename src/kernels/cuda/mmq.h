@@ -144,8 +144,8 @@ uint64_t mmq_gemv_residual_norm_calls();
 // and stores h rounded to f16; down reads those f16 values instead of 8-bit ones and takes its
 // products in f16 (exactly representable weights: Q4_0's and Q4_K's (q - 8) / 16, Q8_0's q / 128,
 // Q6_K's (q - 32) / 32; summed in f16 per 16 elements, then scaled in f32; Q4_K's min through
-// the block's sum of h, formed once per block for a warp's rows). Against the 8-bit activations (an error of up to
-// amax / 254 per element) f16 rounds each element to 2^-11 of itself.
+// the block's sum of h, formed once per block for a warp's rows). Against the 8-bit activations
+// (an error of up to amax / 254 per element) f16 rounds each element to 2^-11 of itself.
 // The f16 row's layout within each 32-element block is the order in which the weight unpacking
 // meets the elements (pairs (4i, 4i + 2), (4i + 1, 4i + 3), (16 + 4i, 18 + 4i), (17 + 4i, 19 + 4i)
 // for i = 0..3): element e is at mmq_half_pos(e).

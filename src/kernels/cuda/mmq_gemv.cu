@@ -437,23 +437,34 @@ void mmq_gemv(DType t, const void* packed, int64_t n, int64_t k, const int8_t* q
   with_format(t, [&](auto fmt) { launch_m<decltype(fmt)>(w, qx, meta, m, y, ldy, accumulate, k_split, nm, s); });
 }
 
+namespace {
+// The one-row GEMV with ResidualNormRows (mmq_gemv_residual_norm, mmq_gemv_half_residual_norm):
+// qx / meta an 8-bit row, or (kHalf) qx an f16 row.
+template <class F, bool kHalf>
+void launch_residual_norm(const MmqMat& w, const int8_t* qx, const MmqActMeta* meta, const MmqResidualNorm& out,
+                          int k_split, cudaStream_t s) {
+  g_residual_norm_calls.fetch_add(1, std::memory_order_relaxed);
+  with_k_split(w, 1, k_split, [&](auto ks) {
+    // 8 row groups per block; a k split of 4 (32 warps) would cap registers at 64: 2 instead.
+    constexpr int KS = decltype(ks)::value == 4 ? 2 : decltype(ks)::value, W = 8 * KS;
+    launch_kernel(mmq_gemv_kernel<F, 1, KS, ResidualNormRows, W, false, kHalf>,
+                  static_cast<unsigned>(w.n / ResidualNormRows::kBlockRows), W * 32, 0, s, w, qx, meta,
+                  ResidualNormRows{out}, MmqRowNorm{});
+  });
+}
+void check_residual_norm(int64_t n, const MmqResidualNorm& out, const std::string& what) {
+  TESSERA_CHECK_ARG(n > 0 && n % ResidualNormRows::kBlockRows == 0, what + ": n must be a multiple of 32");
+  TESSERA_CHECK_ARG(out.x && out.w && out.qx && out.meta && out.block_ss, what + ": null output");
+}
+}  // namespace
+
 void mmq_gemv_residual_norm(DType t, const void* packed, int64_t n, int64_t k, const int8_t* qx,
                             const MmqActMeta* meta, const MmqResidualNorm& out, cudaStream_t s, int k_split) {
   TESSERA_CHECK_ARG(mmq_supported(t), "mmq_gemv_residual_norm: weight type " + std::string(dtype_name(t)) + " unsupported");
-  TESSERA_CHECK_ARG(n > 0 && n % ResidualNormRows::kBlockRows == 0, "mmq_gemv_residual_norm: n must be a multiple of 32");
+  check_residual_norm(n, out, "mmq_gemv_residual_norm");
   TESSERA_CHECK_ARG(reinterpret_cast<uintptr_t>(qx) % 16 == 0, "mmq_gemv_residual_norm: qx must be 16-byte aligned");
-  TESSERA_CHECK_ARG(out.x && out.w && out.qx && out.meta && out.block_ss, "mmq_gemv_residual_norm: null output");
   const MmqMat w{static_cast<const uint8_t*>(packed), gemv_quant_layout(t, n, k), n, k};
-  g_residual_norm_calls.fetch_add(1, std::memory_order_relaxed);
-  with_format(t, [&](auto fmt) {
-    with_k_split(w, 1, k_split, [&](auto ks) {
-      // 8 row groups per block; a k split of 4 (32 warps) would cap registers at 64: 2 instead.
-      constexpr int KS = decltype(ks)::value == 4 ? 2 : decltype(ks)::value, W = 8 * KS;
-      launch_kernel(mmq_gemv_kernel<decltype(fmt), 1, KS, ResidualNormRows, W>,
-                    static_cast<unsigned>(n / ResidualNormRows::kBlockRows), W * 32, 0, s, w, qx, meta,
-                    ResidualNormRows{out}, MmqRowNorm{});
-    });
-  });
+  with_format(t, [&](auto fmt) { launch_residual_norm<decltype(fmt), false>(w, qx, meta, out, k_split, s); });
 }
 
 uint64_t mmq_gemv_residual_norm_calls() { return g_residual_norm_calls.load(std::memory_order_relaxed); }
@@ -521,17 +532,10 @@ void mmq_gemv_half(DType t, const void* packed, int64_t n, int64_t k, const __ha
 void mmq_gemv_half_residual_norm(DType t, const void* packed, int64_t n, int64_t k, const __half* h,
                                  const MmqResidualNorm& out, cudaStream_t s, int k_split) {
   check_half_row(h, "mmq_gemv_half_residual_norm");
-  TESSERA_CHECK_ARG(n > 0 && n % ResidualNormRows::kBlockRows == 0, "mmq_gemv_half_residual_norm: n must be a multiple of 32");
-  TESSERA_CHECK_ARG(out.x && out.w && out.qx && out.meta && out.block_ss, "mmq_gemv_half_residual_norm: null output");
+  check_residual_norm(n, out, "mmq_gemv_half_residual_norm");
   const MmqMat w{static_cast<const uint8_t*>(packed), gemv_quant_layout(t, n, k), n, k};
-  g_residual_norm_calls.fetch_add(1, std::memory_order_relaxed);
   with_half_format(t, "mmq_gemv_half_residual_norm", [&](auto fmt) {
-    with_k_split(w, 1, k_split, [&](auto ks) {
-      constexpr int KS = decltype(ks)::value == 4 ? 2 : decltype(ks)::value, W = 8 * KS;  // as mmq_gemv_residual_norm
-      launch_kernel(mmq_gemv_kernel<decltype(fmt), 1, KS, ResidualNormRows, W, false, true>,
-                    static_cast<unsigned>(n / ResidualNormRows::kBlockRows), W * 32, 0, s, w,
-                    reinterpret_cast<const int8_t*>(h), nullptr, ResidualNormRows{out}, MmqRowNorm{});
-    });
+    launch_residual_norm<decltype(fmt), true>(w, reinterpret_cast<const int8_t*>(h), nullptr, out, k_split, s);
   });
 }
 

@@ -95,6 +95,26 @@ __device__ __forceinline__ void half_nibble_dot(const uint4& q, const HBlk& x, f
   hi_sum = fh.x + fh.y;
 }
 
+// The same for bytes u (0..255) of 4 words per half, read as f16 1024 + u (under 0x64 high
+// bytes) times 2^-n minus an offset (scale, off: both lanes' bits): lo_words hold elements
+// 4i .. 4i + 3 of 0..15, hi_words those of 16..31.
+__device__ __forceinline__ void half_byte_dot(const uint32_t (&lo_words)[4], const uint32_t (&hi_words)[4],
+                                              uint32_t scale, uint32_t off, const HBlk& x, float& lo_sum,
+                                              float& hi_sum) {
+  __half2 lo = half2_bits(0), hi = half2_bits(0);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t a = lo_words[i], b = hi_words[i];
+    lo = __hfma2(unpack_fma(__byte_perm(a, 0x64646464u, 0x4240), scale, off), x.p[4 * i], lo);
+    lo = __hfma2(unpack_fma(__byte_perm(a, 0x64646464u, 0x4341), scale, off), x.p[4 * i + 1], lo);
+    hi = __hfma2(unpack_fma(__byte_perm(b, 0x64646464u, 0x4240), scale, off), x.p[4 * i + 2], hi);
+    hi = __hfma2(unpack_fma(__byte_perm(b, 0x64646464u, 0x4341), scale, off), x.p[4 * i + 3], hi);
+  }
+  const float2 fl = __half22float2(lo), fh = __half22float2(hi);
+  lo_sum = fl.x + fl.y;
+  hi_sum = fh.x + fh.y;
+}
+
 // Per format: W (one row's block), load(mat, row, block), dot(W, X) -> f32 contribution; for
 // f16 rows (mmq_half_act_supported) hdot(W, HBlk, hs) with hs = half_block_sum32 where kHalfSum.
 struct Q8_0G {
@@ -122,19 +142,11 @@ struct Q8_0G {
   // 2^-7 minus 9. Words i and i + 4 hold the pairs of slots 4i .. 4i + 3. Partial sums of 8
   // products each, so |sum| <= 8 max |h| (no f16 overflow below |h| = 8192).
   __device__ static float hdot(const W& w, const HBlk& x, float) {
-    const uint32_t ws[8] = {w.a.x, w.a.y, w.a.z, w.a.w, w.b.x, w.b.y, w.b.z, w.b.w};
-    constexpr uint32_t kScale = 0x20002000u, kOff = 0xC880C880u;  // 2^-7, -9
-    __half2 lo = half2_bits(0), hi = half2_bits(0);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const uint32_t a = ws[i] ^ 0x80808080u, b = ws[i + 4] ^ 0x80808080u;
-      lo = __hfma2(unpack_fma(__byte_perm(a, 0x64646464u, 0x4240), kScale, kOff), x.p[4 * i], lo);
-      lo = __hfma2(unpack_fma(__byte_perm(a, 0x64646464u, 0x4341), kScale, kOff), x.p[4 * i + 1], lo);
-      hi = __hfma2(unpack_fma(__byte_perm(b, 0x64646464u, 0x4240), kScale, kOff), x.p[4 * i + 2], hi);
-      hi = __hfma2(unpack_fma(__byte_perm(b, 0x64646464u, 0x4341), kScale, kOff), x.p[4 * i + 3], hi);
-    }
-    const float2 a = __half22float2(lo), b = __half22float2(hi);
-    return mmq_f16(w.sc) * 128.f * ((a.x + a.y) + (b.x + b.y));
+    const uint32_t lo_w[4] = {w.a.x ^ 0x80808080u, w.a.y ^ 0x80808080u, w.a.z ^ 0x80808080u, w.a.w ^ 0x80808080u};
+    const uint32_t hi_w[4] = {w.b.x ^ 0x80808080u, w.b.y ^ 0x80808080u, w.b.z ^ 0x80808080u, w.b.w ^ 0x80808080u};
+    float lo, hi;
+    half_byte_dot(lo_w, hi_w, 0x20002000u, 0xC880C880u, x, lo, hi);  // 2^-7, -9
+    return mmq_f16(w.sc) * 128.f * (lo + hi);
   }
 };
 
@@ -287,21 +299,15 @@ struct Q6_KG {
   // Elements 0..15 (the first 16-element scale) in lo, 16..31 in hi; |sums| <= 8 max |h|.
   static constexpr bool kHalfSum = false;
   __device__ static float hdot(const W& w, const HBlk& x, float) {
-    constexpr uint32_t kScale = 0x28002800u, kOff = 0xD020D020u;  // 2^-5, -33
-    __half2 lo = half2_bits(0), hi = half2_bits(0);
     const uint32_t ws[4] = {w.q.x, w.q.y, w.q.z, w.q.w};
+    uint32_t lo_w[4], hi_w[4];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const uint32_t a = q6_lo_u(ws[i], w.h.x >> (2 * i)), b = q6_hi_u(ws[i], w.h.y >> (2 * i));
-      lo = __hfma2(unpack_fma(__byte_perm(a, 0x64646464u, 0x4240), kScale, kOff), x.p[4 * i], lo);
-      lo = __hfma2(unpack_fma(__byte_perm(a, 0x64646464u, 0x4341), kScale, kOff), x.p[4 * i + 1], lo);
-      hi = __hfma2(unpack_fma(__byte_perm(b, 0x64646464u, 0x4240), kScale, kOff), x.p[4 * i + 2], hi);
-      hi = __hfma2(unpack_fma(__byte_perm(b, 0x64646464u, 0x4341), kScale, kOff), x.p[4 * i + 3], hi);
-    }
-    const float2 fl = __half22float2(lo), fh = __half22float2(hi);
+    for (int i = 0; i < 4; ++i) lo_w[i] = q6_lo_u(ws[i], w.h.x >> (2 * i)), hi_w[i] = q6_hi_u(ws[i], w.h.y >> (2 * i));
+    float lo, hi;
+    half_byte_dot(lo_w, hi_w, 0x28002800u, 0xD020D020u, x, lo, hi);  // 2^-5, -33
     const float s0 = static_cast<float>(static_cast<int8_t>(w.sd & 0xFF)),
                 s1 = static_cast<float>(static_cast<int8_t>((w.sd >> 8) & 0xFF));
-    return mmq_f16(w.sd >> 16) * 32.f * (s0 * (fl.x + fl.y) + s1 * (fh.x + fh.y));
+    return mmq_f16(w.sd >> 16) * 32.f * (s0 * lo + s1 * hi);
   }
 };
 

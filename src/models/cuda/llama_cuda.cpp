@@ -555,7 +555,7 @@ class CudaLlama final : public CausalLm {
       // SwiGLU then writes down's bf16 input rows.
       const bool bf16_slices_gu =
           l.wgu.quant() && l.wd.quant() && proj_.on_slices(l.wgu, n) && proj_.bf16_input_rows(l.wd, n);
-      // One row: SwiGLU in gate|up's epilogue, down on its f16 row (in guf's storage).
+      // One row: SwiGLU in gate|up's epilogue, down on its f16 row h16 (in guf's storage).
       const bool half_down = n == 1 && half_swiglu_ > 0 && Projections::half_swiglu(l.wgu, l.wd, half_swiglu_ > 1);
       auto* h16 = reinterpret_cast<__half*>(b.guf);
       if (bf16_slices_gu) {
@@ -716,9 +716,9 @@ class CudaLlama final : public CausalLm {
   // epilogue (cuda::MmqResidualNorm) where the next projection's weights allow it
   // (TESSERA_FUSED_NORM=0: the norm kernels, for A/B runs and tests).
   const bool fused_norm_on_ = !env_is("TESSERA_FUSED_NORM", "0");
-  // One-row steps: SwiGLU in the gate|up GEMV's epilogue, down on its f16 row (Projections::
-  // half_swiglu): TESSERA_HALF_SWIGLU=1 where it measured faster, =all for every down type the
-  // kernel takes; off by default until its engine test has run on a GPU (cuda_engine.md, s49).
+  // One-row steps: SwiGLU in gate|up's epilogue, down on its f16 row (Projections::half_swiglu):
+  // TESSERA_HALF_SWIGLU=1 where it measured faster, =all for every type the kernel takes; off by
+  // default until its engine test has run on a GPU (cuda_engine.md, session 49).
   const int half_swiglu_ = env_is("TESSERA_HALF_SWIGLU", "1") ? 1 : env_is("TESSERA_HALF_SWIGLU", "all") ? 2 : 0;
   // decode_persistent (one-row steps)
   const bool persistent_on_ = env_is("TESSERA_PERSISTENT_DECODE", "1");
