@@ -34,3 +34,15 @@ for e in 1 0; do
   TESSERA_HALF_SWIGLU=$e /tmp/s49/tessera bench -m $C/tok_only.gguf --device cuda --dummy llama3-8b --dummy-type q4_0 \
     --decode-ctx 512 --decode-tokens 8 --prefill 64 --batch 2 --batch-gen 2 --profile > "$out/profile_q4_0_half$e.txt" 2>&1
 done
+# Where the step's time moves (TRACE types; bins.tar.xz may carry build/libkernel_trace.so):
+# bench/cuda/trace_step.sh's per-kernel exposed times with the f16 row and with the quantizer.
+if [ -f /tmp/s49/libkernel_trace.so ]; then
+  for t in ${TRACE:-q8_0 q4_0}; do
+    for e in 1 0; do
+      mkdir -p "$out/trace_half$e"
+      OUT="$out/trace_half$e" TYPE=$t TESSERA_BIN=/tmp/s49/tessera KERNEL_TRACE_LIB=/tmp/s49/libkernel_trace.so \
+        TESSERA_MODEL=$C/tok_only.gguf TESSERA_HALF_SWIGLU=$e bash "$(dirname "$0")/trace_step.sh" > /dev/null 2>&1 ||
+        echo "trace $t half=$e failed" | tee -a "$out/summary.txt"
+    done
+  done
+fi

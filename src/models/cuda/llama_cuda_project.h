@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <utility>
 
 #include "backend/cuda/gemm_bf16.h"
@@ -40,9 +41,11 @@ class Projections {
   // chosen kernel reads (8-bit rows per part type family, or bf16 rows) just before it. Or
   // (normed) one RMSNorm row already quantized without its 1 / rms by the previous projection's
   // epilogue (cuda::MmqResidualNorm; one row, any quantized parts).
-  // Or (half) one f16 row that project_swiglu_half wrote (cuda::mmq_gemv_half).
+  // Or (half) one f16 row that project_swiglu_half wrote (cuda::mmq_gemv_half). Or (quantized)
+  // 8-bit rows already in Scratch::qx / meta by `rule` (attention's cluster merge:
+  // PagedAttentionWorkspace::quantize; one part of that rule).
   struct In {
-    enum Kind { kNorm, kRows, kSwiglu, kAttention, kNormed, kBf16, kHalf } kind;
+    enum Kind { kNorm, kRows, kSwiglu, kAttention, kNormed, kBf16, kHalf, kQuantized } kind;
     const float* x;
     const float* w;
     cuda::PagedAttentionPartials partials;
@@ -50,6 +53,7 @@ class Projections {
     const cuda::MmqActMeta* meta = nullptr;
     cuda::MmqRowNorm row_norm{};
     const __half* h = nullptr;
+    cuda::MmqActRule rule = cuda::MmqActRule::kLegacy;
     static In norm(const float* x, const float* w) { return {kNorm, x, w, {}}; }
     static In rows(const float* x) { return {kRows, x, nullptr, {}}; }
     static In swiglu(const float* gu) { return {kSwiglu, gu, nullptr, {}}; }
@@ -59,6 +63,9 @@ class Projections {
       return {kNormed, nullptr, nullptr, {}, qx, meta, row_norm};
     }
     static In half(const __half* h) { return {kHalf, nullptr, nullptr, {}, nullptr, nullptr, {}, h}; }
+    static In quantized(cuda::MmqActRule rule) {
+      return {kQuantized, nullptr, nullptr, {}, nullptr, nullptr, {}, nullptr, rule};
+    }
   };
   // Scratch of one call (device): bf16 input rows, 8-bit rows and their scales, a dequantized
   // weight slice (null where slices() says none is needed), dequant_gemm's split sums.
@@ -87,6 +94,10 @@ class Projections {
   bool quantized_input(const Proj& p, int64_t rows) const {
     return rows <= cuda::kMmqGemvMaxRows || tc_takes_rows(p, rows);
   }
+  // The rule by which a call of `rows` rows through p quantizes its input, where attention's
+  // cluster merge can write it (In::quantized): quantized_input, one part, 32-element blocks
+  // (legacy weights; K weights at one row).
+  std::optional<cuda::MmqActRule> attention_quantizes(const Proj& p, int64_t rows) const;
   // Whether a call of `rows` rows through quantized p reads bf16 rows (Scratch::h: dequant_gemm
   // or the weight slices), so its input may be In::bf16_rows. Neither this nor quantized_input
   // holds past 16 rows under TESSERA_MMQ_GEMM=1 (the int8 GEMM quantizes f32 rows itself).
