@@ -395,13 +395,12 @@ TEST(LlamaCudaDummy, LeftAttentionPartialsMatchTheMergingAttention) {
   }
 }
 
-// One-row steps of m over ids from a fresh cache of n_blocks blocks, from the second step on replayed from
+// One-row steps of m over ids from a fresh 3-block cache, from the second step on replayed from
 // CUDA graphs, give the eager steps' logits (run_alone's, one row of V per position).
 void expect_graph_steps_equal(models::CausalLm& m, const std::vector<int32_t>& ids, const std::vector<int32_t>& blocks,
-                              const std::vector<float>& eager, const std::string& name, ThreadPool& pool,
-                              int64_t n_blocks = 3) {
+                              const std::vector<float>& eager, const std::string& name, ThreadPool& pool) {
   const int64_t V = m.config().vocab;
-  auto cache = m.make_kv_cache(n_blocks, 16);
+  auto cache = m.make_kv_cache(3, 16);
   std::vector<float> row(V);
   for (int32_t pos = 0; pos < static_cast<int32_t>(ids.size()); ++pos) {
     const models::SeqChunk ch{pos, 1, blocks, true};
@@ -489,36 +488,6 @@ TEST(LlamaCudaDummy, HalfSwigluStepsMatchTheQuantizerPath) {
     EXPECT_LE(e, 1e-3) << name;
     EXPECT_GE(ag.top1, 0.95) << name;
     expect_graph_steps_equal(half, ids, blocks, a, name, pool);
-  }
-}
-
-// One-row steps with attention's splits merged in a thread-block cluster straight into o's 8-bit
-// rows (TESSERA_ATTN_CLUSTER_QUANT=1; paged_attention.h) against the quantizer kernel reading the
-// partials: the same bits (the same merge, then the same quantization). A 32-block table (512
-// positions): 8 splits, the first 2 holding the 100 keys. Eager steps, then graph replays.
-TEST(LlamaCudaDummy, ClusterMergedAttentionStepsMatchTheQuantizerPath) {
-  TESSERA_SKIP_WITHOUT_GPU();
-  ThreadPool pool(1);
-  models::LlmConfig cfg = small_llama(512, 8, 2, 1536);
-  cfg.n_layers = 3;
-  const std::vector<int32_t> ids = prompt_ids(100);
-  std::vector<int32_t> blocks(32);
-  std::iota(blocks.begin(), blocks.end(), 0);
-  std::reverse(blocks.begin(), blocks.end());
-  for (DType t : {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K}) {
-    const std::string name(dtype_name(t));
-    auto create = [&] { return models::cuda_llama_create_dummy(cfg, t); };
-    const auto cluster_model = with_env("TESSERA_ATTN_CLUSTER_QUANT", "1", create);
-    const auto quantizer_model = with_env("TESSERA_ATTN_CLUSTER_QUANT", "0", create);
-    const uint64_t merges = cuda::paged_attention_cluster_merges();
-    const auto a = run_alone(*cluster_model, 32, ids, blocks, 1, pool);
-    EXPECT_GE(cuda::paged_attention_cluster_merges() - merges, ids.size() * cfg.n_layers)
-        << name << ": the cluster merge did not run";
-    const auto b = run_alone(*quantizer_model, 32, ids, blocks, 1, pool);
-    for (float v : a) ASSERT_TRUE(std::isfinite(v)) << name;
-    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0)
-        << name << ": the cluster merge's logits differ from the quantizer's (nMSE " << test::nmse(a, b) << ")";
-    expect_graph_steps_equal(*cluster_model, ids, blocks, a, name, pool, 32);
   }
 }
 

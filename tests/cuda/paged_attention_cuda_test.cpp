@@ -8,7 +8,6 @@
 #include <numeric>
 #include <random>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "cuda/cuda_test_util.h"
@@ -72,8 +71,6 @@ struct RowsLayout {
 // and scales, for legacy (32) and, where the row allows, K (256) activation blocks. The partials
 // start poisoned, so one left unwritten shows as a NaN; out must stay untouched. `launch` runs
 // the attention with the given workspace.
-int g_cluster_merges = 0;  // launches that merged in a cluster (check_left_partials)
-
 template <class O, class Launch>
 void check_left_partials(const cuda::PagedAttentionWorkspace& ws, int64_t rows, int64_t n_heads, int64_t hd,
                          int splits, test::DevBuf<O>& dout, const Launch& launch) {
@@ -121,34 +118,6 @@ void check_left_partials(const cuda::PagedAttentionWorkspace& ws, int64_t rows, 
       EXPECT_EQ(std::memcmp(xa.data(), xb.data(), xa.size()), 0) << dtype_name(t) << ": 8-bit rows differ";
       EXPECT_EQ(std::memcmp(sa.data(), sb.data(), sa.size() * sizeof(cuda::MmqActMeta)), 0)
           << dtype_name(t) << ": scales differ";
-      // The splits merged in a thread-block cluster straight into the 8-bit rows (where the
-      // launcher takes that path: 32-element blocks, <= 8 splits, ...), in both decode layouts:
-      // the quantizer's bits on these partials.
-      const cuda::MmqActRule rule = cuda::mmq_act_rule(t, k32);
-      if (rule == cuda::MmqActRule::kQ8K) continue;
-      for (bool rows_layout : {false, true}) {
-        SCOPED_TRACE(std::string(dtype_name(t)) + " cluster merge" + (rows_layout ? ", queries as rows" : ""));
-        test::DevBuf<int8_t> qc(rows * k);
-        test::DevBuf<cuda::MmqActMeta> mc(rows * k / 32);
-        qc.poison(), mc.poison(), dout.poison();
-        cuda::PagedAttentionWorkspace cw = left;
-        cw.quantize = {qc.get(), mc.get(), rule == cuda::MmqActRule::kRaw32};
-        const cuda::PagedAttentionPartials res = [&] {
-          if (!rows_layout) return launch(cw);
-          const RowsLayout forced;
-          return launch(cw);
-        }();
-        test::check_launch();
-        if (!res.quantized) continue;
-        ++g_cluster_merges;
-        EXPECT_EQ(res.o, nullptr) << "a cluster-merged launch says it left partials";
-        const auto xc = qc.download();
-        const auto sc = mc.download();
-        EXPECT_EQ(std::memcmp(xc.data(), xb.data(), xb.size()), 0) << "cluster merge: 8-bit rows differ";
-        EXPECT_EQ(std::memcmp(sc.data(), sb.data(), sb.size() * sizeof(cuda::MmqActMeta)), 0)
-            << "cluster merge: scales differ";
-        for (O v : dout.download()) ASSERT_TRUE(std::isnan(to_float(v))) << "a cluster-merged launch wrote out";
-      }
     }
   }
   // The counters stayed armed: the merging launch that follows (the caller's) still merges.
@@ -354,22 +323,6 @@ TEST(PagedAttentionCudaOut, SplitKvBf16OutputFromF32) {
   run_case<float, __nv_bfloat16>({32, 8, 128, 16, {{511, 1}, {16, 1}}, Case::kAutoSplits, 64}, 7);
   run_case<float, __nv_bfloat16>({32, 8, 128, 16, {{0, 40}, {16, 1}}, 2, 64}, 8);
   run_case<float, __nv_bfloat16>({32, 8, 128, 16, {{0, 40}, {300, 1}}}, 9);
-}
-
-// Split decode launches merged in thread-block clusters into 8-bit rows (PagedAttentionWorkspace::
-// quantize): 2 to 8 splits (the cluster's blocks), GQA groups 2 / 3 / 4 / 8, head dims 32 / 64 /
-// 128, a sequence whose keys fill every split and shorter ones that leave some empty. Each launch
-// is checked against the quantizer on its left partials (check_left_partials).
-TEST(PagedAttentionCudaCluster, MergesSplitsIntoTheQuantizersRows) {
-  TESSERA_SKIP_WITHOUT_GPU();
-  const int before = g_cluster_merges;
-  const std::vector<std::vector<Chunk>> batches = {{{511, 1}}, {{15, 1}, {300, 1}, {0, 1}}};
-  uint64_t seed = 900;
-  for (auto [heads, kv, hd] : {std::tuple{32, 8, 128}, {9, 3, 64}, {16, 8, 32}, {32, 4, 128}})
-    for (int splits : {2, 5, 8})
-      for (const auto& batch : batches) run_case<float>({heads, kv, hd, 16, batch, splits, /*table_blocks=*/32}, seed++);
-  // Two rules (Q8_0's legacy blocks, Q4_K's one-row raw32) x two layouts per launch.
-  EXPECT_EQ(g_cluster_merges - before, 4 * 3 * 2 * 2 * 2) << "the cluster merge did not run where it should";
 }
 
 // Wide (prefill) tiles: chunks from 0 and mid-sequence, partial tiles, mixed with decode rows,

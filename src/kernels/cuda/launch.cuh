@@ -17,11 +17,11 @@ __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;"
 // Lets the next kernel in the stream begin launching (its blocks still wait in pdl_wait()).
 __device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" :::); }
 
-// Launches kernel with PDL (when enabled) in thread-block clusters of cluster.x x cluster.y x
-// cluster.z blocks (an unsigned n: n blocks along x; 0: no cluster attribute).
+// Launches kernel with PDL (when enabled) in thread-block clusters of `cluster` blocks along x
+// (0: no cluster attribute).
 template <class... KArgs, class... Args>
 void launch_kernel_clustered(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
-                             cudaStream_t s, dim3 cluster, Args&&... args) {
+                             cudaStream_t s, unsigned cluster, Args&&... args) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = block;
@@ -33,9 +33,9 @@ void launch_kernel_clustered(void (*kernel)(KArgs...), dim3 grid, dim3 block, si
     attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[n++].val.programmaticStreamSerializationAllowed = 1;
   }
-  if (cluster.x > 0) {
+  if (cluster > 0) {
     attr[n].id = cudaLaunchAttributeClusterDimension;
-    attr[n++].val.clusterDim = {cluster.x, cluster.y, cluster.z};
+    attr[n++].val.clusterDim = {cluster, 1, 1};
   }
   cfg.attrs = attr;
   cfg.numAttrs = n;
@@ -63,7 +63,7 @@ cudaError_t raise_func_attribute(int value) {
 template <class... KArgs, class... Args>
 void launch_kernel(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
                    Args&&... args) {
-  launch_kernel_clustered(kernel, grid, block, smem, s, dim3(0), std::forward<Args>(args)...);
+  launch_kernel_clustered(kernel, grid, block, smem, s, 0, std::forward<Args>(args)...);
 }
 
 }  // namespace tessera::cuda::detail

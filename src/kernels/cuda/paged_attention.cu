@@ -77,11 +77,6 @@ bool queries_as_cols_enabled() {
 
 void set_paged_attention_queries_as_cols(bool on) { g_queries_as_cols.store(on ? 1 : 0); }
 
-namespace {
-std::atomic<uint64_t> g_cluster_merges{0};
-}  // namespace
-uint64_t paged_attention_cluster_merges() { return g_cluster_merges.load(std::memory_order_relaxed); }
-
 std::vector<PagedAttentionTile> paged_attention_tiles(const std::vector<PagedAttentionChunk>& chunks,
                                                       int64_t group) {
   const int per_tile = paged_attention_rows_per_tile(group);
@@ -195,15 +190,6 @@ PagedAttentionPartials paged_attention(const T* q, const int32_t* q_pos, const P
   const bool any_narrow = group <= 16;
   const bool any_wide = !(any_narrow && ws.rows == n_tiles);
   const bool leave = ws.leave_partials && splits > 1 && !any_wide;
-  // The cluster merge (PagedAttentionWorkspace::quantize): f32 q (the engine's quantized o
-  // projection), one cluster of the pair's splits, the 4-warp blocks of launches with fewer
-  // pairs than SMs (narrow_warps), groups that fit QueriesAsCols' 8 vectors.
-  const bool cluster = leave && ws.quantize.qx != nullptr && ws.quantize.meta != nullptr &&
-                       std::is_same_v<T, float> && splits <= kPagedAttentionMaxClusterSplits && group <= 8 &&
-                       narrow_warps(n_tiles * n_kv_heads, n_tiles * n_kv_heads * splits) == 4;
-  if (cluster)
-    TESSERA_CHECK_ARG(reinterpret_cast<uintptr_t>(ws.quantize.qx) % 16 == 0,
-                      "paged_attention: quantized rows must be 16-byte aligned");
   int block_shift = -1;  // power-of-two block sizes index the table by shifts
   for (int b = 0; b < 31; ++b)
     if ((int64_t{1} << b) == block_size) block_shift = b;
@@ -227,8 +213,7 @@ PagedAttentionPartials paged_attention(const T* q, const int32_t* q_pos, const P
                         ws_ml,
                         counters,
                         leave,
-                        {},
-                        ws.quantize};
+                        {}};
   if (new_rows) {
     TESSERA_CHECK_ARG(!any_wide && new_rows->ld >= (n_heads + 2 * n_kv_heads) * head_dim &&
                           new_rows->cache_rows && new_rows->inv_freq && new_rows->n_rot >= 0 &&
@@ -245,20 +230,6 @@ PagedAttentionPartials paged_attention(const T* q, const int32_t* q_pos, const P
     if (any_narrow) {
       auto narrow = [&](auto warps, auto math) {
         constexpr int W = decltype(warps)::value;
-        if constexpr (W == 4 && std::is_same_v<T, float>) {
-          if (cluster) {
-            constexpr auto kKernel = decltype(math)::value ? narrow_kernel<T, O, HD, W, QueriesAsCols, true>
-                                                           : narrow_kernel<T, O, HD, W, QueriesAsRows, true>;
-            constexpr int kVecs = decltype(math)::value ? QueriesAsCols<HD>::kVecs : QueriesAsRows<HD>::kVecs;
-            // The largest split count's bytes, so the attribute is raised once per kernel.
-            const size_t most = narrow_smem_bytes(HD, W) + narrow_cluster_max_bytes(HD, kVecs);
-            enable_smem<kKernel>(most);
-            const size_t bytes = narrow_smem_bytes(HD, W) + narrow_cluster_bytes(HD, kVecs, splits);
-            detail::launch_kernel_clustered(kKernel, grid, W * 32, bytes, stream,
-                                            dim3(1, 1, static_cast<unsigned>(splits)), args);
-            return;
-          }
-        }
         constexpr auto kKernel = decltype(math)::value ? narrow_kernel<T, O, HD, W, QueriesAsCols>
                                                        : narrow_kernel<T, O, HD, W, QueriesAsRows>;
         enable_smem<kKernel>(narrow_smem_bytes(HD, W));
@@ -302,9 +273,7 @@ PagedAttentionPartials paged_attention(const T* q, const int32_t* q_pos, const P
       throw_error(ErrorCode::kUnsupported,
                   "paged_attention: head_dim " + std::to_string(head_dim) + " (supported: 32, 64, 128)");
   }
-  if (cluster) g_cluster_merges.fetch_add(1, std::memory_order_relaxed);
-  const bool left = leave && !cluster;
-  return {left ? ws_o : nullptr, left ? ws_ml : nullptr, splits, head_dim, ws.rows, n_heads, cluster};
+  return {leave ? ws_o : nullptr, leave ? ws_ml : nullptr, splits, head_dim, ws.rows, n_heads};
 }
 
 namespace {

@@ -85,28 +85,12 @@ void paged_attention_order_tiles(std::vector<PagedAttentionTile>& tiles, const i
 // launch returns where they are). Such a launch writes neither `out` nor the counters, and its
 // blocks skip the fence, the count and the last block's merge, which sit on a one-row decode
 // step's critical path. Any other launch (unsplit, or with wide tiles) writes `out` as always.
-//
-// quantize (with leave_partials, where quantize.qx is set): a launch of 2..8 splits with every
-// query vector of a tile in one (tile, kv head) pair's block (decode-only, group <= 8) instead
-// merges each pair's splits inside a thread-block cluster of its split blocks (distributed
-// shared memory: no workspace writes) and writes its rows as an 8-bit projection reads them
-// (mmq.h, 32-element blocks: legacy meta, or K weights' one-row {f32 d, integer sum} with raw32):
-// the bits mmq_quantize_attention_rows gives on the partials it would have left. No kernel then
-// runs between attention and the projection. The launch says whether it did (quantized).
-struct MmqActMeta;  // mmq.h
-struct PagedAttentionQuantOut {
-  int8_t* qx = nullptr;        // rows x n_heads x head_dim
-  MmqActMeta* meta = nullptr;  // rows x n_heads x head_dim / 32
-  bool raw32 = false;
-};
-constexpr int kPagedAttentionMaxClusterSplits = 8;  // the portable cluster size
 struct PagedAttentionWorkspace {
   void* data = nullptr;
   size_t bytes = 0;
   int64_t rows = 0;
   int splits = 0;
   bool leave_partials = false;
-  PagedAttentionQuantOut quantize;
 };
 
 // What a launch returns: its split count and, where it left them (leave_partials), where its
@@ -120,7 +104,6 @@ struct PagedAttentionPartials {
   int splits = 1;
   int64_t head_dim = 0;
   int64_t rows = 0, n_heads = 0;  // the workspace's rows and the heads per row
-  bool quantized = false;         // the rows went to the workspace's quantize target instead
 };
 
 // Key-range splits for a launch of these sizes on the current device (1 = no split).
@@ -160,10 +143,6 @@ PagedAttentionPartials paged_attention(const T* q, const int32_t* q_pos, const P
                      int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale, O* out,
                      cudaStream_t stream, const PagedAttentionWorkspace& ws = {},
                      const PagedAttentionNewRows* new_rows = nullptr);
-
-// Launches so far in this process that merged their splits in a cluster into 8-bit rows
-// (PagedAttentionWorkspace::quantize), for tests.
-uint64_t paged_attention_cluster_merges();
 
 // Merges the partials a launch left (leave_partials) into rows 0 .. m - 1 of out (n_heads x
 // head_dim values each, rows back to back): the bits the launch's own merge would have written.

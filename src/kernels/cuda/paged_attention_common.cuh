@@ -46,8 +46,6 @@ struct Args {
   // new_rows.ld > 0: q is the unrotated q | k | v projection (PagedAttentionNewRows); the narrow
   // kernel applies RoPE and writes the new K/V rows. The cache pointers are then written too.
   PagedAttentionNewRows new_rows;
-  // The cluster launch's 8-bit rows (PagedAttentionWorkspace::quantize; narrow_kernel's kCluster).
-  PagedAttentionQuantOut quant;
 };
 
 __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {

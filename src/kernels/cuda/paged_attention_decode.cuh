@@ -2,11 +2,8 @@
 // models). Included by paged_attention.cu only.
 #pragma once
 
-#include <cooperative_groups.h>
-
 #include "kernels/cuda/convert.cuh"
 #include "kernels/cuda/launch.cuh"
-#include "kernels/cuda/mmq_quant.cuh"
 #include "kernels/cuda/paged_attention_common.cuh"
 
 namespace tessera::cuda::paged {
@@ -294,64 +291,10 @@ struct QueriesAsCols {
   }
 };
 
-// Split merge in a thread-block cluster (kCluster: PagedAttentionWorkspace::quantize). The
-// cluster is a (tile, kv head) pair's `splits` blocks, rank = split. The pair's n_vec x HD
-// outputs are cut into 32-element blocks, rank r owning blocks [r per, (r + 1) per) (per =
-// ceil(blocks / splits)). Each block stores its merged partial of every element into the owning
-// rank's shared memory (o [split][per x 32], ml [split][kVecs]) before one cluster barrier; past
-// it each rank merges and quantizes its own share from local memory only.
-__host__ __device__ constexpr int cluster_share_blocks(int n_vec, int hd, int splits) { return (n_vec * hd / 32 + splits - 1) / splits; }
-// Shared bytes past the stages for kVecs vectors (the most a tile holds).
-constexpr size_t narrow_cluster_bytes(int hd, int vecs, int splits) {
-  return size_t(splits) * cluster_share_blocks(vecs, hd, splits) * 32 * sizeof(float) +
-         size_t(splits) * vecs * sizeof(float2);
-}
-constexpr size_t narrow_cluster_max_bytes(int hd, int vecs) {
-  size_t most = 0;
-  for (int s = 2; s <= kPagedAttentionMaxClusterSplits; ++s)
-    most = narrow_cluster_bytes(hd, vecs, s) > most ? narrow_cluster_bytes(hd, vecs, s) : most;
-  return most;
-}
-__device__ __forceinline__ void cluster_arrive_relaxed() {
-  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory"); }
-
-// The partials of 8 elements of one vector in the owning rank's shared memory (merge_split_parts'
-// Parts): split s's outputs at out + s * share, its (max, sum) at mls[s * vecs].
-struct ClusterParts {
-  const float* out;
-  const float2* mls;
-  int share, vecs;
-  __device__ float2 ml(int s) const { return mls[s * vecs]; }
-  __device__ float4 o(int s, int q) const { return reinterpret_cast<const float4*>(out + s * share)[q]; }
-};
-// The owning rank's share as a quantizer row source (mmq_quant.cuh): element i of the share is
-// element first + i of the pair's n_vec x HD, merged as every other reader of the partials merges
-// them (split_merge.cuh): the bits of mmq_quantize_attention_rows.
-struct ClusterShareSrc {
-  const float* o;    // [splits][share]
-  const float2* ml;  // [splits][vecs]
-  int splits, share, hd, vecs, first;
-  __device__ void preload(int64_t) {}
-  __device__ void prepare(int64_t, int64_t) {}
-  __device__ void value8(int64_t, int64_t i, float (&v)[8]) const {
-    const int ii = static_cast<int>(i);
-    float4 r[2];
-    detail::merge_split_parts(ClusterParts{o + ii, ml + (first + ii) / hd, share, vecs}, splits, r);
-#pragma unroll
-    for (int q = 0; q < 2; ++q) v[4 * q] = r[q].x, v[4 * q + 1] = r[q].y, v[4 * q + 2] = r[q].z, v[4 * q + 3] = r[q].w;
-  }
-};
-
-template <class T, class O, int HD, int W, template <int> class Math, bool kCluster = false>
+template <class T, class O, int HD, int W, template <int> class Math>
 __global__ void __launch_bounds__(W * 32) narrow_kernel(const Args<T, O> a) {
   constexpr int kNarrowWarps = W, kNarrowThreads = W * 32;
   detail::pdl_trigger();
-  // kCluster: the first barrier phase only says every block of the cluster runs (before any
-  // stores into another's shared memory); its wait comes after the key loop, off the path.
-  if constexpr (kCluster) cluster_arrive_relaxed();
   int tile_index, kvh;
   block_pair(a.n_kv_heads, tile_index, kvh);
   const PagedAttentionTile tile = a.tiles[tile_index];
@@ -544,11 +487,6 @@ __global__ void __launch_bounds__(W * 32) narrow_kernel(const Args<T, O> a) {
   float* red_l = red_m + kNarrowWarps * kVecs;          // [warp][kVecs]
   math.store(red_o + warp * kVecs * kStride, red_m + warp * kVecs, red_l + warp * kVecs, lane);
   __syncthreads();
-  // kCluster: the pair's merged partials in the owning ranks' shared memory (past the stages).
-  float* cl_o = reinterpret_cast<float*>(smem + kNarrowWarps * kStages * kStage);
-  float2* cl_ml = reinterpret_cast<float2*>(cl_o + a.splits * cluster_share_blocks(kVecs, HD, a.splits) * 32);
-  const int share = 32 * cluster_share_blocks(n_vec, HD, a.splits);
-  if constexpr (kCluster) cluster_wait();  // every block of the cluster runs
   // A thread merges 4 consecutive dims of a vector, so the vector's max, weights and sum are
   // formed once per 4 dims (each element takes the same operations in the same order as with one
   // dim per thread: the same bits). This epilogue was ~13 % of the kernel's instructions at
@@ -576,31 +514,10 @@ __global__ void __launch_bounds__(W * 32) narrow_kernel(const Args<T, O> a) {
     if (a.splits == 1) {
       store2(a.out + v * HD + dim, acc.x / l, acc.y / l);
       store2(a.out + v * HD + dim + 2, acc.z / l, acc.w / l);
-    } else if constexpr (kCluster) {  // into the owning rank's shared memory
-      const int e = r * HD + dim, owner = e / share;
-      cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-      *reinterpret_cast<float4*>(cluster.map_shared_rank(cl_o, owner) + split * share + e - owner * share) = acc;
-      if (dim == 0)
-        for (int q = 0; q < a.splits; ++q) cluster.map_shared_rank(cl_ml, q)[split * kVecs + r] = make_float2(mx, l);
     } else {  // unnormalized partial; an empty range: m = -inf, l = 0, o = 0
       *reinterpret_cast<float4*>(&a.ws_o[(v * a.splits + split) * HD + dim]) = acc;
       if (dim == 0) a.ws_ml[v * a.splits + split] = make_float2(mx, l);
     }
-  }
-  if constexpr (kCluster) {
-    cluster_arrive();  // release: this block's stores
-    cluster_wait();    // acquire: every block's, so past here all reads are local
-    const int first = split * share, count = min(share, n_vec * HD - first);
-    if (count <= 0) return;
-    const int64_t seg = static_cast<int64_t>(tile.row0) * a.n_heads * HD + static_cast<int64_t>(kvh) * group * HD + first;
-    const ClusterShareSrc src{cl_o, cl_ml, a.splits, share, HD, kVecs, first};
-    if (a.quant.raw32)
-      detail::quantize_row_span<detail::ActRule::kRaw32>(src, 0, count, a.quant.qx + seg, a.quant.meta + seg / 32,
-                                                         warp * 32, kNarrowThreads);
-    else
-      detail::quantize_row_span<detail::ActRule::kLegacy>(src, 0, count, a.quant.qx + seg, a.quant.meta + seg / 32,
-                                                          warp * 32, kNarrowThreads);
-    return;
   }
   if (a.splits > 1) merge_splits_if_last<HD>(a, tile, kvh);
 }

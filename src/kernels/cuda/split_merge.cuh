@@ -21,15 +21,14 @@ __device__ __forceinline__ V load_partial(const V* p) {
   }
 }
 
-// 4 x Q consecutive output dims of one query vector from its `splits` partials, read through
-// `parts`: parts.ml(s) = (max in scaled log2 units, sum of weights) of split s, parts.o(s, q) its
-// q-th 4 unnormalized dims (an empty range: -inf, 0, zeros). The max over every split, then the
-// weighted sums in split order. The first kBatch splits' loads are issued together (one memory
-// round trip for up to 8 splits: the merge sits on a decode step's critical path); further ones a
-// batch at a time. Every reader of attention's partials merges through this function, so all of
-// them give the same bits.
-template <int Q, class Parts>
-__device__ __forceinline__ void merge_split_parts(const Parts& parts, int splits, float4 (&out)[Q]) {
+// 4 x Q consecutive output dims of one query vector from its `splits` partials: ml[s] = (max
+// in scaled log2 units, sum of weights), o[s * stride ..] the unnormalized dims (an empty range:
+// -inf, 0, zeros). The max over every split, then the weighted sums in split order. The first
+// kBatch splits' loads are issued together (one memory round trip for up to 8 splits: the
+// merge sits on a decode step's critical path); further ones a batch at a time.
+template <bool kL2, int Q>
+__device__ __forceinline__ void merge_splits(const float2* ml, const float* o, int splits, int64_t stride,
+                                             float4 (&out)[Q]) {
   constexpr int kBatch = 8;
   float2 e[kBatch];
   float4 p[kBatch][Q];
@@ -37,9 +36,10 @@ __device__ __forceinline__ void merge_split_parts(const Parts& parts, int splits
 #pragma unroll
     for (int j = 0; j < kBatch; ++j)
       if (s0 + j < splits) {
-        e[j] = parts.ml(s0 + j);
+        e[j] = load_partial<kL2>(ml + s0 + j);
 #pragma unroll
-        for (int q = 0; q < Q; ++q) p[j][q] = parts.o(s0 + j, q);
+        for (int q = 0; q < Q; ++q)
+          p[j][q] = load_partial<kL2>(reinterpret_cast<const float4*>(o + (s0 + j) * stride) + q);
       }
   };
   load_batch(0);
@@ -72,7 +72,7 @@ __device__ __forceinline__ void merge_split_parts(const Parts& parts, int splits
   // load to its end, 1.2 like this (H200, gpu_runs/s29_attention_q_loads_merge_ab.txt; bf16
   // batch 1 3.99 / 4.00 -> 3.97 / 3.96 ms). The same operations in the same order: the bits of
   // every consumer stay those of attention's own merge.
-  for (int s = kBatch; s < splits; ++s) mx = fmaxf(mx, parts.ml(s).x);
+  for (int s = kBatch; s < splits; ++s) mx = fmaxf(mx, load_partial<kL2>(ml + s).x);
   add_batch(0);
   for (int s0 = kBatch; s0 < splits; s0 += kBatch) {
     load_batch(s0);
@@ -81,23 +81,6 @@ __device__ __forceinline__ void merge_split_parts(const Parts& parts, int splits
   const float inv = 1.f / l;
 #pragma unroll
   for (int q = 0; q < Q; ++q) out[q] = make_float4(acc[q].x * inv, acc[q].y * inv, acc[q].z * inv, acc[q].w * inv);
-}
-
-// Partials in memory: ml[s], o[s * stride ..] (the attention workspace's layout for one vector).
-template <bool kL2>
-struct StridedParts {
-  const float2* ml_;
-  const float* o_;
-  int64_t stride;
-  __device__ float2 ml(int s) const { return load_partial<kL2>(ml_ + s); }
-  __device__ float4 o(int s, int q) const {
-    return load_partial<kL2>(reinterpret_cast<const float4*>(o_ + s * stride) + q);
-  }
-};
-template <bool kL2, int Q>
-__device__ __forceinline__ void merge_splits(const float2* ml, const float* o, int splits, int64_t stride,
-                                             float4 (&out)[Q]) {
-  merge_split_parts(StridedParts<kL2>{ml, o, stride}, splits, out);
 }
 
 // Elements i .. i + 7 (i % 8 == 0, head_dim % 8 == 0) of row r of a launch's left partials

@@ -526,17 +526,14 @@ class CudaLlama final : public CausalLm {
         // kernel (paged_attention.h): o's input quantizer, where o reads 8-bit rows. That takes the
         // fence, count and merge off the step's critical path.
         const bool leave = leave_partials_on_ && proj_.quantized_input(l.wo, n);
-        cuda::PagedAttentionWorkspace ws{b.attn_ws, attn_ws_bytes_, n, 0, leave};
-        // Or the splits merged in a cluster straight into o's 8-bit rows (no kernel between).
-        const std::optional<cuda::MmqActRule> o_rule = proj_.attention_quantizes(l.wo, n);
-        if (leave && o_rule && attn_cluster_quant_) ws.quantize = {b.qx, b.meta, o_rule == cuda::MmqActRule::kRaw32};
+        const cuda::PagedAttentionWorkspace ws{b.attn_ws, attn_ws_bytes_, n, 0, leave};
         const cuda::PagedAttentionPartials left = cuda::paged_attention<float, float>(
             attn_q, d_pos, d_tiles, static_cast<int64_t>(plan_.tiles.size()), d_tables, plan_.table_stride,
             cache.block_size(), kc, vc, cfg_.n_heads, cfg_.n_kv_heads, hd, scale, b.attn, s, ws, attn_new_rows);
         prof_.mark("attention", attn_cost);
         const cuda::MmqResidualNorm ffn_in{x, l.ffn_norm, b.qx2, b.meta2, b.block_ss};
-        const In o_in = left.quantized ? In::quantized(*o_rule) : left.o ? In::attention(left) : In::rows(b.attn);
-        project(l.wo, o_in, n, b, x, d, /*accumulate=*/true, ffn_normed ? &ffn_in : nullptr);
+        project(l.wo, left.o ? In::attention(left) : In::rows(b.attn), n, b, x, d, /*accumulate=*/true,
+                ffn_normed ? &ffn_in : nullptr);
       } else {  // attention writes bf16: it only feeds the output projection (on bf16 rows)
         // One row: the partials left to a merge kernel before the o GEMV (batch 1: 4.14 -> 4.06 ms,
         // s26); at 4 / 8 rows (cuBLASLt, no PDL) that kernel cost 1.5 % (gpu_runs/s26_bf16_left_partials.txt).
@@ -715,16 +712,14 @@ class CudaLlama final : public CausalLm {
   // quantized o projection's input quantizer, or before a one-row bf16 o the merge kernel
   // (TESSERA_ATTN_LEAVE_PARTIALS=0: attention merges).
   const bool leave_partials_on_ = !env_is("TESSERA_ATTN_LEAVE_PARTIALS", "0");
-  // Split attention merged in a thread-block cluster into o's 8-bit rows (paged_attention.h).
-  const bool attn_cluster_quant_ = env_is("TESSERA_ATTN_CLUSTER_QUANT", "1");
   // One-row steps: the o and down GEMVs form the next RMSNorm's quantized input in their
   // epilogue (cuda::MmqResidualNorm) where the next projection's weights allow it
   // (TESSERA_FUSED_NORM=0: the norm kernels, for A/B runs and tests).
   const bool fused_norm_on_ = !env_is("TESSERA_FUSED_NORM", "0");
-  // One-row steps: SwiGLU in gate|up's epilogue, down on its f16 row (Projections::half_swiglu):
-  // TESSERA_HALF_SWIGLU=1 where it measured faster, =all for every type the kernel takes; off by
-  // default until its engine test has run on a GPU (cuda_engine.md, session 49).
-  const int half_swiglu_ = env_is("TESSERA_HALF_SWIGLU", "1") ? 1 : env_is("TESSERA_HALF_SWIGLU", "all") ? 2 : 0;
+  // One-row steps: SwiGLU in gate|up's epilogue, down on its f16 row (Projections::half_swiglu),
+  // by default where it measured faster (Q4_0 / Q8_0 down weights: H200 s49, H100 s50; its tests
+  // passed on the H100 in s50); TESSERA_HALF_SWIGLU=all for every type the kernel takes, =0 off.
+  const int half_swiglu_ = env_is("TESSERA_HALF_SWIGLU", "0") ? 0 : env_is("TESSERA_HALF_SWIGLU", "all") ? 2 : 1;
   // decode_persistent (one-row steps)
   const bool persistent_on_ = env_is("TESSERA_PERSISTENT_DECODE", "1");
   std::optional<bool> persistent_ok_;

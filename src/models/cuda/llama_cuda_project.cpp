@@ -87,13 +87,6 @@ bool Projections::norm_fusable(const Proj& producer, const Proj& consumer) {
   return producer.quant() && producer.parts.size() == 1 && consumer.quant();
 }
 
-std::optional<cuda::MmqActRule> Projections::attention_quantizes(const Proj& p, int64_t rows) const {
-  if (!p.quant() || p.parts.size() != 1 || !quantized_input(p, rows)) return std::nullopt;
-  const cuda::MmqActRule rule = cuda::mmq_act_rule(p.parts[0].type, /*k32=*/rows == 1);
-  if (rule == cuda::MmqActRule::kQ8K) return std::nullopt;
-  return rule;
-}
-
 bool Projections::half_swiglu(const Proj& gate_up, const Proj& down, bool any_type) {
   if (!gate_up.quant() || gate_up.parts.size() != 1 || !down.quant() || down.parts.size() != 1) return false;
   const DType t = down.parts[0].type;
@@ -161,7 +154,6 @@ void Projections::bf16_input(const In& in, int64_t rows, int64_t k, const Scratc
     case In::kBf16:  // already there
     case In::kAttention:
     case In::kNormed:
-    case In::kQuantized:
       return;
   }
 }
@@ -182,8 +174,7 @@ void Projections::through_slices(const Proj& p, int64_t rows, const Scratch& b, 
 }
 
 void Projections::project(const Proj& p, const In& in, int64_t rows, const Scratch& b, bf16* y, cudaStream_t s) {
-  TESSERA_CHECK_ARG(on_slices(p, rows) && in.kind != In::kAttention && in.kind != In::kNormed &&
-                        in.kind != In::kQuantized,
+  TESSERA_CHECK_ARG(on_slices(p, rows) && in.kind != In::kAttention && in.kind != In::kNormed,
                     "project: a bf16 product runs on the weight slices, on bf16 rows");
   bf16_input(in, rows, p.k, b, s);
   through_slices(p, rows, b, y, p.n, false, s);
@@ -213,8 +204,7 @@ void Projections::project(const Proj& p, const In& in, int64_t rows, const Scrat
   // Above kMmqGemvMaxRows rows the integer-dot path only where the tensor-core GEMV takes every
   // part at this row count (tc_takes_rows), else bf16 rows into dequant_gemm or the slices.
   if (bf16_input_rows(p, rows)) {
-    TESSERA_CHECK_ARG(in.kind != In::kAttention && in.kind != In::kNormed && in.kind != In::kQuantized &&
-                          next_norm == nullptr,
+    TESSERA_CHECK_ARG(in.kind != In::kAttention && in.kind != In::kNormed && next_norm == nullptr,
                       "project: attention partials and norm epilogues need a call on 8-bit rows");
     bf16_input(in, rows, p.k, b, s);
     if (on_slices(p, rows)) return through_slices(p, rows, b, y, ldy, accumulate, s);
@@ -228,12 +218,7 @@ void Projections::project(const Proj& p, const In& in, int64_t rows, const Scrat
   // One row (the DP4A GEMV): K weights take 32-element blocks with f32 meta (mmq.h, k32); more
   // rows: Q8_K's 256-element blocks. Legacy weights: their own rule either way.
   const bool k32 = rows == 1;
-  // How the rows now in b.qx were quantized.
-  std::optional<cuda::MmqActRule> quantized_for;
-  if (in.kind == In::kQuantized) {
-    TESSERA_CHECK_ARG(attention_quantizes(p, rows) == in.rule, "project: 8-bit rows of another rule");
-    quantized_for = in.rule;
-  }
+  std::optional<cuda::MmqActRule> quantized_for;  // how the rows now in b.qx were quantized
   for (const Proj::Part& part : p.parts) {
     const cuda::MmqActRule rule = cuda::mmq_act_rule(part.type, k32);
     if (rule != quantized_for) {
@@ -251,7 +236,6 @@ void Projections::project(const Proj& p, const In& in, int64_t rows, const Scrat
           cuda::mmq_quantize_attention_rows(part.type, in.partials, rows, p.k, b.qx, b.meta, s, k32);
           break;
         case In::kNormed:  // returned above
-        case In::kQuantized:  // (checked above)
           break;
       }
       quantized_for = rule;

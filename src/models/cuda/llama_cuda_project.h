@@ -19,7 +19,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
-#include <optional>
 #include <utility>
 
 #include "backend/cuda/gemm_bf16.h"
@@ -41,11 +40,9 @@ class Projections {
   // chosen kernel reads (8-bit rows per part type family, or bf16 rows) just before it. Or
   // (normed) one RMSNorm row already quantized without its 1 / rms by the previous projection's
   // epilogue (cuda::MmqResidualNorm; one row, any quantized parts).
-  // Or (half) one f16 row that project_swiglu_half wrote (cuda::mmq_gemv_half). Or (quantized)
-  // 8-bit rows already in Scratch::qx / meta by `rule` (attention's cluster merge:
-  // PagedAttentionWorkspace::quantize; one part of that rule).
+  // Or (half) one f16 row that project_swiglu_half wrote (cuda::mmq_gemv_half).
   struct In {
-    enum Kind { kNorm, kRows, kSwiglu, kAttention, kNormed, kBf16, kHalf, kQuantized } kind;
+    enum Kind { kNorm, kRows, kSwiglu, kAttention, kNormed, kBf16, kHalf } kind;
     const float* x;
     const float* w;
     cuda::PagedAttentionPartials partials;
@@ -53,7 +50,6 @@ class Projections {
     const cuda::MmqActMeta* meta = nullptr;
     cuda::MmqRowNorm row_norm{};
     const __half* h = nullptr;
-    cuda::MmqActRule rule = cuda::MmqActRule::kLegacy;
     static In norm(const float* x, const float* w) { return {kNorm, x, w, {}}; }
     static In rows(const float* x) { return {kRows, x, nullptr, {}}; }
     static In swiglu(const float* gu) { return {kSwiglu, gu, nullptr, {}}; }
@@ -63,9 +59,6 @@ class Projections {
       return {kNormed, nullptr, nullptr, {}, qx, meta, row_norm};
     }
     static In half(const __half* h) { return {kHalf, nullptr, nullptr, {}, nullptr, nullptr, {}, h}; }
-    static In quantized(cuda::MmqActRule rule) {
-      return {kQuantized, nullptr, nullptr, {}, nullptr, nullptr, {}, nullptr, rule};
-    }
   };
   // Scratch of one call (device): bf16 input rows, 8-bit rows and their scales, a dequantized
   // weight slice (null where slices() says none is needed), dequant_gemm's split sums.
@@ -94,10 +87,6 @@ class Projections {
   bool quantized_input(const Proj& p, int64_t rows) const {
     return rows <= cuda::kMmqGemvMaxRows || tc_takes_rows(p, rows);
   }
-  // The rule by which a call of `rows` rows through p quantizes its input, where attention's
-  // cluster merge can write it (In::quantized): quantized_input, one part, 32-element blocks
-  // (legacy weights; K weights at one row).
-  std::optional<cuda::MmqActRule> attention_quantizes(const Proj& p, int64_t rows) const;
   // Whether a call of `rows` rows through quantized p reads bf16 rows (Scratch::h: dequant_gemm
   // or the weight slices), so its input may be In::bf16_rows. Neither this nor quantized_input
   // holds past 16 rows under TESSERA_MMQ_GEMM=1 (the int8 GEMM quantizes f32 rows itself).
@@ -111,9 +100,10 @@ class Projections {
   // Whether one row's SwiGLU between gate|up and down rides in gate|up's GEMV epilogue, down then
   // reading f16 (cuda::mmq_gemv_swiglu_half): both quantized in one part, down's type one that
   // takes f16 rows and (unless any_type) one where it measured faster than the 8-bit quantizer
-  // kernel: Q4_0, Q8_0. H200, Llama-3-8B shapes, batch-1 decode at a 512-token context, two
-  // rounds in one call (docs/design/gpu_runs/s49_half_swiglu_ab.txt): Q4_0 1.63-1.64 -> 1.61 ms,
-  // Q8_0 2.36 -> 2.35, but Q4_K 1.68 -> 1.71 (its min needs the block's sum of h).
+  // kernel: Q4_0, Q8_0. Llama-3-8B shapes, batch-1 decode at a 512-token context, two rounds in
+  // one call each: H200 (docs/design/gpu_runs/s49_half_swiglu_ab.txt) Q4_0 1.63-1.64 -> 1.61 ms,
+  // Q8_0 2.36 -> 2.35, but Q4_K 1.68 -> 1.71 (its min needs the block's sum of h); H100
+  // (s50_h100_cluster_half_ab.txt) Q4_0 1.96 -> 1.94, Q8_0 3.05-3.06 -> 3.04, Q4_K 1.99 -> 1.99.
   static bool half_swiglu(const Proj& gate_up, const Proj& down, bool any_type = false);
   // Whether a call of `rows` rows through p takes dequant_gemm (at these rows, every part's type).
   bool dequant_gemm_takes(const Proj& p, int64_t rows) const;
