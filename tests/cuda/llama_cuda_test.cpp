@@ -531,7 +531,10 @@ TEST(LlamaCudaDummy, PersistentDecodeMatchesTheKernelChain) {
       if (c.cfg) return models::cuda_llama_create_dummy(c.cfg(), c.type);
       return models::cuda_llama_create_dummy(c.name, std::string(c.name) == "llama3-8b" ? 32000 : 0, c.type);
     };
-    auto [chain, persistent] = model_pair("TESSERA_PERSISTENT_DECODE", "1", create);  // off by default (still slower)
+    // Both on 8-bit SwiGLU rows, as the persistent step quantizes them (the chain's default f16
+    // row for Q4_0 / Q8_0 down weights rounds them otherwise: Projections::half_swiglu).
+    auto create_8bit = [&] { return with_env("TESSERA_HALF_SWIGLU", "0", create); };
+    auto [chain, persistent] = model_pair("TESSERA_PERSISTENT_DECODE", "1", create_8bit);  // off by default (still slower)
     auto cache_a = chain->make_kv_cache(n_blocks, block_size);
     auto cache_b = persistent->make_kv_cache(n_blocks, block_size);
     const uint64_t launches = cuda::decode_persistent_launches();
