@@ -716,9 +716,8 @@ class CudaLlama final : public CausalLm {
   // epilogue (cuda::MmqResidualNorm) where the next projection's weights allow it
   // (TESSERA_FUSED_NORM=0: the norm kernels, for A/B runs and tests).
   const bool fused_norm_on_ = !env_is("TESSERA_FUSED_NORM", "0");
-  // One-row steps: SwiGLU in gate|up's epilogue, down on its f16 row (Projections::half_swiglu),
-  // by default where it measured faster (Q4_0 / Q8_0 down weights: H200 s49, H100 s50; its tests
-  // passed on the H100 in s50); TESSERA_HALF_SWIGLU=all for every type the kernel takes, =0 off.
+  // One-row steps: SwiGLU in gate|up's epilogue, down on its f16 row (Projections::half_swiglu) where
+  // it measured faster (Q4_0 / Q8_0 down; s49, s50); TESSERA_HALF_SWIGLU=all: every type it takes, =0 off.
   const int half_swiglu_ = env_is("TESSERA_HALF_SWIGLU", "0") ? 0 : env_is("TESSERA_HALF_SWIGLU", "all") ? 2 : 1;
   // decode_persistent (one-row steps)
   const bool persistent_on_ = env_is("TESSERA_PERSISTENT_DECODE", "1");
