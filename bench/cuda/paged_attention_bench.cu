@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/cuda_check.h"
@@ -95,7 +96,9 @@ Batch make_batch(int n_seq, int ctx, int rows_per_seq, int64_t pool_blocks, int 
 
 }  // namespace
 
-int main() {
+// argv[1] (optional): run only the cases whose name holds it.
+int main(int argc, char** argv) {
+  const std::string only = argc > 1 ? argv[1] : "";
   cudaStream_t s;
   TESSERA_CUDA_CHECK(cudaStreamCreate(&s));
   // Ceilings.
@@ -160,6 +163,9 @@ int main() {
                         {"decode 4 seqs x ctx 4096", 4, 4096, 1, true, {kNone, kAuto, 4, 8, 16}},
                         {"decode 1 seq x ctx 4096", 1, 4096, 1, true, {kNone, kAuto, 8, 16, 64}},
                         {"decode 1 seq x ctx 512", 1, 512, 1, true, {kNone, kAuto, 2, 4, 8}},
+                        // Unsplit (TESSERA_ATTN_UNSPLIT_SHAPE) against split at 1-2k keys.
+                        {"decode 1 seq x ctx 1024", 1, 1024, 1, true, {kNone, kAuto}},
+                        {"decode 1 seq x ctx 2048", 1, 2048, 1, true, {kNone, kAuto}},
                         {"decode 1 seq x ctx 512, table 8192", 1, 512, 1, true, {kAuto}, 8192},
                         {"decode 4 seqs x ctx 1024, table 8192", 4, 1024, 1, true, {kAuto}, 8192},
                         {"decode 1 seq x ctx 4096, table 8192", 1, 4096, 1, true, {kAuto}, 8192},
@@ -177,6 +183,7 @@ int main() {
                         {"prefill 16 x 512 (causal)", 16, 512, 512, false, {kNone}}};
   const int64_t l2_rotation_bytes = int64_t{256} << 20;
   for (const Case& c : cases) {
+    if (std::string(c.name).find(only) == std::string::npos) continue;
     const int kv = c.kv_heads, heads = kGroup * kv;
     const int64_t pool = pool_blocks * kKvHeads / kv;  // the same cache bytes
     const Batch b = make_batch(c.n_seq, c.ctx, c.rows, pool, 0, c.cap, kv, c.mixed, c.longest_first);
