@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # One device call (session 49): the f16 SwiGLU row between gate|up and down (mmq.h:
 # mmq_gemv_swiglu_half) checked and measured on a stripped tessera and one test binary holding
-# mmq_cuda_test + llama_cuda_test (linked together: one copy of the kernels fits the carry).
+# mmq_cuda_test + gemv_cuda_test (MmqHalf.*, since session 51) + llama_cuda_test (linked together:
+# one copy of the kernels fits the carry).
 # Pack here:
 #   C=build-carry-s49; mkdir -p $C /tmp/pk; strip -o /tmp/pk/tessera build/tessera
-#   sed 's#llama_cuda_test.cpp.o -o llama_cuda_test#llama_cuda_test.cpp.o CMakeFiles/mmq_cuda_test.dir/tests/cuda/mmq_cuda_test.cpp.o -o /tmp/pk/gpu_s49_tests#' \
+#   sed 's#llama_cuda_test.cpp.o -o llama_cuda_test#llama_cuda_test.cpp.o CMakeFiles/mmq_cuda_test.dir/tests/cuda/mmq_cuda_test.cpp.o CMakeFiles/gemv_cuda_test.dir/tests/cuda/gemv_cuda_test.cpp.o -o /tmp/pk/gpu_s49_tests#' \
 #     build/CMakeFiles/llama_cuda_test.dir/link.txt > /tmp/link.sh; (cd build && bash /tmp/link.sh); strip /tmp/pk/gpu_s49_tests
 #   tar cf - -C /tmp/pk tessera gpu_s49_tests | xz -6 -T2 > $C/bins.tar.xz; cp <tokenizer GGUF> $C/tok_only.gguf
 # then run(command="bash bench/cuda/gpu_check_half_swiglu.sh", carry=["build-carry-s49"]).

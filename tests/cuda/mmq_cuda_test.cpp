@@ -6,6 +6,7 @@
 //    outputs (every element written, nothing outside written); and against the CPU's own
 //    optimized matmul (cpu::matmul, the model's reference path);
 //  - a row computed in a batch equals it computed alone.
+// (The one-row GEMVs around an f16 row, MmqHalf.*, are in gemv_cuda_test.)
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -17,6 +18,7 @@
 #include "backend/cpu/thread_pool.h"
 #include "core/half.h"
 #include "cuda/cuda_test_util.h"
+#include "cuda/mmq_test_util.h"
 #include "cuda/quant_test_util.h"
 #include "kernels/cpu/llm_ops.h"
 #include "kernels/cpu/matmul.h"
@@ -31,46 +33,9 @@
 namespace tessera {
 namespace {
 
-
-
-// Uniform [-1, 1] rows; row 0 has an all-zero first block, row 1 a dominant negative element
-// (Q8_K's sign rule), rows 2 and 3 (k > 200) two of the largest magnitude with opposite signs,
-// positive first and negative first (the rule takes the first), every row different.
-std::vector<float> random_rows(int64_t m, int64_t k, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1.f, 1.f);
-  std::vector<float> x(static_cast<size_t>(m * k));
-  for (auto& v : x) v = u(rng);
-  for (int64_t i = 0; i < 32 && i < k; ++i) x[i] = 0.f;
-  if (m > 1) x[k + 5] = -7.5f;
-  if (k > 200)
-    for (int64_t r = 2; r < 4 && r < m; ++r) {
-      x[r * k + 3] = r == 2 ? 7.5f : -7.5f;
-      x[r * k + 200] = r == 2 ? -7.5f : 7.5f;
-    }
-  return x;
-}
-
-// The raw meta of a row's legacy 32-element blocks (MmqResidualNorm's, the k32 quantizers'):
-// {amax / 127 of x's block, the integer sum of its quants q}, from the host.
-std::vector<cuda::MmqActMeta> raw_legacy_meta(const float* x, const int8_t* q, int64_t k) {
-  std::vector<cuda::MmqActMeta> meta(k / 32);
-  for (int64_t b = 0; b < k / 32; ++b) {
-    float amax = 0.f;
-    int sum = 0;
-    for (int64_t i = 32 * b; i < 32 * b + 32; ++i) amax = std::max(amax, std::fabs(x[i])), sum += q[i];
-    meta[b] = {amax / 127.0f, static_cast<float>(sum)};
-  }
-  return meta;
-}
-
-// Random GGUF blocks of type t for an n x k weight (test::random_quant_blocks), repacked (gemv.h).
-std::vector<uint8_t> random_packed(DType t, int64_t n, int64_t k, uint32_t seed) {
-  const auto blocks = test::random_quant_blocks(t, n, k, seed);
-  std::vector<uint8_t> packed(cuda::gemv_quant_layout(t, n, k).bytes);
-  cuda::repack_quant(t, blocks.data(), n, k, packed.data());
-  return packed;
-}
+using test::random_packed;
+using test::random_rows;
+using test::raw_legacy_meta;
 
 // The CPU's activation rows for wtype: q bytes and per-32 meta as the GPU lays them out.
 struct CpuRows {
@@ -726,149 +691,6 @@ TEST(MmqMatmul, GemvAfterItsProducerUnderPdlReadsTheNewRows) {
       const auto a = chained.download(), b = alone.download();
       EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << dtype_name(t) << " m " << m;
     }
-}
-
-// One row's SwiGLU in the gate|up GEMV's epilogue (mmq_gemv_swiglu_half): h[i] at
-// mmq_half_pos(i) is silu(gate[i]) * up[i] of the plain GEMV's sums (the same k split, so the
-// same bits), rounded to f16, within one f16 step (the host's expf may differ in its last bit).
-// Every producer type, plain and with a row norm, every k split; h poisoned first.
-TEST(MmqHalf, SwigluEpilogueIsTheGemvsSwiglu) {
-  TESSERA_SKIP_WITHOUT_GPU();
-  const int64_t k = 4096, nb = k / 32, ff = 1536;
-  std::vector<double> ss(nb);
-  for (int64_t b = 0; b < nb; ++b) ss[b] = 8.0 + static_cast<double>(b % 13);
-  test::DevBuf<double> dss(ss);
-  const cuda::MmqRowNorm norm{dss.get(), k, 1e-5f};
-  for (DType t : test::kQuantTypes) {
-    test::DevBuf<uint8_t> dw(random_packed(t, 2 * ff, k, 51));
-    test::DevBuf<float> a(random_rows(1, k, 52)), gu(2 * ff);
-    test::DevBuf<int8_t> qa(k);
-    test::DevBuf<cuda::MmqActMeta> ma(nb);
-    cuda::mmq_quantize_rows(t, a.get(), k, 1, k, qa.get(), ma.get(), nullptr, /*k32=*/true);
-    test::DevBuf<uint16_t> h(ff);
-    for (const cuda::MmqRowNorm* nm : {static_cast<const cuda::MmqRowNorm*>(nullptr), &norm})
-      for (int ks : {1, 2, 4}) {
-        const std::string what = std::string(dtype_name(t)) + " ks " + std::to_string(ks) + (nm ? " normed" : "");
-        cuda::mmq_gemv(t, dw.get(), 2 * ff, k, qa.get(), ma.get(), 1, gu.get(), 2 * ff, false, nullptr, ks, nm);
-        h.poison();
-        cuda::mmq_gemv_swiglu_half(t, dw.get(), ff, k, qa.get(), ma.get(), reinterpret_cast<__half*>(h.get()), nullptr,
-                                   nm, ks);
-        test::check_launch();
-        const auto g = gu.download();
-        const auto got = h.download();
-        for (int64_t i = 0; i < ff; ++i) {
-          const float want = g[i] / (1.f + std::exp(-g[i])) * g[ff + i];
-          const float hv = f16_to_f32(got[cuda::mmq_half_pos(i)]);
-          const float step = std::max(std::fabs(want) * 0x1p-10f, 0x1p-24f);
-          ASSERT_LE(std::fabs(hv - want), step) << what << " h[" << i << "] " << hv << " vs " << want;
-        }
-      }
-  }
-  EXPECT_THROW(cuda::mmq_gemv_swiglu_half(DType::kQ4_0, nullptr, 48, k, nullptr, nullptr, nullptr, nullptr), Error);
-}
-
-// Down on one f16 row (mmq_gemv_half, and with the next norm's epilogue): against the exact
-// product of the dequantized GGUF weights and the f16 values (double on the host). The f16
-// partial sums round each step to 2^-11 of the running sum: the bound is 2^-8 of sum |w h| per
-// output, and the whole row's relative squared error must stay below 1e-6 and below the 8-bit
-// path's (the same values quantized for mmq_gemv) on the same row. The row mixes magnitudes
-// (1e-3 .. 300, the outliers of real SwiGLU rows). Every k split; accumulating.
-TEST(MmqHalf, GemvOnF16RowsMatchesTheExactProduct) {
-  TESSERA_SKIP_WITHOUT_GPU();
-  for (DType t : {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K})
-    for (auto [n, k] : {std::pair<int64_t, int64_t>{4096, 14336}, {96, 512}, {64, 1536}}) {
-      const auto blocks = test::random_quant_blocks(t, n, k, 61);
-      std::vector<uint8_t> packed(cuda::gemv_quant_layout(t, n, k).bytes);
-      cuda::repack_quant(t, blocks.data(), n, k, packed.data());
-      test::DevBuf<uint8_t> dw(packed);
-      std::mt19937 rng(62);
-      std::uniform_real_distribution<float> u(-1.f, 1.f);
-      std::vector<float> hv(k);
-      std::vector<uint16_t> hbits(k);
-      for (int64_t i = 0; i < k; ++i) {
-        const float scale = i % 97 == 5 ? 300.f : i % 7 == 0 ? 1e-3f : 2.f;
-        hv[i] = f16_to_f32(f32_to_f16(u(rng) * scale));
-        hbits[cuda::mmq_half_pos(i)] = f32_to_f16(hv[i]);
-      }
-      test::DevBuf<uint16_t> dh(hbits);
-      const auto* h = reinterpret_cast<const __half*>(dh.get());
-      std::vector<double> want(n), mag(n);
-      std::vector<float> wrow(k);
-      const size_t row_bytes = blocks.size() / n;
-      for (int64_t j = 0; j < n; ++j) {
-        ref::dequantize_row(t, blocks.data() + j * row_bytes, wrow.data(), k);
-        for (int64_t i = 0; i < k; ++i) {
-          want[j] += static_cast<double>(wrow[i]) * hv[i];
-          mag[j] += std::fabs(static_cast<double>(wrow[i]) * hv[i]);
-        }
-      }
-      test::DevBuf<float> y(n);
-      // The 8-bit path on the same values (natural order; K weights on 32-element blocks).
-      test::DevBuf<float> dhv(hv);
-      test::DevBuf<int8_t> q8(k);
-      test::DevBuf<cuda::MmqActMeta> m8(k / 32);
-      cuda::mmq_quantize_rows(t, dhv.get(), k, 1, k, q8.get(), m8.get(), nullptr, /*k32=*/true);
-      cuda::mmq_gemv(t, dw.get(), n, k, q8.get(), m8.get(), 1, y.get(), n, false, nullptr);
-      const auto y8 = y.download();
-      double err8 = 0, tot8 = 0;
-      for (int64_t j = 0; j < n; ++j) err8 += (y8[j] - want[j]) * (y8[j] - want[j]), tot8 += want[j] * want[j];
-      for (int ks : {1, 2, 4}) {
-        const std::string what = std::string(dtype_name(t)) + " " + std::to_string(n) + " x " + std::to_string(k) +
-                                 " ks " + std::to_string(ks);
-        y.poison();
-        cuda::mmq_gemv_half(t, dw.get(), n, k, h, y.get(), false, nullptr, ks);
-        test::check_launch();
-        const auto got = y.download();
-        double err = 0, tot = 0;
-        for (int64_t j = 0; j < n; ++j) {
-          ASSERT_LE(std::fabs(got[j] - want[j]), mag[j] * 0x1p-8 + 1e-6) << what << " y[" << j << "]";
-          err += (got[j] - want[j]) * (got[j] - want[j]);
-          tot += want[j] * want[j];
-        }
-        EXPECT_LT(err / tot, 1e-6) << what;
-        EXPECT_LT(err / tot, err8 / tot8) << what << ": no closer than the 8-bit path";
-        if (ks == 1) std::printf("%s: f16 row nMSE %.2e, 8-bit row %.2e\n", what.c_str(), err / tot, err8 / tot8);
-        cuda::mmq_gemv_half(t, dw.get(), n, k, h, y.get(), true, nullptr, ks);
-        const auto twice = y.download();
-        for (int64_t j = 0; j < n; ++j) ASSERT_EQ(twice[j], got[j] + got[j]) << what << " accumulate " << j;
-
-        // The residual + next-norm epilogue: x0 + the same sums (a k split of 4 runs as 2), and
-        // the quantized x * w of mmq_gemv_residual_norm (that test checks it against the quantizer).
-        if (n % 32 != 0) continue;
-        cuda::mmq_gemv_half(t, dw.get(), n, k, h, y.get(), false, nullptr, ks == 4 ? 2 : ks);
-        const auto sums = y.download();
-        std::vector<float> x0 = random_rows(1, n, 63), nw = random_rows(1, n, 64);
-        test::DevBuf<float> x(x0), dnw(nw);
-        test::DevBuf<int8_t> qx(n), qx_ref(n);
-        test::DevBuf<cuda::MmqActMeta> meta(n / 32), meta_ref(n / 32);
-        test::DevBuf<double> ss(n / 32);
-        qx.poison();
-        meta.poison();
-        cuda::mmq_gemv_half_residual_norm(t, dw.get(), n, k, h, {x.get(), dnw.get(), qx.get(), meta.get(), ss.get()},
-                                          nullptr, ks);
-        test::check_launch();
-        const auto xn = x.download();
-        for (int64_t j = 0; j < n; ++j) ASSERT_EQ(xn[j], x0[j] + sums[j]) << what << " residual " << j;
-        // x * w quantized as the activation quantizer does (host-formed), raw scales, block sums.
-        std::vector<float> p(n);
-        for (int64_t j = 0; j < n; ++j) p[j] = xn[j] * nw[j];
-        test::DevBuf<float> dp(p);
-        cuda::mmq_quantize_rows(DType::kQ8_0, dp.get(), n, 1, n, qx_ref.get(), meta_ref.get(), nullptr);
-        const auto q1 = qx.download(), q2 = qx_ref.download();
-        ASSERT_EQ(0, std::memcmp(q1.data(), q2.data(), n)) << what;
-        const auto m1 = meta.download();
-        const auto raw = raw_legacy_meta(p.data(), q2.data(), n);
-        const auto got_ss = ss.download();
-        for (int64_t b = 0; b < n / 32; ++b) {
-          ASSERT_EQ(m1[b].d, raw[b].d) << what << " block " << b;
-          ASSERT_EQ(m1[b].s, raw[b].s) << what << " block " << b;
-          double w2 = 0;
-          for (int64_t j = 32 * b; j < 32 * b + 32; ++j) w2 += static_cast<double>(xn[j] * xn[j]);
-          ASSERT_NEAR(got_ss[b], w2, 1e-12 * w2) << what << " block " << b;
-        }
-      }
-    }
-  EXPECT_THROW(cuda::mmq_gemv_half(DType::kQ5_K, nullptr, 32, 256, nullptr, nullptr, false, nullptr), Error);
 }
 
 TEST(MmqMatmul, RejectsBadArguments) {
