@@ -712,9 +712,8 @@ class CudaLlama final : public CausalLm {
   // quantized o projection's input quantizer, or before a one-row bf16 o the merge kernel
   // (TESSERA_ATTN_LEAVE_PARTIALS=0: attention merges).
   const bool leave_partials_on_ = !env_is("TESSERA_ATTN_LEAVE_PARTIALS", "0");
-  // One-row steps: the o and down GEMVs form the next RMSNorm's quantized input in their
-  // epilogue (cuda::MmqResidualNorm) where the next projection's weights allow it
-  // (TESSERA_FUSED_NORM=0: the norm kernels, for A/B runs and tests).
+  // One-row steps: the o and down GEMVs form the next RMSNorm's quantized input in their epilogue
+  // (cuda::MmqResidualNorm) where the next weights allow it (TESSERA_FUSED_NORM=0: norm kernels).
   const bool fused_norm_on_ = !env_is("TESSERA_FUSED_NORM", "0");
   // One-row steps: SwiGLU in gate|up's epilogue, down on its f16 row (Projections::half_swiglu) where
   // it measured faster (Q4_0 / Q8_0 down; s49, s50); TESSERA_HALF_SWIGLU=all: every type it takes, =0 off.
