@@ -163,7 +163,7 @@ int main(int argc, char** argv) {
                         {"decode 4 seqs x ctx 4096", 4, 4096, 1, true, {kNone, kAuto, 4, 8, 16}},
                         {"decode 1 seq x ctx 4096", 1, 4096, 1, true, {kNone, kAuto, 8, 16, 64}},
                         {"decode 1 seq x ctx 512", 1, 512, 1, true, {kNone, kAuto, 2, 4, 8}},
-                        // Unsplit (TESSERA_ATTN_UNSPLIT_SHAPE) against split at 1-2k keys.
+                        // One sequence at 1-2k keys: unsplit against the launcher's split (session 51).
                         {"decode 1 seq x ctx 1024", 1, 1024, 1, true, {kNone, kAuto}},
                         {"decode 1 seq x ctx 2048", 1, 2048, 1, true, {kNone, kAuto}},
                         {"decode 1 seq x ctx 512, table 8192", 1, 512, 1, true, {kAuto}, 8192},
