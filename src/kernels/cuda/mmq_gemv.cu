@@ -149,7 +149,8 @@ constexpr bool early_x = !std::is_same_v<F, Q4_0G> && !std::is_same_v<F, Q4_1G>;
 // is formed from its raw scale times 1 / rms as the block is loaded, rounded to f16 with d * sum
 // for legacy formats (block_q8_1's meta), kept in f32 with the integer sum for K formats.
 // kHalf: the activation row is f16 (mmq.h: mmq_gemv_half; qx points at it, meta unused).
-template <class F, int M, int KS, class Epi, int W = kWarps, bool kNorm = false, bool kHalf = false>
+// U: weight blocks per row a lane loads per step (kU; 1 for down on its f16 row, below).
+template <class F, int M, int KS, class Epi, int W = kWarps, bool kNorm = false, bool kHalf = false, int U = kU>
 __global__ void __launch_bounds__(W * 32, (kMinBlocks<F, M, W, kNorm>))
 mmq_gemv_kernel(MmqMat w, const int8_t* qx, const MmqActMeta* meta, Epi epi, MmqRowNorm norm) {
   static_assert(W % KS == 0, "whole row groups per block");
@@ -171,7 +172,7 @@ mmq_gemv_kernel(MmqMat w, const int8_t* qx, const MmqActMeta* meta, Epi epi, Mmq
       rows[r] = (r < 2 ? 0 : w.n / 2) + 2 * g + r % 2;
     else
       rows[r] = g * kR + r < w.n ? g * kR + r : g * kR;  // past n: alias, never stored
-  const int64_t nb = w.k / 32, step = 32 * KS * kU;
+  const int64_t nb = w.k / 32, step = 32 * KS * U;
   // What comes from earlier kernels besides the activations, asked for right after the wait:
   // the row's 1 / rms (kNorm), a block epilogue's first-warp inputs.
   [[maybe_unused]] float pre_x = 0.f, pre_w = 0.f, inv = 1.f;
@@ -180,9 +181,9 @@ mmq_gemv_kernel(MmqMat w, const int8_t* qx, const MmqActMeta* meta, Epi epi, Mmq
     if constexpr (kBlockEpi<Epi>)
       if (warp == 0) epi.preload(blockIdx.x, lane, pre_x, pre_w);
   };
-  auto load = [&](int64_t c0, typename F::W (&wv)[kU][kR]) {
+  auto load = [&](int64_t c0, typename F::W (&wv)[U][kR]) {
 #pragma unroll
-    for (int u = 0; u < kU; ++u)
+    for (int u = 0; u < U; ++u)
 #pragma unroll
       for (int r = 0; r < kR; ++r) {
         const int64_t c = c0 + 32 * KS * u;
@@ -191,9 +192,9 @@ mmq_gemv_kernel(MmqMat w, const int8_t* qx, const MmqActMeta* meta, Epi epi, Mmq
   };
   float acc[kR][M] = {};
   // pre: the step's activation blocks already loaded (one row), else null.
-  auto add = [&](int64_t c0, const typename F::W (&wv)[kU][kR], const XBlk* pre = nullptr) {
+  auto add = [&](int64_t c0, const typename F::W (&wv)[U][kR], const XBlk* pre = nullptr) {
 #pragma unroll
-    for (int u = 0; u < kU; ++u) {
+    for (int u = 0; u < U; ++u) {
       const int64_t c = c0 + 32 * KS * u;
       if (c >= nb) break;
       if constexpr (kHalf) {
@@ -221,15 +222,15 @@ mmq_gemv_kernel(MmqMat w, const int8_t* qx, const MmqActMeta* meta, Epi epi, Mmq
   int64_t c0 = (warp % KS) * 32 + lane;  // this lane's first block
   if constexpr (kNorm || kBlockEpi<Epi>) {  // after_wait's warp-wide sum: one converged call
     const bool first = c0 < nb;
-    typename F::W wv[kU][kR];
+    typename F::W wv[U][kR];
     if (first) load(c0, wv);
     pdl_wait();  // the activations (and y) come from earlier kernels
     // A row norm: the first step's activation blocks asked for before the 1 / rms's round trip
     // for the block sums, not after it (both are L2 reads of the producer's output).
-    XBlk x0[kU];
+    XBlk x0[U];
     if constexpr (kEarlyX)
 #pragma unroll
-      for (int u = 0; u < kU; ++u) {
+      for (int u = 0; u < U; ++u) {
         const int64_t c = c0 + 32 * KS * u;
         if (c < nb) x0[u] = load_xblk(qx, meta, c);
       }
@@ -239,7 +240,7 @@ mmq_gemv_kernel(MmqMat w, const int8_t* qx, const MmqActMeta* meta, Epi epi, Mmq
       c0 += step;
     }
   } else if (c0 < nb) {
-    typename F::W wv[kU][kR];
+    typename F::W wv[U][kR];
     load(c0, wv);
     pdl_wait();  // the activations (and y) come from earlier kernels
     add(c0, wv);
@@ -248,7 +249,7 @@ mmq_gemv_kernel(MmqMat w, const int8_t* qx, const MmqActMeta* meta, Epi epi, Mmq
     pdl_wait();  // no block for this lane: still order after the predecessor
   }
   for (; c0 < nb; c0 += step) {
-    typename F::W wv[kU][kR];
+    typename F::W wv[U][kR];
     load(c0, wv);
     add(c0, wv);
   }
@@ -447,7 +448,12 @@ void launch_residual_norm(const MmqMat& w, const int8_t* qx, const MmqActMeta* m
   with_k_split(w, 1, k_split, [&](auto ks) {
     // 8 row groups per block; a k split of 4 (32 warps) would cap registers at 64: 2 instead.
     constexpr int KS = decltype(ks)::value == 4 ? 2 : decltype(ks)::value, W = 8 * KS;
-    launch_kernel(mmq_gemv_kernel<F, 1, KS, ResidualNormRows, W, false, kHalf>,
+    // On an f16 row (down at Llama-3-8B shapes, k = 14336: 448 blocks, 3.5 steps of 2 per lane,
+    // the last half empty) one block per lane per step: 7 whole steps. H100, batch-1 decode, same
+    // call, 6 rounds: Q4_0 1.937 -> 1.924 ms, Q8_0 3.040 -> 3.026; on a second H100 3 rounds, Q4_0
+    // 1.95-1.96 -> 1.94, Q8_0 3.08 -> 3.07 (gpu_runs/s52_down_one_block_per_step.txt).
+    constexpr int U = kHalf ? 1 : kU;
+    launch_kernel(mmq_gemv_kernel<F, 1, KS, ResidualNormRows, W, false, kHalf, U>,
                   static_cast<unsigned>(w.n / ResidualNormRows::kBlockRows), W * 32, 0, s, w, qx, meta,
                   ResidualNormRows{out}, MmqRowNorm{});
   });
