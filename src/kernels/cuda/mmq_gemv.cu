@@ -417,10 +417,16 @@ void mmq_gemv_qkv_rope(DType t, const void* packed, int64_t k, const int8_t* qx,
       constexpr int KS = decltype(ks)::value;
       using F = decltype(fmt);
       const QkvRopeRow epi{QkvRopeEpi<float>{q, r}};
+      // One weight block per lane per step: 2 steps at k = 4096, and registers for more resident
+      // blocks (Q4_0 100 -> 80: 6 blocks per SM, all 768 of Llama-3-8B's in one wave; Q8_0 128 ->
+      // 102). H100, batch-1 decode, same call, 2 rounds: Q4_0 1.92 -> 1.90 ms (73.8 -> 74.5-74.7 %
+      // of the floor), Q8_0 3.01-3.02 -> 2.98, Q4_K 1.98 -> 1.96 (gpu_runs/s52_qkv_shape.txt); a
+      // second call: Q6_K 2.72 -> 2.68, Q5_0 2.29 -> 2.27, Q5_K and Q4_1 the same (s52_u1_gate_up_o.txt).
       if (nm.block_ss != nullptr)
-        return launch_kernel(mmq_gemv_kernel<F, 1, KS, QkvRopeRow, kWarps, true>, grid_for(w, KS), kThreads, 0, s, w,
-                             qx, meta, epi, nm);
-      launch_kernel(mmq_gemv_kernel<F, 1, KS, QkvRopeRow>, grid_for(w, KS), kThreads, 0, s, w, qx, meta, epi, nm);
+        return launch_kernel(mmq_gemv_kernel<F, 1, KS, QkvRopeRow, kWarps, true, false, 1>, grid_for(w, KS), kThreads,
+                             0, s, w, qx, meta, epi, nm);
+      launch_kernel(mmq_gemv_kernel<F, 1, KS, QkvRopeRow, kWarps, false, false, 1>, grid_for(w, KS), kThreads, 0, s, w,
+                    qx, meta, epi, nm);
     });
   });
 }
@@ -452,7 +458,9 @@ void launch_residual_norm(const MmqMat& w, const int8_t* qx, const MmqActMeta* m
     // the last half empty) one block per lane per step: 7 whole steps. H100, batch-1 decode, same
     // call, 6 rounds: Q4_0 1.937 -> 1.924 ms, Q8_0 3.040 -> 3.026; on a second H100 3 rounds, Q4_0
     // 1.95-1.96 -> 1.94, Q8_0 3.08 -> 3.07 (gpu_runs/s52_down_one_block_per_step.txt).
-    constexpr int U = kHalf ? 1 : kU;
+    // On 8-bit rows (o, k = 4096: 1 step of 2 blocks per lane) likewise for Q4_K, 2 steps of 1:
+    // H100, 2 rounds, 1.97 -> 1.95-1.96 ms (Q4_0 and Q8_0 no faster, gpu_runs/s52_u1_gate_up_o.txt).
+    constexpr int U = kHalf || std::is_same_v<F, Q4_KG> ? 1 : kU;
     launch_kernel(mmq_gemv_kernel<F, 1, KS, ResidualNormRows, W, false, kHalf, U>,
                   static_cast<unsigned>(w.n / ResidualNormRows::kBlockRows), W * 32, 0, s, w, qx, meta,
                   ResidualNormRows{out}, MmqRowNorm{});
