@@ -414,9 +414,12 @@ void expect_graph_steps_equal(models::CausalLm& m, const std::vector<int32_t>& i
 // input in the o / down GEMV's epilogue (cuda::MmqResidualNorm: 2 n_layers - 1 calls a step)
 // unless TESSERA_FUSED_NORM=0 keeps the norm kernels. The consumer rounds each block's scale after
 // the norm's 1 / rms, as the norm kernel does: the same logits up to rare rounding-edge moves
-// (mmq.h; nMSE <= 1e-4, where other orders of the same sums give 7e-4 to 1e-3 on these models:
-// one-row steps vs one chunk). K weights: every one-row input in the legacy 32-element blocks
-// with f32 scales (mmq.h, k32), fused or not, so the same bound holds.
+// (mmq.h; other orders of the same sums give 7e-4 to 1e-3 on these models: one-row steps vs one
+// chunk). K weights: every one-row input in the legacy 32-element blocks with f32 scales (mmq.h,
+// k32), fused or not, so the same bound holds. With down on the f16 SwiGLU row (the default for
+// Q4_0 / Q8_0 / Q4_K / Q6_K) no 8-bit requantization between gate|up and down rounds those moves
+// away: H100, nMSE 3.0e-5 .. 1.0e-4 there against 0 .. 6.0e-5 on 8-bit rows, and 2 of 24 top-1
+// flips for Q6_K (random weights: near ties), hence nMSE <= 2e-4 and top-1 >= 90 %.
 // Eager one-row steps, then the same steps replayed from CUDA graphs.
 TEST(LlamaCudaDummy, FusedNormStepsMatchTheNormKernels) {
   TESSERA_SKIP_WITHOUT_GPU();
@@ -443,15 +446,15 @@ TEST(LlamaCudaDummy, FusedNormStepsMatchTheNormKernels) {
     const double e = test::nmse(a, b);
     std::printf("%s fused norms vs norm kernels:%s top-1 %.1f%%, mean KL %.2e, nMSE %.2e\n", name.c_str(),
                 same ? " bit for bit," : "", 100 * ag.top1, ag.mean_kl, e);
-    EXPECT_LE(e, 1e-4) << name;
-    EXPECT_GE(ag.top1, 0.95) << name;
+    EXPECT_LE(e, 2e-4) << name;
+    EXPECT_GE(ag.top1, 0.9) << name;
     expect_graph_steps_equal(*fused, ids, blocks, a, name, pool);
   }
 }
 
 // One-row steps with SwiGLU in the gate|up GEMV's epilogue and down on its f16 row (mmq.h:
 // mmq_gemv_swiglu_half) against the 8-bit quantizer kernel between them (TESSERA_HALF_SWIGLU=0):
-// Q4_0 / Q8_0 down weights with TESSERA_HALF_SWIGLU=1, Q4_K / Q6_K with =all.
+// Q4_0 / Q8_0 / Q4_K / Q6_K down weights (the default); Q5_0 has none.
 // Down's input rounds to 2^-11 of each element instead of amax / 254 of its block, so the logits
 // move by about the 8-bit path's own rounding (nMSE <= 1e-3, top-1 >= 95 %); Q5_0 has no f16
 // path (the same bits either way). Eager steps, then the same steps replayed from CUDA graphs.
@@ -465,9 +468,8 @@ TEST(LlamaCudaDummy, HalfSwigluStepsMatchTheQuantizerPath) {
   const std::vector<int32_t> blocks = {2, 0, 1};
   for (DType t : {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K, DType::kQ5_0}) {
     const std::string name(dtype_name(t));
-    const bool measured_faster = t == DType::kQ4_0 || t == DType::kQ8_0;  // TESSERA_HALF_SWIGLU=1's types
     auto create = [&] { return models::cuda_llama_create_dummy(cfg, t); };
-    const auto half_model = with_env("TESSERA_HALF_SWIGLU", measured_faster ? "1" : "all", create);
+    const auto half_model = with_env("TESSERA_HALF_SWIGLU", "1", create);
     const auto quantizer_model = with_env("TESSERA_HALF_SWIGLU", "0", create);
     models::CausalLm& half = *half_model;
     models::CausalLm& quantizer = *quantizer_model;
@@ -532,7 +534,7 @@ TEST(LlamaCudaDummy, PersistentDecodeMatchesTheKernelChain) {
       return models::cuda_llama_create_dummy(c.name, std::string(c.name) == "llama3-8b" ? 32000 : 0, c.type);
     };
     // Both on 8-bit SwiGLU rows, as the persistent step quantizes them (the chain's default f16
-    // row for Q4_0 / Q8_0 down weights rounds them otherwise: Projections::half_swiglu).
+    // row for Q4_0 / Q8_0 / Q4_K / Q6_K down weights rounds them otherwise: Projections::half_swiglu).
     auto create_8bit = [&] { return with_env("TESSERA_HALF_SWIGLU", "0", create); };
     auto [chain, persistent] = model_pair("TESSERA_PERSISTENT_DECODE", "1", create_8bit);  // off by default (still slower)
     auto cache_a = chain->make_kv_cache(n_blocks, block_size);

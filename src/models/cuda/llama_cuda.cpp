@@ -556,7 +556,7 @@ class CudaLlama final : public CausalLm {
       const bool bf16_slices_gu =
           l.wgu.quant() && l.wd.quant() && proj_.on_slices(l.wgu, n) && proj_.bf16_input_rows(l.wd, n);
       // One row: SwiGLU in gate|up's epilogue, down on its f16 row h16 (in guf's storage).
-      const bool half_down = n == 1 && half_swiglu_ > 0 && Projections::half_swiglu(l.wgu, l.wd, half_swiglu_ > 1);
+      const bool half_down = n == 1 && half_swiglu_on_ && Projections::half_swiglu(l.wgu, l.wd);
       auto* h16 = reinterpret_cast<__half*>(b.guf);
       if (bf16_slices_gu) {
         auto* gu_rows = reinterpret_cast<bf16*>(b.guf);
@@ -715,9 +715,9 @@ class CudaLlama final : public CausalLm {
   // One-row steps: the o and down GEMVs form the next RMSNorm's quantized input in their epilogue
   // (cuda::MmqResidualNorm) where the next weights allow it (TESSERA_FUSED_NORM=0: norm kernels).
   const bool fused_norm_on_ = !env_is("TESSERA_FUSED_NORM", "0");
-  // One-row steps: SwiGLU in gate|up's epilogue, down on its f16 row (Projections::half_swiglu) where
-  // it measured faster (Q4_0 / Q8_0 down; s49, s50); TESSERA_HALF_SWIGLU=all: every type it takes, =0 off.
-  const int half_swiglu_ = env_is("TESSERA_HALF_SWIGLU", "0") ? 0 : env_is("TESSERA_HALF_SWIGLU", "all") ? 2 : 1;
+  // One-row steps: SwiGLU in gate|up's epilogue, down on its f16 row (Projections::half_swiglu);
+  // TESSERA_HALF_SWIGLU=0: the 8-bit quantizer kernel between them.
+  const bool half_swiglu_on_ = !env_is("TESSERA_HALF_SWIGLU", "0");
   // decode_persistent (one-row steps)
   const bool persistent_on_ = env_is("TESSERA_PERSISTENT_DECODE", "1");
   std::optional<bool> persistent_ok_;

@@ -87,11 +87,9 @@ bool Projections::norm_fusable(const Proj& producer, const Proj& consumer) {
   return producer.quant() && producer.parts.size() == 1 && consumer.quant();
 }
 
-bool Projections::half_swiglu(const Proj& gate_up, const Proj& down, bool any_type) {
+bool Projections::half_swiglu(const Proj& gate_up, const Proj& down) {
   if (!gate_up.quant() || gate_up.parts.size() != 1 || !down.quant() || down.parts.size() != 1) return false;
-  const DType t = down.parts[0].type;
-  return cuda::mmq_half_act_supported(t) && (any_type || t == DType::kQ4_0 || t == DType::kQ8_0) &&
-         gate_up.n == 2 * down.k && down.k % 32 == 0;
+  return cuda::mmq_half_act_supported(down.parts[0].type) && gate_up.n == 2 * down.k && down.k % 32 == 0;
 }
 
 void Projections::project_swiglu_half(const Proj& p, const In& in, const Scratch& b, __half* h, cudaStream_t s) {

@@ -99,12 +99,12 @@ class Projections {
   static bool norm_fusable(const Proj& producer, const Proj& consumer);
   // Whether one row's SwiGLU between gate|up and down rides in gate|up's GEMV epilogue, down then
   // reading f16 (cuda::mmq_gemv_swiglu_half): both quantized in one part, down's type one that
-  // takes f16 rows and (unless any_type) one where it measured faster than the 8-bit quantizer
-  // kernel: Q4_0, Q8_0. Llama-3-8B shapes, batch-1 decode at a 512-token context, two rounds in
-  // one call each: H200 (docs/design/gpu_runs/s49_half_swiglu_ab.txt) Q4_0 1.63-1.64 -> 1.61 ms,
-  // Q8_0 2.36 -> 2.35, but Q4_K 1.68 -> 1.71 (its min needs the block's sum of h); H100
-  // (s50_h100_cluster_half_ab.txt) Q4_0 1.96 -> 1.94, Q8_0 3.05-3.06 -> 3.04, Q4_K 1.99 -> 1.99.
-  static bool half_swiglu(const Proj& gate_up, const Proj& down, bool any_type = false);
+  // takes f16 rows (Q4_0, Q8_0, Q4_K, Q6_K). Llama-3-8B shapes, batch-1 decode at a 512-token
+  // context against the 8-bit quantizer kernel, two rounds in one call each: H200
+  // (docs/design/gpu_runs/s49_half_swiglu_ab.txt) Q4_0 1.63-1.64 -> 1.61 ms, Q8_0 2.36 -> 2.35, but
+  // then Q4_K 1.68 -> 1.71; since down on the f16 row takes one weight block per lane per step
+  // (session 52), H100 (s52_half_swiglu_k_formats.txt) Q4_K 1.96 -> 1.94-1.95, Q6_K 2.69-2.71 -> 2.55.
+  static bool half_swiglu(const Proj& gate_up, const Proj& down);
   // Whether a call of `rows` rows through p takes dequant_gemm (at these rows, every part's type).
   bool dequant_gemm_takes(const Proj& p, int64_t rows) const;
   // Whether a call of `rows` rows through quantized p dequantizes its weights to bf16 slices for
