@@ -117,9 +117,9 @@ __device__ __forceinline__ float row_norm_inv(const MmqRowNorm& nm, int lane) {
 // with few and long rows (m = 1: 4096 x 14336 has 1024 row groups for 132 SMs). The KS partial
 // sums meet in shared memory, added in warp order (deterministic), and the group's first warp
 // runs the epilogue (or hands its sums to the block epilogue).
-// The first kU weight blocks of each row are loaded before pdl_wait() (weights never change),
-// in a first step apart from the loop so that their registers are free after it (as one loop,
-// Q4_0 took 152 instead of 94 registers).
+// The first step's U weight blocks of each row are loaded before pdl_wait() (weights never
+// change), apart from the loop so that their registers are free after it (as one loop, Q4_0 took
+// 152 instead of 94 registers).
 // Blocks per SM the compiler must fit (registers). One-row Q5_K took 151-168 registers (3 blocks
 // of 4 warps per SM) where Q4_K takes 115-128 (4 blocks); capped at 128 it spills nothing. Q5_0
 // and Q5_1 took 134-147 (s23), likewise capped. More rows spill under the cap, so they keep the
