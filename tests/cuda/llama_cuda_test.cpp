@@ -454,9 +454,9 @@ TEST(LlamaCudaDummy, FusedNormStepsMatchTheNormKernels) {
 
 // One-row steps with SwiGLU in the gate|up GEMV's epilogue and down on its f16 row (mmq.h:
 // mmq_gemv_swiglu_half) against the 8-bit quantizer kernel between them (TESSERA_HALF_SWIGLU=0):
-// Q4_0 / Q8_0 / Q4_K / Q6_K down weights (the default); Q5_0 has none.
+// Q4_0 / Q8_0 / Q4_K / Q6_K / Q5_0 / Q5_K down weights (the default); Q4_1 has none yet.
 // Down's input rounds to 2^-11 of each element instead of amax / 254 of its block, so the logits
-// move by about the 8-bit path's own rounding (nMSE <= 1e-3, top-1 >= 95 %); Q5_0 has no f16
+// move by about the 8-bit path's own rounding (nMSE <= 1e-3, top-1 >= 95 %); Q4_1 has no f16
 // path (the same bits either way). Eager steps, then the same steps replayed from CUDA graphs.
 TEST(LlamaCudaDummy, HalfSwigluStepsMatchTheQuantizerPath) {
   TESSERA_SKIP_WITHOUT_GPU();
@@ -466,7 +466,7 @@ TEST(LlamaCudaDummy, HalfSwigluStepsMatchTheQuantizerPath) {
   const int n = 24;
   const std::vector<int32_t> ids = prompt_ids(n);
   const std::vector<int32_t> blocks = {2, 0, 1};
-  for (DType t : {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K, DType::kQ5_0}) {
+  for (DType t : {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K, DType::kQ5_0, DType::kQ5_K, DType::kQ4_1}) {
     const std::string name(dtype_name(t));
     auto create = [&] { return models::cuda_llama_create_dummy(cfg, t); };
     const auto half_model = with_env("TESSERA_HALF_SWIGLU", "1", create);

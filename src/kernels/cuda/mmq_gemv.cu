@@ -484,7 +484,8 @@ void mmq_gemv_residual_norm(DType t, const void* packed, int64_t n, int64_t k, c
 uint64_t mmq_gemv_residual_norm_calls() { return g_residual_norm_calls.load(std::memory_order_relaxed); }
 
 bool mmq_half_act_supported(DType t) {
-  return t == DType::kQ4_0 || t == DType::kQ8_0 || t == DType::kQ4_K || t == DType::kQ6_K;
+  return t == DType::kQ4_0 || t == DType::kQ8_0 || t == DType::kQ4_K || t == DType::kQ6_K || t == DType::kQ5_0 ||
+         t == DType::kQ5_1 || t == DType::kQ5_K;
 }
 
 void mmq_gemv_swiglu_half(DType t, const void* packed, int64_t ff, int64_t k, const int8_t* qx,
@@ -520,6 +521,12 @@ void with_half_format(DType t, const char* what, Fn&& f) {
       return f(Q4_KG{});
     case DType::kQ6_K:
       return f(Q6_KG{});
+    case DType::kQ5_0:
+      return f(Q5_0G{});
+    case DType::kQ5_1:
+      return f(Q5_1G{});
+    case DType::kQ5_K:
+      return f(Q5_KG{});
     default:
       return f(Q4_0G{});
   }

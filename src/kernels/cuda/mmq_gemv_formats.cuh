@@ -115,6 +115,25 @@ __device__ __forceinline__ void half_byte_dot(const uint32_t (&lo_words)[4], con
   hi_sum = fh.x + fh.y;
 }
 
+// A block's 5-bit values (Q5_0 / Q5_1 / Q5_K: Q4_0-ordered nibbles q, fifth bits h as dot_q5 reads
+// them, element 4i + b's at bit 8b + i, element 16 + 4i + b's at bit 8b + 4 + i) as bytes 0..31:
+// lo[i] elements 4i .. 4i + 3, hi[i] elements 16 + 4i .. 16 + 4i + 3 (half_byte_dot's words).
+__device__ __forceinline__ void q5_bytes(const uint4& q, uint32_t h, uint32_t (&lo)[4], uint32_t (&hi)[4]) {
+  const uint32_t ws[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    lo[i] = (ws[i] & 0x0F0F0F0Fu) | (((h >> i) & 0x01010101u) << 4);
+    hi[i] = ((ws[i] >> 4) & 0x0F0F0F0Fu) | (((h >> (4 + i)) & 0x01010101u) << 4);
+  }
+}
+// sum (q - 16) / 16 h over a 5-bit block's halves: bytes q (0..31) under 0x64 read 1024 + q,
+// times 2^-4 minus 65, exact in f16; partial sums of 8 products, |sum| <= 8 max |h|.
+__device__ __forceinline__ void half_q5_dot(const uint4& q, uint32_t h, const HBlk& x, float& lo, float& hi) {
+  uint32_t lo_w[4], hi_w[4];
+  q5_bytes(q, h, lo_w, hi_w);
+  half_byte_dot(lo_w, hi_w, 0x2C002C00u, 0xD410D410u, x, lo, hi);  // 2^-4, -65
+}
+
 // Per format: W (one row's block), load(mat, row, block), dot(W, X) -> f32 contribution; for
 // f16 rows (mmq_half_act_supported) hdot(W, HBlk, hs) with hs = half_block_sum32 where kHalfSum.
 struct Q8_0G {
@@ -218,6 +237,16 @@ struct Q5LegacyG {
       return mmq_f16(w.sc) * x.d * mmq_i2f(s - 16 * sx);
     }
   }
+  // Q5_0: d sum (q - 16) h = 16 d sum (q - 16) / 16 h; Q5_1: d sum q h + m sum h = 16 d (lo + hi)
+  // + 32 (16 d + m) hs.
+  static constexpr bool kHalfSum = kMin;
+  __device__ static float hdot(const W& w, const HBlk& x, float hs) {
+    float lo, hi;
+    half_q5_dot(w.q, w.h, x, lo, hi);
+    const float d = mmq_f16(w.sc);
+    if constexpr (kMin) return 16.f * d * (lo + hi) + 32.f * (16.f * d + mmq_f16(w.sc >> 16)) * hs;
+    return 16.f * d * (lo + hi);
+  }
 };
 using Q5_0G = Q5LegacyG<false>;
 using Q5_1G = Q5LegacyG<true>;
@@ -266,6 +295,15 @@ struct Q5_KG {
     const int s = dot_q5(w.q, w.h, x.a, x.b) * static_cast<int>(w.scmn & 0xFF);
     return mmq_f16(w.dm) * x.d * static_cast<float>(s) -
            mmq_f16(w.dm >> 16) * x.d * (static_cast<float>(w.scmn >> 8) * x.s);
+  }
+  // d sc q - dmin m per element: 16 d sc sum (q - 16) / 16 h + 32 (16 d sc - dmin m) hs.
+  static constexpr bool kHalfSum = true;
+  __device__ static float hdot(const W& w, const HBlk& x, float hs) {
+    float lo, hi;
+    half_q5_dot(w.q, w.h, x, lo, hi);
+    const float dsc = mmq_f16(w.dm) * static_cast<float>(w.scmn & 0xFF);
+    const float dm = mmq_f16(w.dm >> 16) * static_cast<float>(w.scmn >> 8);
+    return 16.f * dsc * (lo + hi) + 32.f * (16.f * dsc - dm) * hs;
   }
 };
 

@@ -99,7 +99,7 @@ class Projections {
   static bool norm_fusable(const Proj& producer, const Proj& consumer);
   // Whether one row's SwiGLU between gate|up and down rides in gate|up's GEMV epilogue, down then
   // reading f16 (cuda::mmq_gemv_swiglu_half): both quantized in one part, down's type one that
-  // takes f16 rows (Q4_0, Q8_0, Q4_K, Q6_K). Llama-3-8B shapes, batch-1 decode at a 512-token
+  // takes f16 rows (cuda::mmq_half_act_supported). Llama-3-8B shapes, batch-1 decode at a 512-token
   // context against the 8-bit quantizer kernel, two rounds in one call each: H200
   // (docs/design/gpu_runs/s49_half_swiglu_ab.txt) Q4_0 1.63-1.64 -> 1.61 ms, Q8_0 2.36 -> 2.35, but
   // then Q4_K 1.68 -> 1.71; since down on the f16 row takes one weight block per lane per step
