@@ -417,7 +417,7 @@ void expect_graph_steps_equal(models::CausalLm& m, const std::vector<int32_t>& i
 // (mmq.h; other orders of the same sums give 7e-4 to 1e-3 on these models: one-row steps vs one
 // chunk). K weights: every one-row input in the legacy 32-element blocks with f32 scales (mmq.h,
 // k32), fused or not, so the same bound holds. With down on the f16 SwiGLU row (the default for
-// Q4_0 / Q8_0 / Q4_K / Q6_K) no 8-bit requantization between gate|up and down rounds those moves
+// every type with an f16 dot) no 8-bit requantization between gate|up and down rounds those moves
 // away: H100, nMSE 3.0e-5 .. 1.0e-4 there against 0 .. 6.0e-5 on 8-bit rows, and 2 of 24 top-1
 // flips for Q6_K (random weights: near ties), hence nMSE <= 2e-4 and top-1 >= 90 %.
 // Eager one-row steps, then the same steps replayed from CUDA graphs.

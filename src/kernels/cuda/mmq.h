@@ -153,7 +153,8 @@ __host__ __device__ constexpr int64_t mmq_half_pos(int64_t e) {
   const int64_t j = e % 32, i = (j % 16) / 4, jj = j % 4;
   return e - j + 2 * (4 * i + (j >= 16 ? 2 : 0) + (jj & 1)) + (jj >> 1);
 }
-// Down's weight types on f16 rows: Q4_0, Q8_0, Q4_K, Q6_K, Q5_0, Q5_1, Q5_K (not Q4_1 yet).
+// Down's weight types on f16 rows: those whose format has an f16 dot (mmq_gemv_formats.cuh:
+// hdot): Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, Q5_0, Q5_1 (not Q4_1 yet).
 bool mmq_half_act_supported(DType wtype);
 // gate|up (2 ff rows: gate, then up; any mmq type; ff a multiple of 32) on one 8-bit row (norm:
 // as for mmq_gemv) -> h [ff] f16 in mmq_half_pos order.

@@ -390,6 +390,11 @@ void with_format(DType t, Fn&& f) {
       break;
   }
 }
+// Whether format F takes f16 rows: it has a dot on them (F::hdot, mmq_gemv_formats.cuh).
+template <class F, class = void>
+struct HasHalfDot : std::false_type {};
+template <class F>
+struct HasHalfDot<F, std::void_t<decltype(&F::hdot)>> : std::true_type {};
 
 std::atomic<uint64_t> g_residual_norm_calls{0};
 
@@ -484,8 +489,9 @@ void mmq_gemv_residual_norm(DType t, const void* packed, int64_t n, int64_t k, c
 uint64_t mmq_gemv_residual_norm_calls() { return g_residual_norm_calls.load(std::memory_order_relaxed); }
 
 bool mmq_half_act_supported(DType t) {
-  return t == DType::kQ4_0 || t == DType::kQ8_0 || t == DType::kQ4_K || t == DType::kQ6_K || t == DType::kQ5_0 ||
-         t == DType::kQ5_1 || t == DType::kQ5_K;
+  bool yes = false;
+  with_format(t, [&](auto fmt) { yes = HasHalfDot<decltype(fmt)>::value; });
+  return yes;
 }
 
 void mmq_gemv_swiglu_half(DType t, const void* packed, int64_t ff, int64_t k, const int8_t* qx,
@@ -514,22 +520,9 @@ template <class Fn>
 void with_half_format(DType t, const char* what, Fn&& f) {
   TESSERA_CHECK_ARG(mmq_half_act_supported(t),
                     std::string(what) + ": weight type " + std::string(dtype_name(t)) + " unsupported on f16 rows");
-  switch (t) {
-    case DType::kQ8_0:
-      return f(Q8_0G{});
-    case DType::kQ4_K:
-      return f(Q4_KG{});
-    case DType::kQ6_K:
-      return f(Q6_KG{});
-    case DType::kQ5_0:
-      return f(Q5_0G{});
-    case DType::kQ5_1:
-      return f(Q5_1G{});
-    case DType::kQ5_K:
-      return f(Q5_KG{});
-    default:
-      return f(Q4_0G{});
-  }
+  with_format(t, [&](auto fmt) {
+    if constexpr (HasHalfDot<decltype(fmt)>::value) f(fmt);
+  });
 }
 void check_half_row(const __half* h, const char* what) {
   TESSERA_CHECK_ARG(reinterpret_cast<uintptr_t>(h) % 16 == 0, std::string(what) + ": h must be 16-byte aligned");
