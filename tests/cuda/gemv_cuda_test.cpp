@@ -450,7 +450,8 @@ TEST(MmqHalf, SwigluEpilogueIsTheGemvsSwiglu) {
 // (1e-3 .. 300, the outliers of real SwiGLU rows). Every k split; accumulating.
 TEST(MmqHalf, GemvOnF16RowsMatchesTheExactProduct) {
   TESSERA_SKIP_WITHOUT_GPU();
-  for (DType t : {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K, DType::kQ5_0, DType::kQ5_1, DType::kQ5_K})
+  for (DType t : {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K, DType::kQ5_0, DType::kQ5_1, DType::kQ5_K,
+                  DType::kQ4_1})
     for (auto [n, k] : {std::pair<int64_t, int64_t>{4096, 14336}, {96, 512}, {64, 1536}}) {
       const auto blocks = test::random_quant_blocks(t, n, k, 61);
       std::vector<uint8_t> packed(cuda::gemv_quant_layout(t, n, k).bytes);
@@ -543,7 +544,7 @@ TEST(MmqHalf, GemvOnF16RowsMatchesTheExactProduct) {
         }
       }
     }
-  EXPECT_THROW(cuda::mmq_gemv_half(DType::kQ4_1, nullptr, 32, 256, nullptr, nullptr, false, nullptr), Error);
+  EXPECT_THROW(cuda::mmq_gemv_half(DType::kBF16, nullptr, 32, 256, nullptr, nullptr, false, nullptr), Error);
 }
 
 }  // namespace

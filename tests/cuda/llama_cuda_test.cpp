@@ -454,10 +454,11 @@ TEST(LlamaCudaDummy, FusedNormStepsMatchTheNormKernels) {
 
 // One-row steps with SwiGLU in the gate|up GEMV's epilogue and down on its f16 row (mmq.h:
 // mmq_gemv_swiglu_half) against the 8-bit quantizer kernel between them (TESSERA_HALF_SWIGLU=0):
-// Q4_0 / Q8_0 / Q4_K / Q6_K / Q5_0 / Q5_K down weights (the default); Q4_1 has none yet.
+// Q4_0 / Q8_0 / Q4_K / Q6_K / Q5_0 / Q5_K / Q4_1 down weights (TESSERA_HALF_SWIGLU=all; the default
+// for every type with an f16 dot but Q4_1, whose default steps must be the 8-bit path's bits).
 // Down's input rounds to 2^-11 of each element instead of amax / 254 of its block, so the logits
-// move by about the 8-bit path's own rounding (nMSE <= 1e-3, top-1 >= 95 %); Q4_1 has no f16
-// path (the same bits either way). Eager steps, then the same steps replayed from CUDA graphs.
+// move by about the 8-bit path's own rounding (nMSE <= 1e-3, top-1 >= 95 %); a type without an f16
+// dot must give the same bits either way. Eager steps, then the same steps replayed from CUDA graphs.
 TEST(LlamaCudaDummy, HalfSwigluStepsMatchTheQuantizerPath) {
   TESSERA_SKIP_WITHOUT_GPU();
   ThreadPool pool(1);
@@ -469,7 +470,7 @@ TEST(LlamaCudaDummy, HalfSwigluStepsMatchTheQuantizerPath) {
   for (DType t : {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K, DType::kQ5_0, DType::kQ5_K, DType::kQ4_1}) {
     const std::string name(dtype_name(t));
     auto create = [&] { return models::cuda_llama_create_dummy(cfg, t); };
-    const auto half_model = with_env("TESSERA_HALF_SWIGLU", "1", create);
+    const auto half_model = with_env("TESSERA_HALF_SWIGLU", "all", create);
     const auto quantizer_model = with_env("TESSERA_HALF_SWIGLU", "0", create);
     models::CausalLm& half = *half_model;
     models::CausalLm& quantizer = *quantizer_model;
@@ -490,6 +491,12 @@ TEST(LlamaCudaDummy, HalfSwigluStepsMatchTheQuantizerPath) {
     EXPECT_LE(e, 1e-3) << name;
     EXPECT_GE(ag.top1, 0.95) << name;
     expect_graph_steps_equal(half, ids, blocks, a, name, pool);
+    const auto default_model = with_env("TESSERA_HALF_SWIGLU", nullptr, create);
+    const auto c = run_alone(*default_model, 3, ids, blocks, 1, pool);
+    const bool default_8bit = std::memcmp(c.data(), b.data(), c.size() * sizeof(float)) == 0;
+    const bool default_half = std::memcmp(c.data(), a.data(), c.size() * sizeof(float)) == 0;
+    if (t == DType::kQ4_1) EXPECT_TRUE(default_8bit) << name << ": the default took the f16 row";
+    else EXPECT_TRUE(default_half) << name << ": the default did not take the f16 row";
   }
 }
 

@@ -154,7 +154,7 @@ __host__ __device__ constexpr int64_t mmq_half_pos(int64_t e) {
   return e - j + 2 * (4 * i + (j >= 16 ? 2 : 0) + (jj & 1)) + (jj >> 1);
 }
 // Down's weight types on f16 rows: those whose format has an f16 dot (mmq_gemv_formats.cuh:
-// hdot): Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, Q5_0, Q5_1 (not Q4_1 yet).
+// hdot): every quantized type (Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K).
 bool mmq_half_act_supported(DType wtype);
 // gate|up (2 ff rows: gate, then up; any mmq type; ff a multiple of 32) on one 8-bit row (norm:
 // as for mmq_gemv) -> h [ff] f16 in mmq_half_pos order.

@@ -211,6 +211,15 @@ struct Q4_1G {
     const int s = dot_nibbles(w.q, x.a, x.b);
     return mmq_f16(w.dm) * x.d * mmq_i2f(s) + mmq_f16(w.dm >> 16) * x.s;
   }
+  // d q + m per element: d sum q h + m sum h = 16 d sum (q - 8) / 16 h + (8 d + m) sum h
+  // = 16 d (lo + hi) + 32 (8 d + m) hs.
+  static constexpr bool kHalfSum = true;
+  __device__ static float hdot(const W& w, const HBlk& x, float hs) {
+    float lo, hi;
+    half_nibble_dot(w.q, x, lo, hi);
+    const float d = mmq_f16(w.dm);
+    return 16.f * d * (lo + hi) + 32.f * (8.f * d + mmq_f16(w.dm >> 16)) * hs;
+  }
 };
 
 // Q5_0 / Q5_1: Q4_0G / Q4_1G with a fifth bit per element (qh, one word per block, gemv.h):

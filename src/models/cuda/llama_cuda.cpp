@@ -556,7 +556,7 @@ class CudaLlama final : public CausalLm {
       const bool bf16_slices_gu =
           l.wgu.quant() && l.wd.quant() && proj_.on_slices(l.wgu, n) && proj_.bf16_input_rows(l.wd, n);
       // One row: SwiGLU in gate|up's epilogue, down on its f16 row h16 (in guf's storage).
-      const bool half_down = n == 1 && half_swiglu_on_ && Projections::half_swiglu(l.wgu, l.wd);
+      const bool half_down = n == 1 && half_swiglu_on_ && Projections::half_swiglu(l.wgu, l.wd, half_swiglu_all_);
       auto* h16 = reinterpret_cast<__half*>(b.guf);
       if (bf16_slices_gu) {
         auto* gu_rows = reinterpret_cast<bf16*>(b.guf);
@@ -716,8 +716,9 @@ class CudaLlama final : public CausalLm {
   // (cuda::MmqResidualNorm) where the next weights allow it (TESSERA_FUSED_NORM=0: norm kernels).
   const bool fused_norm_on_ = !env_is("TESSERA_FUSED_NORM", "0");
   // One-row steps: SwiGLU in gate|up's epilogue, down on its f16 row (Projections::half_swiglu);
-  // TESSERA_HALF_SWIGLU=0: the 8-bit quantizer kernel between them.
+  // TESSERA_HALF_SWIGLU=0: the 8-bit quantizer kernel between them; =all: Q4_1 down weights too.
   const bool half_swiglu_on_ = !env_is("TESSERA_HALF_SWIGLU", "0");
+  const bool half_swiglu_all_ = env_is("TESSERA_HALF_SWIGLU", "all");
   // decode_persistent (one-row steps)
   const bool persistent_on_ = env_is("TESSERA_PERSISTENT_DECODE", "1");
   std::optional<bool> persistent_ok_;

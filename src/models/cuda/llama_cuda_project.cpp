@@ -87,9 +87,11 @@ bool Projections::norm_fusable(const Proj& producer, const Proj& consumer) {
   return producer.quant() && producer.parts.size() == 1 && consumer.quant();
 }
 
-bool Projections::half_swiglu(const Proj& gate_up, const Proj& down) {
+bool Projections::half_swiglu(const Proj& gate_up, const Proj& down, bool with_q4_1) {
   if (!gate_up.quant() || gate_up.parts.size() != 1 || !down.quant() || down.parts.size() != 1) return false;
-  return cuda::mmq_half_act_supported(down.parts[0].type) && gate_up.n == 2 * down.k && down.k % 32 == 0;
+  const DType t = down.parts[0].type;
+  if (t == DType::kQ4_1 && !with_q4_1) return false;
+  return cuda::mmq_half_act_supported(t) && gate_up.n == 2 * down.k && down.k % 32 == 0;
 }
 
 void Projections::project_swiglu_half(const Proj& p, const In& in, const Scratch& b, __half* h, cudaStream_t s) {
