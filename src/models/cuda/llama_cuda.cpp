@@ -715,8 +715,7 @@ class CudaLlama final : public CausalLm {
   // One-row steps: the o and down GEMVs form the next RMSNorm's quantized input in their epilogue
   // (cuda::MmqResidualNorm) where the next weights allow it (TESSERA_FUSED_NORM=0: norm kernels).
   const bool fused_norm_on_ = !env_is("TESSERA_FUSED_NORM", "0");
-  // One-row steps: SwiGLU in gate|up's epilogue, down on its f16 row (Projections::half_swiglu);
-  // TESSERA_HALF_SWIGLU=0: the 8-bit quantizer kernel between them; =all: Q4_1 down weights too.
+  // One-row steps: down on gate|up's f16 SwiGLU row (Projections::half_swiglu; =0 off, =all Q4_1 too).
   const bool half_swiglu_on_ = !env_is("TESSERA_HALF_SWIGLU", "0");
   const bool half_swiglu_all_ = env_is("TESSERA_HALF_SWIGLU", "all");
   // decode_persistent (one-row steps)
