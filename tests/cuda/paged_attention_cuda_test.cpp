@@ -225,6 +225,14 @@ void run_case(const Case& c, uint64_t seed) {
   const auto again = launch();
   ASSERT_EQ(std::memcmp(again.data(), got_t.data(), again.size() * sizeof(O)), 0)
       << "second launch differs";
+  // Decode-only launches with settled keys (every chunk here one sequence, its keys uploaded
+  // before): the copies started before the PDL wait give the same bits.
+  if (ws.rows == static_cast<int64_t>(tiles.size())) {
+    ws.settled_keys = true;
+    const auto settled = launch();
+    ws.settled_keys = false;
+    ASSERT_EQ(std::memcmp(settled.data(), got_t.data(), got_t.size() * sizeof(O)), 0) << "settled keys differ";
+  }
   // Decode-only launches (one row per tile, a workspace of as many rows) of groups <= 8 take the
   // queries-as-columns layout; the queries-as-rows one gives the same bits.
   if (ws.rows == static_cast<int64_t>(tiles.size()) && c.n_heads / c.n_kv_heads <= 8) {
@@ -343,7 +351,9 @@ TYPED_TEST(PagedAttentionCuda, PrefillChunksMatchReference) {
 // for bit. Contexts short enough that a warp's first chunk holds the new row, long ones, one
 // wave and several, split launches (a few sequences: only the split that reads the new row
 // writes it), GQA groups 1 to 16, head dims 32 to 128, partial rotation (n_rot < head_dim) and
-// a bf16 output.
+// a bf16 output. Both ways again with settled keys (PagedAttentionWorkspace::settled_keys: the
+// older rows were uploaded before; the RoPE kernel, a PDL predecessor, writes only the new rows):
+// the copies started before the wait give the same bits.
 template <class O>
 void run_new_rows_case(int64_t n_heads, int64_t n_kv_heads, int64_t hd, int64_t n_rot,
                        const std::vector<int32_t>& positions, bool workspace_splits, uint64_t seed) {
@@ -392,11 +402,13 @@ void run_new_rows_case(int64_t n_heads, int64_t n_kv_heads, int64_t hd, int64_t 
   test::DevBuf<float> dws(std::max<size_t>(ws_bytes / 4, 1));
   cuda::paged_attention_workspace_reset(dws.get(), ws_bytes, nullptr);
   // As many rows as tiles: what makes the launch decode-only. Splits 1, or the launcher's own.
-  const cuda::PagedAttentionWorkspace ws{dws.get(), ws_bytes, n, workspace_splits ? 0 : 1};
+  cuda::PagedAttentionWorkspace ws{dws.get(), ws_bytes, n, workspace_splits ? 0 : 1};
   cuda::RopeConfig rope{ref::RopeLayout::kInterleaved, n_rot, 500000.f, 1.f, nullptr, dfreq.get()};
-  std::vector<O> out[2];
-  std::vector<__half> kc[2], vc[2];
-  for (int fused = 0; fused < 2; ++fused) {
+  std::vector<O> out[4];
+  std::vector<__half> kc[4], vc[4];
+  for (int v = 0; v < 4; ++v) {
+    const int fused = v % 2;
+    ws.settled_keys = v >= 2;
     test::DevBuf<__half> dk(hk), dv(hv);
     test::DevBuf<O> dout(n * qd);
     dout.poison();
@@ -414,16 +426,19 @@ void run_new_rows_case(int64_t n_heads, int64_t n_kv_heads, int64_t hd, int64_t 
                                       0.125f, dout.get(), nullptr, ws);
     }
     test::check_launch();
-    out[fused] = dout.download();
-    kc[fused] = dk.download();
-    vc[fused] = dv.download();
+    out[v] = dout.download();
+    kc[v] = dk.download();
+    vc[v] = dv.download();
   }
   std::vector<float> got(out[1].size());
   for (size_t i = 0; i < got.size(); ++i) got[i] = to_float(out[1][i]);
   ASSERT_TRUE(test::all_written(got));
-  EXPECT_EQ(std::memcmp(out[0].data(), out[1].data(), out[0].size() * sizeof(O)), 0) << "outputs differ";
-  EXPECT_EQ(std::memcmp(kc[0].data(), kc[1].data(), kc[0].size() * 2), 0) << "K caches differ";
-  EXPECT_EQ(std::memcmp(vc[0].data(), vc[1].data(), vc[0].size() * 2), 0) << "V caches differ";
+  for (int v = 1; v < 4; ++v) {
+    SCOPED_TRACE(std::string(v % 2 ? "new rows" : "RoPE kernel") + (v >= 2 ? ", settled keys" : ""));
+    EXPECT_EQ(std::memcmp(out[0].data(), out[v].data(), out[0].size() * sizeof(O)), 0) << "outputs differ";
+    EXPECT_EQ(std::memcmp(kc[0].data(), kc[v].data(), kc[0].size() * 2), 0) << "K caches differ";
+    EXPECT_EQ(std::memcmp(vc[0].data(), vc[v].data(), vc[0].size() * 2), 0) << "V caches differ";
+  }
 }
 
 TEST(PagedAttentionCudaNewRows, SameBitsAsTheRopeKernelThenAttention) {

@@ -73,6 +73,15 @@ bool queries_as_cols_enabled() {
   return set < 0 ? env_on : set != 0;
 }
 
+// TESSERA_ATTENTION_SETTLED=0: no copies before the PDL wait (PagedAttentionWorkspace::settled_keys).
+bool settled_keys_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("TESSERA_ATTENTION_SETTLED");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  return on;
+}
+
 }  // namespace
 
 void set_paged_attention_queries_as_cols(bool on) { g_queries_as_cols.store(on ? 1 : 0); }
@@ -213,6 +222,7 @@ PagedAttentionPartials paged_attention(const T* q, const int32_t* q_pos, const P
                         ws_ml,
                         counters,
                         leave,
+                        ws.settled_keys && !any_wide && settled_keys_enabled(),
                         {}};
   if (new_rows) {
     TESSERA_CHECK_ARG(!any_wide && new_rows->ld >= (n_heads + 2 * n_kv_heads) * head_dim &&

@@ -85,12 +85,19 @@ void paged_attention_order_tiles(std::vector<PagedAttentionTile>& tiles, const i
 // launch returns where they are). Such a launch writes neither `out` nor the counters, and its
 // blocks skip the fence, the count and the last block's merge, which sit on a one-row decode
 // step's critical path. Any other launch (unsplit, or with wide tiles) writes `out` as always.
+//
+// settled_keys (a decode-only launch): every key below each row's position was written by work
+// that completed before this launch's predecessors began (the engine's earlier forward calls,
+// which its per-call host-to-device copies order before this one), and no two rows are of one
+// sequence. The narrow kernel then starts copying those keys' K/V chunks before its PDL wait,
+// overlapping the predecessor's tail (TESSERA_ATTENTION_SETTLED=0 turns it off process-wide).
 struct PagedAttentionWorkspace {
   void* data = nullptr;
   size_t bytes = 0;
   int64_t rows = 0;
   int splits = 0;
   bool leave_partials = false;
+  bool settled_keys = false;
 };
 
 // What a launch returns: its split count and, where it left them (leave_partials), where its

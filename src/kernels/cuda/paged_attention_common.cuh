@@ -43,6 +43,9 @@ struct Args {
   // splits > 1: the partials are the launch's result (PagedAttentionWorkspace::leave_partials);
   // no block merges them, out is not written, the counters are not touched.
   bool leave_partials;
+  // PagedAttentionWorkspace::settled_keys (decode-only launches): the narrow kernel starts copying
+  // the chunks below each row's position before its PDL wait.
+  bool settled_keys;
   // new_rows.ld > 0: q is the unrotated q | k | v projection (PagedAttentionNewRows); the narrow
   // kernel applies RoPE and writes the new K/V rows. The cache pointers are then written too.
   PagedAttentionNewRows new_rows;

@@ -345,33 +345,6 @@ __global__ void __launch_bounds__(W * 32) narrow_kernel(const Args<T, O> a) {
   for (int st = 0; st < kStages - 1; ++st) fetch(first_chunk + st * kNarrowWarps, pre[st]);
   int32_t blk[kPer];  // entries of the next chunk to issue (before the wait, too)
   fetch(first_chunk + (kStages - 1) * kNarrowWarps, blk);
-  const bool new_rows = a.new_rows.ld > 0;
-  __shared__ NewRowAngles<HD> ang;
-  if (new_rows) {  // the angles of the row's position (rope_kv_kernel's formula)
-    const double p = static_cast<double>(max_pos);
-    for (int j = threadIdx.x; 2 * j < a.new_rows.n_rot; j += kNarrowThreads)
-      sincos(p * a.new_rows.inv_freq[j], &ang.sn[j], &ang.cs[j]);
-  }
-  detail::pdl_wait();  // the predecessor's q and K/V rows from here on (PDL, launch.h)
-  if (new_rows) {
-    __syncthreads();  // the angles
-    if (max_pos >= k_begin && max_pos < k_end) {  // this split reads the new position
-      const int64_t crow = a.new_rows.cache_rows[tile.row0];
-      const T* kin = a.q + tile.row0 * a.new_rows.ld + (a.n_heads + kvh) * HD;
-      const T* vin = kin + a.n_kv_heads * HD;  // v heads follow the k heads
-      __half* kout = const_cast<__half*>(a.k_cache) + (crow * a.n_kv_heads + kvh) * HD;
-      __half* vout = const_cast<__half*>(a.v_cache) + (crow * a.n_kv_heads + kvh) * HD;
-      for (int j = threadIdx.x; j < HD / 2; j += kNarrowThreads) {
-        float x0 = detail::to_f32(kin[2 * j]), x1 = detail::to_f32(kin[2 * j + 1]);
-        rotate_pair(ang, j, a.new_rows.n_rot, x0, x1);
-        kout[2 * j] = __float2half_rn(x0);
-        kout[2 * j + 1] = __float2half_rn(x1);
-        vout[2 * j] = __float2half_rn(detail::to_f32(vin[2 * j]));
-        vout[2 * j + 1] = __float2half_rn(detail::to_f32(vin[2 * j + 1]));
-      }
-    }
-    __syncthreads();  // the new K/V row is in the cache before any warp copies its chunk
-  }
   // Starts the copies of chunk `chunk` into stage st (keys past the range become zeros).
   auto issue = [&](int chunk, int st, const int32_t(&e)[kPer]) {
     __half* kdst = stages + st * kStage;
@@ -414,9 +387,51 @@ __global__ void __launch_bounds__(W * 32) narrow_kernel(const Args<T, O> a) {
     }
     cp_async_commit();
   };
+  // Settled keys (PagedAttentionWorkspace::settled_keys): the first stages' chunks wholly below the
+  // row's position start copying before the wait, a prefix of the stages (their commit groups keep
+  // the order below).
+  int pre_issued = 0;
+  if (a.settled_keys) {
+#pragma unroll
+    for (int st = 0; st < kStages - 1; ++st) {
+      const int chunk = first_chunk + st * kNarrowWarps;
+      if (pre_issued == st && (chunk + 1) * kNarrowKeys <= max_pos && chunk * kNarrowKeys < k_end) {
+        issue(chunk, st, pre[st]);
+        ++pre_issued;
+      }
+    }
+  }
+  const bool new_rows = a.new_rows.ld > 0;
+  __shared__ NewRowAngles<HD> ang;
+  if (new_rows) {  // the angles of the row's position (rope_kv_kernel's formula)
+    const double p = static_cast<double>(max_pos);
+    for (int j = threadIdx.x; 2 * j < a.new_rows.n_rot; j += kNarrowThreads)
+      sincos(p * a.new_rows.inv_freq[j], &ang.sn[j], &ang.cs[j]);
+  }
+  detail::pdl_wait();  // the predecessor's q and K/V rows from here on (PDL, launch.h)
+  if (new_rows) {
+    __syncthreads();  // the angles
+    if (max_pos >= k_begin && max_pos < k_end) {  // this split reads the new position
+      const int64_t crow = a.new_rows.cache_rows[tile.row0];
+      const T* kin = a.q + tile.row0 * a.new_rows.ld + (a.n_heads + kvh) * HD;
+      const T* vin = kin + a.n_kv_heads * HD;  // v heads follow the k heads
+      __half* kout = const_cast<__half*>(a.k_cache) + (crow * a.n_kv_heads + kvh) * HD;
+      __half* vout = const_cast<__half*>(a.v_cache) + (crow * a.n_kv_heads + kvh) * HD;
+      for (int j = threadIdx.x; j < HD / 2; j += kNarrowThreads) {
+        float x0 = detail::to_f32(kin[2 * j]), x1 = detail::to_f32(kin[2 * j + 1]);
+        rotate_pair(ang, j, a.new_rows.n_rot, x0, x1);
+        kout[2 * j] = __float2half_rn(x0);
+        kout[2 * j + 1] = __float2half_rn(x1);
+        vout[2 * j] = __float2half_rn(detail::to_f32(vin[2 * j]));
+        vout[2 * j + 1] = __float2half_rn(detail::to_f32(vin[2 * j + 1]));
+      }
+    }
+    __syncthreads();  // the new K/V row is in the cache before any warp copies its chunk
+  }
   // The first stages' copies start before the Q loads, overlapping their latency.
 #pragma unroll
   for (int st = 0; st < kStages - 1; ++st) {
+    if (st < pre_issued) continue;
     const int chunk = first_chunk + st * kNarrowWarps;
     if (chunk * kNarrowKeys < k_end)
       issue(chunk, st, pre[st]);

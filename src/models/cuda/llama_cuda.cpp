@@ -522,11 +522,10 @@ class CudaLlama final : public CausalLm {
       }
       const bool o_f32_rows = l.wo.quant() && !proj_.bf16_input_rows(l.wo, n);
       if (o_f32_rows) {  // f32, quantized for the integer dots
-        // A split decode-only launch may stop at its partials and leave their merge to the next
-        // kernel (paged_attention.h): o's input quantizer, where o reads 8-bit rows. That takes the
-        // fence, count and merge off the step's critical path.
+        // A split decode-only launch may leave its partials' merge to o's input quantizer where o
+        // reads 8-bit rows (paged_attention.h): the fence, count and merge off the critical path.
         const bool leave = leave_partials_on_ && proj_.quantized_input(l.wo, n);
-        const cuda::PagedAttentionWorkspace ws{b.attn_ws, attn_ws_bytes_, n, 0, leave};
+        const cuda::PagedAttentionWorkspace ws{b.attn_ws, attn_ws_bytes_, n, 0, leave, plan_.one_row_per_sequence};
         const cuda::PagedAttentionPartials left = cuda::paged_attention<float, float>(
             attn_q, d_pos, d_tiles, static_cast<int64_t>(plan_.tiles.size()), d_tables, plan_.table_stride,
             cache.block_size(), kc, vc, cfg_.n_heads, cfg_.n_kv_heads, hd, scale, b.attn, s, ws, attn_new_rows);
@@ -537,7 +536,8 @@ class CudaLlama final : public CausalLm {
       } else {  // attention writes bf16: it only feeds the output projection (on bf16 rows)
         // One row: the partials left to a merge kernel before the o GEMV (batch 1: 4.14 -> 4.06 ms,
         // s26); at 4 / 8 rows (cuBLASLt, no PDL) that kernel cost 1.5 % (gpu_runs/s26_bf16_left_partials.txt).
-        const cuda::PagedAttentionWorkspace ws{b.attn_ws, attn_ws_bytes_, n, 0, leave_partials_on_ && n == 1};
+        const cuda::PagedAttentionWorkspace ws{b.attn_ws, attn_ws_bytes_, n, 0, leave_partials_on_ && n == 1,
+                                               plan_.one_row_per_sequence};
         const cuda::PagedAttentionPartials left = cuda::paged_attention<float, bf16>(
             attn_q, d_pos, d_tiles, static_cast<int64_t>(plan_.tiles.size()), d_tables, plan_.table_stride,
             cache.block_size(), kc, vc, cfg_.n_heads, cfg_.n_kv_heads, hd, scale, h, s, ws, attn_new_rows);
