@@ -29,7 +29,7 @@ import csv, re, sys
 lines = open(sys.argv[1], errors="replace").read().splitlines()
 start = next(i for i, l in enumerate(lines) if l.startswith('"ID"'))
 rows = list(csv.reader(lines[start:]))
-head, units = rows[0], rows[1]
+head = rows[0]  # rows[1]: the units (--print-units base)
 col = {h: i for i, h in enumerate(head)}
 def num(r, m):
     v = r[col[m]].replace(",", "")

@@ -62,23 +62,23 @@ int narrow_warps(int64_t pairs, int64_t blocks) {
   return per_sm <= 2 ? 6 : per_sm < kNarrowMaxBlocksPerSm ? 4 : 3;
 }
 
+// A switch that is on unless the variable is "0".
+bool env_not_zero(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr || std::string(v) != "0";
+}
+
 // -1: not set (TESSERA_ATTENTION_QCOLS=0 turns the layout off), else set_paged_attention_queries_as_cols.
 std::atomic<int> g_queries_as_cols{-1};
 bool queries_as_cols_enabled() {
-  static const bool env_on = [] {
-    const char* v = std::getenv("TESSERA_ATTENTION_QCOLS");
-    return v == nullptr || std::string(v) != "0";
-  }();
+  static const bool env_on = env_not_zero("TESSERA_ATTENTION_QCOLS");
   const int set = g_queries_as_cols.load(std::memory_order_relaxed);
   return set < 0 ? env_on : set != 0;
 }
 
 // TESSERA_ATTENTION_SETTLED=0: no copies before the PDL wait (PagedAttentionWorkspace::settled_keys).
 bool settled_keys_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("TESSERA_ATTENTION_SETTLED");
-    return v == nullptr || std::string(v) != "0";
-  }();
+  static const bool on = env_not_zero("TESSERA_ATTENTION_SETTLED");
   return on;
 }
 
