@@ -389,9 +389,9 @@ __global__ void __launch_bounds__(W * 32) narrow_kernel(const Args<T, O> a) {
   };
   // Settled keys (PagedAttentionWorkspace::settled_keys): the first stages' chunks wholly below the
   // row's position start copying before the wait. Chunks grow with the stage, so those stages are
-  // a prefix and their commit groups keep the order below. H100, batch-1 decode at a 512-token context, same binary, 4 rounds: Q4_0
-  // 1.90 -> 1.88-1.89 ms, Q8_0 2.98-2.99 -> 2.97, Q4_K (2 rounds) 1.95 -> 1.92-1.93, bf16 5.27-5.28
-  // either way (gpu_runs/s54_settled_keys_h100.txt).
+  // a prefix and their commit groups keep the order below. H100, batch-1 decode at a 512-token
+  // context, same binary, 4 rounds: Q4_0 1.90 -> 1.88-1.89 ms, Q8_0 2.98-2.99 -> 2.97, Q4_K (2
+  // rounds) 1.95 -> 1.92-1.93, bf16 5.27-5.28 either way (gpu_runs/s54_settled_keys_h100.txt).
   int pre_issued = 0;
   if (a.settled_keys) {
 #pragma unroll
