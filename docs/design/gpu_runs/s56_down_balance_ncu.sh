@@ -15,7 +15,7 @@ N=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/nc
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader | tee $out/summary.txt
 m=sm__cycles_active.min,sm__cycles_active.avg,sm__cycles_active.max,sm__cycles_elapsed.max
 m=$m,dram__bytes_read.sum,gpu__time_duration.sum,launch__waves_per_multiprocessor
-for skip in 3 4; do  # layer 0's one-row GEMVs: head? no: qkv 0, o 2, gate|up 3, down 4 (ncu_gemv_traffic's order)
+for skip in 3 4; do  # launches as ncu_gemv_traffic.sh lists them: head, qkv, o, gate|up (3), down (4)
   TESSERA_GEMM_PREPARE=0 timeout 200 "$N" --clock-control none --kernel-name regex:mmq_gemv_kernel \
     --launch-skip $skip --launch-count 1 --section SpeedOfLight --section MemoryWorkloadAnalysis \
     --section WarpStateStats --section LaunchStats --section Occupancy --metrics "$m" \
