@@ -37,7 +37,9 @@ __device__ __forceinline__ void cp_async_or_zero(void* dst, const void* src, boo
                  "r"(valid ? 8 : 0));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-// Until at most N of this thread's committed groups are still in flight.
+// Until at most N of this thread's committed groups are still in flight. No memory clobber: the
+// compiler may move plain shared-memory reads above it, so a caller that then reads the copies
+// puts a barrier (__syncthreads, __syncwarp) or an asm volatile("" ::: "memory") between the two.
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
