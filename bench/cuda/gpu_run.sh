@@ -14,8 +14,8 @@
 set -u
 phase=${1:?phase a or b}
 out=${OUT:-gpu_out}; mkdir -p "$out" /tmp/m /tmp/bin
-d=$(dirname "$(find /usr/local /opt /usr/lib -name 'libcublasLt.so.13*' 2>/dev/null | head -1)")
-export LD_LIBRARY_PATH=$d:${LD_LIBRARY_PATH:-}
+. "$(dirname "$0")/gpu_probe.sh"  # unxz_tar, use_device_cublaslt
+use_device_cublaslt
 export TESSERA_MODEL=/tmp/m/model.gguf
 log=$out/phase_$phase.log
 step() {  # step NAME CMD...: runs, records rc, keeps the log
@@ -23,10 +23,6 @@ step() {  # step NAME CMD...: runs, records rc, keeps the log
   "$@" > /tmp/m/$name.log 2>&1; local rc=$?
   echo "== $name rc=$rc ($((SECONDS - t0)) s)" | tee -a "$out/summary.txt"
   { echo "== $name rc=$rc"; cat /tmp/m/$name.log; } >> "$log"
-}
-unxz_tar() {  # unxz_tar FILE DIR (python's lzma where xz is missing)
-  if command -v xz > /dev/null; then xz -dc "$1" | tar xif - -C "$2"
-  else python3 -c "import lzma,sys,tarfile; tarfile.open(fileobj=lzma.open(sys.argv[1]), ignore_zeros=True).extractall(sys.argv[2])" "$1" "$2"; fi
 }
 case $phase in
   a)

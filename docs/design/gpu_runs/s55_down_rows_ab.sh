@@ -7,20 +7,18 @@
 # run(command="bash docs/design/gpu_runs/s55_down_rows_ab.sh", carry=["build-carry-s55"])
 set -u
 out=${OUT:-down_rows_out}; mkdir -p "$out" /tmp/bin
-python3 -c "import lzma,sys,tarfile; tarfile.open(fileobj=lzma.open(sys.argv[1])).extractall(sys.argv[2])" \
-  build-carry-s55/bins.tar.xz /tmp/bin
-lt=$(find /usr/local /opt /usr/lib -name 'libcublasLt.so.13*' 2>/dev/null | head -1)
-export LD_LIBRARY_PATH=$(dirname "$lt"):${LD_LIBRARY_PATH:-}
+. bench/cuda/gpu_probe.sh  # unxz_tar, use_device_cublaslt, gpu_clocks, gtest_line
+unxz_tar build-carry-s55/bins.tar.xz /tmp/bin
+use_device_cublaslt
 s=$out/summary.txt
-nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader | tee -a $s
+gpu_clocks $s
 /tmp/bin/paged_attention_cuda_test > $out/paged_attention.txt 2>&1
-echo "paged_attention_cuda_test (5b7ad26): $(grep -E '^\[  (PASSED|FAILED)' $out/paged_attention.txt | tr '\n' ' ')" | tee -a $s
+gtest_line "paged_attention_cuda_test (5b7ad26)" $out/paged_attention.txt | tee -a $s
 for v in 2 2u1; do
   TESSERA_DOWN_ROWS=$v /tmp/bin/gemv_cuda_test --gtest_filter='MmqHalf.*' > $out/gemv_$v.txt 2>&1
-  echo "MmqHalf, TESSERA_DOWN_ROWS=$v: $(grep -E '^\[  (PASSED|FAILED)' $out/gemv_$v.txt | tr '\n' ' ')" | tee -a $s
+  gtest_line "MmqHalf, TESSERA_DOWN_ROWS=$v" $out/gemv_$v.txt | tee -a $s
   TESSERA_DOWN_ROWS=$v /tmp/bin/llama_cuda_test --gtest_filter='LlamaCudaDummy.*' > $out/dummy_$v.txt 2>&1
-  echo "LlamaCudaDummy, TESSERA_DOWN_ROWS=$v: $(grep -E '^\[  (PASSED|FAILED)' $out/dummy_$v.txt | tr '\n' ' ')" |
-    tee -a $s
+  gtest_line "LlamaCudaDummy, TESSERA_DOWN_ROWS=$v" $out/dummy_$v.txt | tee -a $s
 done
 B=/tmp/bin/tessera
 TYPES="${TYPES:-q4_0 q8_0}" ROUNDS=2 DONOR=/tmp/bin/tok_only.gguf OUT=$out/ab bash bench/cuda/batch1_env_ab.sh \

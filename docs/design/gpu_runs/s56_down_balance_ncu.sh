@@ -7,12 +7,11 @@
 # run(command="bash docs/design/gpu_runs/s56_down_balance_ncu.sh", carry=["build-carry-s56"])
 set -u
 out=${OUT:-down_balance_out}; mkdir -p "$out" /tmp/bin
-[ -x /tmp/bin/tessera ] || python3 -c "import lzma,sys,tarfile; tarfile.open(fileobj=lzma.open(sys.argv[1])).extractall(sys.argv[2])" \
-  build-carry-s56/bins.tar.xz /tmp/bin
-lt=$(find /usr/local /opt /usr/lib -name 'libcublasLt.so.13*' 2>/dev/null | head -1)
-export LD_LIBRARY_PATH=$(dirname "$lt"):${LD_LIBRARY_PATH:-}
+. bench/cuda/gpu_probe.sh  # unxz_tar, use_device_cublaslt, gpu_clocks, gtest_line
+[ -x /tmp/bin/tessera ] || unxz_tar build-carry-s56/bins.tar.xz /tmp/bin
+use_device_cublaslt
 N=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
-nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader | tee $out/summary.txt
+gpu_clocks $out/summary.txt
 m=sm__cycles_active.min,sm__cycles_active.avg,sm__cycles_active.max,sm__cycles_elapsed.max
 m=$m,dram__bytes_read.sum,gpu__time_duration.sum,launch__waves_per_multiprocessor
 for skip in 3 4; do  # launches as ncu_gemv_traffic.sh lists them: head, qkv, o, gate|up (3), down (4)

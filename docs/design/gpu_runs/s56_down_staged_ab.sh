@@ -6,20 +6,19 @@
 # run(command="bash docs/design/gpu_runs/s56_down_staged_ab.sh", carry=["build-carry-s56"])
 set -u
 out=${OUT:-down_staged_out}; mkdir -p "$out" /tmp/bin
-python3 -c "import lzma,sys,tarfile; tarfile.open(fileobj=lzma.open(sys.argv[1])).extractall(sys.argv[2])" \
-  build-carry-s56/bins.tar.xz /tmp/bin
-lt=$(find /usr/local /opt /usr/lib -name 'libcublasLt.so.13*' 2>/dev/null | head -1)
-export LD_LIBRARY_PATH=$(dirname "$lt"):${LD_LIBRARY_PATH:-}
+. bench/cuda/gpu_probe.sh  # unxz_tar, use_device_cublaslt, gpu_clocks, gtest_line
+unxz_tar build-carry-s56/bins.tar.xz /tmp/bin
+use_device_cublaslt
 s=$out/summary.txt
-nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader | tee -a $s
+gpu_clocks $s
 (cuobjdump --dump-resource-usage /tmp/bin/gemv_cuda_test 2>/dev/null | grep -A1 "staged" | grep -o "REG:[0-9]*\|STACK:[0-9]*\|SHARED:[0-9]*\|LOCAL:[0-9]*" | paste -sd' ') > $out/regs.txt
 echo "staged kernels' resources: $(head -c 600 $out/regs.txt)" | tee -a $s
 for v in 3 2 4; do
   TESSERA_DOWN_STAGES=$v timeout 120 /tmp/bin/gemv_cuda_test --gtest_filter='MmqHalf.*' > $out/gemv_$v.txt 2>&1
-  echo "MmqHalf, TESSERA_DOWN_STAGES=$v: $(grep -E '^\[  (PASSED|FAILED)' $out/gemv_$v.txt | tr '\n' ' ')" | tee -a $s
+  gtest_line "MmqHalf, TESSERA_DOWN_STAGES=$v" $out/gemv_$v.txt | tee -a $s
 done
 TESSERA_DOWN_STAGES=3 timeout 200 /tmp/bin/llama_cuda_test --gtest_filter='LlamaCudaDummy.*' > $out/dummy_3.txt 2>&1
-echo "LlamaCudaDummy, TESSERA_DOWN_STAGES=3: $(grep -E '^\[  (PASSED|FAILED)' $out/dummy_3.txt | tr '\n' ' ')" | tee -a $s
+gtest_line "LlamaCudaDummy, TESSERA_DOWN_STAGES=3" $out/dummy_3.txt | tee -a $s
 B=/tmp/bin/tessera
 TYPES="q4_0" ROUNDS=2 DONOR=/tmp/bin/tok_only.gguf OUT=$out/ab4 bash bench/cuda/batch1_env_ab.sh \
   base=$B s2=$B,TESSERA_DOWN_STAGES=2 s3=$B,TESSERA_DOWN_STAGES=3 s3w=$B,TESSERA_DOWN_STAGES=3w \

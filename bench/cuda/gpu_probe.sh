@@ -1,0 +1,22 @@
+# Sourced by the one-call GPU scripts (bench/cuda/gpu_run.sh, docs/design/gpu_runs/*.sh), run
+# from the repository root on the GPU machine, which has no package manager (maybe no xz).
+#   unxz_tar FILE DIR      a carried .tar.xz unpacked into DIR (python's lzma where xz is missing;
+#                          concatenated archives too)
+#   use_device_cublaslt    the machine's libcublasLt.so.13 directory put on LD_LIBRARY_PATH
+#   gpu_clocks FILE        the GPU's name and clocks, printed and appended to FILE
+#   gtest_line LABEL LOG   "LABEL: " and the PASSED / FAILED lines of a googletest log
+unxz_tar() {
+  if command -v xz > /dev/null; then xz -dc "$1" | tar xif - -C "$2"
+  else python3 -c "import lzma,sys,tarfile; tarfile.open(fileobj=lzma.open(sys.argv[1]), ignore_zeros=True).extractall(sys.argv[2])" "$1" "$2"; fi
+}
+use_device_cublaslt() {
+  local lt
+  lt=$(find /usr/local /opt /usr/lib -name 'libcublasLt.so.13*' 2>/dev/null | head -1)
+  if [ -n "$lt" ]; then export LD_LIBRARY_PATH=$(dirname "$lt"):${LD_LIBRARY_PATH:-}; fi
+}
+gpu_clocks() {
+  nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader | tee -a "$1"
+}
+gtest_line() {
+  echo "$1: $(grep -E '^\[  (PASSED|FAILED)' "$2" | tr '\n' ' ')"
+}
