@@ -12,10 +12,6 @@ namespace tessera::jinja {
 
 bool is_intlike_value(const Value& v) { return v.kind() == Kind::kInt || v.kind() == Kind::kBool; }
 
-bool py_space(unsigned char c) {
-  return c == ' ' || (c >= '\t' && c <= '\r') || (c >= 0x1c && c <= 0x1f);
-}
-
 namespace {
 // Whether UTF-8 bytes [p, p + n) spell a non-ASCII Python whitespace code point.
 bool wide_space(std::string_view cp) {
@@ -74,12 +70,21 @@ size_t digit_run(std::string_view s, size_t i, std::string& d) {
 
 // The whitespace int() and float() strip: Python's, less U+001C-001F (which they refuse).
 std::string_view number_strip(std::string_view s) {
-  auto unit_sep = [&](size_t i) {
-    return static_cast<unsigned char>(s[i]) >= 0x1c && static_cast<unsigned char>(s[i]) <= 0x1f;
-  };
+  auto byte = [&](size_t i) { return static_cast<unsigned char>(s[i]); };
+  auto unit_sep = [&](size_t i) { return byte(i) >= 0x1c && byte(i) <= 0x1f; };
+  // ASCII bytes are tested inline: a hostile 8 MB run of spaces is scanned at memory speed,
+  // which the steps charged for it (scan_steps) assume.
   size_t b = 0, e = s.size();
-  for (size_t n; b < e && !unit_sep(b) && (n = space_at(s, b)) != 0;) b += n;
-  for (size_t n; e > b && !unit_sep(e - 1) && (n = space_before(s, e)) != 0;) e -= n;
+  for (size_t n; b < e && !unit_sep(b);) {
+    if (byte(b) < 0x80 && py_space(byte(b))) ++b;
+    else if (byte(b) >= 0x80 && (n = space_at(s, b)) != 0) b += n;
+    else break;
+  }
+  for (size_t n; e > b && !unit_sep(e - 1);) {
+    if (byte(e - 1) < 0x80 && py_space(byte(e - 1))) --e;
+    else if (byte(e - 1) >= 0x80 && (n = space_before(s, e)) != 0) e -= n;
+    else break;
+  }
   return s.substr(b, e - b);
 }
 
