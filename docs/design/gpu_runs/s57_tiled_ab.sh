@@ -14,7 +14,7 @@ gpu_clocks $s
 timeout 120 /tmp/bin/weight_layout_bench 2>&1 | tee $out/weight_layout.txt | tee -a $s
 B=/tmp/bin/tessera
 for t in q4_0 q8_0; do
-  TYPES="$t" ROUNDS=2 DONOR=/tmp/bin/tok_only.gguf OUT=$out/ab_$t bash bench/cuda/batch1_env_ab.sh \
+  TYPES="$t" ROUNDS=${ROUNDS:-2} DONOR=/tmp/bin/tok_only.gguf OUT=$out/ab_$t bash bench/cuda/batch1_env_ab.sh \
     base=$B tiled=$B,TESSERA_TILED_GEMV=1 > /dev/null 2>&1
   cat $out/ab_$t/summary.txt | tee -a $s
 done
@@ -26,7 +26,7 @@ gtest_line "LlamaCudaDummy tiled + half" $out/dummy.txt | tee -a $s
 grep -E "Failure|Expected|tiled" $out/dummy.txt | head -20 | tee -a $s
 B=/tmp/bin/tessera
 for t in q4_k; do
-  TYPES="$t" ROUNDS=2 DONOR=/tmp/bin/tok_only.gguf OUT=$out/ab_$t bash bench/cuda/batch1_env_ab.sh \
+  TYPES="$t" ROUNDS=${ROUNDS:-2} DONOR=/tmp/bin/tok_only.gguf OUT=$out/ab_$t bash bench/cuda/batch1_env_ab.sh \
     base=$B tiled=$B,TESSERA_TILED_GEMV=1 > /dev/null 2>&1
   cat $out/ab_$t/summary.txt | tee -a $s
 done
