@@ -124,7 +124,7 @@ void check_bytes(size_t n);
 void check_string(size_t size);
 // Steps for n bytes scanned byte by byte, or copied; a product saturates. A byte-by-byte walk
 // (the whitespace strip of int()) runs at ~2.5 ns a byte on a 2-core CI machine: 32 bytes a step
-// keeps the 5M-step budget near 0.4 s of it, well inside the 2 s backstop.
+// keeps the 5M-step budget near 0.4 s of it, well inside the 2 s time limit.
 inline uint64_t scan_steps(size_t n) { return n / 32; }
 inline uint64_t copy_steps(size_t n) { return n / 128; }
 // Steps for a substring search (std::string::find is O(hay x needle) at worst).
@@ -217,15 +217,27 @@ size_t code_point_pos_back(std::string_view s, size_t k);
 
 // Python str operations on marked text (jinja_text.cpp).
 bool is_intlike_value(const Value& v);                        // int or bool
-// str.isspace() for one ASCII byte (inline: the strips call it once a byte).
+// str.isspace() for one ASCII byte.
 inline bool py_space(unsigned char c) {
   return c == ' ' || (c >= '\t' && c <= '\r') || (c >= 0x1c && c <= 0x1f);
 }
 // Python's whitespace (str.isspace, re's \s, str.split()): the UTF-8 length of the whitespace
 // code point starting at s[i] / ending at s[e - 1], 0 if there is none. Beyond ASCII: U+0085,
 // U+00A0, U+1680, U+2000-200A, U+2028, U+2029, U+202F, U+205F, U+3000.
-size_t space_at(std::string_view s, size_t i);
-size_t space_before(std::string_view s, size_t e);
+// ASCII bytes are answered inline (the strips call these once a byte: out of line they cost
+// ~5 ns a byte); the non-ASCII code points go to the *_wide forms.
+size_t wide_space_at(std::string_view s, size_t i);
+size_t wide_space_before(std::string_view s, size_t e);
+inline size_t space_at(std::string_view s, size_t i) {
+  if (i >= s.size()) return 0;
+  const auto c = static_cast<unsigned char>(s[i]);
+  return c < 0x80 ? (py_space(c) ? 1 : 0) : wide_space_at(s, i);
+}
+inline size_t space_before(std::string_view s, size_t e) {
+  if (e == 0) return 0;
+  const auto c = static_cast<unsigned char>(s[e - 1]);
+  return c < 0x80 ? (py_space(c) ? 1 : 0) : wide_space_before(s, e);
+}
 bool parse_int(const std::string& s, int64_t* out);           // Python's int(str), base 10
 bool parse_float(const std::string& s, double* out);          // Python's float(str)
 const Text& need_str(const Value& v, std::string_view what);  // RenderError unless a str

@@ -26,9 +26,7 @@ bool wide_space(std::string_view cp) {
 }
 }  // namespace
 
-size_t space_at(std::string_view s, size_t i) {
-  if (i >= s.size()) return 0;
-  if (py_space(static_cast<unsigned char>(s[i]))) return 1;
+size_t wide_space_at(std::string_view s, size_t i) {
   for (size_t n : {size_t{2}, size_t{3}})
     if (i + n <= s.size() && wide_space(s.substr(i, n))) return n;
   return 0;
@@ -41,9 +39,7 @@ std::string_view py_strip(std::string_view s) {
   return s.substr(b, e - b);
 }
 
-size_t space_before(std::string_view s, size_t e) {
-  if (e == 0) return 0;
-  if (py_space(static_cast<unsigned char>(s[e - 1]))) return 1;
+size_t wide_space_before(std::string_view s, size_t e) {
   for (size_t n : {size_t{2}, size_t{3}})
     if (e >= n && wide_space(s.substr(e - n, n))) return n;
   return 0;
@@ -70,21 +66,12 @@ size_t digit_run(std::string_view s, size_t i, std::string& d) {
 
 // The whitespace int() and float() strip: Python's, less U+001C-001F (which they refuse).
 std::string_view number_strip(std::string_view s) {
-  auto byte = [&](size_t i) { return static_cast<unsigned char>(s[i]); };
-  auto unit_sep = [&](size_t i) { return byte(i) >= 0x1c && byte(i) <= 0x1f; };
-  // ASCII bytes are tested inline: a hostile 8 MB run of spaces is scanned at memory speed,
-  // which the steps charged for it (scan_steps) assume.
+  auto unit_sep = [&](size_t i) {
+    return static_cast<unsigned char>(s[i]) >= 0x1c && static_cast<unsigned char>(s[i]) <= 0x1f;
+  };
   size_t b = 0, e = s.size();
-  for (size_t n; b < e && !unit_sep(b);) {
-    if (byte(b) < 0x80 && py_space(byte(b))) ++b;
-    else if (byte(b) >= 0x80 && (n = space_at(s, b)) != 0) b += n;
-    else break;
-  }
-  for (size_t n; e > b && !unit_sep(e - 1);) {
-    if (byte(e - 1) < 0x80 && py_space(byte(e - 1))) --e;
-    else if (byte(e - 1) >= 0x80 && (n = space_before(s, e)) != 0) e -= n;
-    else break;
-  }
+  for (size_t n; b < e && !unit_sep(b) && (n = space_at(s, b)) != 0;) b += n;
+  for (size_t n; e > b && !unit_sep(e - 1) && (n = space_before(s, e)) != 0;) e -= n;
   return s.substr(b, e - b);
 }
 
