@@ -24,8 +24,11 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "bench_timing.cuh"
+#include "stream_loads.cuh"
 
 namespace {
+
+using namespace tessera::bench;
 
 constexpr int kR = 4;  // rows of a group (kGemvRows)
 
@@ -57,8 +60,6 @@ __device__ __forceinline__ const uint16_t* scale_at(const Walk& w, int64_t r, in
   return reinterpret_cast<const uint16_t*>(w.base + tile * tile_bytes + kR * 32 * w.qb) + (r % kR) * 32 + c % 32;
 }
 
-__device__ __forceinline__ uint32_t mix(uint4 v) { return v.x ^ v.y ^ v.z ^ v.w; }
-
 // W warps a block, KS warps a group splitting k by runs of 32 blocks, U blocks a lane a step.
 template <int W, int KS, int U>
 __global__ void __launch_bounds__(W * 32) walk(Walk w, uint32_t* sink) {
@@ -86,21 +87,6 @@ __global__ void __launch_bounds__(W * 32) walk(Walk w, uint32_t* sink) {
       for (int r = 0; r < kR; ++r) acc += mix(q[u][r][0]) + mix(q[u][r][1]) + s[u][r];
   }
   if (acc == 0x12345678u) *sink = acc;  // keeps the loads
-}
-
-__global__ void stream(const uint4* buf, int64_t n, uint32_t* sink) {
-  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
-  uint32_t acc = 0;
-  int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  for (; i + 3 * stride < n; i += 4 * stride) {
-    uint4 v[4];
-#pragma unroll
-    for (int u = 0; u < 4; ++u) v[u] = __ldcs(buf + i + u * stride);
-#pragma unroll
-    for (int u = 0; u < 4; ++u) acc += mix(v[u]);
-  }
-  for (; i < n; i += stride) acc += mix(__ldcs(buf + i));
-  if (acc == 0x12345678u) *sink = acc;
 }
 
 struct Shape {
@@ -151,7 +137,7 @@ int main() {
             4, s, 3, 10);
       };
       const float copy = time([&](const uint8_t* p, cudaStream_t st) {
-        stream<<<sms * 8, 256, 0, st>>>(reinterpret_cast<const uint4*>(p), static_cast<int64_t>(bytes) / 16, sink);
+        stream<kCs><<<sms * 8, 256, 0, st>>>(reinterpret_cast<const uint4*>(p), static_cast<int64_t>(bytes) / 16, sink);
       });
       float ms[kLayouts];
       for (int layout = 0; layout < kLayouts; ++layout)

@@ -12,24 +12,22 @@ use_device_cublaslt
 s=$out/summary.txt
 gpu_clocks $s
 timeout 120 /tmp/bin/weight_layout_bench 2>&1 | tee $out/weight_layout.txt | tee -a $s
-B=/tmp/bin/tessera
-for t in q4_0 q8_0; do
-  TYPES="$t" ROUNDS=${ROUNDS:-2} DONOR=/tmp/bin/tok_only.gguf OUT=$out/ab_$t bash bench/cuda/batch1_env_ab.sh \
-    base=$B tiled=$B,TESSERA_TILED_GEMV=1 > /dev/null 2>&1
-  cat $out/ab_$t/summary.txt | tee -a $s
-done
+ab() {  # ab TYPE...: batch-1 decode, default against TESSERA_TILED_GEMV=1, same binary
+  local B=/tmp/bin/tessera t
+  for t; do
+    TYPES="$t" ROUNDS=${ROUNDS:-2} DONOR=/tmp/bin/tok_only.gguf OUT=$out/ab_$t bash bench/cuda/batch1_env_ab.sh \
+      base=$B tiled=$B,TESSERA_TILED_GEMV=1 > /dev/null 2>&1
+    cat $out/ab_$t/summary.txt | tee -a $s
+  done
+}
+ab q4_0 q8_0
 timeout 120 /tmp/bin/gemv_cuda_test --gtest_filter='MmqTiled.*:MmqHalf.*' > $out/gemv.txt 2>&1
 gtest_line "MmqTiled + MmqHalf" $out/gemv.txt | tee -a $s
 grep -E "Failure|Expected|tiled" $out/gemv.txt | head -20 | tee -a $s
 timeout 200 /tmp/bin/llama_cuda_test --gtest_filter='LlamaCudaDummy.TiledGemv*:LlamaCudaDummy.HalfSwiglu*' > $out/dummy.txt 2>&1
 gtest_line "LlamaCudaDummy tiled + half" $out/dummy.txt | tee -a $s
 grep -E "Failure|Expected|tiled" $out/dummy.txt | head -20 | tee -a $s
-B=/tmp/bin/tessera
-for t in q4_k; do
-  TYPES="$t" ROUNDS=${ROUNDS:-2} DONOR=/tmp/bin/tok_only.gguf OUT=$out/ab_$t bash bench/cuda/batch1_env_ab.sh \
-    base=$B tiled=$B,TESSERA_TILED_GEMV=1 > /dev/null 2>&1
-  cat $out/ab_$t/summary.txt | tee -a $s
-done
+ab q4_k
 [ -n "${NCU:-}" ] || exit 0
 for v in 0 1; do
   TESSERA_TILED_GEMV=$v KERNEL=mmq_gemv TYPE=q4_0 TESSERA_MODEL=/tmp/bin/tok_only.gguf OUT=$out/ncu_$v COUNT=6 \
