@@ -53,7 +53,7 @@ std::string spaces(int64_t n) {
 
 Value lower_if_str(const Value& v, bool case_sensitive) {
   if (case_sensitive || !v.is_str()) return v;
-  return Value::text(map_ascii(v.as_text(), [](int c) { return std::tolower(c); }));
+  return Value::text(map_ascii(v.as_text(), AsciiCase::kLower));
 }
 
 std::vector<Value> sorted(Env& env, std::vector<Value> items, bool reverse, bool case_sensitive,
@@ -199,10 +199,10 @@ Value f_join(Env& env, const Value& v, Args& a) {
 }
 Value f_items(Env&, const Value& v, Args&) { return items_of(v); }
 Value f_lower(Env&, const Value& v, Args&) {
-  return Value::text(map_ascii(to_text(v), [](int c) { return std::tolower(c); }));
+  return Value::text(map_ascii(to_text(v), AsciiCase::kLower));
 }
 Value f_upper(Env&, const Value& v, Args&) {
-  return Value::text(map_ascii(to_text(v), [](int c) { return std::toupper(c); }));
+  return Value::text(map_ascii(to_text(v), AsciiCase::kUpper));
 }
 Value f_title(Env&, const Value& v, Args&) { return Value::text(title_filter(to_text(v))); }
 Value f_capitalize(Env&, const Value& v, Args&) { return Value::text(capitalize(to_text(v))); }
@@ -620,8 +620,8 @@ Value str_method(Env& env, const Value& self, const std::string& m, Args& a) {
     return Value::text(replace(env, t, need_str(a.get(0, "old"), m), need_str(a.get(1, "new"), m),
                                need_int(count, m)));
   }
-  if (m == "upper") return Value::text(map_ascii(t, [](int c) { return std::toupper(c); }));
-  if (m == "lower") return Value::text(map_ascii(t, [](int c) { return std::tolower(c); }));
+  if (m == "upper") return Value::text(map_ascii(t, AsciiCase::kUpper));
+  if (m == "lower") return Value::text(map_ascii(t, AsciiCase::kLower));
   if (m == "title") return Value::text(title_method(t));
   if (m == "capitalize") return Value::text(capitalize(t));
   if (m == "format") return Value::text(format(t, a));

@@ -243,7 +243,8 @@ bool parse_float(const std::string& s, double* out);          // Python's float(
 const Text& need_str(const Value& v, std::string_view what);  // RenderError unless a str
 int64_t need_int(const Value& v, std::string_view what);      // RenderError unless int/bool
 Text strip(const Text& t, const Value& chars, bool left, bool right);  // str.strip(chars)
-Text map_ascii(const Text& t, int (*f)(int));                          // per-byte case map
+enum class AsciiCase { kUpper, kLower };
+Text map_ascii(const Text& t, AsciiCase to);  // str.upper / str.lower (ASCII letters; marks kept)
 Text capitalize(const Text& t);
 Text title_filter(const Text& t);  // jinja2's title filter
 Text title_method(const Text& t);  // Python's str.title

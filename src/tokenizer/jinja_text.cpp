@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <utility>
 
 #include "tokenizer/jinja_internal.h"
 
@@ -224,65 +225,64 @@ Text strip(const Text& t, const Value& chars, bool left, bool right) {
   return t.substr(b, e - b);
 }
 
-// Per-byte ASCII case mapping (marks kept): upper, lower, or title-like via `first`.
-Text map_ascii(const Text& t, int (*f)(int)) {
+namespace {
+char ascii_upper(char c) { return c >= 'a' && c <= 'z' ? static_cast<char>(c - 32) : c; }
+char ascii_lower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c + 32) : c; }
+bool ascii_alpha(char c) { return ascii_upper(c) >= 'A' && ascii_upper(c) <= 'Z'; }
+
+// t with every byte passed through `map` in order (it may keep state across bytes), marks kept:
+// a run of equal marks at a time, one append each. Charged as a byte-by-byte scan.
+template <typename Map>
+Text map_bytes(const Text& t, Map&& map) {
   const std::string& s = t.str();
+  charge_steps(scan_steps(s.size()));
   Text out;
-  for (size_t a = 0; a < s.size();) {  // a run of equal marks at a time, one append each
+  for (size_t a = 0; a < s.size();) {
     size_t b = a + 1;
     while (b < s.size() && t.content_at(b) == t.content_at(a)) ++b;
     std::string run = s.substr(a, b - a);
-    for (char& c : run) c = static_cast<char>(f(static_cast<unsigned char>(c)));
+    for (char& c : run) c = map(c);
     out.append(run, t.content_at(a));
     a = b;
   }
   return out;
 }
+}  // namespace
+
+Text map_ascii(const Text& t, AsciiCase to) {
+  return to == AsciiCase::kUpper ? map_bytes(t, ascii_upper) : map_bytes(t, ascii_lower);
+}
 
 Text capitalize(const Text& t) {
-  Text out = map_ascii(t, [](int c) { return std::tolower(c); });
-  if (out.empty()) return out;
-  Text first = map_ascii(out.substr(0, 1), [](int c) { return std::toupper(c); });
-  first.append(out.substr(1));
-  return first;
+  bool first = true;
+  return map_bytes(t, [&](char c) {
+    return std::exchange(first, false) ? ascii_upper(c) : ascii_lower(c);
+  });
 }
 
 // jinja2's title filter: each word (split at whitespace and "-({[<") capitalised.
 Text title_filter(const Text& t) {
-  const std::string& s = t.str();
-  Text out;
-  size_t i = 0;
-  while (i < s.size()) {
-    size_t j = i;
-    auto sep = [&](char c) {
-      return py_space(static_cast<unsigned char>(c)) ||
-             std::string_view("-({[<").find(c) != std::string_view::npos;
-    };
-    if (sep(s[i])) {
-      while (j < s.size() && sep(s[j])) ++j;
-      out.append(t.substr(i, j - i));
-    } else {
-      while (j < s.size() && !sep(s[j])) ++j;
-      out.append(capitalize(t.substr(i, j - i)));
+  bool word_start = true;
+  return map_bytes(t, [&](char c) {
+    const bool sep = py_space(static_cast<unsigned char>(c)) ||
+                     std::string_view("-({[<").find(c) != std::string_view::npos;
+    if (sep) {
+      word_start = true;
+      return c;
     }
-    i = j;
-  }
-  return out;
+    return std::exchange(word_start, false) ? ascii_upper(c) : ascii_lower(c);
+  });
 }
 
 // Python's str.title: upper after a non-letter, lower after a letter (ASCII letters).
 Text title_method(const Text& t) {
-  const std::string& s = t.str();
-  Text out;
   bool prev_cased = false;
-  for (size_t i = 0; i < s.size(); ++i) {
-    const unsigned char c = s[i];
-    const bool alpha = std::isalpha(c);
-    char r = static_cast<char>(alpha ? (prev_cased ? std::tolower(c) : std::toupper(c)) : c);
-    out.append(std::string_view(&r, 1), t.content_at(i));
+  return map_bytes(t, [&](char c) {
+    const bool alpha = ascii_alpha(c);
+    const char r = alpha && !prev_cased ? ascii_upper(c) : ascii_lower(c);
     prev_cased = alpha;
-  }
-  return out;
+    return r;
+  });
 }
 
 Text replace(Env& env, const Text& t, const Text& old, const Text& with, int64_t count) {

@@ -318,7 +318,12 @@ TEST(Jinja, HostileBuiltinsHitDefaultLimits) {
              "{% set ns.l = ns.l + [s ~ i] %}{% endfor %}",
        "memory limit"},
       {big + "{% for i in range(100000) %}{% set t = (s ~ '{}').format(i) %}{% endfor %}", "limit"},
-      {big + "{% for i in range(100000) %}{% set t = s.upper() %}{% endfor %}", "limit"},
+      // Case maps walk every byte: priced as scans, they end on the step budget.
+      {big + "{% for i in range(100000) %}{% set t = s.upper() %}{% endfor %}", "evaluation limit"},
+      {big + "{% for i in range(100000) %}{% set t = s.title() %}{% endfor %}", "evaluation limit"},
+      {"{% set s = 'a ' * 4000000 %}{% for i in range(100000) %}{% set t = s|title %}{% endfor %}",
+       "evaluation limit"},
+      {big + "{% for i in range(100000) %}{% set t = s|capitalize %}{% endfor %}", "evaluation limit"},
       // Scans that allocate nothing: indexing, search and comparison of long strings, long lists.
       {"{% set s = '\u00e9' * 4000000 %}{% for i in range(100000) %}{% set c = s[2000000] %}{% endfor %}",
        "limit"},
