@@ -11,7 +11,6 @@ out=${OUT:-tiled_out}; mkdir -p "$out" /tmp/bin
 use_device_cublaslt
 s=$out/summary.txt
 gpu_clocks $s
-timeout 120 /tmp/bin/weight_layout_bench 2>&1 | tee $out/weight_layout.txt | tee -a $s
 ab() {  # ab TYPE...: batch-1 decode, default against TESSERA_TILED_GEMV=1, same binary
   local B=/tmp/bin/tessera t
   for t; do
@@ -20,7 +19,9 @@ ab() {  # ab TYPE...: batch-1 decode, default against TESSERA_TILED_GEMV=1, same
     cat $out/ab_$t/summary.txt | tee -a $s
   done
 }
-ab q4_0 q8_0
+ab q4_0  # first: the answer that matters most, should the call be cut short
+timeout 120 /tmp/bin/weight_layout_bench 2>&1 | tee $out/weight_layout.txt | tee -a $s
+ab q8_0
 timeout 120 /tmp/bin/gemv_cuda_test --gtest_filter='MmqTiled.*:MmqHalf.*' > $out/gemv.txt 2>&1
 gtest_line "MmqTiled + MmqHalf" $out/gemv.txt | tee -a $s
 grep -E "Failure|Expected|tiled" $out/gemv.txt | head -20 | tee -a $s
