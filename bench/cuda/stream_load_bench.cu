@@ -138,16 +138,12 @@ void patterns(const uint4* buf, uint32_t* sink, int sms, cudaStream_t s) {
 }  // namespace
 
 int main() {
-  int sms = 0;
-  TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  cudaStream_t s;
-  TESSERA_CUDA_CHECK(cudaStreamCreate(&s));
-  const int64_t total = int64_t{2} << 30;  // 2 GiB, 34x the L2
-  uint4* buf = nullptr;
-  uint32_t* sink = nullptr;
-  TESSERA_CUDA_CHECK(cudaMalloc(&buf, total));
-  TESSERA_CUDA_CHECK(cudaMalloc(&sink, sizeof(uint32_t)));
-  TESSERA_CUDA_CHECK(cudaMemset(buf, 1, total));
+  const StreamRig rig;
+  const int sms = rig.sms;
+  const cudaStream_t s = rig.stream;
+  const int64_t total = StreamRig::kBytes;
+  const uint4* buf = rig.words();
+  uint32_t* sink = rig.sink;
   row("stream 2 GiB", total, [&](auto f) { return time_stream<decltype(f)::value>(buf, total / 16, sink, sms, s); });
   // The decode GEMVs' bf16 shapes (Llama-3-8B; a quarter of the head's rows, to fit a quarter
   // of the buffer).
@@ -163,8 +159,5 @@ int main() {
   row("gemv 4x8 gate|up 28672x4096", 2.0 * 28672 * 4096,
       [&](auto f) { return time_gemv<decltype(f)::value, 4, 8>(buf, 28672, 4096, sink, s); });
   patterns(buf, sink, sms, s);
-  TESSERA_CUDA_CHECK(cudaFree(buf));
-  TESSERA_CUDA_CHECK(cudaFree(sink));
-  TESSERA_CUDA_CHECK(cudaStreamDestroy(s));
   return 0;
 }

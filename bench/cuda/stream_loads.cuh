@@ -1,11 +1,13 @@
 // The weight-stream benchmarks' loads (stream_load_bench, weight_layout_bench): the PTX load
-// flavours a weight stream can use (16 bytes a lane), and a grid-stride read of a buffer in one
-// of them, the copy rate the access patterns are held against.
+// flavours a weight stream can use (16 bytes a lane), a grid-stride read of a buffer in one of
+// them (the copy rate the access patterns are held against), and the buffer they read.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
+
+#include "backend/cuda/cuda_check.h"
 
 namespace tessera::bench {
 
@@ -61,5 +63,31 @@ __global__ void stream(const uint4* buf, int64_t n, uint32_t* sink) {
   for (; i < n; i += stride) acc += mix(ld<F>(buf + i, policy));
   if (acc == 0x12345678u) *sink = acc;  // keeps the loads
 }
+
+// What the benchmarks run on: the SM count, a stream, a 2 GiB buffer of ones (34x the L2, so
+// launches on different quarters of it read DRAM) and a word that keeps the loads alive.
+struct StreamRig {
+  static constexpr int64_t kBytes = int64_t{2} << 30, kQuarter = kBytes / 4;
+  int sms = 0;
+  cudaStream_t stream = nullptr;
+  uint8_t* buf = nullptr;
+  uint32_t* sink = nullptr;
+
+  StreamRig() {
+    TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    TESSERA_CUDA_CHECK(cudaStreamCreate(&stream));
+    TESSERA_CUDA_CHECK(cudaMalloc(&buf, kBytes));
+    TESSERA_CUDA_CHECK(cudaMalloc(&sink, sizeof(uint32_t)));
+    TESSERA_CUDA_CHECK(cudaMemset(buf, 1, kBytes));
+  }
+  ~StreamRig() {
+    cudaFree(buf);
+    cudaFree(sink);
+    cudaStreamDestroy(stream);
+  }
+  StreamRig(const StreamRig&) = delete;
+  StreamRig& operator=(const StreamRig&) = delete;
+  const uint4* words() const { return reinterpret_cast<const uint4*>(buf); }
+};
 
 }  // namespace tessera::bench

@@ -46,18 +46,20 @@ const char* const kLayoutNames[] = {"row-major", "tiled", "tiled sections"};
 __device__ __forceinline__ int64_t tiled_index(const Walk& w, int64_t r, int64_t c) {
   return (((r / kR) * (w.nb / 32) + c / 32) * kR + r % kR) * 32 + c % 32;
 }
+// Tiled: the tile holding block c of row r (its R rows' 32-block runs of quants, then of scales).
+__device__ __forceinline__ const uint8_t* tile_at(const Walk& w, int64_t r, int64_t c) {
+  return w.base + ((r / kR) * (w.nb / 32) + c / 32) * (kR * 32 * (w.qb + 2));
+}
 __device__ __forceinline__ const uint4* quant_at(const Walk& w, int64_t r, int64_t c) {
   if (w.layout == kRowMajor) return reinterpret_cast<const uint4*>(w.base + (r * w.nb + c) * w.qb);
   if (w.layout == kTiledSections) return reinterpret_cast<const uint4*>(w.base + tiled_index(w, r, c) * w.qb);
-  const int64_t tile = (r / kR) * (w.nb / 32) + c / 32, tile_bytes = kR * 32 * (w.qb + 2);
-  return reinterpret_cast<const uint4*>(w.base + tile * tile_bytes + ((r % kR) * 32 + c % 32) * w.qb);
+  return reinterpret_cast<const uint4*>(tile_at(w, r, c) + ((r % kR) * 32 + c % 32) * w.qb);
 }
 __device__ __forceinline__ const uint16_t* scale_at(const Walk& w, int64_t r, int64_t c) {
   const uint16_t* section = reinterpret_cast<const uint16_t*>(w.base + w.n * w.nb * w.qb);
   if (w.layout == kRowMajor) return section + r * w.nb + c;
   if (w.layout == kTiledSections) return section + tiled_index(w, r, c);
-  const int64_t tile = (r / kR) * (w.nb / 32) + c / 32, tile_bytes = kR * 32 * (w.qb + 2);
-  return reinterpret_cast<const uint16_t*>(w.base + tile * tile_bytes + kR * 32 * w.qb) + (r % kR) * 32 + c % 32;
+  return reinterpret_cast<const uint16_t*>(tile_at(w, r, c) + kR * 32 * w.qb) + (r % kR) * 32 + c % 32;
 }
 
 // W warps a block, KS warps a group splitting k by runs of 32 blocks, U blocks a lane a step.
@@ -110,16 +112,10 @@ void launch_shape(const Shape& sh, const Walk& w, uint32_t* sink, cudaStream_t s
 }  // namespace
 
 int main() {
-  int sms = 0;
-  TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  cudaStream_t s;
-  TESSERA_CUDA_CHECK(cudaStreamCreate(&s));
-  const int64_t total = int64_t{2} << 30, quarter = total / 4;  // 2 GiB, 34x the L2
-  uint8_t* buf = nullptr;
-  uint32_t* sink = nullptr;
-  TESSERA_CUDA_CHECK(cudaMalloc(&buf, total));
-  TESSERA_CUDA_CHECK(cudaMalloc(&sink, sizeof(uint32_t)));
-  TESSERA_CUDA_CHECK(cudaMemset(buf, 1, total));
+  const StreamRig rig;
+  const int sms = rig.sms;
+  const cudaStream_t s = rig.stream;
+  uint32_t* sink = rig.sink;
   const Shape shapes[] = {{"qkv 6144x4096", 6144, 4096, 4, 1, 1},
                           {"o 4096x4096", 4096, 4096, 16, 2, 2},
                           {"gate|up 28672x4096", 28672, 4096, 4, 1, 2},
@@ -131,7 +127,7 @@ int main() {
       auto time = [&](auto body) {
         return tessera::bench::graph_median_ms(
             [&](int i, cudaStream_t st) {
-              body(buf + i * quarter, st);
+              body(rig.buf + i * StreamRig::kQuarter, st);
               return cudaGetLastError() == cudaSuccess;
             },
             4, s, 3, 10);
@@ -151,8 +147,5 @@ int main() {
       std::printf("\n");
     }
   }
-  TESSERA_CUDA_CHECK(cudaFree(buf));
-  TESSERA_CUDA_CHECK(cudaFree(sink));
-  TESSERA_CUDA_CHECK(cudaStreamDestroy(s));
   return 0;
 }

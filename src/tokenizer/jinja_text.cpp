@@ -14,6 +14,10 @@ namespace tessera::jinja {
 bool is_intlike_value(const Value& v) { return v.kind() == Kind::kInt || v.kind() == Kind::kBool; }
 
 namespace {
+char ascii_upper(char c) { return c >= 'a' && c <= 'z' ? static_cast<char>(c - 32) : c; }
+char ascii_lower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c + 32) : c; }
+bool ascii_alpha(char c) { return ascii_upper(c) >= 'A' && ascii_upper(c) <= 'Z'; }
+
 // Whether UTF-8 bytes [p, p + n) spell a non-ASCII Python whitespace code point.
 bool wide_space(std::string_view cp) {
   const auto b = [&](size_t k) { return static_cast<unsigned char>(cp[k]); };
@@ -131,7 +135,7 @@ bool parse_float(const std::string& s, double* out) {
   const std::string_view v = number_body(s, d);
   if (v.size() <= 8) {
     std::string word(v);
-    for (char& c : word) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    for (char& c : word) c = ascii_lower(c);
     if (word == "inf" || word == "infinity" || word == "nan") {
       const double x = word == "nan" ? std::nan("") : HUGE_VAL;
       *out = d == "-" ? -x : x;
@@ -226,10 +230,6 @@ Text strip(const Text& t, const Value& chars, bool left, bool right) {
 }
 
 namespace {
-char ascii_upper(char c) { return c >= 'a' && c <= 'z' ? static_cast<char>(c - 32) : c; }
-char ascii_lower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c + 32) : c; }
-bool ascii_alpha(char c) { return ascii_upper(c) >= 'A' && ascii_upper(c) <= 'Z'; }
-
 // t with every byte passed through `map` in order (it may keep state across bytes), marks kept:
 // a run of equal marks at a time, one append each. Charged as a byte-by-byte scan.
 template <typename Map>
