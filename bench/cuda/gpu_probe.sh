@@ -5,6 +5,9 @@
 #   use_device_cublaslt    the machine's libcublasLt.so.13 directory put on LD_LIBRARY_PATH
 #   gpu_clocks FILE        the GPU's name and clocks, printed and appended to FILE
 #   gtest_line LABEL LOG   "LABEL: " and the PASSED / FAILED lines of a googletest log
+#   start_call CARRY OUT   a one-call script's opening: OUT and /tmp/bin made, CARRY/bins.tar.xz
+#                          unpacked into /tmp/bin (unless a warm machine has it already), the
+#                          device's cuBLASLt on the library path, the clocks into OUT/summary.txt
 unxz_tar() {
   if command -v xz > /dev/null; then xz -dc "$1" | tar xif - -C "$2"
   else python3 -c "import lzma,sys,tarfile; tarfile.open(fileobj=lzma.open(sys.argv[1]), ignore_zeros=True).extractall(sys.argv[2])" "$1" "$2"; fi
@@ -19,4 +22,10 @@ gpu_clocks() {
 }
 gtest_line() {
   echo "$1: $(grep -E '^\[  (PASSED|FAILED)' "$2" | tr '\n' ' ')"
+}
+start_call() {
+  mkdir -p "$2" /tmp/bin
+  [ -x /tmp/bin/tessera ] || unxz_tar "$1/bins.tar.xz" /tmp/bin
+  use_device_cublaslt
+  gpu_clocks "$2/summary.txt"
 }

@@ -5,12 +5,10 @@
 # Q4_0 / Q8_0 / Q4_K, and (NCU=1) ncu of layer 0's GEMVs both ways.
 # run(command="bash docs/design/gpu_runs/s57_tiled_ab.sh", carry=["build-carry-s57"])
 set -u
-out=${OUT:-tiled_out}; mkdir -p "$out" /tmp/bin
-. bench/cuda/gpu_probe.sh  # unxz_tar, use_device_cublaslt, gpu_clocks, gtest_line
-[ -x /tmp/bin/tessera ] || unxz_tar build-carry-s57/bins.tar.xz /tmp/bin
-use_device_cublaslt
+out=${OUT:-tiled_out}
+. bench/cuda/gpu_probe.sh  # start_call, gtest_line
+start_call build-carry-s57 "$out"
 s=$out/summary.txt
-gpu_clocks $s
 ab() {  # ab TYPE...: batch-1 decode, default against TESSERA_TILED_GEMV=1, same binary
   local B=/tmp/bin/tessera t
   for t; do

@@ -7,12 +7,10 @@
 # the case with most to gain), Q4_0, Q4_K, then CUPTI traces of Q8_0 both ways.
 # run(command="bash docs/design/gpu_runs/s59_early_o_ab.sh", carry=["build-carry-s59"])
 set -u
-out=${OUT:-early_o_out}; mkdir -p "$out" /tmp/bin
-. bench/cuda/gpu_probe.sh  # unxz_tar, use_device_cublaslt, gpu_clocks, gtest_line
-[ -x /tmp/bin/tessera ] || unxz_tar build-carry-s59/bins.tar.xz /tmp/bin
-use_device_cublaslt
+out=${OUT:-early_o_out}
+. bench/cuda/gpu_probe.sh  # start_call, gtest_line
+start_call build-carry-s59 "$out"
 s=$out/summary.txt
-gpu_clocks $s
 timeout 240 /tmp/bin/llama_cuda_test \
   --gtest_filter='LlamaCudaDummy.EarlyO*:LlamaCudaDummy.LeftAttention*:LlamaCudaDummy.FusedNorm*' > $out/dummy.txt 2>&1
 gtest_line "LlamaCudaDummy early o + left partials + fused norms" $out/dummy.txt | tee -a $s

@@ -5,12 +5,10 @@
 # chain8 = the chain on 8-bit SwiGLU rows, as the persistent step quantizes them.
 # run(command="bash docs/design/gpu_runs/s59_persistent_probe.sh", carry=["build-carry-s59"])
 set -u
-out=${OUT:-persist_out}; mkdir -p "$out" /tmp/bin
-. bench/cuda/gpu_probe.sh  # unxz_tar, use_device_cublaslt, gpu_clocks
-[ -x /tmp/bin/tessera ] || unxz_tar build-carry-s59/bins.tar.xz /tmp/bin
-use_device_cublaslt
+out=${OUT:-persist_out}
+. bench/cuda/gpu_probe.sh  # start_call, gtest_line
+start_call build-carry-s59 "$out"
 s=$out/summary.txt
-gpu_clocks $s
 B=/tmp/bin/tessera
 for t in q4_0 q8_0; do
   TYPES="$t" ROUNDS=2 DONOR=/tmp/bin/tok_only.gguf OUT=$out/ab_$t bash bench/cuda/batch1_env_ab.sh \
