@@ -234,13 +234,17 @@ void run_case(const Case& c, uint64_t seed) {
     ASSERT_EQ(std::memcmp(settled.data(), got_t.data(), got_t.size() * sizeof(O)), 0) << "settled keys differ";
   }
   // Decode-only launches (one row per tile, a workspace of as many rows) of groups <= 8 take the
-  // queries-as-columns layout; the queries-as-rows one gives the same bits.
+  // queries-as-columns layout; the queries-as-rows one gives the same bits with as many warps
+  // per block (it has no 8-warp blocks: split launches compare at 4).
   if (ws.rows == static_cast<int64_t>(tiles.size()) && c.n_heads / c.n_kv_heads <= 8) {
+    cuda::set_paged_attention_split_warps(4);
+    const auto cols = launch();
     const auto rows_layout = [&] {
       const RowsLayout forced;
       return launch();
     }();
-    ASSERT_EQ(std::memcmp(rows_layout.data(), got_t.data(), got_t.size() * sizeof(O)), 0)
+    cuda::set_paged_attention_split_warps(0);
+    ASSERT_EQ(std::memcmp(rows_layout.data(), cols.data(), cols.size() * sizeof(O)), 0)
         << "the queries-as-rows layout differs";
   }
   // The reference rounded to the output type (bf16 outputs carry its rounding).
@@ -322,6 +326,53 @@ TYPED_TEST(PagedAttentionCuda, SplitKvDecodeMatchesReference) {
           run_case<TypeParam>(c, seed++);
         }
     }
+  }
+}
+
+// Split launches whose blocks fit one per SM take 8 warps (batch-1 decode). Where every split's
+// range is at most 4 chunks of 16 keys, warps 4-7 have no keys and add exact zeros to the
+// block's merge: the bits of 4-warp blocks (what keeps short contexts, like the default model's
+// greedy-text test, on their earlier bits). Longer ranges: another summation order, each checked
+// against the reference by SplitKvDecodeMatchesReference.
+TEST(PagedAttentionCudaSplitWarps, ShortRangesGiveTheFourWarpBits) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  cuda::set_paged_attention_queries_as_cols(true);
+  const int64_t nh = 32, nkv = 8, hd = 128, bs = 16, table = 8;  // 128 positions: 2 splits of <= 64 keys
+  for (int32_t pos : {0, 15, 16, 63, 64, 100, 127}) {
+    SCOPED_TRACE("position " + std::to_string(pos));
+    const int64_t pool = table;
+    std::vector<int32_t> tables(table);
+    std::iota(tables.begin(), tables.end(), 0);
+    std::reverse(tables.begin(), tables.end());
+    const auto kf = test::random_floats(pool * bs * nkv * hd, 40 + pos), vf = test::random_floats(kf.size(), 80 + pos);
+    std::vector<__half> hk(kf.size()), hv(vf.size());
+    for (size_t i = 0; i < kf.size(); ++i) hk[i] = test::Dt<__half>::from(kf[i]), hv[i] = test::Dt<__half>::from(vf[i]);
+    const auto q = test::random_floats(nh * hd, 120 + pos, -3.f, 3.f);
+    const std::vector<int32_t> positions = {pos};
+    const auto tiles = cuda::paged_attention_tiles({{0, 0, 1}}, nh / nkv);
+    test::DevBuf<float> dq(q);
+    test::DevBuf<int32_t> dpos(positions), dtables(tables);
+    test::DevBuf<__half> dk(hk), dv(hv);
+    test::DevBuf<cuda::PagedAttentionTile> dtiles(tiles);
+    const int splits = cuda::paged_attention_splits(1, nkv, table, bs);
+    ASSERT_EQ(splits, 2);
+    const size_t ws_bytes = cuda::paged_attention_workspace_bytes(1, nh, hd, splits);
+    test::DevBuf<float> dws(ws_bytes / 4);
+    cuda::paged_attention_workspace_reset(dws.get(), ws_bytes, nullptr);
+    std::vector<float> out[2];
+    for (int w : {8, 4}) {
+      cuda::set_paged_attention_split_warps(w);
+      test::DevBuf<float> dout(nh * hd);
+      dout.poison();
+      cuda::paged_attention<float, float>(dq.get(), dpos.get(), dtiles.get(), 1, dtables.get(), table, bs, dk.get(),
+                                          dv.get(), nh, nkv, hd, 0.125f, dout.get(), nullptr,
+                                          cuda::PagedAttentionWorkspace{dws.get(), ws_bytes, 1});
+      test::check_launch();
+      out[w == 8 ? 0 : 1] = dout.download();
+    }
+    cuda::set_paged_attention_split_warps(0);
+    ASSERT_TRUE(test::all_written(out[0]));
+    EXPECT_EQ(std::memcmp(out[0].data(), out[1].data(), out[0].size() * 4), 0) << "8-warp blocks changed the bits";
   }
 }
 

@@ -54,10 +54,19 @@ int effective_splits(int64_t cap, int64_t splits) {
 // 48 x 2048 (384) 124 / 109 / 125; 64 x 1024 (512) 76 / 94 / 80; 128 x 512 (1024) 80 / 85 / 89.
 // Beyond 4 blocks per SM the launch needs several waves, and 4 blocks of 3 warps cut the last
 // partial one best (128 x 512: 86 vs 91 us with 4 warps, engine +2 %).
+// Split launches whose blocks fit one per SM (batch-1 decode: 8 kv heads x 8 splits) take 8
+// warps where eight8 (the 8-warp kernel exists: f32 q, the queries as columns): at 513-576 keys
+// 8 splits round to 128 keys each (whole 64-key units), so 4 warps took 2 chunks each in series,
+// the second copied after the PDL wait; 8 take one each, all copied before it. H100, batch 1,
+// same binary, two rounds (gpu_runs/s60_split_shape/): attention exposed 4.78 -> 4.08 us per
+// layer, Q8_0 2.97 -> 2.95 ms, Q4_0 1.89 -> 1.86, Q4_K 1.93 -> 1.90 (6 warps: 2.96 / 1.88 /
+// 1.92; 12 or 16 splits of 64 keys instead: 2.96-2.97 / 1.89-1.91 / 1.93-1.94, o's quantizer
+// then merging 12-16 partials). A range of <= 4 chunks gives the 4-warp bits (the warps past
+// it add exact zeros to the merge).
 constexpr int64_t kNarrowMaxBlocksPerSm = 4;  // of 3 warps: launches past it need several waves
-int narrow_warps(int64_t pairs, int64_t blocks) {
+int narrow_warps(int64_t pairs, int64_t blocks, bool eight) {
   const int64_t sms = sm_count();
-  if (pairs < sms) return 4;
+  if (pairs < sms) return eight && blocks <= sms ? 8 : 4;
   const int64_t per_sm = (blocks + sms - 1) / sms;
   return per_sm <= 2 ? 6 : per_sm < kNarrowMaxBlocksPerSm ? 4 : 3;
 }
@@ -82,9 +91,23 @@ bool settled_keys_enabled() {
   return on;
 }
 
+// set_paged_attention_split_warps, or TESSERA_ATTN_SPLIT_WARPS: the warps per narrow block of
+// launches with fewer (tile, kv head) pairs than SMs. 0: the rule (narrow_warps).
+std::atomic<int> g_split_warps{-1};  // -1: from the variable
+int split_warps_knob() {
+  static const int env = [] {
+    const char* v = std::getenv("TESSERA_ATTN_SPLIT_WARPS");
+    return v == nullptr ? 0 : std::atoi(v);
+  }();
+  const int set = g_split_warps.load(std::memory_order_relaxed);
+  const int w = set < 0 ? env : set;
+  return w == 4 || w == 6 || w == 8 ? w : 0;
+}
+
 }  // namespace
 
 void set_paged_attention_queries_as_cols(bool on) { g_queries_as_cols.store(on ? 1 : 0); }
+void set_paged_attention_split_warps(int warps) { g_split_warps.store(warps); }
 
 std::vector<PagedAttentionTile> paged_attention_tiles(const std::vector<PagedAttentionChunk>& chunks,
                                                       int64_t group) {
@@ -246,7 +269,12 @@ PagedAttentionPartials paged_attention(const T* q, const int32_t* q_pos, const P
         detail::launch_kernel(kKernel, grid, W * 32, narrow_smem_bytes(HD, W), stream, args);
       };
       auto narrow_w = [&](auto math) {
-        switch (narrow_warps(pairs, int64_t{pairs} * splits)) {
+        constexpr bool kEight = std::is_same_v<T, float> && decltype(math)::value;  // 8-warp blocks built
+        const int knob = pairs < sm_count() ? split_warps_knob() : 0;
+        const int w = knob > 0 ? knob : narrow_warps(pairs, int64_t{pairs} * splits, kEight);
+        if constexpr (kEight)
+          if (w == 8) return narrow(std::integral_constant<int, 8>{}, math);
+        switch (w) {
           case 6: narrow(std::integral_constant<int, 6>{}, math); break;
           case 3: narrow(std::integral_constant<int, 3>{}, math); break;
           default: narrow(std::integral_constant<int, 4>{}, math);

@@ -12,7 +12,7 @@
 // group's query heads (<= 128 query vectors) share every K/V load, and both products run on
 // tensor cores (mma.sync m16n8k16, f16 inputs, f32 accumulation) with an online softmax,
 // flash-attention style. Tiles of <= 16 query vectors (decode rows) take a kernel whose three to
-// six warps stream their own keys (in decode-only launches of groups <= 8 with the query vectors
+// eight warps stream their own keys (in decode-only launches of groups <= 8 with the query vectors
 // as the MMA's 8-wide side, keys and head dims as its 16-row side); wider tiles one of eight
 // warps x 16 query vectors. head_dim:
 // 32, 64 or 128; n_heads / n_kv_heads <= 64; scale > 0.
@@ -141,6 +141,12 @@ struct PagedAttentionNewRows {
 // same bits as the other layout, fewer instructions); false forces the other layout
 // (process-wide, for tests and A/B runs; TESSERA_ATTENTION_QCOLS=0 does the same).
 void set_paged_attention_queries_as_cols(bool on);
+
+// The warps per block of launches with fewer (tile, kv head) pairs than SMs (split launches,
+// batch-1 decode): 4 or 6, or 8 where the rule may give 8 (f32 q, the queries as columns); 0
+// restores the rule (8 where the blocks fit one per SM, else 4). Process-wide, for tests and
+// A/B runs; TESSERA_ATTN_SPLIT_WARPS sets the starting value.
+void set_paged_attention_split_warps(int warps);
 
 // Returns the launch's split count and, where it left them, its partials (PagedAttentionPartials).
 template <class T, class O = T>

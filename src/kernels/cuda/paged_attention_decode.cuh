@@ -13,7 +13,8 @@ namespace tessera::cuda::paged {
 // shared memory per block, which alone caps an SM at 13 warps; head dim 128: QueriesAsRows
 // takes 166 registers per thread, at the 12-warp limit (more would cost a block per SM: check
 // ptxas -v after changing it), QueriesAsCols 96). Launches with fewer (tile, kv head) pairs
-// than SMs (split launches, batch-1 decode) take 4 warps.
+// than SMs (split launches, batch-1 decode) take 4 warps, or 8 where their blocks fit one per SM
+// (paged_attention.cu's narrow_warps).
 constexpr int kNarrowKeys = 16;  // keys per warp chunk
 // cp.async stages per warp. Two keep the 12 warps per SM (more stages, fewer warps measured
 // no faster, s11_attention_narrow_warps.txt). Four (139 KB per block, one block
