@@ -55,7 +55,7 @@ int effective_splits(int64_t cap, int64_t splits) {
 // Beyond 4 blocks per SM the launch needs several waves, and 4 blocks of 3 warps cut the last
 // partial one best (128 x 512: 86 vs 91 us with 4 warps, engine +2 %).
 // Split launches whose blocks fit one per SM (batch-1 decode: 8 kv heads x 8 splits) take 8
-// warps where eight8 (the 8-warp kernel exists: f32 q, the queries as columns): at 513-576 keys
+// warps where `eight` (the 8-warp kernel exists: f32 q, the queries as columns): at 513-576 keys
 // 8 splits round to 128 keys each (whole 64-key units), so 4 warps took 2 chunks each in series,
 // the second copied after the PDL wait; 8 take one each, all copied before it. H100, batch 1,
 // same binary, two rounds (gpu_runs/s60_split_shape/): attention exposed 4.78 -> 4.08 us per
