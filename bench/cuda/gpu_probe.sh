@@ -8,6 +8,13 @@
 #   start_call CARRY OUT   a one-call script's opening: OUT and /tmp/bin made, CARRY/bins.tar.xz
 #                          unpacked into /tmp/bin (unless a warm machine has it already), the
 #                          device's cuBLASLt on the library path, the clocks into OUT/summary.txt
+#   gtest_step SUM LABEL LOG CMD...
+#                          a googletest command's output into LOG (its rc appended), then LABEL's
+#                          PASSED / FAILED line and the first failure lines into SUM
+#   trace_variants TYPE SUM LABEL:NAME=VALUE[,NAME=VALUE...] ...
+#                          per variant a CUPTI trace of TYPE's batch-1 decode steps
+#                          (trace_step.sh, /tmp/bin's tessera and tok_only.gguf), its table's
+#                          head into SUM
 unxz_tar() {
   if command -v xz > /dev/null; then xz -dc "$1" | tar xif - -C "$2"
   else python3 -c "import lzma,sys,tarfile; tarfile.open(fileobj=lzma.open(sys.argv[1]), ignore_zeros=True).extractall(sys.argv[2])" "$1" "$2"; fi
@@ -28,4 +35,22 @@ start_call() {
   [ -x /tmp/bin/tessera ] || unxz_tar "$1/bins.tar.xz" /tmp/bin
   use_device_cublaslt
   gpu_clocks "$2/summary.txt"
+}
+gtest_step() {
+  local sum=$1 label=$2 log=$3
+  shift 3
+  "$@" > "$log" 2>&1
+  echo "rc $?" >> "$log"
+  gtest_line "$label" "$log" | tee -a "$sum"
+  grep -E "Failure|Expected|which is|rc " "$log" | head -20 | tee -a "$sum"
+}
+trace_variants() {
+  local type=$1 sum=$2 v
+  shift 2
+  for v in "$@"; do
+    env $(echo "${v#*:}" | tr ',' ' ') OUT="/tmp/trace_${v%%:*}" TYPE="$type" TESSERA_MODEL=/tmp/bin/tok_only.gguf \
+      bash bench/cuda/trace_step.sh > /dev/null 2>&1 || echo "trace $v failed" | tee -a "$sum"
+    echo "## trace $type $v" | tee -a "$sum"
+    head -14 "/tmp/trace_${v%%:*}/trace_step_$type.txt" | tee -a "$sum"
+  done
 }

@@ -340,11 +340,10 @@ TEST(PagedAttentionCudaSplitWarps, ShortRangesGiveTheFourWarpBits) {
   const int64_t nh = 32, nkv = 8, hd = 128, bs = 16, table = 8;  // 128 positions: 2 splits of <= 64 keys
   for (int32_t pos : {0, 15, 16, 63, 64, 100, 127}) {
     SCOPED_TRACE("position " + std::to_string(pos));
-    const int64_t pool = table;
     std::vector<int32_t> tables(table);
     std::iota(tables.begin(), tables.end(), 0);
     std::reverse(tables.begin(), tables.end());
-    const auto kf = test::random_floats(pool * bs * nkv * hd, 40 + pos), vf = test::random_floats(kf.size(), 80 + pos);
+    const auto kf = test::random_floats(table * bs * nkv * hd, 40 + pos), vf = test::random_floats(kf.size(), 80 + pos);
     std::vector<__half> hk(kf.size()), hv(vf.size());
     for (size_t i = 0; i < kf.size(); ++i) hk[i] = test::Dt<__half>::from(kf[i]), hv[i] = test::Dt<__half>::from(vf[i]);
     const auto q = test::random_floats(nh * hd, 120 + pos, -3.f, 3.f);

@@ -8,20 +8,13 @@
 # The carry held the build of branch wip/s60-attention-pairs (diff: gpu_runs/s60_attention_pairs.diff).
 set -u
 out=${OUT:-pairs_out}
-. bench/cuda/gpu_probe.sh  # start_call, gtest_line
+. bench/cuda/gpu_probe.sh  # start_call, gtest_line, gtest_step, trace_variants
 start_call build-carry-s60 "$out"
 [ -f /tmp/bin/tok_only.gguf ] || cp build-carry-s60/tok_only.gguf /tmp/bin/
 s=$out/summary.txt
-timeout 150 /tmp/bin/paged_attention_cuda_test > $out/attention.txt 2>&1
-echo "rc $?" >> $out/attention.txt
-gtest_line "paged_attention_cuda_test" $out/attention.txt | tee -a $s
-grep -E "Failure|Expected|which is|rc " $out/attention.txt | head -20 | tee -a $s
-timeout 200 /tmp/bin/llama_cuda_test \
-  --gtest_filter='LlamaCudaDummy.AttentionPair*:LlamaCudaDummy.LeftAttention*:LlamaCudaDummy.FusedNorm*:LlamaCudaDummy.DecodeSteps*' \
-  > $out/dummy.txt 2>&1
-echo "rc $?" >> $out/dummy.txt
-gtest_line "LlamaCudaDummy pairs + left partials + fused norms + rope" $out/dummy.txt | tee -a $s
-grep -E "Failure|Expected|which is|rc " $out/dummy.txt | head -20 | tee -a $s
+gtest_step $s "paged_attention_cuda_test" $out/attention.txt timeout 150 /tmp/bin/paged_attention_cuda_test
+gtest_step $s "LlamaCudaDummy pairs + left partials + fused norms + rope" $out/dummy.txt timeout 200 /tmp/bin/llama_cuda_test \
+  --gtest_filter='LlamaCudaDummy.AttentionPair*:LlamaCudaDummy.LeftAttention*:LlamaCudaDummy.FusedNorm*:LlamaCudaDummy.DecodeSteps*'
 grep -q "PASSED" $out/attention.txt || { echo "attention tests did not pass: no A/B" | tee -a $s; exit 0; }
 # A guard: one pairs bench must finish (a cluster barrier that never completes would hang each run).
 B=/tmp/bin/tessera

@@ -9,21 +9,14 @@
 # The carry held the build of branch wip/s60-attention-quant (diff: gpu_runs/s60_attention_quant.diff).
 set -u
 out=${OUT:-quant_out}
-. bench/cuda/gpu_probe.sh  # start_call, gtest_line
+. bench/cuda/gpu_probe.sh  # start_call, gtest_line, gtest_step, trace_variants
 rm -f /tmp/bin/tessera  # a warm machine's earlier build
 start_call build-carry-s60e "$out"
 [ -f /tmp/bin/tok_only.gguf ] || cp build-carry-s60e/tok_only.gguf /tmp/bin/
 s=$out/summary.txt
-timeout 200 /tmp/bin/paged_attention_cuda_test > $out/attention.txt 2>&1
-echo "rc $?" >> $out/attention.txt
-gtest_line "paged_attention_cuda_test" $out/attention.txt | tee -a $s
-grep -E "Failure|Expected|which is|rc " $out/attention.txt | head -20 | tee -a $s
-timeout 200 /tmp/bin/llama_cuda_test \
-  --gtest_filter='LlamaCudaDummy.AttentionQuant*:LlamaCudaDummy.LeftAttention*:LlamaCudaDummy.FusedNorm*:LlamaCudaDummy.DecodeSteps*:LlamaCudaDummy.HalfSwiglu*' \
-  > $out/dummy.txt 2>&1
-echo "rc $?" >> $out/dummy.txt
-gtest_line "LlamaCudaDummy quant + left partials + fused norms + rope + half SwiGLU" $out/dummy.txt | tee -a $s
-grep -E "Failure|Expected|which is|rc " $out/dummy.txt | head -20 | tee -a $s
+gtest_step $s "paged_attention_cuda_test" $out/attention.txt timeout 200 /tmp/bin/paged_attention_cuda_test
+gtest_step $s "LlamaCudaDummy quant + left partials + fused norms + rope + half SwiGLU" $out/dummy.txt timeout 200 /tmp/bin/llama_cuda_test \
+  --gtest_filter='LlamaCudaDummy.AttentionQuant*:LlamaCudaDummy.LeftAttention*:LlamaCudaDummy.FusedNorm*:LlamaCudaDummy.DecodeSteps*:LlamaCudaDummy.HalfSwiglu*'
 grep -q "PASSED" $out/attention.txt || { echo "attention tests did not pass: no A/B" | tee -a $s; exit 0; }
 B=/tmp/bin/tessera
 timeout 60 env TESSERA_ATTN_QUANT=1 $B bench -m /tmp/bin/tok_only.gguf --device cuda --dummy llama3-8b \
@@ -36,9 +29,4 @@ for t in q8_0 q4_0 q4_k; do
     q2=$B,TESSERA_ATTN_QUANT=1,TESSERA_ATTN_QUANT_TRIGGER=2 > /dev/null 2>&1
   cat /tmp/ab_$t/summary.txt | tee -a $s
 done
-for v in base:X=0 q0:TESSERA_ATTN_QUANT=1 q1:TESSERA_ATTN_QUANT=1,TESSERA_ATTN_QUANT_TRIGGER=1; do
-  env $(echo ${v#*:} | tr ',' ' ') OUT=/tmp/trace_${v%%:*} TYPE=q8_0 TESSERA_MODEL=/tmp/bin/tok_only.gguf \
-    bash bench/cuda/trace_step.sh > /dev/null 2>&1 || echo "trace $v failed" | tee -a $s
-  echo "## trace q8_0 $v" | tee -a $s
-  head -14 /tmp/trace_${v%%:*}/trace_step_q8_0.txt | tee -a $s
-done
+trace_variants q8_0 $s base:X=0 q0:TESSERA_ATTN_QUANT=1 q1:TESSERA_ATTN_QUANT=1,TESSERA_ATTN_QUANT_TRIGGER=1

@@ -9,23 +9,15 @@
 # The carry held main plus gpu_runs/s60_down_pipe.diff (measured, not kept).
 set -u
 out=${OUT:-pipe_out}
-. bench/cuda/gpu_probe.sh  # start_call, gtest_line
+. bench/cuda/gpu_probe.sh  # start_call, gtest_line, gtest_step, trace_variants
 rm -f /tmp/bin/tessera  # a warm machine's earlier build
 start_call build-carry-s60h "$out"
 [ -f /tmp/bin/tok_only.gguf ] || cp build-carry-s60h/tok_only.gguf /tmp/bin/
 s=$out/summary.txt
-TESSERA_DOWN_PIPE=1 timeout 200 /tmp/bin/gemv_cuda_test --gtest_filter='MmqHalf.*' > $out/gemv.txt 2>&1
-echo "rc $?" >> $out/gemv.txt
-gtest_line "gemv_cuda_test MmqHalf.* with TESSERA_DOWN_PIPE=1" $out/gemv.txt | tee -a $s
-grep -E "Failure|Expected|which is|rc " $out/gemv.txt | head -10 | tee -a $s
+gtest_step $s "gemv_cuda_test MmqHalf.* with TESSERA_DOWN_PIPE=1" $out/gemv.txt env TESSERA_DOWN_PIPE=1 timeout 200 /tmp/bin/gemv_cuda_test --gtest_filter='MmqHalf.*'
 grep -q "PASSED" $out/gemv.txt || { echo "bits differ: no A/B" | tee -a $s; exit 0; }
 B=/tmp/bin/tessera
 TYPES="q4_0 q8_0 q4_k" ROUNDS=${ROUNDS:-3} DONOR=/tmp/bin/tok_only.gguf OUT=/tmp/ab bash bench/cuda/batch1_env_ab.sh \
   base=$B pipe=$B,TESSERA_DOWN_PIPE=1 > /dev/null 2>&1
 cat /tmp/ab/summary.txt | tee -a $s
-for v in base:X=0 pipe:TESSERA_DOWN_PIPE=1; do
-  env ${v#*:} OUT=/tmp/trace_${v%%:*} TYPE=q4_0 TESSERA_MODEL=/tmp/bin/tok_only.gguf \
-    bash bench/cuda/trace_step.sh > /dev/null 2>&1 || echo "trace $v failed" | tee -a $s
-  echo "## trace q4_0 $v" | tee -a $s
-  head -14 /tmp/trace_${v%%:*}/trace_step_q4_0.txt | tee -a $s
-done
+trace_variants q4_0 $s base:X=0 pipe:TESSERA_DOWN_PIPE=1

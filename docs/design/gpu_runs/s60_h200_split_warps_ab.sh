@@ -5,7 +5,7 @@
 # run(command="bash docs/design/gpu_runs/s60_h200_split_warps_ab.sh", carry=["build-carry-s60g"], kind="nvidia-h200")
 set -u
 out=${OUT:-h200_out}
-. bench/cuda/gpu_probe.sh  # start_call, gtest_line
+. bench/cuda/gpu_probe.sh  # start_call, gtest_line, gtest_step, trace_variants
 rm -f /tmp/bin/tessera  # a warm machine's earlier build
 start_call build-carry-s60g "$out"
 [ -f /tmp/bin/tok_only.gguf ] || cp build-carry-s60g/tok_only.gguf /tmp/bin/
@@ -14,9 +14,4 @@ B=/tmp/bin/tessera
 TYPES="q8_0 q4_0 q4_k bf16" ROUNDS=${ROUNDS:-3} DONOR=/tmp/bin/tok_only.gguf OUT=/tmp/ab bash bench/cuda/batch1_env_ab.sh \
   rule=$B w4=$B,TESSERA_ATTN_SPLIT_WARPS=4 > /dev/null 2>&1
 cat /tmp/ab/summary.txt | tee -a $s
-for v in rule:X=1 w4:TESSERA_ATTN_SPLIT_WARPS=4; do
-  env ${v#*:} OUT=/tmp/trace_${v%%:*} TYPE=q8_0 TESSERA_MODEL=/tmp/bin/tok_only.gguf \
-    bash bench/cuda/trace_step.sh > /dev/null 2>&1 || echo "trace $v failed" | tee -a $s
-  echo "## trace q8_0 $v" | tee -a $s
-  head -14 /tmp/trace_${v%%:*}/trace_step_q8_0.txt | tee -a $s
-done
+trace_variants q8_0 $s rule:X=1 w4:TESSERA_ATTN_SPLIT_WARPS=4

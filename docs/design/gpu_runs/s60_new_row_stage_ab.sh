@@ -9,28 +9,16 @@
 # The carry held main plus gpu_runs/s60_new_row_stage.diff (measured neutral, not kept).
 set -u
 out=${OUT:-stage_out}
-. bench/cuda/gpu_probe.sh  # start_call, gtest_line
+. bench/cuda/gpu_probe.sh  # start_call, gtest_line, gtest_step, trace_variants
 rm -f /tmp/bin/tessera  # a warm machine's earlier build
 start_call build-carry-s60f "$out"
 [ -f /tmp/bin/tok_only.gguf ] || cp build-carry-s60f/tok_only.gguf /tmp/bin/
 s=$out/summary.txt
-timeout 200 /tmp/bin/paged_attention_cuda_test > $out/attention.txt 2>&1
-echo "rc $?" >> $out/attention.txt
-gtest_line "paged_attention_cuda_test" $out/attention.txt | tee -a $s
-grep -E "Failure|Expected|which is|rc " $out/attention.txt | head -20 | tee -a $s
-timeout 200 /tmp/bin/llama_cuda_test \
-  --gtest_filter='LlamaCudaDummy.LeftAttention*:LlamaCudaDummy.FusedNorm*:LlamaCudaDummy.DecodeSteps*:LlamaCudaDummy.OneRow*:LlamaCudaDummy.DecodeGraphs*' \
-  > $out/dummy.txt 2>&1
-echo "rc $?" >> $out/dummy.txt
-gtest_line "LlamaCudaDummy left partials + fused norms + rope + one-row + graphs" $out/dummy.txt | tee -a $s
-grep -E "Failure|Expected|which is|rc " $out/dummy.txt | head -20 | tee -a $s
+gtest_step $s "paged_attention_cuda_test" $out/attention.txt timeout 200 /tmp/bin/paged_attention_cuda_test
+gtest_step $s "LlamaCudaDummy left partials + fused norms + rope + one-row + graphs" $out/dummy.txt timeout 200 /tmp/bin/llama_cuda_test \
+  --gtest_filter='LlamaCudaDummy.LeftAttention*:LlamaCudaDummy.FusedNorm*:LlamaCudaDummy.DecodeSteps*:LlamaCudaDummy.OneRow*:LlamaCudaDummy.DecodeGraphs*'
 B=/tmp/bin/tessera
 TYPES="q8_0 q4_0 q4_k bf16" ROUNDS=${ROUNDS:-3} DONOR=/tmp/bin/tok_only.gguf OUT=/tmp/ab bash bench/cuda/batch1_env_ab.sh \
   stage=$B cache=$B,TESSERA_ATTENTION_NEW_ROW_STAGE=0 > /dev/null 2>&1
 cat /tmp/ab/summary.txt | tee -a $s
-for v in stage:X=1 cache:TESSERA_ATTENTION_NEW_ROW_STAGE=0; do
-  env ${v#*:} OUT=/tmp/trace_${v%%:*} TYPE=q8_0 TESSERA_MODEL=/tmp/bin/tok_only.gguf \
-    bash bench/cuda/trace_step.sh > /dev/null 2>&1 || echo "trace $v failed" | tee -a $s
-  echo "## trace q8_0 $v" | tee -a $s
-  head -14 /tmp/trace_${v%%:*}/trace_step_q8_0.txt | tee -a $s
-done
+trace_variants q8_0 $s stage:X=1 cache:TESSERA_ATTENTION_NEW_ROW_STAGE=0

@@ -9,17 +9,13 @@
 # The carry held main plus gpu_runs/s60_o_flag.diff (measured slower, not kept).
 set -u
 out=${OUT:-flag_out}
-. bench/cuda/gpu_probe.sh  # start_call, gtest_line
+. bench/cuda/gpu_probe.sh  # start_call, gtest_line, gtest_step, trace_variants
 rm -f /tmp/bin/tessera  # a warm machine's earlier build
 start_call build-carry-s60j "$out"
 [ -f /tmp/bin/tok_only.gguf ] || cp build-carry-s60j/tok_only.gguf /tmp/bin/
 s=$out/summary.txt
-TESSERA_O_FLAG=1 timeout 120 /tmp/bin/llama_cuda_test \
-  --gtest_filter='LlamaCudaDummy.LeftAttention*:LlamaCudaDummy.FusedNorm*:LlamaCudaDummy.DecodeSteps*:LlamaCudaDummy.OneRow*' \
-  > $out/dummy.txt 2>&1
-echo "rc $?" >> $out/dummy.txt
-gtest_line "LlamaCudaDummy (TESSERA_O_FLAG=1) left partials + fused norms + rope + one-row" $out/dummy.txt | tee -a $s
-grep -E "Failure|Expected|which is|rc " $out/dummy.txt | head -20 | tee -a $s
+gtest_step $s "LlamaCudaDummy (TESSERA_O_FLAG=1) left partials + fused norms + rope + one-row" $out/dummy.txt env TESSERA_O_FLAG=1 timeout 120 /tmp/bin/llama_cuda_test \
+  --gtest_filter='LlamaCudaDummy.LeftAttention*:LlamaCudaDummy.FusedNorm*:LlamaCudaDummy.DecodeSteps*:LlamaCudaDummy.OneRow*'
 grep -q "PASSED" $out/dummy.txt || { echo "tests did not pass: no A/B" | tee -a $s; exit 0; }
 B=/tmp/bin/tessera
 timeout 60 env TESSERA_O_FLAG=1 $B bench -m /tmp/bin/tok_only.gguf --device cuda --dummy llama3-8b \
@@ -29,9 +25,4 @@ grep -q 'decode, batch 1 (' $out/guard.txt || { tail -5 $out/guard.txt | tee -a 
 TYPES="q8_0 q4_0 q4_k" ROUNDS=${ROUNDS:-3} DONOR=/tmp/bin/tok_only.gguf OUT=/tmp/ab bash bench/cuda/batch1_env_ab.sh \
   base=$B flag=$B,TESSERA_O_FLAG=1 > /dev/null 2>&1
 cat /tmp/ab/summary.txt | tee -a $s
-for v in base:X=0 flag:TESSERA_O_FLAG=1; do
-  env ${v#*:} OUT=/tmp/trace_${v%%:*} TYPE=q8_0 TESSERA_MODEL=/tmp/bin/tok_only.gguf \
-    bash bench/cuda/trace_step.sh > /dev/null 2>&1 || echo "trace $v failed" | tee -a $s
-  echo "## trace q8_0 $v" | tee -a $s
-  head -14 /tmp/trace_${v%%:*}/trace_step_q8_0.txt | tee -a $s
-done
+trace_variants q8_0 $s base:X=0 flag:TESSERA_O_FLAG=1

@@ -4,6 +4,7 @@ quantizer kernel on attention's partials and by the o GEMV with its residual-nor
 TESSERA_STAMPS=1) and prints medians, in us, of each kernel's phases and of the hand-overs:
 quantizer entry -> its wait's end -> its end; o entry -> wait's end -> first (only) weight step's
 dots done in every warp -> epilogue done; o's wait's end after the quantizer's latest end."""
+import bisect
 import statistics
 import sys
 
@@ -24,8 +25,7 @@ print(f"quantizer blocks: {len(q)}; o blocks: {len(o)}")
 print(f"quantizer: entry -> wait end {med([t[1] - t[0] for t in q]):.2f} us, wait end -> end {med([t[2] - t[1] for t in q]):.2f} us")
 print(f"o: entry -> wait end {med([t[1] - t[0] for t in o]):.2f} us, wait end -> dots done {med([t[2] - t[1] for t in o]):.2f} us, "
       f"dots -> epilogue done {med([t[3] - t[2] for t in o]):.2f} us")
-import bisect
-gaps, launch = [], []
+gaps = []
 for t in o:
     i = bisect.bisect_right(q_ends, t[1]) - 1  # the latest quantizer end before o's wait ended
     if i >= 0 and t[1] - q_ends[i] < 50000:

@@ -10,7 +10,7 @@
 # The carry held main plus gpu_runs/s60_o_stamps.diff (a probe, not kept).
 set -u
 out=${OUT:-stamps_out}
-. bench/cuda/gpu_probe.sh  # start_call, gtest_line
+. bench/cuda/gpu_probe.sh  # start_call, gtest_line, gtest_step, trace_variants
 rm -f /tmp/bin/tessera  # a warm machine's earlier build
 start_call build-carry-s60i "$out"
 [ -f /tmp/bin/tok_only.gguf ] || cp build-carry-s60i/tok_only.gguf /tmp/bin/

@@ -7,7 +7,7 @@
 # The carry held the build of branch wip/s60-attention-pairs (diff: gpu_runs/s60_attention_pairs.diff).
 set -u
 out=${OUT:-persist_out}
-. bench/cuda/gpu_probe.sh  # start_call, gtest_line
+. bench/cuda/gpu_probe.sh  # start_call, gtest_line, gtest_step, trace_variants
 start_call build-carry-s60 "$out"
 [ -f /tmp/bin/tok_only.gguf ] || cp build-carry-s60/tok_only.gguf /tmp/bin/
 s=$out/summary.txt

@@ -10,7 +10,7 @@
 # run(command="bash docs/design/gpu_runs/s60_split_shape_ab.sh", carry=["build-carry-s60b"])
 set -u
 out=${OUT:-split_out}
-. bench/cuda/gpu_probe.sh  # start_call, gtest_line
+. bench/cuda/gpu_probe.sh  # start_call, gtest_line, gtest_step, trace_variants
 rm -f /tmp/bin/tessera  # a warm machine's earlier build
 start_call build-carry-s60b "$out"
 [ -f /tmp/bin/tok_only.gguf ] || cp build-carry-s60b/tok_only.gguf /tmp/bin/
@@ -22,9 +22,4 @@ for t in q8_0 q4_0 q4_k; do
     s16=$B,TESSERA_ATTN_DECODE_SPLITS=16 > /dev/null 2>&1
   cat /tmp/ab_$t/summary.txt | tee -a $s
 done
-for v in base:X=0 w8:TESSERA_ATTN_SPLIT_WARPS=8 s16:TESSERA_ATTN_DECODE_SPLITS=16; do
-  env ${v#*:} OUT=/tmp/trace_${v%%:*} TYPE=q8_0 TESSERA_MODEL=/tmp/bin/tok_only.gguf \
-    bash bench/cuda/trace_step.sh > /dev/null 2>&1 || echo "trace $v failed" | tee -a $s
-  echo "## trace q8_0 $v" | tee -a $s
-  head -14 /tmp/trace_${v%%:*}/trace_step_q8_0.txt | tee -a $s
-done
+trace_variants q8_0 $s base:X=0 w8:TESSERA_ATTN_SPLIT_WARPS=8 s16:TESSERA_ATTN_DECODE_SPLITS=16

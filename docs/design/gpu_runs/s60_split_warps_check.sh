@@ -10,7 +10,7 @@
 #   run(command="bash docs/design/gpu_runs/s60_split_warps_check.sh b", carry=["build-carry-s60c/b"])
 set -u
 out=${OUT:-warps_out}
-. bench/cuda/gpu_probe.sh  # start_call, gtest_line
+. bench/cuda/gpu_probe.sh  # start_call, gtest_line, gtest_step, trace_variants
 mkdir -p /tmp/m "$out"
 case $1 in
   a) cp build-carry-s60c/a/model.part.1 /tmp/m/; ls -l /tmp/m | tee -a $out/summary.txt; exit 0 ;;
@@ -22,10 +22,7 @@ start_call build-carry-s60c/b "$out"
 s=$out/summary.txt
 sha256sum /tmp/m/model.gguf | tee -a $s
 export TESSERA_MODEL=/tmp/m/model.gguf
-timeout 200 /tmp/bin/paged_attention_cuda_test > $out/attention.txt 2>&1
-echo "rc $?" >> $out/attention.txt
-gtest_line "paged_attention_cuda_test" $out/attention.txt | tee -a $s
-grep -E "Failure|Expected|which is|rc " $out/attention.txt | head -10 | tee -a $s
+gtest_step $s "paged_attention_cuda_test" $out/attention.txt timeout 200 /tmp/bin/paged_attention_cuda_test
 timeout 300 /tmp/bin/llama_cuda_test > $out/llama.txt 2>&1
 echo "rc $?" >> $out/llama.txt
 gtest_line "llama_cuda_test" $out/llama.txt | tee -a $s

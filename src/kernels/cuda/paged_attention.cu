@@ -45,6 +45,19 @@ int effective_splits(int64_t cap, int64_t splits) {
   return static_cast<int>((cap + split_span(cap, splits) - 1) / split_span(cap, splits));
 }
 
+// set_paged_attention_split_warps, or TESSERA_ATTN_SPLIT_WARPS: the warps per narrow block of
+// launches with fewer (tile, kv head) pairs than SMs. 0: the rule (narrow_warps).
+std::atomic<int> g_split_warps{-1};  // -1: from the variable
+int split_warps_knob() {
+  static const int env = [] {
+    const char* v = std::getenv("TESSERA_ATTN_SPLIT_WARPS");
+    return v == nullptr ? 0 : std::atoi(v);
+  }();
+  const int set = g_split_warps.load(std::memory_order_relaxed);
+  const int w = set < 0 ? env : set;
+  return w == 4 || w == 6 || w == 8 ? w : 0;
+}
+
 // Warps per narrow block for a launch of `pairs` (tile, kv head) pairs in `blocks` blocks (pairs
 // x splits): the 12 warps an SM holds, split into as many blocks per SM as one wave of the
 // launch needs (2: 6 warps, 3: 4, more: 3). Fewer pairs than SMs (split launches, batch-1
@@ -62,11 +75,16 @@ int effective_splits(int64_t cap, int64_t splits) {
 // layer, Q8_0 2.97 -> 2.95 ms, Q4_0 1.89 -> 1.86, Q4_K 1.93 -> 1.90 (6 warps: 2.96 / 1.88 /
 // 1.92; 12 or 16 splits of 64 keys instead: 2.96-2.97 / 1.89-1.91 / 1.93-1.94, o's quantizer
 // then merging 12-16 partials). A range of <= 4 chunks gives the 4-warp bits (the warps past
-// it add exact zeros to the merge).
+// it add exact zeros to the merge). Split launches follow split_warps_knob where it is set (8
+// only where `eight`).
 constexpr int64_t kNarrowMaxBlocksPerSm = 4;  // of 3 warps: launches past it need several waves
 int narrow_warps(int64_t pairs, int64_t blocks, bool eight) {
   const int64_t sms = sm_count();
-  if (pairs < sms) return eight && blocks <= sms ? 8 : 4;
+  if (pairs < sms) {
+    const int knob = split_warps_knob();
+    if (knob > 0) return knob == 8 && !eight ? 4 : knob;
+    return eight && blocks <= sms ? 8 : 4;
+  }
   const int64_t per_sm = (blocks + sms - 1) / sms;
   return per_sm <= 2 ? 6 : per_sm < kNarrowMaxBlocksPerSm ? 4 : 3;
 }
@@ -89,19 +107,6 @@ bool queries_as_cols_enabled() {
 bool settled_keys_enabled() {
   static const bool on = env_not_zero("TESSERA_ATTENTION_SETTLED");
   return on;
-}
-
-// set_paged_attention_split_warps, or TESSERA_ATTN_SPLIT_WARPS: the warps per narrow block of
-// launches with fewer (tile, kv head) pairs than SMs. 0: the rule (narrow_warps).
-std::atomic<int> g_split_warps{-1};  // -1: from the variable
-int split_warps_knob() {
-  static const int env = [] {
-    const char* v = std::getenv("TESSERA_ATTN_SPLIT_WARPS");
-    return v == nullptr ? 0 : std::atoi(v);
-  }();
-  const int set = g_split_warps.load(std::memory_order_relaxed);
-  const int w = set < 0 ? env : set;
-  return w == 4 || w == 6 || w == 8 ? w : 0;
 }
 
 }  // namespace
@@ -270,8 +275,7 @@ PagedAttentionPartials paged_attention(const T* q, const int32_t* q_pos, const P
       };
       auto narrow_w = [&](auto math) {
         constexpr bool kEight = std::is_same_v<T, float> && decltype(math)::value;  // 8-warp blocks built
-        const int knob = pairs < sm_count() ? split_warps_knob() : 0;
-        const int w = knob > 0 ? knob : narrow_warps(pairs, int64_t{pairs} * splits, kEight);
+        const int w = narrow_warps(pairs, int64_t{pairs} * splits, kEight);
         if constexpr (kEight)
           if (w == 8) return narrow(std::integral_constant<int, 8>{}, math);
         switch (w) {
