@@ -120,7 +120,13 @@ def main():
     exp = [e / k for e in exp]
     gap = [g / k for g in gap]
     names = [f"{r[5]} [{r[2]}x{r[3]}x{r[4]}]" for r in picked[0]]
-    print(f"step: {total / k:.1f} us (first kernel's start to the last one's end)\n")
+    # Between steps: from a picked step's last kernel end to the next step's first kernel start
+    # (the copies and the host between the two, which no kernel's time shows).
+    following = {id(steps[i]): steps[i + 1] for i in range(len(steps) - 1)}
+    between = sorted((following[id(s)][0][0] - max(r[1] for r in s)) / 1e3 for s in picked
+                     if id(s) in following)
+    after = f"; median {between[len(between) // 2]:.1f} us to the next step's first kernel" if between else ""
+    print(f"step: {total / k:.1f} us (first kernel's start to the last one's end){after}\n")
     starts = layer_starts(names)  # ncu_step_table's rule
     if len(starts) >= 3:
         mid, end = starts[len(starts) // 2 - 1], starts[len(starts) // 2]

@@ -266,6 +266,45 @@ TEST(LlamaCudaDummy, DecodeGraphsFollowANewCacheAtTheSameAddress) {
   EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
 }
 
+// A decode step's tables (positions, cache rows, tiles, block tables, logit rows) go to the
+// device packed in one buffer, so where each lies depends on the step's row count, and each
+// shape's graph holds its own layout. Steps of two sequences and of one alternate (each shape
+// captured on its second step, then replayed while the other shape runs in between); every
+// step's logits must match the same step run eagerly (all rows' logits: no graph) on a second
+// cache (a graph replaying another layout's tables reads other positions and blocks: far off). Default bf16 and Q8_0 weights (the integer-dot GEMVs at one row, the few-row ones at two).
+TEST(LlamaCudaDummy, DecodeGraphsOfAlternatingRowCountsKeepTheirOwnTables) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  ThreadPool pool(1);
+  for (DType t : {DType::kBF16, DType::kQ8_0}) {
+    auto m = models::cuda_llama_create_dummy("smollm2-135m", 0, t);
+    const int64_t V = m->config().vocab;
+    auto graph_cache = m->make_kv_cache(8, 16), eager_cache = m->make_kv_cache(8, 16);
+    const std::vector<int32_t> blocks_a = {4, 1}, blocks_b = {0, 6};
+    const std::vector<int32_t> prompt_a = prompt_ids(7, 40000), prompt_b = prompt_ids(5, 30011);
+    for (auto* c : {&graph_cache, &eager_cache}) {
+      run_alone(*m, *c, prompt_a, blocks_a, 7, pool);
+      run_alone(*m, *c, prompt_b, blocks_b, 5, pool);
+    }
+    int32_t pos_a = 7, pos_b = 5;
+    std::vector<float> got(2 * V), want(2 * V);
+    for (int step = 0; step < 12; ++step) {
+      const bool both = step % 2 == 0;
+      const std::vector<int32_t> toks = {(step * 977 + 3) % 40000, (step * 131 + 17) % 40000};
+      std::vector<models::SeqChunk> chunks = {{pos_a, 1, blocks_a, true}};
+      if (both) chunks.push_back({pos_b, 1, blocks_b, true});
+      const auto tok_span = std::span<const int32_t>(toks).first(chunks.size());
+      m->forward(tok_span, chunks, graph_cache, got.data(), /*all_logits=*/false, pool);
+      m->forward(tok_span, chunks, eager_cache, want.data(), /*all_logits=*/true, pool);
+      const size_t n = chunks.size() * V;
+      const std::vector<float> g(got.begin(), got.begin() + n), w(want.begin(), want.begin() + n);
+      for (float v : g) ASSERT_TRUE(std::isfinite(v));
+      ASSERT_LE(test::nmse(g, w), 1e-10) << dtype_name(t) << " step " << step << (both ? " (two rows)" : " (one row)");
+      ++pos_a;
+      if (both) ++pos_b;
+    }
+  }
+}
+
 // Decode-only steps of several sequences take RoPE and the KV write inside attention
 // (paged_attention.h, PagedAttentionNewRows); TESSERA_ROPE_IN_ATTENTION=0 keeps the RoPE kernel.
 // Two models of the same random weights, one each way, over the same steps: 3 sequences

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <bit>
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
@@ -31,6 +32,7 @@
 #include "models/cuda/llama_cuda_project.h"
 #include "models/cuda/llama_cuda_weights.h"
 #include "models/cuda/step_plan.h"
+#include "models/cuda/step_tables.h"
 #include "models/llama.h"
 #include "models/llama_hf.h"
 #include "models/weight_source.h"
@@ -49,6 +51,7 @@ using cuda_llama::Grow;
 using cuda_llama::Layer;
 using cuda_llama::Proj;
 using cuda_llama::Projections;
+using cuda_llama::StepTables;
 
 class CudaLlama final : public CausalLm {
  public:
@@ -103,7 +106,7 @@ class CudaLlama final : public CausalLm {
                float* logits, bool all_logits, ThreadPool&) override {
     TESSERA_CHECK_ARG(launched_.size() < 2, "forward: two launches are outstanding");
     pick_pinned_set();
-    const int64_t n_logits = run(tokens, chunks, cache, all_logits, false);
+    const int64_t n_logits = run(tokens, chunks, cache, all_logits, false, nullptr).n_logits;
     const int64_t V = cfg_.vocab;
     float* host = pinned<float>(kLogits, n_logits * V);
     TESSERA_CUDA_CHECK(cudaMemcpyAsync(host, logits_.get(n_logits * V),
@@ -137,15 +140,13 @@ class CudaLlama final : public CausalLm {
                      ThreadPool&) override {
     TESSERA_CHECK_ARG(launched_.size() < 2, "launch_sample: two launches are already outstanding");
     pick_pinned_set();
-    const int64_t n_logits = run(tokens, chunks, cache, false, tokens_from_last);
-    TESSERA_CHECK_ARG(static_cast<int64_t>(batch.rows.size()) == n_logits,
-                      "forward_sample: one sampling row per logits row");
-    // After the forward pass on the same stream (a replayed graph does not hold these).
-    const SampleRow* d_params = stage(batch.rows.data(), n_logits, kSampleRows);
-    const SamplePenalty* d_pen = stage(batch.penalties.data(),
-                                       static_cast<int64_t>(batch.penalties.size()), kPenalties);
-    const int32_t* d_banned = stage(batch.banned.data(), static_cast<int64_t>(batch.banned.size()), kBanned);
-    int32_t* d_ids = ids_.get(std::max<int64_t>(n_logits, 1));
+    const SampleTables st = run(tokens, chunks, cache, false, tokens_from_last, &batch);
+    const int64_t n_logits = st.n_logits;
+    const SampleRow* d_params = st.rows;
+    const SamplePenalty* d_pen = st.penalties;
+    const int32_t* d_banned = st.banned;
+    // The ids go where the next step's tokens are read (tokens_from_last: no copy).
+    int32_t* d_ids = tokens_.get(std::max<int64_t>(n_logits, 1));
     // Greedy rows with nothing to apply take a plain argmax over every SM (sample.h).
     const bool plain_greedy = greedy_argmax_on_ && n_logits <= 65535 && batch.penalties.empty() && batch.banned.empty() &&
                               std::all_of(batch.rows.begin(), batch.rows.end(),
@@ -178,10 +179,19 @@ class CudaLlama final : public CausalLm {
   }
 
  private:
-  // The forward pass up to device logits (logits_ holds n_logits x vocab); returns n_logits.
-  // With tokens_from_last the tokens are the ids of the last launch_sample (see CausalLm).
-  int64_t run(std::span<const int32_t> tokens, std::span<const SeqChunk> chunks, KvCache& cache,
-              bool all_logits, bool tokens_from_last) {
+  // A call's sampling tables on the device (run() sends them with the step's own tables).
+  struct SampleTables {
+    int64_t n_logits = 0;
+    const SampleRow* rows = nullptr;
+    const SamplePenalty* penalties = nullptr;
+    const int32_t* banned = nullptr;
+  };
+
+  // The forward pass up to device logits (logits_ holds n_logits x vocab). With tokens_from_last
+  // the tokens are the ids of the last launch_sample (see CausalLm), already in tokens_. `batch`
+  // (launch_sample's) travels in the same copy as the step's tables.
+  SampleTables run(std::span<const int32_t> tokens, std::span<const SeqChunk> chunks, KvCache& cache,
+                   bool all_logits, bool tokens_from_last, const SampleBatch* batch) {
     const int64_t n = static_cast<int64_t>(tokens.size());
     TESSERA_CHECK_ARG(n >= 1, "forward: no tokens");
     TESSERA_CHECK_ARG(cache.n_layers() == cfg_.n_layers && cache.k(0).device() == Device::kCuda &&
@@ -194,24 +204,49 @@ class CudaLlama final : public CausalLm {
       for (int32_t t : tokens)
         TESSERA_CHECK_ARG(t >= 0 && t < cfg_.vocab, "forward: token id outside the vocabulary");
     const int64_t n_logits = plan_.build(chunks, cache, n, all_logits, cfg_.n_heads, cfg_.n_kv_heads);
+    if (batch)
+      TESSERA_CHECK_ARG(static_cast<int64_t>(batch->rows.size()) == n_logits,
+                        "forward_sample: one sampling row per logits row");
     const int64_t d = cfg_.d_model, hd = cfg_.head_dim, qd = cfg_.n_heads * hd,
                   kvd = cfg_.n_kv_heads * hd, ff = cfg_.d_ff, V = cfg_.vocab;
     cudaStream_t s = stream_;
 
-    // Per-step tables to the device (pinned staging, one stream: ordered before the kernels).
-    int32_t* d_tokens = nullptr;
-    if (tokens_from_last) {  // the sampled ids, copied in stream order after their sampling
-      d_tokens = reinterpret_cast<int32_t*>(staged_[kTokens].get(n * 4));
-      TESSERA_CUDA_CHECK(cudaMemcpyAsync(d_tokens, ids_.get(n), static_cast<size_t>(n) * 4,
-                                         cudaMemcpyDeviceToDevice, stream_));
-    } else {
-      d_tokens = stage(tokens.data(), n, kTokens);
+    // The tokens: the last call's sampled ids where they come from it (in stream order after
+    // their sampling; no copy), else copied in, replacing them.
+    int32_t* d_tokens = tokens_.get(n);
+    if (!tokens_from_last) {
+      int32_t* host = pinned<int32_t>(kTokens, n);
+      std::memcpy(host, tokens.data(), static_cast<size_t>(n) * 4);
+      TESSERA_CUDA_CHECK(cudaMemcpyAsync(d_tokens, host, static_cast<size_t>(n) * 4, cudaMemcpyHostToDevice, s));
+      last_sampled_rows_ = -1;
     }
-    int32_t* d_pos = stage(plan_.positions.data(), n, kPositions);
-    int64_t* d_rows = stage(plan_.cache_rows.data(), n, kCacheRows);
-    cuda::PagedAttentionTile* d_tiles = stage(plan_.tiles.data(), static_cast<int64_t>(plan_.tiles.size()), kTiles);
-    int32_t* d_tables = stage(plan_.tables.data(), static_cast<int64_t>(plan_.tables.size()), kTables);
-    int32_t* d_logit_rows = stage(plan_.logit_rows.data(), n_logits, kLogitRows);
+    // The step's tables, then the sampling ones, in one copy (StepTables).
+    StepTables tables;
+    const auto pos_t = tables.add(std::span<const int32_t>(plan_.positions));
+    const auto rows_t = tables.add(std::span<const int64_t>(plan_.cache_rows));
+    const auto tiles_t = tables.add(std::span<const cuda::PagedAttentionTile>(plan_.tiles));
+    const auto tables_t = tables.add(std::span<const int32_t>(plan_.tables));
+    const auto logit_rows_t = tables.add(std::span<const int32_t>(plan_.logit_rows.data(), n_logits));
+    StepTables::Section<SampleRow> sample_t;
+    StepTables::Section<SamplePenalty> pen_t;
+    StepTables::Section<int32_t> banned_t;
+    if (batch) {
+      sample_t = tables.add(batch->rows);
+      pen_t = tables.add(batch->penalties);
+      banned_t = tables.add(batch->banned);
+    }
+    uint8_t* host_tables = pinned<uint8_t>(kTables, static_cast<int64_t>(tables.bytes()));
+    // Grown in powers of two (from 4 KB): its address is in the graphs' Bufs.
+    uint8_t* dev_tables =
+        tables_dev_.get(static_cast<int64_t>(std::bit_ceil(std::max<size_t>(tables.bytes(), 4096))));
+    tables.send(host_tables, dev_tables, s);
+    int32_t* d_pos = pos_t.on(dev_tables);
+    int64_t* d_rows = rows_t.on(dev_tables);
+    cuda::PagedAttentionTile* d_tiles = tiles_t.on(dev_tables);
+    int32_t* d_tables = tables_t.on(dev_tables);
+    int32_t* d_logit_rows = logit_rows_t.on(dev_tables);
+    SampleTables out{n_logits};
+    if (batch) out = {n_logits, sample_t.on(dev_tables), pen_t.on(dev_tables), banned_t.on(dev_tables)};
 
     Bufs b{};
     b.x = residual_.get(n * d);
@@ -252,17 +287,19 @@ class CudaLlama final : public CausalLm {
     if (fresh_ws)  // a new buffer: zero its split counters, in stream order (launches keep them 0)
       cuda::paged_attention_workspace_reset(b.attn_ws, attn_ws_bytes_, stream_);
 
-    // Set for every call once enabled (not only one-row ones): Bufs keys the graphs, and a
-    // field that came and went with the row count would drop them at every switch.
+    // Set for every call once enabled (not only one-row ones): a graph replays only on the Bufs
+    // it was captured on, and a field that came and went with the row count would have each
+    // graph captured again at every switch.
     if (persistent_ok()) prepare_persistent(b, cache);
     // The layers' projections run at n rows, the head at n_logits (either may take dequant_gemm).
     const size_t dg_ws_bytes = proj_.plan_call(n, n_logits);
     b.dg_ws = w_.any_quant ? dg_ws_.get(static_cast<int64_t>(std::max<size_t>(dg_ws_bytes, 16))) : nullptr;
 
     // Decode-only steps (one token per sequence) replay a CUDA graph per (rows, table stride):
-    // ~10 launches per layer collapse into one. Graphs hold buffer addresses, so any buffer
-    // that moved since they were captured invalidates them all. A shape is captured the
-    // second time it is seen (the first eager run loads kernels and builds GEMM plans).
+    // ~10 launches per layer collapse into one. Graphs hold buffer addresses: one is replayed
+    // only while this call's Bufs are those it was captured on (else it is captured again), and
+    // all are dropped when the KV cache's buffers change. A shape is captured the second time
+    // it is seen (the first eager run loads kernels and builds GEMM plans).
     const bool decode_only = !all_logits && n_logits == n && n <= kMaxGraphRows &&
                              std::all_of(chunks.begin(), chunks.end(),
                                          [](const SeqChunk& c) { return c.n_tokens == 1; });
@@ -273,12 +310,11 @@ class CudaLlama final : public CausalLm {
                               : "prefill/mixed <= " + std::to_string(bucket) + " rows",
                   s);
       enqueue(b, n, n_logits, cache);
-      return n_logits;
+      return out;
     }
     if (decode_only) {
-      if (std::memcmp(&b, &graph_bufs_, sizeof b) != 0 || !graphs_hold(cache)) {
+      if (!graphs_hold(cache)) {
         drop_graphs();
-        graph_bufs_ = b;
         graph_kv_.clear();
         for (int64_t li = 0; li < cache.n_layers(); ++li) {
           graph_kv_.push_back(cache.k(li).raw_data());
@@ -287,8 +323,12 @@ class CudaLlama final : public CausalLm {
       }
       const auto key = std::make_pair(n, plan_.table_stride);
       if (auto it = graphs_.find(key); it != graphs_.end()) {
-        TESSERA_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
-        return n_logits;
+        if (std::memcmp(&b, &it->second.bufs, sizeof b) == 0) {
+          TESSERA_CUDA_CHECK(cudaGraphLaunch(it->second.exec, stream_));
+          return out;
+        }
+        cudaGraphExecDestroy(it->second.exec);  // captured on buffers that have moved since
+        graphs_.erase(it);
       }
       if (seen_shapes_.count(key)) {
         cudaGraph_t graph = nullptr;
@@ -304,14 +344,14 @@ class CudaLlama final : public CausalLm {
         TESSERA_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
         TESSERA_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
         cudaGraphDestroy(graph);
-        graphs_.emplace(key, exec);
+        graphs_.emplace(key, Graph{exec, b});
         TESSERA_CUDA_CHECK(cudaGraphLaunch(exec, stream_));
-        return n_logits;
+        return out;
       }
       seen_shapes_.insert(key);
     }
     enqueue(b, n, n_logits, cache);
-    return n_logits;
+    return out;
   }
 
   // Whether the graphs were captured on this cache's K/V buffers. The graphs hold those
@@ -390,7 +430,7 @@ class CudaLlama final : public CausalLm {
   }
 
   void drop_graphs() {
-    for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
+    for (auto& [key, g] : graphs_) cudaGraphExecDestroy(g.exec);
     graphs_.clear();
     seen_shapes_.clear();
   }
@@ -629,12 +669,9 @@ class CudaLlama final : public CausalLm {
   }
   void matmul(const bf16* x, const Proj& p, int64_t rows, bf16* y) { proj_.matmul(x, p, rows, y, stream_); }
 
-  // Pinned host buffers: per-step tables staged to the device (with a device twin each), and the
+  // Pinned host buffers: a call's tokens and packed tables on their way to the device, and the
   // results coming back.
-  enum Slot {
-    kTokens, kPositions, kCacheRows, kTiles, kTables, kLogitRows, kSampleRows, kPenalties, kBanned,
-    kStaged, kLogits = kStaged, kIds
-  };
+  enum Slot { kTokens, kTables, kLogits, kIds };
 
   // Two sets of pinned buffers: a call stages into (and its ids come back through) the set that
   // the outstanding launch does not use, whose copies may not have run yet.
@@ -659,18 +696,6 @@ class CudaLlama final : public CausalLm {
     return static_cast<T*>(bufs[slot]);
   }
 
-  // Copies n values through pinned slot `slot` to a device buffer of the same slot.
-  template <class T>
-  T* stage(const T* src, int64_t n, int slot) {
-    T* host = pinned<T>(slot, n);
-    if (n > 0) std::memcpy(host, src, static_cast<size_t>(n) * sizeof(T));
-    T* dev = reinterpret_cast<T*>(staged_[slot].get(static_cast<int64_t>(std::max<int64_t>(n, 1) * sizeof(T))));
-    if (n > 0)
-      TESSERA_CUDA_CHECK(cudaMemcpyAsync(dev, host, static_cast<size_t>(n) * sizeof(T),
-                                         cudaMemcpyHostToDevice, stream_));
-    return dev;
-  }
-
   LlmConfig cfg_;
   cudaStream_t stream_ = nullptr;
   cuda::OpProfiler prof_;  // TESSERA_CUDA_PROFILE
@@ -683,13 +708,16 @@ class CudaLlama final : public CausalLm {
   Grow<uint8_t> dg_ws_;
   Grow<cuda::MmqActMeta> meta_, meta2_;
   Grow<double> block_ss_;
-  Grow<int32_t> ids_;
+  Grow<int32_t> tokens_;  // a call's tokens, and the ids launch_sample draws (the next call's tokens)
   static constexpr int64_t kMaxGraphRows = 512;
-  std::map<std::pair<int64_t, int64_t>, cudaGraphExec_t> graphs_;
+  struct Graph {
+    cudaGraphExec_t exec;
+    Bufs bufs;  // the buffers it was captured on: replayed only while they are this call's
+  };
+  std::map<std::pair<int64_t, int64_t>, Graph> graphs_;
   std::set<std::pair<int64_t, int64_t>> seen_shapes_;
-  Bufs graph_bufs_{};
   std::vector<const void*> graph_kv_;  // the K/V buffers the graphs hold, per layer k, v
-  Grow<uint8_t> staged_[kStaged];
+  Grow<uint8_t> tables_dev_;  // a call's StepTables on the device
   std::vector<void*> pinned_[2];
   std::vector<size_t> pinned_cap_[2];
   int set_ = 0;  // the pinned set of the call being enqueued
