@@ -190,8 +190,9 @@ class CudaLlama final : public CausalLm {
   // The forward pass up to device logits (logits_ holds n_logits x vocab). With tokens_from_last
   // the tokens are the ids of the last launch_sample (see CausalLm), already in tokens_. `batch`
   // (launch_sample's) travels in the same copy as the step's tables.
-  SampleTables run(std::span<const int32_t> tokens, std::span<const SeqChunk> chunks, KvCache& cache,
-                   bool all_logits, bool tokens_from_last, const SampleBatch* batch) {
+  SampleTables run(std::span<const int32_t> tokens, std::span<const SeqChunk> chunks,
+                   KvCache& cache, bool all_logits, bool tokens_from_last,
+                   const SampleBatch* batch) {
     const int64_t n = static_cast<int64_t>(tokens.size());
     TESSERA_CHECK_ARG(n >= 1, "forward: no tokens");
     TESSERA_CHECK_ARG(cache.n_layers() == cfg_.n_layers && cache.k(0).device() == Device::kCuda &&
@@ -217,7 +218,8 @@ class CudaLlama final : public CausalLm {
     if (!tokens_from_last) {
       int32_t* host = pinned<int32_t>(kTokens, n);
       std::memcpy(host, tokens.data(), static_cast<size_t>(n) * 4);
-      TESSERA_CUDA_CHECK(cudaMemcpyAsync(d_tokens, host, static_cast<size_t>(n) * 4, cudaMemcpyHostToDevice, s));
+      TESSERA_CUDA_CHECK(cudaMemcpyAsync(d_tokens, host, static_cast<size_t>(n) * 4,
+                                         cudaMemcpyHostToDevice, s));
       last_sampled_rows_ = -1;
     }
     // The step's tables, then the sampling ones, in one copy (StepTables).
@@ -226,7 +228,8 @@ class CudaLlama final : public CausalLm {
     const auto rows_t = tables.add(std::span<const int64_t>(plan_.cache_rows));
     const auto tiles_t = tables.add(std::span<const cuda::PagedAttentionTile>(plan_.tiles));
     const auto tables_t = tables.add(std::span<const int32_t>(plan_.tables));
-    const auto logit_rows_t = tables.add(std::span<const int32_t>(plan_.logit_rows.data(), n_logits));
+    const auto logit_rows_t =
+        tables.add(std::span<const int32_t>(plan_.logit_rows.data(), n_logits));
     StepTables::Section<SampleRow> sample_t;
     StepTables::Section<SamplePenalty> pen_t;
     StepTables::Section<int32_t> banned_t;
