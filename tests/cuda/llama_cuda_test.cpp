@@ -271,17 +271,25 @@ TEST(LlamaCudaDummy, DecodeGraphsFollowANewCacheAtTheSameAddress) {
 // shape's graph holds its own layout. Steps of two sequences and of one alternate (each shape
 // captured on its second step, then replayed while the other shape runs in between); every
 // step's logits must match the same step run eagerly (all rows' logits: no graph) on a second
-// cache (a graph replaying another layout's tables reads other positions and blocks: far off). Default bf16 and Q8_0 weights (the integer-dot GEMVs at one row, the few-row ones at two).
+// cache (a graph replaying another layout's tables reads other positions and blocks: far off).
+// A third cache takes the same steps through forward_sample with greedy rows, whose graphs end
+// in the argmax: its ids must be the eager logits' argmax. Default bf16 and Q8_0 weights (the
+// integer-dot GEMVs at one row, the few-row ones at two).
 TEST(LlamaCudaDummy, DecodeGraphsOfAlternatingRowCountsKeepTheirOwnTables) {
   TESSERA_SKIP_WITHOUT_GPU();
   ThreadPool pool(1);
+  const SampleRow greedy{.temperature = 0.f, .top_k = 0, .top_p = 1.f, .min_p = 0.f,
+                         .repetition_penalty = 1.f, .presence_penalty = 0.f, .frequency_penalty = 0.f,
+                         .n_penalties = 0, .n_banned = 0, .penalty_offset = 0, .banned_offset = 0, .u = 0.0};
+  const SampleRow greedy2[2] = {greedy, greedy};
   for (DType t : {DType::kBF16, DType::kQ8_0}) {
     auto m = models::cuda_llama_create_dummy("smollm2-135m", 0, t);
     const int64_t V = m->config().vocab;
-    auto graph_cache = m->make_kv_cache(8, 16), eager_cache = m->make_kv_cache(8, 16);
+    auto graph_cache = m->make_kv_cache(8, 16), eager_cache = m->make_kv_cache(8, 16),
+         argmax_cache = m->make_kv_cache(8, 16);
     const std::vector<int32_t> blocks_a = {4, 1}, blocks_b = {0, 6};
     const std::vector<int32_t> prompt_a = prompt_ids(7, 40000), prompt_b = prompt_ids(5, 30011);
-    for (auto* c : {&graph_cache, &eager_cache}) {
+    for (auto* c : {&graph_cache, &eager_cache, &argmax_cache}) {
       run_alone(*m, *c, prompt_a, blocks_a, 7, pool);
       run_alone(*m, *c, prompt_b, blocks_b, 5, pool);
     }
@@ -292,13 +300,19 @@ TEST(LlamaCudaDummy, DecodeGraphsOfAlternatingRowCountsKeepTheirOwnTables) {
       const std::vector<int32_t> toks = {(step * 977 + 3) % 40000, (step * 131 + 17) % 40000};
       std::vector<models::SeqChunk> chunks = {{pos_a, 1, blocks_a, true}};
       if (both) chunks.push_back({pos_b, 1, blocks_b, true});
-      const auto tok_span = std::span<const int32_t>(toks).first(chunks.size());
+      const size_t rows = chunks.size();
+      const auto tok_span = std::span<const int32_t>(toks).first(rows);
       m->forward(tok_span, chunks, graph_cache, got.data(), /*all_logits=*/false, pool);
       m->forward(tok_span, chunks, eager_cache, want.data(), /*all_logits=*/true, pool);
-      const size_t n = chunks.size() * V;
-      const std::vector<float> g(got.begin(), got.begin() + n), w(want.begin(), want.begin() + n);
+      const std::string where = std::string(dtype_name(t)) + " step " + std::to_string(step);
+      const std::vector<float> g(got.begin(), got.begin() + rows * V), w(want.begin(), want.begin() + rows * V);
       for (float v : g) ASSERT_TRUE(std::isfinite(v));
-      ASSERT_LE(test::nmse(g, w), 1e-10) << dtype_name(t) << " step " << step << (both ? " (two rows)" : " (one row)");
+      ASSERT_LE(test::nmse(g, w), 1e-10) << where << (both ? " (two rows)" : " (one row)");
+      int32_t ids[2] = {-1, -1};
+      ASSERT_TRUE(m->forward_sample(tok_span, chunks, argmax_cache, {{greedy2, rows}, {}, {}}, ids, pool));
+      for (size_t r = 0; r < rows; ++r)
+        ASSERT_EQ(ids[r], std::max_element(w.begin() + r * V, w.begin() + (r + 1) * V) - (w.begin() + r * V))
+            << where << " row " << r;
       ++pos_a;
       if (both) ++pos_b;
     }

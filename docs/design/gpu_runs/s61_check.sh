@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# One device call (session 61): one copy of a step's tables instead of six (models/cuda/step_tables.h),
-# the sampled ids left where the next step reads its tokens (no device-to-device copy), each
-# decode graph replayed on the buffers it was captured on. Batch-1 A/B of main's head (d4925f8,
-# tessera_old) against it on Q8_0 / Q4_0 (tessera bench, alternating, 2 rounds), the CUDA tests
+# One device call (session 61): one copy of a step's tables instead of six
+# (models/cuda/step_tables.h), the sampled ids left where the next step reads its tokens (no
+# device-to-device copy), each decode graph replayed on the buffers it was captured on
+# (tessera_tables); then also the greedy argmax inside the decode graph (tessera). Batch-1 A/B of
+# main's head (d4925f8, tessera_old) against both on Q8_0 / Q4_0 (tessera bench, alternating,
+# 2 rounds), the CUDA tests
 # that cover it (the dummy-weight engine tests with the new alternating-row-count graph test,
 # seeded GPU sampling through the engine: launched-ahead steps, penalties, the host path), every
 # paged attention test (main's split-warps knob), a trace of each binary's Q8_0 steps (the gap
@@ -16,7 +18,8 @@ start_call build-carry-s61 "$out"
 s=$out/summary.txt
 export TESSERA_MODEL=/tmp/bin/tok_only.gguf
 TYPES="q8_0 q4_0" ROUNDS=2 DONOR=$TESSERA_MODEL OUT=/tmp/ab TRACES="q8_0:old q8_0:new q4_0:old q4_0:new" \
-  bash bench/cuda/batch1_env_ab.sh old=/tmp/bin/tessera_old new=/tmp/bin/tessera > /dev/null 2>&1
+  bash bench/cuda/batch1_env_ab.sh old=/tmp/bin/tessera_old tables=/tmp/bin/tessera_tables \
+  new=/tmp/bin/tessera > /dev/null 2>&1
 cat /tmp/ab/summary.txt | tee -a $s
 for t in /tmp/ab/trace_*; do
   echo "## $(cat $t/variant.txt)" | tee -a $s

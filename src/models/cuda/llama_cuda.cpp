@@ -15,6 +15,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <tuple>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gemm_bf16.h"
@@ -140,26 +141,21 @@ class CudaLlama final : public CausalLm {
                      ThreadPool&) override {
     TESSERA_CHECK_ARG(launched_.size() < 2, "launch_sample: two launches are already outstanding");
     pick_pinned_set();
-    const SampleTables st = run(tokens, chunks, cache, false, tokens_from_last, &batch);
-    const int64_t n_logits = st.n_logits;
-    const SampleRow* d_params = st.rows;
-    const SamplePenalty* d_pen = st.penalties;
-    const int32_t* d_banned = st.banned;
-    // The ids go where the next step's tokens are read (tokens_from_last: no copy).
-    int32_t* d_ids = tokens_.get(std::max<int64_t>(n_logits, 1));
-    // Greedy rows with nothing to apply take a plain argmax over every SM (sample.h).
-    const bool plain_greedy = greedy_argmax_on_ && n_logits <= 65535 && batch.penalties.empty() && batch.banned.empty() &&
+    // Greedy rows with nothing to apply take a plain argmax over every SM (sample.h), which
+    // run() enqueues after the head (inside a decode step's graph).
+    const bool plain_greedy = greedy_argmax_on_ && batch.rows.size() <= 65535 && batch.penalties.empty() &&
+                              batch.banned.empty() &&
                               std::all_of(batch.rows.begin(), batch.rows.end(),
                                           [](const SampleRow& r) { return r.temperature <= 0.f; });
-    if (plain_greedy) {
-      const size_t ws_bytes = cuda::sample_greedy_workspace_bytes(n_logits, cfg_.vocab);
-      void* ws = greedy_ws_.get(static_cast<int64_t>((ws_bytes + 7) / 8));
-      cuda::sample_greedy_rows(logits_.get(n_logits * cfg_.vocab), n_logits, cfg_.vocab, ws, d_ids, stream_);
-    } else {
-      cuda::sample_rows(logits_.get(n_logits * cfg_.vocab), n_logits, cfg_.vocab, d_params, d_pen,
-                        d_banned, d_ids, stream_);
+    const SampleTables st = run(tokens, chunks, cache, false, tokens_from_last, &batch, plain_greedy);
+    const int64_t n_logits = st.n_logits;
+    // The ids go where the next step's tokens are read (tokens_from_last: no copy).
+    int32_t* d_ids = tokens_.get(std::max<int64_t>(n_logits, 1));
+    if (!plain_greedy) {
+      cuda::sample_rows(logits_.get(n_logits * cfg_.vocab), n_logits, cfg_.vocab, st.rows, st.penalties,
+                        st.banned, d_ids, stream_);
+      prof_.mark("sample");
     }
-    prof_.mark("sample");
     int32_t* host = pinned<int32_t>(kIds, n_logits);
     TESSERA_CUDA_CHECK(cudaMemcpyAsync(host, d_ids, static_cast<size_t>(n_logits) * 4,
                                        cudaMemcpyDeviceToHost, stream_));
@@ -189,10 +185,11 @@ class CudaLlama final : public CausalLm {
 
   // The forward pass up to device logits (logits_ holds n_logits x vocab). With tokens_from_last
   // the tokens are the ids of the last launch_sample (see CausalLm), already in tokens_. `batch`
-  // (launch_sample's) travels in the same copy as the step's tables.
+  // (launch_sample's) travels in the same copy as the step's tables. greedy: the logits' argmax
+  // is taken too, into tokens_ (launch_sample's plain greedy rows).
   SampleTables run(std::span<const int32_t> tokens, std::span<const SeqChunk> chunks,
                    KvCache& cache, bool all_logits, bool tokens_from_last,
-                   const SampleBatch* batch) {
+                   const SampleBatch* batch, bool greedy = false) {
     const int64_t n = static_cast<int64_t>(tokens.size());
     TESSERA_CHECK_ARG(n >= 1, "forward: no tokens");
     TESSERA_CHECK_ARG(cache.n_layers() == cfg_.n_layers && cache.k(0).device() == Device::kCuda &&
@@ -297,6 +294,10 @@ class CudaLlama final : public CausalLm {
     // The layers' projections run at n rows, the head at n_logits (either may take dequant_gemm).
     const size_t dg_ws_bytes = proj_.plan_call(n, n_logits);
     b.dg_ws = w_.any_quant ? dg_ws_.get(static_cast<int64_t>(std::max<size_t>(dg_ws_bytes, 16))) : nullptr;
+    if (greedy) {
+      const size_t ws_bytes = cuda::sample_greedy_workspace_bytes(n_logits, V);
+      b.greedy_ws = greedy_ws_.get(static_cast<int64_t>((ws_bytes + 7) / 8));
+    }
 
     // Decode-only steps (one token per sequence) replay a CUDA graph per (rows, table stride):
     // ~10 launches per layer collapse into one. Graphs hold buffer addresses: one is replayed
@@ -324,7 +325,7 @@ class CudaLlama final : public CausalLm {
           graph_kv_.push_back(cache.v(li).raw_data());
         }
       }
-      const auto key = std::make_pair(n, plan_.table_stride);
+      const GraphKey key{n, plan_.table_stride, greedy};
       if (auto it = graphs_.find(key); it != graphs_.end()) {
         if (std::memcmp(&b, &it->second.bufs, sizeof b) == 0) {
           TESSERA_CUDA_CHECK(cudaGraphLaunch(it->second.exec, stream_));
@@ -384,6 +385,7 @@ class CudaLlama final : public CausalLm {
     cuda::PersistentLayer* player;  // one-row steps through decode_persistent: its layer table
     float* pws;                     // and workspace (null otherwise)
     void* dg_ws;                    // quantized projections through dequant_gemm: split-k sums
+    uint64_t* greedy_ws;            // the greedy argmax's workspace (null: no argmax)
   };
 
   // Whether one-row steps take decode_persistent: asked for (TESSERA_PERSISTENT_DECODE=1, read
@@ -658,6 +660,10 @@ class CudaLlama final : public CausalLm {
       }
       prof_.mark("output norm + head", Projections::cost(w_.output, n_logits, 4, 4));
     }
+    if (b.greedy_ws && n_logits > 0) {  // the ids over the tokens (already embedded)
+      cuda::sample_greedy_rows(out, n_logits, V, b.greedy_ws, b.tokens, s);
+      prof_.mark("sample");
+    }
   }
 
   // The projections (llama_cuda_project.h), on this call's scratch and stream.
@@ -717,8 +723,9 @@ class CudaLlama final : public CausalLm {
     cudaGraphExec_t exec;
     Bufs bufs;  // the buffers it was captured on: replayed only while they are this call's
   };
-  std::map<std::pair<int64_t, int64_t>, Graph> graphs_;
-  std::set<std::pair<int64_t, int64_t>> seen_shapes_;
+  using GraphKey = std::tuple<int64_t, int64_t, bool>;  // rows, table stride, argmax
+  std::map<GraphKey, Graph> graphs_;
+  std::set<GraphKey> seen_shapes_;
   std::vector<const void*> graph_kv_;  // the K/V buffers the graphs hold, per layer k, v
   Grow<uint8_t> tables_dev_;  // a call's StepTables on the device
   std::vector<void*> pinned_[2];
