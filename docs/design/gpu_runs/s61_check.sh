@@ -17,7 +17,7 @@ out=${OUT:-s61_out}
 start_call build-carry-s61 "$out"
 s=$out/summary.txt
 export TESSERA_MODEL=/tmp/bin/tok_only.gguf
-TYPES="q8_0 q4_0" ROUNDS=2 DONOR=$TESSERA_MODEL OUT=/tmp/ab TRACES="q8_0:old q8_0:new q4_0:old q4_0:new" \
+TYPES="q8_0 q4_0" ROUNDS=2 DONOR=$TESSERA_MODEL OUT=/tmp/ab TRACES="q8_0:old q8_0:new" \
   bash bench/cuda/batch1_env_ab.sh old=/tmp/bin/tessera_old tables=/tmp/bin/tessera_tables \
   new=/tmp/bin/tessera > /dev/null 2>&1
 cat /tmp/ab/summary.txt | tee -a $s
