@@ -7,9 +7,8 @@
 # 2 rounds), the CUDA tests
 # that cover it (the dummy-weight engine tests with the new alternating-row-count graph test,
 # seeded GPU sampling through the engine: launched-ahead steps, penalties, the host path), every
-# paged attention test (main's split-warps knob), a trace of each binary's Q8_0 steps (the gap
-# between steps), then the one-row GEMVs alone against plain reads (mmq_bench --k-split,
-# stream_load_bench).
+# paged attention test (main's split-warps knob), and a trace of Q8_0 steps from main's binary
+# and the new one (the gap between steps).
 #   run(command="bash docs/design/gpu_runs/s61_check.sh", carry=["build-carry-s61"])
 set -u
 out=${OUT:-s61_out}
@@ -29,8 +28,4 @@ gtest_step $s "llama_cuda_test (dummy)" $out/llama.txt timeout 200 /tmp/bin/llam
 gtest_step $s "engine_sample_cuda_test (llama3-8b dummy)" $out/engine_sample.txt \
   env TESSERA_TEST_DUMMY=llama3-8b timeout 200 /tmp/bin/engine_sample_cuda_test
 gtest_step $s "paged_attention_cuda_test" $out/attention.txt timeout 120 /tmp/bin/paged_attention_cuda_test
-echo "## mmq_bench --k-split q8_0 q4_0" | tee -a $s
-timeout 90 /tmp/bin/mmq_bench --k-split q8_0 q4_0 > $out/mmq_k_split.txt 2>&1; echo "rc $?" >> $out/mmq_k_split.txt
-echo "## stream_load_bench" | tee -a $s
-timeout 60 /tmp/bin/stream_load_bench > $out/stream_load.txt 2>&1; echo "rc $?" >> $out/stream_load.txt
 ls -l $out
