@@ -23,6 +23,7 @@ cat /tmp/ab/summary.txt | tee -a $s
 for t in /tmp/ab/trace_*; do
   echo "## $(cat $t/variant.txt)" | tee -a $s
   head -3 $t/trace_step_*.txt | tee -a $s
+  cp $t/trace_step_*.txt "$out/trace_$(tr ':' '_' < $t/variant.txt).txt"
 done
 gtest_step $s "llama_cuda_test (dummy)" $out/llama.txt timeout 200 /tmp/bin/llama_cuda_test --gtest_filter='LlamaCudaDummy*'
 gtest_step $s "engine_sample_cuda_test (llama3-8b dummy)" $out/engine_sample.txt \
