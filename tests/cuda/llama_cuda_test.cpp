@@ -279,8 +279,9 @@ TEST(LlamaCudaDummy, DecodeGraphsOfAlternatingRowCountsKeepTheirOwnTables) {
   TESSERA_SKIP_WITHOUT_GPU();
   ThreadPool pool(1);
   const SampleRow greedy{.temperature = 0.f, .top_k = 0, .top_p = 1.f, .min_p = 0.f,
-                         .repetition_penalty = 1.f, .presence_penalty = 0.f, .frequency_penalty = 0.f,
-                         .n_penalties = 0, .n_banned = 0, .penalty_offset = 0, .banned_offset = 0, .u = 0.0};
+                         .repetition_penalty = 1.f, .presence_penalty = 0.f,
+                         .frequency_penalty = 0.f, .n_penalties = 0, .n_banned = 0,
+                         .penalty_offset = 0, .banned_offset = 0, .u = 0.0};
   const SampleRow greedy2[2] = {greedy, greedy};
   for (DType t : {DType::kBF16, DType::kQ8_0}) {
     auto m = models::cuda_llama_create_dummy("smollm2-135m", 0, t);
@@ -305,14 +306,17 @@ TEST(LlamaCudaDummy, DecodeGraphsOfAlternatingRowCountsKeepTheirOwnTables) {
       m->forward(tok_span, chunks, graph_cache, got.data(), /*all_logits=*/false, pool);
       m->forward(tok_span, chunks, eager_cache, want.data(), /*all_logits=*/true, pool);
       const std::string where = std::string(dtype_name(t)) + " step " + std::to_string(step);
-      const std::vector<float> g(got.begin(), got.begin() + rows * V), w(want.begin(), want.begin() + rows * V);
+      const std::vector<float> g(got.begin(), got.begin() + rows * V);
+      const std::vector<float> w(want.begin(), want.begin() + rows * V);
       for (float v : g) ASSERT_TRUE(std::isfinite(v));
       ASSERT_LE(test::nmse(g, w), 1e-10) << where << (both ? " (two rows)" : " (one row)");
       int32_t ids[2] = {-1, -1};
-      ASSERT_TRUE(m->forward_sample(tok_span, chunks, argmax_cache, {{greedy2, rows}, {}, {}}, ids, pool));
-      for (size_t r = 0; r < rows; ++r)
-        ASSERT_EQ(ids[r], std::max_element(w.begin() + r * V, w.begin() + (r + 1) * V) - (w.begin() + r * V))
-            << where << " row " << r;
+      ASSERT_TRUE(
+          m->forward_sample(tok_span, chunks, argmax_cache, {{greedy2, rows}, {}, {}}, ids, pool));
+      for (size_t r = 0; r < rows; ++r) {
+        const auto row = w.begin() + r * V;
+        ASSERT_EQ(ids[r], std::max_element(row, row + V) - row) << where << " row " << r;
+      }
       ++pos_a;
       if (both) ++pos_b;
     }

@@ -143,17 +143,19 @@ class CudaLlama final : public CausalLm {
     pick_pinned_set();
     // Greedy rows with nothing to apply take a plain argmax over every SM (sample.h), which
     // run() enqueues after the head (inside a decode step's graph).
-    const bool plain_greedy = greedy_argmax_on_ && batch.rows.size() <= 65535 && batch.penalties.empty() &&
-                              batch.banned.empty() &&
-                              std::all_of(batch.rows.begin(), batch.rows.end(),
-                                          [](const SampleRow& r) { return r.temperature <= 0.f; });
-    const SampleTables st = run(tokens, chunks, cache, false, tokens_from_last, &batch, plain_greedy);
+    const bool plain_greedy =
+        greedy_argmax_on_ && batch.rows.size() <= 65535 && batch.penalties.empty() &&
+        batch.banned.empty() &&
+        std::all_of(batch.rows.begin(), batch.rows.end(),
+                    [](const SampleRow& r) { return r.temperature <= 0.f; });
+    const SampleTables st =
+        run(tokens, chunks, cache, false, tokens_from_last, &batch, plain_greedy);
     const int64_t n_logits = st.n_logits;
     // The ids go where the next step's tokens are read (tokens_from_last: no copy).
     int32_t* d_ids = tokens_.get(std::max<int64_t>(n_logits, 1));
     if (!plain_greedy) {
-      cuda::sample_rows(logits_.get(n_logits * cfg_.vocab), n_logits, cfg_.vocab, st.rows, st.penalties,
-                        st.banned, d_ids, stream_);
+      cuda::sample_rows(logits_.get(n_logits * cfg_.vocab), n_logits, cfg_.vocab, st.rows,
+                        st.penalties, st.banned, d_ids, stream_);
       prof_.mark("sample");
     }
     int32_t* host = pinned<int32_t>(kIds, n_logits);
@@ -237,8 +239,8 @@ class CudaLlama final : public CausalLm {
     }
     uint8_t* host_tables = pinned<uint8_t>(kTables, static_cast<int64_t>(tables.bytes()));
     // Grown in powers of two (from 4 KB): its address is in the graphs' Bufs.
-    uint8_t* dev_tables =
-        tables_dev_.get(static_cast<int64_t>(std::bit_ceil(std::max<size_t>(tables.bytes(), 4096))));
+    const size_t dev_bytes = std::bit_ceil(std::max<size_t>(tables.bytes(), 4096));
+    uint8_t* dev_tables = tables_dev_.get(static_cast<int64_t>(dev_bytes));
     tables.send(host_tables, dev_tables, s);
     int32_t* d_pos = pos_t.on(dev_tables);
     int64_t* d_rows = rows_t.on(dev_tables);
@@ -246,7 +248,8 @@ class CudaLlama final : public CausalLm {
     int32_t* d_tables = tables_t.on(dev_tables);
     int32_t* d_logit_rows = logit_rows_t.on(dev_tables);
     SampleTables out{n_logits};
-    if (batch) out = {n_logits, sample_t.on(dev_tables), pen_t.on(dev_tables), banned_t.on(dev_tables)};
+    if (batch)
+      out = {n_logits, sample_t.on(dev_tables), pen_t.on(dev_tables), banned_t.on(dev_tables)};
 
     Bufs b{};
     b.x = residual_.get(n * d);
@@ -717,7 +720,8 @@ class CudaLlama final : public CausalLm {
   Grow<uint8_t> dg_ws_;
   Grow<cuda::MmqActMeta> meta_, meta2_;
   Grow<double> block_ss_;
-  Grow<int32_t> tokens_;  // a call's tokens, and the ids launch_sample draws (the next call's tokens)
+  // A call's tokens, and the ids launch_sample draws there (the next call's tokens).
+  Grow<int32_t> tokens_;
   static constexpr int64_t kMaxGraphRows = 512;
   struct Graph {
     cudaGraphExec_t exec;
