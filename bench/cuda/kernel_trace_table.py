@@ -125,7 +125,8 @@ def main():
     following = {id(steps[i]): steps[i + 1] for i in range(len(steps) - 1)}
     between = sorted((following[id(s)][0][0] - max(r[1] for r in s)) / 1e3 for s in picked
                      if id(s) in following)
-    after = f"; median {between[len(between) // 2]:.1f} us to the next step's first kernel" if between else ""
+    after = (f"; median {between[len(between) // 2]:.1f} us to the next step's first kernel"
+             if between else "")
     print(f"step: {total / k:.1f} us (first kernel's start to the last one's end){after}\n")
     starts = layer_starts(names)  # ncu_step_table's rule
     if len(starts) >= 3:

@@ -11,11 +11,8 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
-#include <map>
 #include <optional>
-#include <set>
 #include <string>
-#include <tuple>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gemm_bf16.h"
@@ -29,6 +26,7 @@
 #include "kernels/cuda/rope_kv.h"
 #include "kernels/cuda/row_ops.h"
 #include "kernels/cuda/sample.h"
+#include "models/cuda/decode_graphs.h"
 #include "models/cuda/device_grow.h"
 #include "models/cuda/llama_cuda_project.h"
 #include "models/cuda/llama_cuda_weights.h"
@@ -66,7 +64,7 @@ class CudaLlama final : public CausalLm {
   void fill_dummy(uint64_t seed, DType type) { w_.fill_dummy(seed, type, stream_); }
   ~CudaLlama() override {
     if (stream_) cudaStreamSynchronize(stream_);  // launches nobody waited for
-    drop_graphs();
+    graphs_.clear();
     for (cudaEvent_t e : sampled_)
       if (e) cudaEventDestroy(e);
     if (stream_) cudaStreamDestroy(stream_);
@@ -141,19 +139,11 @@ class CudaLlama final : public CausalLm {
                      ThreadPool&) override {
     TESSERA_CHECK_ARG(launched_.size() < 2, "launch_sample: two launches are already outstanding");
     pick_pinned_set();
-    // Greedy rows with nothing to apply take a plain argmax over every SM (sample.h), which
-    // run() enqueues after the head (inside a decode step's graph).
-    const bool plain_greedy =
-        greedy_argmax_on_ && batch.rows.size() <= 65535 && batch.penalties.empty() &&
-        batch.banned.empty() &&
-        std::all_of(batch.rows.begin(), batch.rows.end(),
-                    [](const SampleRow& r) { return r.temperature <= 0.f; });
-    const SampleTables st =
-        run(tokens, chunks, cache, false, tokens_from_last, &batch, plain_greedy);
+    const SampleTables st = run(tokens, chunks, cache, false, tokens_from_last, &batch);
     const int64_t n_logits = st.n_logits;
     // The ids go where the next step's tokens are read (tokens_from_last: no copy).
     int32_t* d_ids = tokens_.get(std::max<int64_t>(n_logits, 1));
-    if (!plain_greedy) {
+    if (!st.drawn) {
       cuda::sample_rows(logits_.get(n_logits * cfg_.vocab), n_logits, cfg_.vocab, st.rows,
                         st.penalties, st.banned, d_ids, stream_);
       prof_.mark("sample");
@@ -183,15 +173,24 @@ class CudaLlama final : public CausalLm {
     const SampleRow* rows = nullptr;
     const SamplePenalty* penalties = nullptr;
     const int32_t* banned = nullptr;
+    bool drawn = false;  // the ids are drawn already: plain greedy rows' argmax, in the step
   };
+
+  // Greedy rows with nothing to apply take a plain argmax over every SM (sample.h).
+  bool plain_greedy(const SampleBatch& batch) const {
+    return greedy_argmax_on_ && batch.rows.size() <= 65535 && batch.penalties.empty() &&
+           batch.banned.empty() &&
+           std::all_of(batch.rows.begin(), batch.rows.end(),
+                       [](const SampleRow& r) { return r.temperature <= 0.f; });
+  }
 
   // The forward pass up to device logits (logits_ holds n_logits x vocab). With tokens_from_last
   // the tokens are the ids of the last launch_sample (see CausalLm), already in tokens_. `batch`
-  // (launch_sample's) travels in the same copy as the step's tables. greedy: the logits' argmax
-  // is taken too, into tokens_ (launch_sample's plain greedy rows).
+  // (launch_sample's) travels in the same copy as the step's tables; plain greedy rows get their
+  // argmax at the step's end, into tokens_.
   SampleTables run(std::span<const int32_t> tokens, std::span<const SeqChunk> chunks,
                    KvCache& cache, bool all_logits, bool tokens_from_last,
-                   const SampleBatch* batch, bool greedy = false) {
+                   const SampleBatch* batch) {
     const int64_t n = static_cast<int64_t>(tokens.size());
     TESSERA_CHECK_ARG(n >= 1, "forward: no tokens");
     TESSERA_CHECK_ARG(cache.n_layers() == cfg_.n_layers && cache.k(0).device() == Device::kCuda &&
@@ -204,9 +203,11 @@ class CudaLlama final : public CausalLm {
       for (int32_t t : tokens)
         TESSERA_CHECK_ARG(t >= 0 && t < cfg_.vocab, "forward: token id outside the vocabulary");
     const int64_t n_logits = plan_.build(chunks, cache, n, all_logits, cfg_.n_heads, cfg_.n_kv_heads);
+    const SampleBatch sampling = batch ? *batch : SampleBatch{};  // none: empty tables
     if (batch)
-      TESSERA_CHECK_ARG(static_cast<int64_t>(batch->rows.size()) == n_logits,
+      TESSERA_CHECK_ARG(static_cast<int64_t>(sampling.rows.size()) == n_logits,
                         "forward_sample: one sampling row per logits row");
+    const bool greedy = batch && plain_greedy(sampling);
     const int64_t d = cfg_.d_model, hd = cfg_.head_dim, qd = cfg_.n_heads * hd,
                   kvd = cfg_.n_kv_heads * hd, ff = cfg_.d_ff, V = cfg_.vocab;
     cudaStream_t s = stream_;
@@ -229,14 +230,9 @@ class CudaLlama final : public CausalLm {
     const auto tables_t = tables.add(std::span<const int32_t>(plan_.tables));
     const auto logit_rows_t =
         tables.add(std::span<const int32_t>(plan_.logit_rows.data(), n_logits));
-    StepTables::Section<SampleRow> sample_t;
-    StepTables::Section<SamplePenalty> pen_t;
-    StepTables::Section<int32_t> banned_t;
-    if (batch) {
-      sample_t = tables.add(batch->rows);
-      pen_t = tables.add(batch->penalties);
-      banned_t = tables.add(batch->banned);
-    }
+    const auto sample_t = tables.add(sampling.rows);
+    const auto pen_t = tables.add(sampling.penalties);
+    const auto banned_t = tables.add(sampling.banned);
     uint8_t* host_tables = pinned<uint8_t>(kTables, static_cast<int64_t>(tables.bytes()));
     // Grown in powers of two (from 4 KB): its address is in the graphs' Bufs.
     const size_t dev_bytes = std::bit_ceil(std::max<size_t>(tables.bytes(), 4096));
@@ -247,9 +243,8 @@ class CudaLlama final : public CausalLm {
     cuda::PagedAttentionTile* d_tiles = tiles_t.on(dev_tables);
     int32_t* d_tables = tables_t.on(dev_tables);
     int32_t* d_logit_rows = logit_rows_t.on(dev_tables);
-    SampleTables out{n_logits};
-    if (batch)
-      out = {n_logits, sample_t.on(dev_tables), pen_t.on(dev_tables), banned_t.on(dev_tables)};
+    const SampleTables out{n_logits, sample_t.on(dev_tables), pen_t.on(dev_tables),
+                           banned_t.on(dev_tables), greedy};
 
     Bufs b{};
     b.x = residual_.get(n * d);
@@ -302,11 +297,8 @@ class CudaLlama final : public CausalLm {
       b.greedy_ws = greedy_ws_.get(static_cast<int64_t>((ws_bytes + 7) / 8));
     }
 
-    // Decode-only steps (one token per sequence) replay a CUDA graph per (rows, table stride):
-    // ~10 launches per layer collapse into one. Graphs hold buffer addresses: one is replayed
-    // only while this call's Bufs are those it was captured on (else it is captured again), and
-    // all are dropped when the KV cache's buffers change. A shape is captured the second time
-    // it is seen (the first eager run loads kernels and builds GEMM plans).
+    // Decode-only steps (one token per sequence) replay a CUDA graph per (rows, table stride,
+    // argmax) (decode_graphs.h): ~10 launches per layer collapse into one.
     const bool decode_only = !all_logits && n_logits == n && n <= kMaxGraphRows &&
                              std::all_of(chunks.begin(), chunks.end(),
                                          [](const SeqChunk& c) { return c.n_tokens == 1; });
@@ -320,55 +312,16 @@ class CudaLlama final : public CausalLm {
       return out;
     }
     if (decode_only) {
-      if (!graphs_hold(cache)) {
-        drop_graphs();
-        graph_kv_.clear();
-        for (int64_t li = 0; li < cache.n_layers(); ++li) {
-          graph_kv_.push_back(cache.k(li).raw_data());
-          graph_kv_.push_back(cache.v(li).raw_data());
-        }
-      }
-      const GraphKey key{n, plan_.table_stride, greedy};
-      if (auto it = graphs_.find(key); it != graphs_.end()) {
-        if (std::memcmp(&b, &it->second.bufs, sizeof b) == 0) {
-          TESSERA_CUDA_CHECK(cudaGraphLaunch(it->second.exec, stream_));
-          return out;
-        }
-        cudaGraphExecDestroy(it->second.exec);  // captured on buffers that have moved since
-        graphs_.erase(it);
-      }
-      if (seen_shapes_.count(key)) {
-        cudaGraph_t graph = nullptr;
-        cudaGraphExec_t exec = nullptr;
-        TESSERA_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-        try {
-          enqueue(b, n, n_logits, cache);
-        } catch (...) {
-          cudaStreamEndCapture(stream_, &graph);
-          if (graph) cudaGraphDestroy(graph);
-          throw;
-        }
-        TESSERA_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
-        TESSERA_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-        cudaGraphDestroy(graph);
-        graphs_.emplace(key, Graph{exec, b});
-        TESSERA_CUDA_CHECK(cudaGraphLaunch(exec, stream_));
+      graphs_.follow(cache);
+      const Graphs::Key key{n, plan_.table_stride, greedy};
+      if (graphs_.launch(key, b, s)) return out;
+      if (graphs_.seen_before(key)) {
+        graphs_.capture(key, b, s, [&] { enqueue(b, n, n_logits, cache); });
         return out;
       }
-      seen_shapes_.insert(key);
     }
     enqueue(b, n, n_logits, cache);
     return out;
-  }
-
-  // Whether the graphs were captured on this cache's K/V buffers. The graphs hold those
-  // addresses, so they key them (not the cache object's address: one destroyed and another
-  // constructed in its place holds other buffers).
-  bool graphs_hold(const KvCache& cache) const {
-    if (graph_kv_.size() != static_cast<size_t>(2 * cache.n_layers())) return false;
-    for (int64_t li = 0; li < cache.n_layers(); ++li)
-      if (graph_kv_[2 * li] != cache.k(li).raw_data() || graph_kv_[2 * li + 1] != cache.v(li).raw_data()) return false;
-    return true;
   }
 
   // Device buffers of one forward call (graphs capture these addresses).
@@ -435,12 +388,6 @@ class CudaLlama final : public CausalLm {
         cfg_.n_kv_heads, cfg_.n_heads, cfg_.head_dim, plan_.table_stride * cache.block_size());
     b.pws = pws_.get(static_cast<int64_t>((bytes + 3) / 4), &fresh);
     if (fresh) cuda::decode_persistent_workspace_reset(b.pws, stream_);
-  }
-
-  void drop_graphs() {
-    for (auto& [key, g] : graphs_) cudaGraphExecDestroy(g.exec);
-    graphs_.clear();
-    seen_shapes_.clear();
   }
 
   // Every kernel of the forward pass on stream_ (eager, or recorded by a capture).
@@ -723,14 +670,8 @@ class CudaLlama final : public CausalLm {
   // A call's tokens, and the ids launch_sample draws there (the next call's tokens).
   Grow<int32_t> tokens_;
   static constexpr int64_t kMaxGraphRows = 512;
-  struct Graph {
-    cudaGraphExec_t exec;
-    Bufs bufs;  // the buffers it was captured on: replayed only while they are this call's
-  };
-  using GraphKey = std::tuple<int64_t, int64_t, bool>;  // rows, table stride, argmax
-  std::map<GraphKey, Graph> graphs_;
-  std::set<GraphKey> seen_shapes_;
-  std::vector<const void*> graph_kv_;  // the K/V buffers the graphs hold, per layer k, v
+  using Graphs = cuda_llama::DecodeGraphs<Bufs>;
+  Graphs graphs_;  // of decode-only steps
   Grow<uint8_t> tables_dev_;  // a call's StepTables on the device
   std::vector<void*> pinned_[2];
   std::vector<size_t> pinned_cap_[2];
