@@ -7,6 +7,8 @@
 # weights with and without it (tessera run, 48 tokens, Q4_0 / Q8_0: the same bits give the same
 # text), llama_cuda_test's dummy-weight tests under it; then a same-binary batch-1 A/B, 3 rounds,
 # and traces.
+# The carry: build-carry-s62m/bins.tar.xz holding the branch build's tessera and llama_cuda_test,
+# tok_only.gguf and libkernel_trace.so (tar, xz -6 --lzma2=dict=192MiB; ~37 MB).
 #   run(command="bash docs/design/gpu_runs/s62_o_merge.sh", carry=["build-carry-s62m"])
 set -u
 out=${OUT:-s62m_out}
