@@ -11,6 +11,8 @@
 #   gtest_step SUM LABEL LOG CMD...
 #                          a googletest command's output into LOG (its rc appended), then LABEL's
 #                          PASSED / FAILED line and the first failure lines into SUM
+#   ab_report AB SUM OUT   batch1_env_ab.sh's output folder AB: its summary and each trace's
+#                          table head into SUM, the traces copied to OUT/trace_TYPE_LABEL.txt
 #   trace_variants TYPE SUM LABEL:NAME=VALUE[,NAME=VALUE...] ...
 #                          per variant a CUPTI trace of TYPE's batch-1 decode steps
 #                          (trace_step.sh, /tmp/bin's tessera and tok_only.gguf), its table's
@@ -43,6 +45,16 @@ gtest_step() {
   echo "rc $?" >> "$log"
   gtest_line "$label" "$log" | tee -a "$sum"
   grep -E "Failure|Expected|which is|rc " "$log" | head -20 | tee -a "$sum"
+}
+ab_report() {
+  local ab=$1 sum=$2 out=$3 t
+  tee -a "$sum" < "$ab/summary.txt"
+  for t in "$ab"/trace_*; do
+    [ -d "$t" ] || continue
+    echo "## $(cat "$t/variant.txt")" | tee -a "$sum"
+    head -14 "$t"/trace_step_*.txt | tee -a "$sum"
+    cp "$t"/trace_step_*.txt "$out/trace_$(tr ':' '_' < "$t/variant.txt").txt"
+  done
 }
 trace_variants() {
   local type=$1 sum=$2 v

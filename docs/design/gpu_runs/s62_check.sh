@@ -17,7 +17,7 @@
 #   run(command="bash docs/design/gpu_runs/s62_check.sh c")
 set -u
 out=${OUT:-s62_out}
-. bench/cuda/gpu_probe.sh  # start_call, gtest_step
+. bench/cuda/gpu_probe.sh  # start_call, gtest_step, ab_report
 mkdir -p /tmp/m "$out"
 case $1 in
   a) cp build-carry-s62/a/model.part.1 /tmp/m/; ls -l /tmp/m; exit 0 ;;
@@ -41,12 +41,7 @@ TYPES="q8_0 q4_0" ROUNDS=2 DONOR=/tmp/bin/tok_only.gguf OUT=/tmp/ab \
   bash bench/cuda/batch1_env_ab.sh base=/tmp/bin/tessera down2=/tmp/bin/tessera,TESSERA_DOWN_PRE=2 \
   qkv2=/tmp/bin/tessera,TESSERA_QKV_PRE=2 late=/tmp/bin/tessera,TESSERA_QUANT_LATE_TRIGGER=1 \
   q32=/tmp/bin/tessera,TESSERA_QUANT_THREADS=32 q8=/tmp/bin/tessera,TESSERA_DOWN_Q8=1 > /dev/null 2>&1
-cat /tmp/ab/summary.txt | tee -a $s
-for t in /tmp/ab/trace_*; do
-  echo "## $(cat $t/variant.txt)" | tee -a $s
-  head -14 $t/trace_step_*.txt | tee -a $s
-  cp $t/trace_step_*.txt "$out/trace_$(tr ':' '_' < $t/variant.txt).txt"
-done
+ab_report /tmp/ab $s "$out"
 for v in TESSERA_DOWN_PRE=2 TESSERA_DOWN_Q8=1; do
   gtest_step $s "gemv_cuda_test MmqHalf exact product, $v" $out/gemv_$v.txt \
     env $v timeout 120 /tmp/bin/gemv_cuda_test --gtest_filter='MmqHalf.GemvOnF16RowsMatchesTheExactProduct'

@@ -8,14 +8,9 @@
 #   run(command="bash docs/design/gpu_runs/s62_o_half.sh", carry=["build-carry-s62o"])
 set -u
 out=${OUT:-s62o_out}
-. bench/cuda/gpu_probe.sh  # start_call
+. bench/cuda/gpu_probe.sh  # start_call, ab_report
 start_call build-carry-s62o "$out"
 s=$out/summary.txt
 TYPES="q4_0 q8_0" ROUNDS=3 DONOR=/tmp/bin/tok_only.gguf OUT=/tmp/ab TRACES="q4_0:base q4_0:ohalf" \
   bash bench/cuda/batch1_env_ab.sh base=/tmp/bin/tessera ohalf=/tmp/bin/tessera,TESSERA_O_HALF=1 > /dev/null 2>&1
-cat /tmp/ab/summary.txt | tee -a $s
-for t in /tmp/ab/trace_*; do
-  echo "## $(cat $t/variant.txt)" | tee -a $s
-  head -14 $t/trace_step_*.txt | tee -a $s
-  cp $t/trace_step_*.txt "$out/trace_$(tr ':' '_' < $t/variant.txt).txt"
-done
+ab_report /tmp/ab $s "$out"

@@ -12,7 +12,7 @@
 #   run(command="bash docs/design/gpu_runs/s62_o_merge.sh", carry=["build-carry-s62m"])
 set -u
 out=${OUT:-s62m_out}
-. bench/cuda/gpu_probe.sh  # start_call, gtest_step
+. bench/cuda/gpu_probe.sh  # start_call, gtest_step, ab_report
 start_call build-carry-s62m "$out"
 s=$out/summary.txt
 for t in q4_0 q8_0; do
@@ -27,9 +27,4 @@ gtest_step $s "llama_cuda_test (dummy) O_MERGE=1" $out/llama.txt \
   env TESSERA_O_MERGE=1 timeout 200 /tmp/bin/llama_cuda_test --gtest_filter='LlamaCudaDummy*'
 TYPES="q4_0 q8_0" ROUNDS=3 DONOR=/tmp/bin/tok_only.gguf OUT=/tmp/ab TRACES="q4_0:merge q8_0:merge q8_0:base" \
   bash bench/cuda/batch1_env_ab.sh base=/tmp/bin/tessera merge=/tmp/bin/tessera,TESSERA_O_MERGE=1 > /dev/null 2>&1
-cat /tmp/ab/summary.txt | tee -a $s
-for t in /tmp/ab/trace_*; do
-  echo "## $(cat $t/variant.txt)" | tee -a $s
-  head -14 $t/trace_step_*.txt | tee -a $s
-  cp $t/trace_step_*.txt "$out/trace_$(tr ':' '_' < $t/variant.txt).txt"
-done
+ab_report /tmp/ab $s "$out"
