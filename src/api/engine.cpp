@@ -564,7 +564,7 @@ Expected<std::unique_ptr<Engine>> Engine::load(const std::string& path, const En
                       "max_step_tokens and max_running must be >= 1");
     // Decode-only steps carry up to max_running rows. (Preparing the prefill sizes too, up to
     // max_step_tokens, measured slightly slower prefill on the H200: 2048 tokens 42.1k vs
-    // 42.8k tokens/s; docs/design/cuda_engine.md, session 7.)
+    // 42.8k tokens/s; docs/design/cuda_engine_history.md, session 7.)
     impl->model->prepare_rows(opt.max_running);
     const int64_t bs = opt.kv_block_size;
     const int64_t kv_tokens = std::max<int64_t>(opt.kv_cache_tokens, ctx);

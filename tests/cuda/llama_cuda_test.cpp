@@ -644,8 +644,8 @@ TEST(LlamaCudaDummy, PersistentDecodeMatchesTheKernelChain) {
 // CPU's decode step that picked the token had 0.065, and on "The three primary colors are" 0.003
 // where it had 0.062; both are printed. On this Q4_1 model the outcome is a draw over equally
 // valid f32 summation orders (session 26: 2 of 8 settings of the GEMVs' orders pass, the others
-// first differ at margins 0.11-0.27; docs/design/cuda_engine.md, "Session 26"); the test keeps
-// the threshold. Session 32: with the norms fused into the o / down GEMVs (the sum of
+// first differ at margins 0.11-0.27; docs/design/cuda_engine_history.md, "Session 26"); the test
+// keeps the threshold. Session 32: with the norms fused into the o / down GEMVs (the sum of
 // squares added in another order) it passes (first differences at margins 0.091, 0.065, 0.061);
 // TESSERA_FUSED_NORM=0 fails as before (0.269, 0.112): still a draw, not a property.
 TEST(LlamaCudaEngine, GreedyTextOnGpuFollowsCpu) {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # NOT RUN, and not to be run (session 63): this is session 33's TESSERA_FORMED_INPUT=attention
-# again, measured then at Q4_0 1.65 -> 1.77 ms, Q8_0 2.37 -> 2.80 (cuda_engine.md, "Session 33").
+# again, measured then at Q4_0 1.65 -> 1.77 ms, Q8_0 2.37 -> 2.80 (cuda_engine_history.md, "Session 33").
 # One device call (prepared in session 62, not run: no machine came): TESSERA_O_MERGE=1 (branch
 # wip/s62-o-merge, diff gpu_runs/s62_o_merge.diff): at batch 1 the o GEMV
 # (legacy weight types) merges and quantizes attention's left partials itself, each block into

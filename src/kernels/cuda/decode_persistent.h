@@ -30,7 +30,7 @@
 // against the kernel chain) but slower than the chain it replaces: q4_0 2.7 vs 1.9 ms per
 // token; so the engine takes it only with TESSERA_PERSISTENT_DECODE=1. The stage loops run at
 // ~60 % of HBM bandwidth (per-stage costs on 16 warps per SM) and ~1/3 of each layer is outside
-// them (barriers, row forming, attention): docs/design/cuda_engine.md, session 8.
+// them (barriers, row forming, attention): docs/design/cuda_engine_history.md, session 8.
 // TESSERA_PERSISTENT_TIMING=1 prints per-phase times (eager launches, every 50th);
 // TESSERA_PERSISTENT_SLOT_KB sets the ring's slot size (experiments).
 //

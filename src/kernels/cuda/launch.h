@@ -29,7 +29,7 @@ int sm_count();
 
 // Blocks per row of a row kernel's (row, part) grid: parts until the launch has ~4 blocks per
 // SM, at most `most` (>= 1). One block per row at 128 decode rows left RoPE + KV write walking
-// its heads in series (11.1 us on the H200; docs/design/cuda_engine.md, session 9).
+// its heads in series (11.1 us on the H200; docs/design/cuda_engine_history.md, session 9).
 int64_t row_parts(int64_t rows, int64_t most);
 
 }  // namespace tessera::cuda
