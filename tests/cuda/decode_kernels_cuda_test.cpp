@@ -1,4 +1,5 @@
-// CUDA embedding gather, RoPE + KV-cache write and SwiGLU against the references.
+// CUDA embedding gather (also forming the first RMSNorm's input), RoPE + KV-cache write and
+// SwiGLU against the references.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,10 +9,12 @@
 #include <vector>
 
 #include "cuda/cuda_test_util.h"
+#include "cuda/mmq_test_util.h"
 #include "cuda/quant_test_util.h"
 #include "formats/quant_blocks.h"
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/gemv.h"
+#include "kernels/cuda/mmq.h"
 #include "kernels/cuda/rope_kv.h"
 #include "kernels/cuda/swiglu.h"
 #include "kernels/ref/dequant.h"
@@ -119,6 +122,74 @@ TEST(EmbeddingGatherF32, EveryGgufBlockTypeGivesTheReferenceBits) {
   std::vector<int32_t> one = {0};
   test::DevBuf<int32_t> di(one);
   EXPECT_THROW(cuda::embedding_gather<float>(DType::kQ4_K, nullptr, 1, 128, di.get(), 1, nullptr, nullptr), Error);
+}
+
+// embedding_gather_norm (a one-row step's gather forming layer 0's qkv input, as the o / down
+// GEMVs' epilogue forms the others): its x equals embedding_gather's row bit for bit; its
+// quantized x * w equals the activation quantizer's on the host-formed x * w (legacy rule), bit
+// for bit; its raw scales are amax / 127 and the integer sums of the quants; the block sums of
+// squares equal the host's double sums. Table types bf16 and GGUF blocks, two row widths, an id
+// outside the table (a row of zeros), outputs poisoned first; bad arguments throw.
+TEST(EmbeddingGatherNorm, FormsTheFirstNormsInputLikeTheResidualNormEpilogue) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  for (DType t : {DType::kBF16, DType::kQ8_0, DType::kQ4_1, DType::kQ4_K, DType::kQ6_K})
+    for (int64_t d : {int64_t{576}, int64_t{4096}}) {
+      if (d % dtype_info(t).block_size != 0) continue;
+      const int64_t n_vocab = 23;
+      std::vector<uint8_t> table;
+      if (t == DType::kBF16) {
+        const auto v = test::random_floats(static_cast<size_t>(n_vocab * d), 50);
+        table.resize(v.size() * 2);
+        for (size_t i = 0; i < v.size(); ++i) {
+          const uint16_t h = f32_to_bf16(v[i]);
+          std::memcpy(table.data() + 2 * i, &h, 2);
+        }
+      } else {
+        table = test::random_quant_blocks(t, n_vocab, d, 51 + static_cast<int>(t));
+      }
+      test::DevBuf<uint8_t> dt(table);
+      test::DevBuf<float> norm_w(test::random_rows(1, d, 52)), x(d), x_ref(d);
+      const std::vector<float> wn = norm_w.download();
+      for (int32_t id : {0, 22, 7, 23}) {
+        const std::string what = std::string(dtype_name(t)) + " d=" + std::to_string(d) + " id " + std::to_string(id);
+        test::DevBuf<int32_t> di(std::vector<int32_t>{id});
+        test::DevBuf<int8_t> qx(d), qx_ref(d);
+        test::DevBuf<cuda::MmqActMeta> meta(d / 32), meta_ref(d / 32);
+        test::DevBuf<double> ss(d / 32);
+        x.poison();
+        qx.poison();
+        meta.poison();
+        ss.poison();
+        cuda::embedding_gather_norm(t, dt.get(), n_vocab, d, di.get(), {x.get(), norm_w.get(), qx.get(), meta.get(), ss.get()},
+                                    nullptr);
+        cuda::embedding_gather<float>(t, dt.get(), n_vocab, d, di.get(), 1, x_ref.get(), nullptr);
+        test::check_launch();
+        const std::vector<float> got = x.download(), want = x_ref.download();
+        ASSERT_EQ(0, std::memcmp(got.data(), want.data(), d * 4)) << what;
+        std::vector<float> p(d);
+        for (int64_t i = 0; i < d; ++i) p[i] = want[i] * wn[i];
+        test::DevBuf<float> dp(p);
+        cuda::mmq_quantize_rows(DType::kQ8_0, dp.get(), d, 1, d, qx_ref.get(), meta_ref.get(), nullptr);
+        const auto q1 = qx.download(), q2 = qx_ref.download();
+        EXPECT_EQ(0, std::memcmp(q1.data(), q2.data(), d)) << what;
+        const auto m1 = meta.download();
+        const auto raw = test::raw_legacy_meta(p.data(), q2.data(), d);
+        const auto got_ss = ss.download();
+        for (int64_t b = 0; b < d / 32; ++b) {
+          ASSERT_EQ(m1[b].d, raw[b].d) << what << " block " << b;
+          ASSERT_EQ(m1[b].s, raw[b].s) << what << " block " << b;
+          double w = 0;
+          for (int64_t i = 32 * b; i < 32 * b + 32; ++i) w += static_cast<double>(want[i] * want[i]);
+          ASSERT_NEAR(got_ss[b], w, 1e-12 * w) << what << " block " << b;
+        }
+        if (id >= n_vocab) EXPECT_EQ(raw[0].d, 0.f) << what << ": an id outside the table gives zeros";
+      }
+    }
+  test::DevBuf<int32_t> di(std::vector<int32_t>{0});
+  test::DevBuf<float> buf(64);
+  EXPECT_THROW(cuda::embedding_gather_norm(DType::kBF16, nullptr, 1, 48, di.get(), {buf.get(), buf.get(), nullptr, nullptr, nullptr},
+                                           nullptr),
+               Error);  // d % 32, null outputs
 }
 
 TYPED_TEST(DecodeKernelsCuda, RopeKvWriteMatchesReference) {

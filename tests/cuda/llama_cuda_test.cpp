@@ -23,6 +23,7 @@
 #include "cuda/llama_cuda_test_util.h"
 #include "cuda/quant_test_util.h"
 #include "kernels/cuda/decode_persistent.h"
+#include "kernels/cuda/embedding.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/mmq.h"
 #include "models/cuda/llama_cuda.h"
@@ -468,8 +469,8 @@ void expect_graph_steps_equal(models::CausalLm& m, const std::vector<int32_t>& i
 }
 
 // One-row steps of weights with 32-element activation blocks form each RMSNorm's quantized
-// input in the o / down GEMV's epilogue (cuda::MmqResidualNorm: 2 n_layers - 1 calls a step)
-// unless TESSERA_FUSED_NORM=0 keeps the norm kernels. The consumer rounds each block's scale after
+// input in the o / down GEMV's epilogue (cuda::MmqResidualNorm: 2 n_layers calls a step, the
+// last down GEMV forming the head's) unless TESSERA_FUSED_NORM=0 keeps the norm kernels. The consumer rounds each block's scale after
 // the norm's 1 / rms, as the norm kernel does: the same logits up to rare rounding-edge moves
 // (mmq.h; other orders of the same sums give 7e-4 to 1e-3 on these models: one-row steps vs one
 // chunk). K weights: every one-row input in the legacy 32-element blocks with f32 scales (mmq.h,
@@ -493,9 +494,9 @@ TEST(LlamaCudaDummy, FusedNormStepsMatchTheNormKernels) {
     const int64_t V = cfg.vocab;
     const uint64_t calls = cuda::mmq_gemv_residual_norm_calls();
     const auto a = run_alone(*fused, 3, ids, blocks, 1, pool);
-    EXPECT_EQ(cuda::mmq_gemv_residual_norm_calls() - calls, n * (2 * cfg.n_layers - 1)) << name;
+    EXPECT_EQ(cuda::mmq_gemv_residual_norm_calls() - calls, n * 2 * cfg.n_layers) << name;
     const auto b = run_alone(*kernels, 3, ids, blocks, 1, pool);
-    EXPECT_EQ(cuda::mmq_gemv_residual_norm_calls() - calls, n * (2 * cfg.n_layers - 1))
+    EXPECT_EQ(cuda::mmq_gemv_residual_norm_calls() - calls, n * 2 * cfg.n_layers)
         << name << ": TESSERA_FUSED_NORM=0 took the fused path";
     for (float v : a) ASSERT_TRUE(std::isfinite(v)) << name;
     const bool same = std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
@@ -503,6 +504,48 @@ TEST(LlamaCudaDummy, FusedNormStepsMatchTheNormKernels) {
     const double e = test::nmse(a, b);
     std::printf("%s fused norms vs norm kernels:%s top-1 %.1f%%, mean KL %.2e, nMSE %.2e\n", name.c_str(),
                 same ? " bit for bit," : "", 100 * ag.top1, ag.mean_kl, e);
+    EXPECT_LE(e, 2e-4) << name;
+    EXPECT_GE(ag.top1, 0.9) << name;
+    expect_graph_steps_equal(*fused, ids, blocks, a, name, pool);
+  }
+}
+
+// One-row steps form the norms' inputs at the step's two ends too: the embedding gather forms
+// layer 0's qkv input (cuda::embedding_gather_norm) and, with the row's logits wanted, the last
+// down GEMV the head's (cuda::MmqResidualNorm with the output norm's weights; no row gather and
+// no norm kernel before the head), against TESSERA_END_NORMS=0 (the norm kernels there). Only
+// those two inputs move, by the fused norms' rounding-edge moves and the last down GEMV's other
+// k split (FusedNormStepsMatchTheNormKernels): nMSE <= 2e-4, top-1 >= 90 %. Eager one-row steps,
+// then the same steps replayed from CUDA graphs.
+TEST(LlamaCudaDummy, EndNormStepsMatchTheNormKernels) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  ThreadPool pool(1);
+  models::LlmConfig cfg = small_llama(512, 8, 2, 1536);
+  cfg.n_layers = 2;
+  const int n = 16;
+  const std::vector<int32_t> ids = prompt_ids(n);
+  const std::vector<int32_t> blocks = {1, 0};
+  for (DType t : test::kQuantTypes) {
+    const std::string name(dtype_name(t));
+    auto [fused, kernels] =
+        model_pair("TESSERA_END_NORMS", "0", [&] { return models::cuda_llama_create_dummy(cfg, t); });
+    const int64_t V = cfg.vocab;
+    const uint64_t calls = cuda::mmq_gemv_residual_norm_calls(), gathers = cuda::embedding_gather_norm_calls();
+    const auto a = run_alone(*fused, 2, ids, blocks, 1, pool);
+    EXPECT_EQ(cuda::mmq_gemv_residual_norm_calls() - calls, n * 2 * cfg.n_layers) << name;
+    EXPECT_EQ(cuda::embedding_gather_norm_calls() - gathers, n) << name;
+    const uint64_t calls_b = cuda::mmq_gemv_residual_norm_calls(), gathers_b = cuda::embedding_gather_norm_calls();
+    const auto b = run_alone(*kernels, 2, ids, blocks, 1, pool);
+    EXPECT_EQ(cuda::mmq_gemv_residual_norm_calls() - calls_b, n * (2 * cfg.n_layers - 1))
+        << name << ": TESSERA_END_NORMS=0 formed the head's input in the down GEMV";
+    EXPECT_EQ(cuda::embedding_gather_norm_calls(), gathers_b) << name << ": TESSERA_END_NORMS=0 took the gather's norm";
+    for (float v : a) ASSERT_TRUE(std::isfinite(v)) << name;
+    const bool same = std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+    const Agreement ag = compare(b, a, V);
+    const double e = test::nmse(a, b);
+    std::printf("%s end norms in the gather and the last down GEMV vs the norm kernels:%s top-1 %.1f%%, mean KL %.2e, "
+                "nMSE %.2e\n",
+                name.c_str(), same ? " bit for bit," : "", 100 * ag.top1, ag.mean_kl, e);
     EXPECT_LE(e, 2e-4) << name;
     EXPECT_GE(ag.top1, 0.9) << name;
     expect_graph_steps_equal(*fused, ids, blocks, a, name, pool);

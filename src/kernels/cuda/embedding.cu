@@ -1,18 +1,22 @@
 #include "kernels/cuda/embedding.h"
 
+#include <atomic>
 #include <string>
+#include <type_traits>
 
 #include "core/error.h"
 #include "formats/quant_blocks.h"
 #include "kernels/cuda/convert.cuh"
 #include "kernels/cuda/gemv.h"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/mmq_quant.cuh"
 
 namespace tessera::cuda {
 namespace {
 using namespace detail;
 
 constexpr int kThreads = 256;
+std::atomic<uint64_t> g_gather_norm_calls{0};
 
 // The GGUF block of each block type the gather reads (formats/quant_blocks.h) and its elements.
 template <DType> struct GgufBlock;
@@ -79,36 +83,68 @@ __device__ float gguf_element(const uint8_t* table, int64_t id, int64_t d, int64
 // row, so spreading it over blocks (not looping in one) is what keeps it at launch latency.
 // GGUF blocks are packed (34, 18, 210 ... bytes), so their loads are bytewise; this kernel runs
 // once per step and moves d elements per token, far from any hot path.
-template <DType kTable, class T>
+// With kNorm (one float row, d a multiple of 32): each warp also forms its 32 elements' block of
+// the first RMSNorm's input (MmqResidualNorm, mmq_quant.cuh's residual_norm_block), every lane
+// taking part (an id outside the table gives a row of zeros).
+template <DType kTable, class T, bool kNorm>
 __global__ void gather_kernel(const uint8_t* table, int64_t n_vocab, int64_t d, const int32_t* ids,
-                              T* out) {
+                              T* out, MmqResidualNorm norm) {
   detail::pdl_wait();  // inputs come from the previous kernel (PDL, launch.h)
   detail::pdl_trigger();
   const int64_t t = blockIdx.x;
   const int64_t id = ids[t];
   T* o = out + t * d;
   const int64_t i = static_cast<int64_t>(blockIdx.y) * kThreads + threadIdx.x;
-  if (i >= d) return;
-  if (id < 0 || id >= n_vocab) {
-    o[i] = from_f32<T>(0.f);
-    return;
+  if (i >= d) return;  // whole warps with kNorm (d a multiple of 32)
+  float v = 0.f;
+  if (id >= 0 && id < n_vocab) {
+    if constexpr (is_block_type(kTable)) {
+      v = gguf_element<kTable>(table, id, d, i);
+    } else if constexpr (kTable == DType::kF32) {
+      v = reinterpret_cast<const float*>(table)[id * d + i];
+    } else {
+      const uint16_t bits = reinterpret_cast<const uint16_t*>(table)[id * d + i];
+      v = kTable == DType::kF16 ? f16_bits_to_f32(bits) : bf16_bits_to_f32(bits);
+    }
   }
-  if constexpr (is_block_type(kTable)) {
-    o[i] = from_f32<T>(gguf_element<kTable>(table, id, d, i));
-  } else if constexpr (kTable == DType::kF32) {
-    o[i] = from_f32<T>(reinterpret_cast<const float*>(table)[id * d + i]);
-  } else {
-    const uint16_t bits = reinterpret_cast<const uint16_t*>(table)[id * d + i];
-    o[i] = from_f32<T>(kTable == DType::kF16 ? f16_bits_to_f32(bits) : bf16_bits_to_f32(bits));
-  }
+  o[i] = from_f32<T>(v);
+  if constexpr (kNorm) residual_norm_block(norm, i / 32, static_cast<int>(i % 32), v, norm.w[i]);
 }
 
-template <DType kTable, class T>
+template <DType kTable, bool kNorm, class T>
 void launch(const void* table, int64_t n_vocab, int64_t d, const int32_t* ids, int64_t n, T* out,
-            cudaStream_t s) {
+            const MmqResidualNorm& norm, cudaStream_t s) {
   const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>((d + kThreads - 1) / kThreads));
-  detail::launch_kernel(gather_kernel<kTable, T>, grid, kThreads, 0, s,
-                        static_cast<const uint8_t*>(table), n_vocab, d, ids, out);
+  detail::launch_kernel(gather_kernel<kTable, T, kNorm>, grid, kThreads, 0, s,
+                        static_cast<const uint8_t*>(table), n_vocab, d, ids, out, norm);
+}
+
+template <bool kNorm, class T>
+void gather(DType table_type, const void* table, int64_t n_vocab, int64_t d, const int32_t* ids,
+            int64_t n_tokens, T* out, const MmqResidualNorm& norm, cudaStream_t stream) {
+  TESSERA_CHECK_ARG(d <= int64_t{65535} * kThreads, "cuda::embedding_gather: row too long");
+  TESSERA_CHECK_ARG(d % dtype_info(table_type).block_size == 0,
+                    "cuda::embedding_gather: row length must be a multiple of the table type's block");
+  const auto go = [&](auto table_t) {
+    launch<decltype(table_t)::value, kNorm>(table, n_vocab, d, ids, n_tokens, out, norm, stream);
+  };
+  switch (table_type) {
+    case DType::kF32: return go(std::integral_constant<DType, DType::kF32>{});
+    case DType::kF16: return go(std::integral_constant<DType, DType::kF16>{});
+    case DType::kBF16: return go(std::integral_constant<DType, DType::kBF16>{});
+    case DType::kQ8_0: return go(std::integral_constant<DType, DType::kQ8_0>{});
+    case DType::kQ4_0: return go(std::integral_constant<DType, DType::kQ4_0>{});
+    case DType::kQ4_1: return go(std::integral_constant<DType, DType::kQ4_1>{});
+    case DType::kQ5_0: return go(std::integral_constant<DType, DType::kQ5_0>{});
+    case DType::kQ5_1: return go(std::integral_constant<DType, DType::kQ5_1>{});
+    case DType::kQ4_K: return go(std::integral_constant<DType, DType::kQ4_K>{});
+    case DType::kQ5_K: return go(std::integral_constant<DType, DType::kQ5_K>{});
+    case DType::kQ6_K: return go(std::integral_constant<DType, DType::kQ6_K>{});
+    case DType::kI32:
+      break;
+  }
+  throw_error(ErrorCode::kUnsupported, std::string("cuda::embedding_gather: unsupported table dtype ") +
+                                           std::string(dtype_info(table_type).name));
 }
 
 }  // namespace
@@ -117,28 +153,19 @@ template <class T>
 void embedding_gather(DType table_type, const void* table, int64_t n_vocab, int64_t d,
                       const int32_t* ids, int64_t n_tokens, T* out, cudaStream_t stream) {
   if (n_tokens <= 0 || d <= 0) return;
-  TESSERA_CHECK_ARG(d <= int64_t{65535} * kThreads, "cuda::embedding_gather: row too long");
-  TESSERA_CHECK_ARG(d % dtype_info(table_type).block_size == 0,
-                    "cuda::embedding_gather: row length must be a multiple of the table type's block");
-  switch (table_type) {
-    case DType::kF32: return launch<DType::kF32>(table, n_vocab, d, ids, n_tokens, out, stream);
-    case DType::kF16: return launch<DType::kF16>(table, n_vocab, d, ids, n_tokens, out, stream);
-    case DType::kBF16: return launch<DType::kBF16>(table, n_vocab, d, ids, n_tokens, out, stream);
-    case DType::kQ8_0:
-      return launch<DType::kQ8_0>(table, n_vocab, d, ids, n_tokens, out, stream);
-    case DType::kQ4_0: return launch<DType::kQ4_0>(table, n_vocab, d, ids, n_tokens, out, stream);
-    case DType::kQ4_1: return launch<DType::kQ4_1>(table, n_vocab, d, ids, n_tokens, out, stream);
-    case DType::kQ5_0: return launch<DType::kQ5_0>(table, n_vocab, d, ids, n_tokens, out, stream);
-    case DType::kQ5_1: return launch<DType::kQ5_1>(table, n_vocab, d, ids, n_tokens, out, stream);
-    case DType::kQ4_K: return launch<DType::kQ4_K>(table, n_vocab, d, ids, n_tokens, out, stream);
-    case DType::kQ5_K: return launch<DType::kQ5_K>(table, n_vocab, d, ids, n_tokens, out, stream);
-    case DType::kQ6_K: return launch<DType::kQ6_K>(table, n_vocab, d, ids, n_tokens, out, stream);
-    case DType::kI32:
-      break;
-  }
-  throw_error(ErrorCode::kUnsupported, std::string("cuda::embedding_gather: unsupported table dtype ") +
-                                           std::string(dtype_info(table_type).name));
+  gather<false>(table_type, table, n_vocab, d, ids, n_tokens, out, MmqResidualNorm{}, stream);
 }
+
+void embedding_gather_norm(DType table_type, const void* table, int64_t n_vocab, int64_t d,
+                           const int32_t* ids, const MmqResidualNorm& norm, cudaStream_t stream) {
+  TESSERA_CHECK_ARG(d > 0 && d % 32 == 0, "cuda::embedding_gather_norm: d must be a multiple of 32");
+  TESSERA_CHECK_ARG(norm.x && norm.w && norm.qx && norm.meta && norm.block_ss,
+                    "cuda::embedding_gather_norm: null output");
+  g_gather_norm_calls.fetch_add(1, std::memory_order_relaxed);
+  gather<true>(table_type, table, n_vocab, d, ids, 1, norm.x, norm, stream);
+}
+
+uint64_t embedding_gather_norm_calls() { return g_gather_norm_calls.load(std::memory_order_relaxed); }
 
 template void embedding_gather<float>(DType, const void*, int64_t, int64_t, const int32_t*, int64_t,
                                       float*, cudaStream_t);

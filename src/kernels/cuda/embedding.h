@@ -11,11 +11,21 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "kernels/cuda/mmq.h"
 
 namespace tessera::cuda {
 
 template <class T>
 void embedding_gather(DType table_type, const void* table, int64_t n_vocab, int64_t d,
                       const int32_t* ids, int64_t n_tokens, T* out, cudaStream_t stream);
+
+// One token's row gathered into norm.x (f32) that also forms the first RMSNorm's input as the
+// o / down GEMVs' epilogue forms the next one's (mmq.h, MmqResidualNorm: x * w quantized per 32
+// elements without the norm's 1 / rms, raw meta, sums of squares), for a consumer given an
+// MmqRowNorm: a one-row decode step's first layer then needs no norm kernel. d a multiple of 32.
+void embedding_gather_norm(DType table_type, const void* table, int64_t n_vocab, int64_t d,
+                           const int32_t* ids, const MmqResidualNorm& norm, cudaStream_t stream);
+// Its calls so far in this process (tests check that a path took it).
+uint64_t embedding_gather_norm_calls();
 
 }  // namespace tessera::cuda

@@ -69,18 +69,9 @@ struct ResidualNormRows {
     pw = o.w[blk * kBlockRows + lane];
   }
   __device__ void block(int64_t blk, const float* sums, int lane, float px, float pw) const {
-    const int64_t i = blk * kBlockRows + lane;
     const float xn = __fadd_rn(px, sums[lane]);
-    o.x[i] = xn;
-    const double ss = warp_sum(static_cast<double>(__fmul_rn(xn, xn)));
-    const float p = __fmul_rn(xn, pw), amax = warp_max(fabsf(p));
-    const int q = legacy_quant(p, amax);
-    const int sum = warp_sum(q);
-    o.qx[i] = static_cast<int8_t>(q);
-    if (lane == 0) {
-      o.meta[blk] = MmqActMeta{legacy_scale(amax), static_cast<float>(sum)};  // raw: the consumer scales, then rounds
-      o.block_ss[blk] = ss;
-    }
+    o.x[blk * kBlockRows + lane] = xn;
+    residual_norm_block(o, blk, lane, xn, pw);
   }
 };
 // gate|up with SwiGLU (mmq.h: mmq_gemv_swiglu_half): group g holds gate rows 2g, 2g + 1 and up

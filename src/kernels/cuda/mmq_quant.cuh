@@ -58,6 +58,23 @@ __device__ __forceinline__ MmqActMeta legacy_meta(float d, float sum) {
   return MmqActMeta{f16_round(d), f16_round(__fmul_rn(d, sum))};
 }
 
+// One 32-element block of the next RMSNorm's input as MmqResidualNorm holds it (a warp, lane i
+// element blk * 32 + i of the row x, w its norm weight): x * w quantized by the legacy rule
+// without the norm's 1 / rms, the raw meta {amax / 127, float(sum of the quants)}, and the block's
+// sum of squares of x (f32 squares summed in double, as RmsSrc) for the consumer's MmqRowNorm.
+__device__ __forceinline__ void residual_norm_block(const MmqResidualNorm& o, int64_t blk, int lane, float x,
+                                                    float w) {
+  const double ss = warp_sum(static_cast<double>(__fmul_rn(x, x)));
+  const float p = __fmul_rn(x, w), amax = warp_max(fabsf(p));
+  const int q = legacy_quant(p, amax);
+  const int sum = warp_sum(q);
+  o.qx[blk * 32 + lane] = static_cast<int8_t>(q);
+  if (lane == 0) {
+    o.meta[blk] = MmqActMeta{legacy_scale(amax), static_cast<float>(sum)};  // raw: the consumer scales, then rounds
+    o.block_ss[blk] = ss;
+  }
+}
+
 // RMSNorm with the CPU's rounding steps (kernels/cpu/llm_ops.cpp): f32 squares summed in double,
 // mean rounded to f32, inv = 1 / sqrt(mean + eps) in f32, then (x * inv) * w. The thread's first
 // piece of x is loaded with the row's squares (one memory round trip before the first value8,

@@ -404,13 +404,32 @@ class CudaLlama final : public CausalLm {
     cuda::RopeConfig rope{cfg_.rope.layout, cfg_.rope.n_rot, cfg_.rope.theta_base,
                           cfg_.rope.position_scale, nullptr, w_.rope_inv_freq};  // angles: the table
     const float scale = attention_scale(cfg_);
-    cuda::embedding_gather<float>(w_.embd_type, w_.embd, V, d, d_tokens, n, x, s);
-    prof_.mark("embedding", {static_cast<double>(n) * d * 6});
+    const bool persistent = n == 1 && b.pws != nullptr;
+    // One row: the o GEMV forms gate|up's input and the down GEMV the next layer's qkv input in
+    // their epilogues (x * w quantized without the norm's 1 / rms, which the consumer applies:
+    // cuda::MmqRowNorm), so no norm kernel runs between them. Through b.qx2 / meta2 / block_ss:
+    // b.qx holds the producer's own input.
+    const bool fuse_norms = n == 1 && fused_norm_on_ && w_.any_quant;
+    const auto fusable = [&](const Proj& producer, const Proj& consumer) {
+      return fuse_norms && Projections::norm_fusable(producer, consumer);
+    };
+    const cuda::MmqRowNorm row_norm{b.block_ss, d, cfg_.norm_eps};
+    // And at the step's two ends: the embedding gather forms layer 0's qkv input, and with the
+    // row's logits wanted the last down GEMV forms the head's (no row gather, no norm kernel).
+    const bool first_normed = !persistent && end_norms_on_ && fuse_norms && w_.layers[0].qkv.quant();
+    const bool head_normed = !persistent && end_norms_on_ && n_logits == 1 &&
+                             fusable(w_.layers.back().wd, w_.output);
+    if (first_normed) {
+      const cuda::MmqResidualNorm qkv_in{x, w_.layers[0].attn_norm, b.qx2, b.meta2, b.block_ss};
+      cuda::embedding_gather_norm(w_.embd_type, w_.embd, V, d, d_tokens, qkv_in, s);
+    } else {
+      cuda::embedding_gather<float>(w_.embd_type, w_.embd, V, d, d_tokens, n, x, s);
+    }
+    prof_.mark(first_normed ? "embedding + norm" : "embedding", {static_cast<double>(n) * d * 6});
     const int64_t qkvd = qd + 2 * kvd;
     const cuda::OpCost attn_cost =
         prof_.enabled() ? plan_.attention_cost(cfg_.n_heads, cfg_.n_kv_heads, cfg_.head_dim) : cuda::OpCost{};
     const cuda::OpCost norm_cost{static_cast<double>(n) * d * 6};  // f32 in, bf16 out
-    const bool persistent = n == 1 && b.pws != nullptr;
     if (persistent) {  // one row: every layer in one persistent kernel
       cuda::PersistentDecode p{};
       p.type = w_.layers[0].qkv.parts[0].type;
@@ -453,16 +472,7 @@ class CudaLlama final : public CausalLm {
                                      cfg_.n_heads / cfg_.n_kv_heads <= 16;
     const cuda::PagedAttentionNewRows new_rows{qkvd, d_rows, w_.rope_inv_freq,
                                                static_cast<int>(cfg_.rope.n_rot)};
-    // One row: the o GEMV forms gate|up's input and the down GEMV the next layer's qkv input in
-    // their epilogues (x * w quantized without the norm's 1 / rms, which the consumer applies:
-    // cuda::MmqRowNorm), so no norm kernel runs between them. Through b.qx2 / meta2 / block_ss:
-    // b.qx holds the producer's own input.
-    const bool fuse_norms = n == 1 && fused_norm_on_ && w_.any_quant;
-    const auto fusable = [&](const Proj& producer, const Proj& consumer) {
-      return fuse_norms && Projections::norm_fusable(producer, consumer);
-    };
-    const cuda::MmqRowNorm row_norm{b.block_ss, d, cfg_.norm_eps};
-    bool qkv_normed = false;  // the previous layer's down GEMV formed this layer's qkv input
+    bool qkv_normed = first_normed;  // the gather or the previous down GEMV formed qkv's input
     for (int64_t li = 0; li < cfg_.n_layers && !persistent; ++li) {
       const Layer& l = w_.layers[li];
       __half* kc = static_cast<__half*>(cache.k(li).raw_data());
@@ -588,19 +598,23 @@ class CudaLlama final : public CausalLm {
       }
       const Layer* next = li + 1 < cfg_.n_layers ? &w_.layers[li + 1] : nullptr;
       qkv_normed = next != nullptr && fusable(l.wd, next->qkv);
+      const bool next_normed = qkv_normed || (next == nullptr && head_normed);
       if (l.wd.quant()) {
-        const cuda::MmqResidualNorm qkv_in{x, next ? next->attn_norm : nullptr, b.qx2, b.meta2, b.block_ss};
+        const cuda::MmqResidualNorm next_in{x, next ? next->attn_norm : w_.out_norm, b.qx2, b.meta2, b.block_ss};
         project(l.wd, half_down ? In::half(h16) : bf16_slices_gu ? In::bf16_rows() : In::swiglu(b.guf), n, b, x, d, true,
-                qkv_normed ? &qkv_in : nullptr);
+                next_normed ? &next_in : nullptr);
       } else {
         matmul(down_in, l.wd, n, x, /*accumulate=*/true);  // residual += MLP out
       }
       const char* down_label = !l.wd.quant() || bf16_slices_gu || half_down ? "down"
-                               : qkv_normed                    ? "swiglu + down + next norm"
+                               : next_normed                   ? "swiglu + down + next norm"
                                                                : "swiglu + down";
       prof_.mark(down_label, Projections::cost(l.wd, n, l.wd.quant() && !bf16_slices_gu ? 8 : 2, 8));
     }
-    if (n_logits > 0) {  // a step of prefill chunks only has no logits to compute
+    if (head_normed) {
+      project(w_.output, In::normed(b.qx2, b.meta2, row_norm), 1, b, out, V, false);
+      prof_.mark("head", Projections::cost(w_.output, 1, 1, 4));
+    } else if (n_logits > 0) {  // a step of prefill chunks only has no logits to compute
       cuda::gather_rows_f32(x, d_logit_rows, n_logits, d, normed, s);  // only rows that need logits
       if (w_.output.quant()) {
         project(w_.output, In::norm(normed, w_.out_norm), n_logits, b, out, V, false);
@@ -698,6 +712,9 @@ class CudaLlama final : public CausalLm {
   // One-row steps: the o and down GEMVs form the next RMSNorm's quantized input in their epilogue
   // (cuda::MmqResidualNorm) where the next weights allow it (TESSERA_FUSED_NORM=0: norm kernels).
   const bool fused_norm_on_ = !env_is("TESSERA_FUSED_NORM", "0");
+  // TESSERA_END_NORMS=0: one-row steps keep the norm kernels at the step's ends, before layer 0's
+  // qkv and before the head (A/B runs; else the gather and the last down GEMV form those inputs).
+  const bool end_norms_on_ = !env_is("TESSERA_END_NORMS", "0");
   // One-row steps: down on gate|up's f16 SwiGLU row (Projections::half_swiglu; =0 off, =all Q4_1 too).
   const bool half_swiglu_on_ = !env_is("TESSERA_HALF_SWIGLU", "0");
   const bool half_swiglu_all_ = env_is("TESSERA_HALF_SWIGLU", "all");
