@@ -636,8 +636,12 @@ TEST(LlamaCudaDummy, PersistentDecodeMatchesTheKernelChain) {
       return models::cuda_llama_create_dummy(c.name, std::string(c.name) == "llama3-8b" ? 32000 : 0, c.type);
     };
     // Both on 8-bit SwiGLU rows, as the persistent step quantizes them (the chain's default f16
-    // row for Q4_0 / Q8_0 / Q4_K / Q6_K down weights rounds them otherwise: Projections::half_swiglu).
-    auto create_8bit = [&] { return with_env("TESSERA_HALF_SWIGLU", "0", create); };
+    // row for Q4_0 / Q8_0 / Q4_K / Q6_K down weights rounds them otherwise: Projections::half_swiglu),
+    // and with the norm kernels at the step's ends, as the persistent step forms those rows
+    // (TESSERA_END_NORMS=0; EndNormStepsMatchTheNormKernels covers the chain's default).
+    auto create_8bit = [&] {
+      return with_env("TESSERA_HALF_SWIGLU", "0", [&] { return with_env("TESSERA_END_NORMS", "0", create); });
+    };
     auto [chain, persistent] = model_pair("TESSERA_PERSISTENT_DECODE", "1", create_8bit);  // off by default (still slower)
     auto cache_a = chain->make_kv_cache(n_blocks, block_size);
     auto cache_b = persistent->make_kv_cache(n_blocks, block_size);
