@@ -416,9 +416,9 @@ class CudaLlama final : public CausalLm {
     const cuda::MmqRowNorm row_norm{b.block_ss, d, cfg_.norm_eps};
     // And at the step's two ends: the embedding gather forms layer 0's qkv input, and with the
     // row's logits wanted the last down GEMV forms the head's (no row gather, no norm kernel).
-    const bool first_normed = !persistent && end_norms_on_ && fuse_norms && w_.layers[0].qkv.quant();
-    const bool head_normed = !persistent && end_norms_on_ && n_logits == 1 &&
-                             fusable(w_.layers.back().wd, w_.output);
+    const bool first_normed = !persistent && fuse_norms && w_.layers[0].qkv.quant() && end_norm_takes(w_.layers[0].qkv);
+    const bool head_normed = !persistent && n_logits == 1 && fusable(w_.layers.back().wd, w_.output) &&
+                             end_norm_takes(w_.layers.back().wd) && end_norm_takes(w_.output);
     if (first_normed) {
       const cuda::MmqResidualNorm qkv_in{x, w_.layers[0].attn_norm, b.qx2, b.meta2, b.block_ss};
       cuda::embedding_gather_norm(w_.embd_type, w_.embd, V, d, d_tokens, qkv_in, s);
@@ -712,9 +712,21 @@ class CudaLlama final : public CausalLm {
   // One-row steps: the o and down GEMVs form the next RMSNorm's quantized input in their epilogue
   // (cuda::MmqResidualNorm) where the next weights allow it (TESSERA_FUSED_NORM=0: norm kernels).
   const bool fused_norm_on_ = !env_is("TESSERA_FUSED_NORM", "0");
-  // TESSERA_END_NORMS=0: one-row steps keep the norm kernels at the step's ends, before layer 0's
-  // qkv and before the head (A/B runs; else the gather and the last down GEMV form those inputs).
+  // One-row steps form the norms' inputs at the step's ends as between layers: the gather forms
+  // layer 0's qkv input, the last down GEMV the head's (H100, batch-1 decode, same binary, 2
+  // rounds: Q8_0 2.92 -> 2.91 ms, Q4_0 1.85 -> 1.84, Q4_K 1.88 -> 1.87; the step's kernels 11 us
+  // shorter; docs/design/cuda_engine_history.md, session 64). Not for Q4_1 projections: the
+  // default model's type, whose GPU greedy text must follow the CPU's (first differing only
+  // where the CPU's top-2 margin < 0.1), and these roundings moved one prompt's first difference
+  // to a margin of 0.19; the norm kernels are the CPU's rounding (as Projections::half_swiglu).
+  // TESSERA_END_NORMS=0 keeps the norm kernels there, =all takes Q4_1 too.
+  bool end_norm_takes(const Proj& p) const {
+    return end_norms_all_ || (end_norms_on_ && std::none_of(p.parts.begin(), p.parts.end(), [](const Proj::Part& pt) {
+                                return pt.type == DType::kQ4_1;
+                              }));
+  }
   const bool end_norms_on_ = !env_is("TESSERA_END_NORMS", "0");
+  const bool end_norms_all_ = env_is("TESSERA_END_NORMS", "all");
   // One-row steps: down on gate|up's f16 SwiGLU row (Projections::half_swiglu; =0 off, =all Q4_1 too).
   const bool half_swiglu_on_ = !env_is("TESSERA_HALF_SWIGLU", "0");
   const bool half_swiglu_all_ = env_is("TESSERA_HALF_SWIGLU", "all");
