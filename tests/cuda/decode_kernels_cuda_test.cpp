@@ -151,7 +151,8 @@ TEST(EmbeddingGatherNorm, FormsTheFirstNormsInputLikeTheResidualNormEpilogue) {
       test::DevBuf<float> norm_w(test::random_rows(1, d, 52)), x(d), x_ref(d);
       const std::vector<float> wn = norm_w.download();
       for (int32_t id : {0, 22, 7, 23}) {
-        const std::string what = std::string(dtype_name(t)) + " d=" + std::to_string(d) + " id " + std::to_string(id);
+        const std::string what =
+            std::string(dtype_name(t)) + " d=" + std::to_string(d) + " id " + std::to_string(id);
         test::DevBuf<int32_t> di(std::vector<int32_t>{id});
         test::DevBuf<int8_t> qx(d), qx_ref(d);
         test::DevBuf<cuda::MmqActMeta> meta(d / 32), meta_ref(d / 32);
@@ -160,8 +161,8 @@ TEST(EmbeddingGatherNorm, FormsTheFirstNormsInputLikeTheResidualNormEpilogue) {
         qx.poison();
         meta.poison();
         ss.poison();
-        cuda::embedding_gather_norm(t, dt.get(), n_vocab, d, di.get(), {x.get(), norm_w.get(), qx.get(), meta.get(), ss.get()},
-                                    nullptr);
+        const cuda::MmqResidualNorm out{x.get(), norm_w.get(), qx.get(), meta.get(), ss.get()};
+        cuda::embedding_gather_norm(t, dt.get(), n_vocab, d, di.get(), out, nullptr);
         cuda::embedding_gather<float>(t, dt.get(), n_vocab, d, di.get(), 1, x_ref.get(), nullptr);
         test::check_launch();
         const std::vector<float> got = x.download(), want = x_ref.download();
@@ -169,27 +170,36 @@ TEST(EmbeddingGatherNorm, FormsTheFirstNormsInputLikeTheResidualNormEpilogue) {
         std::vector<float> p(d);
         for (int64_t i = 0; i < d; ++i) p[i] = want[i] * wn[i];
         test::DevBuf<float> dp(p);
-        cuda::mmq_quantize_rows(DType::kQ8_0, dp.get(), d, 1, d, qx_ref.get(), meta_ref.get(), nullptr);
+        cuda::mmq_quantize_rows(DType::kQ8_0, dp.get(), d, 1, d, qx_ref.get(), meta_ref.get(),
+                                nullptr);
         const auto q1 = qx.download(), q2 = qx_ref.download();
         EXPECT_EQ(0, std::memcmp(q1.data(), q2.data(), d)) << what;
         const auto m1 = meta.download();
         const auto raw = test::raw_legacy_meta(p.data(), q2.data(), d);
         const auto got_ss = ss.download();
+        const bool outside = id >= n_vocab;  // a row of zeros
         for (int64_t b = 0; b < d / 32; ++b) {
           ASSERT_EQ(m1[b].d, raw[b].d) << what << " block " << b;
           ASSERT_EQ(m1[b].s, raw[b].s) << what << " block " << b;
           double w = 0;
-          for (int64_t i = 32 * b; i < 32 * b + 32; ++i) w += static_cast<double>(want[i] * want[i]);
+          for (int64_t i = 32 * b; i < 32 * b + 32; ++i)
+            w += static_cast<double>(want[i] * want[i]);
           ASSERT_NEAR(got_ss[b], w, 1e-12 * w) << what << " block " << b;
+          if (outside) ASSERT_TRUE(m1[b].d == 0.f && got_ss[b] == 0.0) << what << " block " << b;
         }
-        if (id >= n_vocab) EXPECT_EQ(raw[0].d, 0.f) << what << ": an id outside the table gives zeros";
       }
     }
   test::DevBuf<int32_t> di(std::vector<int32_t>{0});
   test::DevBuf<float> buf(64);
-  EXPECT_THROW(cuda::embedding_gather_norm(DType::kBF16, nullptr, 1, 48, di.get(), {buf.get(), buf.get(), nullptr, nullptr, nullptr},
-                                           nullptr),
-               Error);  // d % 32, null outputs
+  test::DevBuf<int8_t> q(64);
+  test::DevBuf<cuda::MmqActMeta> m(2);
+  test::DevBuf<double> ss(2);
+  const cuda::MmqResidualNorm ok{buf.get(), buf.get(), q.get(), m.get(), ss.get()};
+  EXPECT_THROW(cuda::embedding_gather_norm(DType::kBF16, nullptr, 1, 48, di.get(), ok, nullptr),
+               Error);  // d % 32
+  const cuda::MmqResidualNorm no_qx{buf.get(), buf.get(), nullptr, m.get(), ss.get()};
+  EXPECT_THROW(cuda::embedding_gather_norm(DType::kBF16, nullptr, 1, 64, di.get(), no_qx, nullptr),
+               Error);  // a null output
 }
 
 TYPED_TEST(DecodeKernelsCuda, RopeKvWriteMatchesReference) {

@@ -494,9 +494,12 @@ TEST(LlamaCudaDummy, FusedNormStepsMatchTheNormKernels) {
         model_pair("TESSERA_FUSED_NORM", "0", [&] { return models::cuda_llama_create_dummy(cfg, t); });
     const int64_t V = cfg.vocab;
     const uint64_t calls = cuda::mmq_gemv_residual_norm_calls();
+    const uint64_t gathers = cuda::embedding_gather_norm_calls();
     const auto a = run_alone(*fused, 3, ids, blocks, 1, pool);
-    const int fused_calls = n * (2 * cfg.n_layers - (t == DType::kQ4_1 ? 1 : 0));  // end norms: not Q4_1
+    const bool q4_1 = t == DType::kQ4_1;  // the end norms leave it out (EndNormSteps...)
+    const int fused_calls = n * (2 * cfg.n_layers - (q4_1 ? 1 : 0));
     EXPECT_EQ(cuda::mmq_gemv_residual_norm_calls() - calls, fused_calls) << name;
+    EXPECT_EQ(cuda::embedding_gather_norm_calls() - gathers, q4_1 ? 0 : n) << name;
     const auto b = run_alone(*kernels, 3, ids, blocks, 1, pool);
     EXPECT_EQ(cuda::mmq_gemv_residual_norm_calls() - calls, fused_calls)
         << name << ": TESSERA_FUSED_NORM=0 took the fused path";
@@ -525,35 +528,38 @@ TEST(LlamaCudaDummy, EndNormStepsMatchTheNormKernels) {
   ThreadPool pool(1);
   models::LlmConfig cfg = small_llama(512, 8, 2, 1536);
   cfg.n_layers = 2;
-  const int n = 16;
+  const int n = 24;
   const std::vector<int32_t> ids = prompt_ids(n);
-  const std::vector<int32_t> blocks = {1, 0};
+  const std::vector<int32_t> blocks = {2, 0, 1};
   for (DType t : test::kQuantTypes) {
     const std::string name(dtype_name(t));
     const auto create = [&] { return models::cuda_llama_create_dummy(cfg, t); };
-    auto fused = with_env("TESSERA_END_NORMS", "all", create), kernels = with_env("TESSERA_END_NORMS", "0", create);
+    auto fused = with_env("TESSERA_END_NORMS", "all", create);
+    auto kernels = with_env("TESSERA_END_NORMS", "0", create);
     const int64_t V = cfg.vocab;
     if (t == DType::kQ4_1) {  // the default leaves the default model's type out
       auto dflt = with_env("TESSERA_END_NORMS", nullptr, create);
       const uint64_t g0 = cuda::embedding_gather_norm_calls();
-      run_alone(*dflt, 2, ids, blocks, 1, pool);
+      run_alone(*dflt, 3, ids, blocks, 1, pool);
       EXPECT_EQ(cuda::embedding_gather_norm_calls(), g0) << "Q4_1 took the end norms by default";
     }
-    const uint64_t calls = cuda::mmq_gemv_residual_norm_calls(), gathers = cuda::embedding_gather_norm_calls();
-    const auto a = run_alone(*fused, 2, ids, blocks, 1, pool);
+    const uint64_t calls = cuda::mmq_gemv_residual_norm_calls();
+    const uint64_t gathers = cuda::embedding_gather_norm_calls();
+    const auto a = run_alone(*fused, 3, ids, blocks, 1, pool);
     EXPECT_EQ(cuda::mmq_gemv_residual_norm_calls() - calls, n * 2 * cfg.n_layers) << name;
     EXPECT_EQ(cuda::embedding_gather_norm_calls() - gathers, n) << name;
-    const uint64_t calls_b = cuda::mmq_gemv_residual_norm_calls(), gathers_b = cuda::embedding_gather_norm_calls();
-    const auto b = run_alone(*kernels, 2, ids, blocks, 1, pool);
+    const uint64_t calls_b = cuda::mmq_gemv_residual_norm_calls();
+    const uint64_t gathers_b = cuda::embedding_gather_norm_calls();
+    const auto b = run_alone(*kernels, 3, ids, blocks, 1, pool);
     EXPECT_EQ(cuda::mmq_gemv_residual_norm_calls() - calls_b, n * (2 * cfg.n_layers - 1))
         << name << ": TESSERA_END_NORMS=0 formed the head's input in the down GEMV";
-    EXPECT_EQ(cuda::embedding_gather_norm_calls(), gathers_b) << name << ": TESSERA_END_NORMS=0 took the gather's norm";
+    EXPECT_EQ(cuda::embedding_gather_norm_calls(), gathers_b)
+        << name << ": TESSERA_END_NORMS=0 took the gather's norm";
     for (float v : a) ASSERT_TRUE(std::isfinite(v)) << name;
     const bool same = std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
     const Agreement ag = compare(b, a, V);
     const double e = test::nmse(a, b);
-    std::printf("%s end norms in the gather and the last down GEMV vs the norm kernels:%s top-1 %.1f%%, mean KL %.2e, "
-                "nMSE %.2e\n",
+    std::printf("%s end norms vs the norm kernels:%s top-1 %.1f%%, mean KL %.2e, nMSE %.2e\n",
                 name.c_str(), same ? " bit for bit," : "", 100 * ag.top1, ag.mean_kl, e);
     EXPECT_LE(e, 2e-4) << name;
     EXPECT_GE(ag.top1, 0.9) << name;
@@ -647,11 +653,13 @@ TEST(LlamaCudaDummy, PersistentDecodeMatchesTheKernelChain) {
       return models::cuda_llama_create_dummy(c.name, std::string(c.name) == "llama3-8b" ? 32000 : 0, c.type);
     };
     // Both on 8-bit SwiGLU rows, as the persistent step quantizes them (the chain's default f16
-    // row for Q4_0 / Q8_0 / Q4_K / Q6_K down weights rounds them otherwise: Projections::half_swiglu),
-    // and with the norm kernels at the step's ends, as the persistent step forms those rows
-    // (TESSERA_END_NORMS=0; EndNormStepsMatchTheNormKernels covers the chain's default).
+    // row for Q4_0 / Q8_0 / Q4_K / Q6_K down weights rounds them otherwise:
+    // Projections::half_swiglu), and with the norm kernels at the step's ends, as the persistent
+    // step forms those rows (TESSERA_END_NORMS=0; EndNormStepsMatchTheNormKernels covers the
+    // chain's default).
     auto create_8bit = [&] {
-      return with_env("TESSERA_HALF_SWIGLU", "0", [&] { return with_env("TESSERA_END_NORMS", "0", create); });
+      const auto no_end_norms = [&] { return with_env("TESSERA_END_NORMS", "0", create); };
+      return with_env("TESSERA_HALF_SWIGLU", "0", no_end_norms);
     };
     auto [chain, persistent] = model_pair("TESSERA_PERSISTENT_DECODE", "1", create_8bit);  // off by default (still slower)
     auto cache_a = chain->make_kv_cache(n_blocks, block_size);

@@ -158,14 +158,17 @@ void embedding_gather(DType table_type, const void* table, int64_t n_vocab, int6
 
 void embedding_gather_norm(DType table_type, const void* table, int64_t n_vocab, int64_t d,
                            const int32_t* ids, const MmqResidualNorm& norm, cudaStream_t stream) {
-  TESSERA_CHECK_ARG(d > 0 && d % 32 == 0, "cuda::embedding_gather_norm: d must be a multiple of 32");
+  TESSERA_CHECK_ARG(d > 0 && d % 32 == 0,
+                    "cuda::embedding_gather_norm: d must be a multiple of 32");
   TESSERA_CHECK_ARG(norm.x && norm.w && norm.qx && norm.meta && norm.block_ss,
                     "cuda::embedding_gather_norm: null output");
   g_gather_norm_calls.fetch_add(1, std::memory_order_relaxed);
   gather<true>(table_type, table, n_vocab, d, ids, 1, norm.x, norm, stream);
 }
 
-uint64_t embedding_gather_norm_calls() { return g_gather_norm_calls.load(std::memory_order_relaxed); }
+uint64_t embedding_gather_norm_calls() {
+  return g_gather_norm_calls.load(std::memory_order_relaxed);
+}
 
 template void embedding_gather<float>(DType, const void*, int64_t, int64_t, const int32_t*, int64_t,
                                       float*, cudaStream_t);

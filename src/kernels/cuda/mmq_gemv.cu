@@ -61,7 +61,7 @@ struct QkvRopeRow {  // one activation row: q|k|v with RoPE and the KV-cache wri
 // legacy rule (quantize_row_span) without RMSNorm's 1 / rms, and the block's sum of squares of
 // x (f32 squares summed in double, as RmsSrc) for the consumer's MmqRowNorm.
 struct ResidualNormRows {
-  static constexpr int kBlockRows = 32;
+  static constexpr int kBlockRows = 32;  // a warp's block: residual_norm_block's 32 elements
   MmqResidualNorm o;
   // Lane `lane` of the block's first warp, right after the PDL wait: its row's x and w.
   __device__ void preload(int64_t blk, int lane, float& px, float& pw) const {

@@ -62,15 +62,16 @@ __device__ __forceinline__ MmqActMeta legacy_meta(float d, float sum) {
 // element blk * 32 + i of the row x, w its norm weight): x * w quantized by the legacy rule
 // without the norm's 1 / rms, the raw meta {amax / 127, float(sum of the quants)}, and the block's
 // sum of squares of x (f32 squares summed in double, as RmsSrc) for the consumer's MmqRowNorm.
-__device__ __forceinline__ void residual_norm_block(const MmqResidualNorm& o, int64_t blk, int lane, float x,
-                                                    float w) {
+__device__ __forceinline__ void residual_norm_block(const MmqResidualNorm& o, int64_t blk, int lane,
+                                                    float x, float w) {
   const double ss = warp_sum(static_cast<double>(__fmul_rn(x, x)));
   const float p = __fmul_rn(x, w), amax = warp_max(fabsf(p));
   const int q = legacy_quant(p, amax);
   const int sum = warp_sum(q);
   o.qx[blk * 32 + lane] = static_cast<int8_t>(q);
   if (lane == 0) {
-    o.meta[blk] = MmqActMeta{legacy_scale(amax), static_cast<float>(sum)};  // raw: the consumer scales, then rounds
+    // raw: the consumer scales, then rounds
+    o.meta[blk] = MmqActMeta{legacy_scale(amax), static_cast<float>(sum)};
     o.block_ss[blk] = ss;
   }
 }

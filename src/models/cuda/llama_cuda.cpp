@@ -416,9 +416,10 @@ class CudaLlama final : public CausalLm {
     const cuda::MmqRowNorm row_norm{b.block_ss, d, cfg_.norm_eps};
     // And at the step's two ends: the embedding gather forms layer 0's qkv input, and with the
     // row's logits wanted the last down GEMV forms the head's (no row gather, no norm kernel).
-    const bool first_normed = !persistent && fuse_norms && w_.layers[0].qkv.quant() && end_norm_takes(w_.layers[0].qkv);
-    const bool head_normed = !persistent && n_logits == 1 && fusable(w_.layers.back().wd, w_.output) &&
-                             end_norm_takes(w_.layers.back().wd) && end_norm_takes(w_.output);
+    const Proj &qkv0 = w_.layers[0].qkv, &down_last = w_.layers.back().wd;
+    const bool first_normed = !persistent && fuse_norms && qkv0.quant() && end_norm_takes(qkv0);
+    const bool head_normed = !persistent && n_logits == 1 && fusable(down_last, w_.output) &&
+                             end_norm_takes(down_last) && end_norm_takes(w_.output);
     if (first_normed) {
       const cuda::MmqResidualNorm qkv_in{x, w_.layers[0].attn_norm, b.qx2, b.meta2, b.block_ss};
       cuda::embedding_gather_norm(w_.embd_type, w_.embd, V, d, d_tokens, qkv_in, s);
@@ -509,7 +510,8 @@ class CudaLlama final : public CausalLm {
         else
           matmul(h, l.qkv, n, b.qkv, false);
       }
-      const bool norm_in_qkv = l.qkv.quant() && !qkv_normed;  // else a kernel before, or the last down GEMV
+      // else a kernel before, the last down GEMV or (layer 0) the embedding gather formed it
+      const bool norm_in_qkv = l.qkv.quant() && !qkv_normed;
       prof_.mark(rope_in_qkv ? (norm_in_qkv ? "norm + qkv + rope + kv write" : "qkv + rope + kv write")
                              : (norm_in_qkv ? "norm + qkv" : "qkv"),
                  Projections::cost(l.qkv, n, l.qkv.quant() ? 4 : 2, 4));
@@ -600,7 +602,8 @@ class CudaLlama final : public CausalLm {
       qkv_normed = next != nullptr && fusable(l.wd, next->qkv);
       const bool next_normed = qkv_normed || (next == nullptr && head_normed);
       if (l.wd.quant()) {
-        const cuda::MmqResidualNorm next_in{x, next ? next->attn_norm : w_.out_norm, b.qx2, b.meta2, b.block_ss};
+        const float* next_norm_w = next ? next->attn_norm : w_.out_norm;
+        const cuda::MmqResidualNorm next_in{x, next_norm_w, b.qx2, b.meta2, b.block_ss};
         project(l.wd, half_down ? In::half(h16) : bf16_slices_gu ? In::bf16_rows() : In::swiglu(b.guf), n, b, x, d, true,
                 next_normed ? &next_in : nullptr);
       } else {
@@ -721,9 +724,8 @@ class CudaLlama final : public CausalLm {
   // to a margin of 0.19; the norm kernels are the CPU's rounding (as Projections::half_swiglu).
   // TESSERA_END_NORMS=0 keeps the norm kernels there, =all takes Q4_1 too.
   bool end_norm_takes(const Proj& p) const {
-    return end_norms_all_ || (end_norms_on_ && std::none_of(p.parts.begin(), p.parts.end(), [](const Proj::Part& pt) {
-                                return pt.type == DType::kQ4_1;
-                              }));
+    const auto q4_1 = [](const Proj::Part& pt) { return pt.type == DType::kQ4_1; };
+    return end_norms_all_ || (end_norms_on_ && std::none_of(p.parts.begin(), p.parts.end(), q4_1));
   }
   const bool end_norms_on_ = !env_is("TESSERA_END_NORMS", "0");
   const bool end_norms_all_ = env_is("TESSERA_END_NORMS", "all");

@@ -39,7 +39,8 @@ class Projections {
   // for calls on bf16 rows: bf16_input_rows()); turned into what the
   // chosen kernel reads (8-bit rows per part type family, or bf16 rows) just before it. Or
   // (normed) one RMSNorm row already quantized without its 1 / rms by the previous projection's
-  // epilogue (cuda::MmqResidualNorm; one row, any quantized parts).
+  // epilogue or the embedding gather (cuda::MmqResidualNorm, cuda::embedding_gather_norm; one row,
+  // any quantized parts).
   // Or (half) one f16 row that project_swiglu_half wrote (cuda::mmq_gemv_half).
   struct In {
     enum Kind { kNorm, kRows, kSwiglu, kAttention, kNormed, kBf16, kHalf } kind;
