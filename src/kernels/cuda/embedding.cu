@@ -2,7 +2,6 @@
 
 #include <atomic>
 #include <string>
-#include <type_traits>
 
 #include "core/error.h"
 #include "formats/quant_blocks.h"
@@ -125,24 +124,23 @@ void gather(DType table_type, const void* table, int64_t n_vocab, int64_t d, con
   TESSERA_CHECK_ARG(d <= int64_t{65535} * kThreads, "cuda::embedding_gather: row too long");
   TESSERA_CHECK_ARG(d % dtype_info(table_type).block_size == 0,
                     "cuda::embedding_gather: row length must be a multiple of the table type's block");
-  const auto go = [&](auto table_t) {
-    launch<decltype(table_t)::value, kNorm>(table, n_vocab, d, ids, n_tokens, out, norm, stream);
-  };
+#define TESSERA_GATHER(T) return launch<DType::T, kNorm>(table, n_vocab, d, ids, n_tokens, out, norm, stream)
   switch (table_type) {
-    case DType::kF32: return go(std::integral_constant<DType, DType::kF32>{});
-    case DType::kF16: return go(std::integral_constant<DType, DType::kF16>{});
-    case DType::kBF16: return go(std::integral_constant<DType, DType::kBF16>{});
-    case DType::kQ8_0: return go(std::integral_constant<DType, DType::kQ8_0>{});
-    case DType::kQ4_0: return go(std::integral_constant<DType, DType::kQ4_0>{});
-    case DType::kQ4_1: return go(std::integral_constant<DType, DType::kQ4_1>{});
-    case DType::kQ5_0: return go(std::integral_constant<DType, DType::kQ5_0>{});
-    case DType::kQ5_1: return go(std::integral_constant<DType, DType::kQ5_1>{});
-    case DType::kQ4_K: return go(std::integral_constant<DType, DType::kQ4_K>{});
-    case DType::kQ5_K: return go(std::integral_constant<DType, DType::kQ5_K>{});
-    case DType::kQ6_K: return go(std::integral_constant<DType, DType::kQ6_K>{});
+    case DType::kF32: TESSERA_GATHER(kF32);
+    case DType::kF16: TESSERA_GATHER(kF16);
+    case DType::kBF16: TESSERA_GATHER(kBF16);
+    case DType::kQ8_0: TESSERA_GATHER(kQ8_0);
+    case DType::kQ4_0: TESSERA_GATHER(kQ4_0);
+    case DType::kQ4_1: TESSERA_GATHER(kQ4_1);
+    case DType::kQ5_0: TESSERA_GATHER(kQ5_0);
+    case DType::kQ5_1: TESSERA_GATHER(kQ5_1);
+    case DType::kQ4_K: TESSERA_GATHER(kQ4_K);
+    case DType::kQ5_K: TESSERA_GATHER(kQ5_K);
+    case DType::kQ6_K: TESSERA_GATHER(kQ6_K);
     case DType::kI32:
       break;
   }
+#undef TESSERA_GATHER
   throw_error(ErrorCode::kUnsupported, std::string("cuda::embedding_gather: unsupported table dtype ") +
                                            std::string(dtype_info(table_type).name));
 }

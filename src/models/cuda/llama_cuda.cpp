@@ -420,12 +420,9 @@ class CudaLlama final : public CausalLm {
     const bool first_normed = !persistent && fuse_norms && qkv0.quant() && end_norm_takes(qkv0);
     const bool head_normed = !persistent && n_logits == 1 && fusable(down_last, w_.output) &&
                              end_norm_takes(down_last) && end_norm_takes(w_.output);
-    if (first_normed) {
-      const cuda::MmqResidualNorm qkv_in{x, w_.layers[0].attn_norm, b.qx2, b.meta2, b.block_ss};
-      cuda::embedding_gather_norm(w_.embd_type, w_.embd, V, d, d_tokens, qkv_in, s);
-    } else {
-      cuda::embedding_gather<float>(w_.embd_type, w_.embd, V, d, d_tokens, n, x, s);
-    }
+    const cuda::MmqResidualNorm qkv0_in{x, w_.layers[0].attn_norm, b.qx2, b.meta2, b.block_ss};
+    if (first_normed) cuda::embedding_gather_norm(w_.embd_type, w_.embd, V, d, d_tokens, qkv0_in, s);
+    else cuda::embedding_gather<float>(w_.embd_type, w_.embd, V, d, d_tokens, n, x, s);
     prof_.mark(first_normed ? "embedding + norm" : "embedding", {static_cast<double>(n) * d * 6});
     const int64_t qkvd = qd + 2 * kvd;
     const cuda::OpCost attn_cost =
@@ -715,17 +712,11 @@ class CudaLlama final : public CausalLm {
   // One-row steps: the o and down GEMVs form the next RMSNorm's quantized input in their epilogue
   // (cuda::MmqResidualNorm) where the next weights allow it (TESSERA_FUSED_NORM=0: norm kernels).
   const bool fused_norm_on_ = !env_is("TESSERA_FUSED_NORM", "0");
-  // One-row steps form the norms' inputs at the step's ends as between layers: the gather forms
-  // layer 0's qkv input, the last down GEMV the head's (H100, batch-1 decode, same binary, 2
-  // rounds: Q8_0 2.92 -> 2.91 ms, Q4_0 1.85 -> 1.84, Q4_K 1.88 -> 1.87; the step's kernels 11 us
-  // shorter; docs/design/cuda_engine_history.md, session 64). Not for Q4_1 projections: the
-  // default model's type, whose GPU greedy text must follow the CPU's (first differing only
-  // where the CPU's top-2 margin < 0.1), and these roundings moved one prompt's first difference
-  // to a margin of 0.19; the norm kernels are the CPU's rounding (as Projections::half_swiglu).
-  // TESSERA_END_NORMS=0 keeps the norm kernels there, =all takes Q4_1 too.
+  // One-row steps form the norms' inputs at the step's ends as between layers (H100 Q8_0 2.92 ->
+  // 2.91 ms, Q4_0 1.85 -> 1.84, Q4_K 1.88 -> 1.87; cuda_engine_history.md, session 64), but not
+  // for Projections::keeps_cpu_rounding; TESSERA_END_NORMS=0 keeps the norm kernels, =all takes all.
   bool end_norm_takes(const Proj& p) const {
-    const auto q4_1 = [](const Proj::Part& pt) { return pt.type == DType::kQ4_1; };
-    return end_norms_all_ || (end_norms_on_ && std::none_of(p.parts.begin(), p.parts.end(), q4_1));
+    return end_norms_all_ || (end_norms_on_ && !Projections::keeps_cpu_rounding(p));
   }
   const bool end_norms_on_ = !env_is("TESSERA_END_NORMS", "0");
   const bool end_norms_all_ = env_is("TESSERA_END_NORMS", "all");

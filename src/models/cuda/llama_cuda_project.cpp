@@ -87,10 +87,14 @@ bool Projections::norm_fusable(const Proj& producer, const Proj& consumer) {
   return producer.quant() && producer.parts.size() == 1 && consumer.quant();
 }
 
+bool Projections::keeps_cpu_rounding(const Proj& p) {
+  return std::any_of(p.parts.begin(), p.parts.end(), [](const Proj::Part& pt) { return pt.type == DType::kQ4_1; });
+}
+
 bool Projections::half_swiglu(const Proj& gate_up, const Proj& down, bool with_q4_1) {
   if (!gate_up.quant() || gate_up.parts.size() != 1 || !down.quant() || down.parts.size() != 1) return false;
+  if (keeps_cpu_rounding(down) && !with_q4_1) return false;
   const DType t = down.parts[0].type;
-  if (t == DType::kQ4_1 && !with_q4_1) return false;
   return cuda::mmq_half_act_supported(t) && gate_up.n == 2 * down.k && down.k % 32 == 0;
 }
 

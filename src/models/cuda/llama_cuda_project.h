@@ -98,6 +98,12 @@ class Projections {
   // (cuda::MmqResidualNorm): the producer quantized in one part, the consumer quantized (K
   // weights then take 32-element activation blocks instead of Q8_K's 256: mmq.h).
   static bool norm_fusable(const Proj& producer, const Proj& consumer);
+  // Whether p holds Q4_1 weights: the default model's type, whose GPU greedy text must follow the
+  // CPU's (first differing only where the CPU's top-2 margin < 0.1). Roundings other than the
+  // CPU's moved one prompt's first difference past that (the f16 SwiGLU row: 0.118, session 53;
+  // the norms at a step's ends: 0.190, session 64), so the fused forms that round otherwise
+  // (half_swiglu, the end norms) leave such projections out unless asked for them ("all").
+  static bool keeps_cpu_rounding(const Proj& p);
   // Whether one row's SwiGLU between gate|up and down rides in gate|up's GEMV epilogue, down then
   // reading f16 (cuda::mmq_gemv_swiglu_half): both quantized in one part, down's type one that
   // takes f16 rows (cuda::mmq_half_act_supported). Llama-3-8B shapes, batch-1 decode at a 512-token
@@ -105,10 +111,8 @@ class Projections {
   // (docs/design/gpu_runs/s49_half_swiglu_ab.txt) Q4_0 1.63-1.64 -> 1.61 ms, Q8_0 2.36 -> 2.35, but
   // then Q4_K 1.68 -> 1.71; since down on the f16 row takes one weight block per lane per step
   // (session 52), H100 (s52_half_swiglu_k_formats.txt) Q4_K 1.96 -> 1.94-1.95, Q6_K 2.69-2.71 -> 2.55.
-  // Q4_1 down weights only with `with_q4_1` (TESSERA_HALF_SWIGLU=all): H100 Q4_1 2.13 -> 2.07 ms
-  // (s53_q4_1_half_row.txt), but Q4_1 is the default model's type, whose GPU greedy text must
-  // follow the CPU's (first differing only where the CPU's top-2 margin < 0.1), and the f16 row
-  // moved one prompt's first difference to a margin of 0.118; the 8-bit row is the CPU's rounding.
+  // Q4_1 down weights (keeps_cpu_rounding) only with `with_q4_1` (TESSERA_HALF_SWIGLU=all): H100
+  // Q4_1 2.13 -> 2.07 ms (s53_q4_1_half_row.txt); the 8-bit row is the CPU's rounding.
   static bool half_swiglu(const Proj& gate_up, const Proj& down, bool with_q4_1 = false);
   // Whether a call of `rows` rows through p takes dequant_gemm (at these rows, every part's type).
   bool dequant_gemm_takes(const Proj& p, int64_t rows) const;
